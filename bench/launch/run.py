@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Launcher benchmark: lspawn against torchrun (--no-python) and mpirun, in one run, on the same
+worker binaries.
+
+  1. launcher overhead: N x /bin/true, launch to exit
+  2. hello_allreduce job: launch -> rendezvous -> gloo process group -> all_reduce -> exit
+  3. fail-fast: 4 workers, rank 1 exits 3 after 1 s, time from its exit to the launcher's exit,
+     and the exit code each launcher reports
+
+Prints markdown tables (median wall seconds, with min-max). Usage:
+  python3 bench/launch/run.py --build build [--reps 10] [--slow-reps 3] [--nprocs 2,4,8]
+"""
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TORCH_PY = "/usr/bin/python3"  # Debian's interpreter, the one with torch 1.13.1
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def timed(cmd, env=None, timeout=120):
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, timeout=timeout)
+    dt = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}: {p.stderr.decode()[-2000:]}")
+    return dt
+
+
+def stats(samples):
+    return statistics.median(samples), min(samples), max(samples)
+
+
+def fmt(s):
+    if s is None:
+        return "n/a"
+    med, lo, hi = s
+    return f"{med:.3f} ({lo:.3f}-{hi:.3f})"
+
+
+class Tools:
+    def __init__(self, build):
+        self.lspawn = os.path.join(build, "launcher", "lspawn")
+        self.hello = os.path.join(build, "examples", "hello_allreduce")
+        self.fail = os.path.join(build, "bench", "bench_fail_worker")
+        self.torchrun = [TORCH_PY, os.path.join(ROOT, "scripts", "torchrun.py")]
+        self.mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
+        for p in (self.lspawn, self.hello, self.fail):
+            if not os.access(p, os.X_OK):
+                sys.exit(f"run.py: {p} is missing: build first (scripts/build.sh)")
+
+    def cmd(self, tool, n, prog, port=None):
+        port = port or free_port()
+        if tool == "lspawn":
+            return [self.lspawn, "--quiet", "--nprocs", str(n), prog]
+        if tool == "torchrun":
+            return self.torchrun + ["--nproc_per_node", str(n), "--master_port", str(port),
+                                    "--no-python", prog]
+        if tool == "mpirun":
+            return self.mpirun + ["-np", str(n), "-x", "MASTER_ADDR=127.0.0.1",
+                                  "-x", f"MASTER_PORT={port}", prog]
+        raise ValueError(tool)
+
+
+def bench_overhead(t, ns, reps, slow_reps):
+    rows = []
+    for n in ns:
+        row = {"n": n}
+        for tool, r in (("lspawn", reps), ("mpirun", reps), ("torchrun", slow_reps)):
+            row[tool] = stats([timed(t.cmd(tool, n, "/bin/true")) for _ in range(r)])
+        rows.append(row)
+    return rows
+
+
+def bench_hello(t, ns, reps, slow_reps):
+    rows = []
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    for n in ns:
+        row = {"n": n}
+        for tool, r in (("lspawn", reps), ("mpirun", reps), ("torchrun", slow_reps)):
+            try:
+                row[tool] = stats([timed(t.cmd(tool, n, t.hello), env=env) for _ in range(r)])
+            except RuntimeError as e:
+                print(f"# {tool} hello_allreduce N={n} failed: {e}", file=sys.stderr)
+                row[tool] = None
+        rows.append(row)
+    return rows
+
+
+def bench_fail(t, reps, slow_reps, n=4):
+    rows = []
+    for tool, r in (("lspawn", reps), ("mpirun", reps), ("torchrun", slow_reps)):
+        lat, codes = [], set()
+        for _ in range(r):
+            with tempfile.TemporaryDirectory() as d:
+                ts = os.path.join(d, "fail_ts")
+                env = dict(os.environ, FAIL_TS_FILE=ts, FAIL_RANK="1", FAIL_AFTER_MS="1000")
+                cmd = t.cmd(tool, n, t.fail)
+                if tool == "mpirun":
+                    cmd = cmd[:-1] + ["-x", "FAIL_TS_FILE", "-x", "FAIL_RANK", "-x", "FAIL_AFTER_MS", t.fail]
+                p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   env=env, timeout=120)
+                end = time.time_ns()
+                with open(ts) as f:
+                    lat.append((end - int(f.read())) / 1e9)
+                codes.add(p.returncode)
+        rows.append({"tool": tool, "lat": stats(lat), "codes": sorted(codes)})
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--slow-reps", type=int, default=3, help="repetitions for torchrun (seconds each)")
+    ap.add_argument("--nprocs", default="2,4,8")
+    a = ap.parse_args()
+    ns = [int(x) for x in a.nprocs.split(",")]
+    t = Tools(os.path.abspath(a.build))
+    print(f"# lspawn launcher benchmark — {os.uname().nodename}, {os.cpu_count()} cores, "
+          f"median (min-max) wall seconds; lspawn/mpirun {a.reps} runs, torchrun {a.slow_reps} runs\n")
+
+    print("## Launcher overhead: N x /bin/true\n")
+    print("| N | lspawn | mpirun | torchrun --no-python | mpirun / lspawn | torchrun / lspawn |")
+    print("|---|---|---|---|---|---|")
+    for r in bench_overhead(t, ns, a.reps, a.slow_reps):
+        l = r["lspawn"][0]
+        print(f"| {r['n']} | {fmt(r['lspawn'])} | {fmt(r['mpirun'])} | {fmt(r['torchrun'])} | "
+              f"{r['mpirun'][0] / l:.1f}x | {r['torchrun'][0] / l:.1f}x |")
+    sys.stdout.flush()
+
+    print("\n## hello_allreduce (rendezvous + gloo process group + all_reduce + barrier), same binary\n")
+    print("| N | lspawn | mpirun | torchrun --no-python | torchrun / lspawn |")
+    print("|---|---|---|---|---|")
+    for r in bench_hello(t, ns, a.reps, a.slow_reps):
+        ratio = f"{r['torchrun'][0] / r['lspawn'][0]:.1f}x" if r["torchrun"] and r["lspawn"] else "n/a"
+        print(f"| {r['n']} | {fmt(r['lspawn'])} | {fmt(r['mpirun'])} | {fmt(r['torchrun'])} | {ratio} |")
+    sys.stdout.flush()
+
+    print("\n## Fail-fast: 4 workers, rank 1 exits 3 after 1 s, others stop on SIGTERM\n")
+    print("| launcher | failure -> launcher exit (s) | launcher exit code |")
+    print("|---|---|---|")
+    for r in bench_fail(t, a.reps, a.slow_reps):
+        print(f"| {r['tool']} | {fmt(r['lat'])} | {', '.join(map(str, r['codes']))} |")
+
+
+if __name__ == "__main__":
+    main()

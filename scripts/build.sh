@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Configures and builds lspawn into a build directory (default: build/).
+# Usage: scripts/build.sh [BUILD_DIR] [extra cmake args…]
+#   LSPAWN_SANITIZE=1 scripts/build.sh build-asan     # ASan+UBSan build
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+dir=${1:-$root/build}
+shift || true
+args=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo)
+[[ "${LSPAWN_SANITIZE:-0}" == 1 ]] && args+=(-DLSPAWN_SANITIZE=ON)
+jobs=${LSPAWN_JOBS:-$(nproc)}
+cmake -S "$root" -B "$dir" "${args[@]}" "$@" >/dev/null
+cmake --build "$dir" -j "$jobs"
