@@ -1,0 +1,196 @@
+#include "launcher/cli.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <random>
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include "launcher/cli_options.hpp"
+#include "launcher/env_contract.hpp"
+#include "launcher/output.hpp"
+#include "launcher/port.hpp"
+#include "launcher/supervisor.hpp"
+#include "launcher/sys.hpp"
+#include "launcher/version.hpp"
+
+namespace lspawn {
+namespace {
+
+void say(const std::string& line) {
+  std::string s = "lspawn: " + line + "\n";
+  try {
+    sys::write_all(2, s, "stderr");
+  } catch (const sys::SysError&) {
+  }
+}
+
+std::string random_run_id() {
+  std::random_device rd;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%08x%08x", rd(), rd());
+  return buf;
+}
+
+// Removes the private run directory on every way out of run_cli.
+struct RunDir {
+  std::string path;
+  ~RunDir() {
+    if (!path.empty()) sys::remove_tree(path);
+  }
+};
+
+void make_dirs(const std::string& dir) {
+  std::string cur;
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = dir.find('/', pos + 1);
+    cur = dir.substr(0, pos);
+    if (cur.empty()) continue;
+    if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) sys::throw_errno("mkdir", cur);
+  }
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) sys::throw_errno("stat", dir);
+  if (!S_ISDIR(st.st_mode)) throw sys::SysError("mkdir", ENOTDIR, dir);
+}
+
+int run(const CliOptions& o) {
+  // 1. The program: found and executable, before anything is started.
+  int err = 0;
+  const auto path = sys::find_executable(o.program[0], &err);
+  if (!path) {
+    say("cannot execute '" + o.program[0] + "': " + std::strerror(err));
+    return err == ENOENT ? exit_codes::kNotFound : exit_codes::kCannotExecute;
+  }
+  // 2. The log directory.
+  if (!o.log_dir.empty()) {
+    try {
+      make_dirs(o.log_dir);
+    } catch (const sys::SysError& e) {
+      say("--log-dir " + o.log_dir + ": cannot create it (" + e.what() + ")");
+      return exit_codes::kUsage;
+    }
+  }
+  // 3. The rendezvous port: reserved for the whole run on the master node.
+  std::optional<PortReservation> port;
+  int master_port = o.master_port;
+  if (o.node_rank == 0) {
+    try {
+      port.emplace(o.master_addr, o.master_port);
+      master_port = port->port();
+    } catch (const PortError& e) {
+      if (o.master_port != 0) {
+        say("--master-port " + std::to_string(o.master_port) + ": " + e.what());
+      } else {
+        say("--master-addr " + o.master_addr + ": no free port could be reserved: " + e.what());
+      }
+      return exit_codes::kUsage;
+    }
+  }
+
+  env::JobEnv job;
+  job.master_addr = o.master_addr;
+  job.master_port = master_port;
+  job.run_id = o.run_id.empty() ? random_run_id() : o.run_id;
+  RunDir run_dir;
+  run_dir.path = sys::make_temp_dir("lspawn-" + job.run_id.substr(0, 32) + "-");
+  job.run_dir = run_dir.path;
+
+  const auto base_env = env::current_environment();
+  if (!o.quiet && env::needs_omp_default(base_env, o.nproc_per_node)) {
+    say("setting OMP_NUM_THREADS=1 for each of the " + std::to_string(o.nproc_per_node) +
+        " workers of this node to avoid oversubscribing the CPU; set OMP_NUM_THREADS to override");
+  }
+
+  std::unique_ptr<ConsoleSink> console;
+  std::unique_ptr<LogDirSink> logs;
+  SupervisorOptions sopts;
+  if (o.log_dir.empty() || o.tee) {
+    console = std::make_unique<ConsoleSink>([&] {
+      ConsoleSink::Options co;
+      co.prefix = o.prefix;
+      return co;
+    }());
+    sopts.sinks.push_back(console.get());
+  }
+  if (!o.log_dir.empty()) {
+    logs = std::make_unique<LogDirSink>(o.log_dir);
+    sopts.sinks.push_back(logs.get());
+  }
+  sopts.grace_period = std::chrono::milliseconds(static_cast<long long>(o.grace_period_s * 1000));
+  sopts.forward_signals = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+  if (!o.quiet) sopts.on_info = say;
+
+  Supervisor sup(std::move(sopts));
+  if (!o.quiet) {
+    say("starting " + std::to_string(o.nproc_per_node) + " worker" +
+        (o.nproc_per_node == 1 ? "" : "s") + " of '" + *path + "' (node " +
+        std::to_string(o.node_rank) + "/" + std::to_string(o.nnodes) + ", master " +
+        o.master_addr + ":" + std::to_string(master_port) + ", run id " + job.run_id + ")");
+  }
+  try {
+    for (int lr = 0; lr < o.nproc_per_node; ++lr) {
+      env::WorkerPlace place{lr, o.nproc_per_node, o.node_rank, o.nnodes};
+      ExecSpec spec;
+      spec.path = *path;
+      spec.argv = o.program;
+      spec.env = env::worker_environment(job, place, base_env);
+      spec.error_file = env::error_file_path(job.run_dir, place.rank());
+      sup.start_exec(place.rank(), spec);
+      // A worker that already failed (exec error) stops the start of the rest.
+      if (sup.root_cause()) break;
+      sup.step(Clock::now());  // handle events (signals, early exits) between starts
+      // Stopping already (a signal, an early failure): start no more.
+      if (sup.phase() == Phase::Stopping || sup.phase() == Phase::Killing) break;
+    }
+  } catch (const std::exception& e) {
+    say(std::string("internal error while starting workers: ") + e.what());
+    sup.kill_now();
+    sup.run();
+    return exit_codes::kInternal;
+  }
+  sup.run();
+  const std::string summary = sup.summary();
+  if (!summary.empty()) {
+    try {
+      sys::write_all(2, summary, "stderr");
+    } catch (const sys::SysError&) {
+    }
+  }
+  return sup.exit_code();
+}
+
+}  // namespace
+
+int run_cli(const std::vector<std::string>& args) {
+  CliOptions o;
+  try {
+    o = parse_cli(args);
+  } catch (const UsageError& e) {
+    say(e.what());
+    say("try 'lspawn --help'");
+    return exit_codes::kUsage;
+  }
+  if (o.help) {
+    std::fputs(usage_text().c_str(), stdout);
+    std::fflush(stdout);
+    return exit_codes::kSuccess;
+  }
+  if (o.version) {
+    std::printf("lspawn %s\n", kVersion);
+    std::fflush(stdout);
+    return exit_codes::kSuccess;
+  }
+  try {
+    return run(o);
+  } catch (const std::exception& e) {
+    say(std::string("internal error: ") + e.what());
+    return exit_codes::kInternal;
+  }
+}
+
+}  // namespace lspawn

@@ -1,0 +1,52 @@
+// Command line of `lspawn [options] [--] program [args...]` (docs/cli.md).
+//
+// parse_cli() only parses and validates; it starts nothing and touches no file or socket.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace lspawn {
+
+// Exit statuses of the lspawn binary (docs/exit-codes.md). A worker's own exit code (or
+// 128+N for its signal N) is passed through when that worker is the root cause.
+namespace exit_codes {
+inline constexpr int kSuccess = 0;
+inline constexpr int kUsage = 2;              // bad option, port in use, log dir unusable
+inline constexpr int kInternal = 125;         // lspawn itself failed (fork, pipe, ...)
+inline constexpr int kCannotExecute = 126;    // program found but not executable
+inline constexpr int kNotFound = 127;         // program not found
+}  // namespace exit_codes
+
+struct CliOptions {
+  int nproc_per_node = 1;          // --nprocs / --nproc-per-node, >= 1
+  int nnodes = 1;                  // --nnodes, >= 1
+  int node_rank = 0;               // --node-rank, 0 <= node_rank < nnodes
+  std::string master_addr = "127.0.0.1";  // --master-addr
+  int master_port = 0;             // --master-port; 0: a free port is reserved
+  std::string run_id;              // --run-id; empty: random
+  double grace_period_s = 5.0;     // --grace-period, seconds, >= 0
+  std::string log_dir;             // --log-dir; empty: console only
+  bool tee = false;                // --tee: with --log-dir, also to the console
+  bool prefix = true;              // --no-prefix clears it
+  bool quiet = false;              // --quiet: no info lines (errors still printed)
+  int max_restarts = 0;            // --max-restarts; only 0 is supported
+  bool help = false;               // --help / -h
+  bool version = false;            // --version
+  std::vector<std::string> program;  // program and its arguments (non-empty unless help/version)
+};
+
+// A command line lspawn cannot accept. what() names the option and the accepted form.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Parses args (argv without argv[0]). Throws UsageError.
+CliOptions parse_cli(const std::vector<std::string>& args);
+
+// The --help text.
+std::string usage_text();
+
+}  // namespace lspawn

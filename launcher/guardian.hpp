@@ -1,0 +1,54 @@
+// Guardian: a tiny process that kills every worker process group when its owner dies.
+//
+// Why: PR_SET_PDEATHSIG kills a worker when lspawn dies, but not the worker's own children.
+// The guardian is forked when Guardian is constructed, puts itself in its own process group
+// (so a kill of the owner's group does not take it too), and reads pgids from a socket whose
+// only writer is the owner. When the socket reaches EOF without a clean-shutdown message — the
+// owner died, even by SIGKILL — it SIGKILLs every registered process group and exits.
+//
+// Caller's duties:
+//   - construct it before any thread exists (the child is allocation-free, but fork in a
+//     threaded process is still best avoided);
+//   - a child that does not exec (fork-callable worker) must close write_fd() after fork, or
+//     the guardian never sees EOF; exec'd children lose it by O_CLOEXEC;
+//   - register each worker's pgid right after fork (register_group), unregister it once the
+//     group is known empty (unregister_group), and call shutdown() (or destroy) on a clean end.
+//
+// The guardian holds up to kMaxGroups groups at once; registering more throws.
+#pragma once
+
+#include <sys/types.h>
+
+#include "launcher/sys.hpp"
+
+namespace lspawn {
+
+class Guardian {
+ public:
+  static constexpr int kMaxGroups = 1 << 16;
+
+  // Forks the guardian. Throws SysError if pipe/fork fails.
+  Guardian();
+  // Clean shutdown (registered groups are NOT killed) and reaps the guardian.
+  ~Guardian();
+  Guardian(const Guardian&) = delete;
+  Guardian& operator=(const Guardian&) = delete;
+
+  // Adds / removes a process group the guardian will SIGKILL if the owner dies.
+  void register_group(pid_t pgid);
+  void unregister_group(pid_t pgid);
+
+  // Tells the guardian to exit without killing anything, and reaps it. Idempotent.
+  void shutdown();
+
+  pid_t pid() const { return pid_; }
+  // Owner end of the guardian channel (O_CLOEXEC). Close it in forked children that do not exec.
+  int write_fd() const { return pipe_.get(); }
+
+ private:
+  void send(int32_t value);
+  pid_t pid_ = -1;
+  sys::Fd pipe_;
+};
+
+}  // namespace lspawn

@@ -1,0 +1,75 @@
+// Forkserver: a small process, forked early (before threads exist), that forks spawn() workers
+// on request.
+//
+// Why: forking a process that runs threads (LibTorch's pools, a process group's gloo threads)
+// copies only the calling thread and whatever locks the others held; the child may deadlock.
+// The server is forked while the program is still single-threaded, stays single-threaded, and
+// forks each worker from that clean state. Workers then start in parallel: a request costs one
+// fork() in the server (~1 ms); the worker's own start-up runs concurrently with the next one.
+//
+// Protocol (proto/lspawn.proto): the owner writes ForkRequest frames on a unix stream socket,
+// optionally with the worker's stdout and stderr fds attached (SCM_RIGHTS); the server answers
+// each with one ForkReply (the worker's pid, or why the fork failed). The server is the parent
+// of every worker, so it alone can wait for them: it reports each exit as a ChildExit frame on a
+// separate pipe (exit_fd()), which the owner polls with its other fds.
+//
+// Each worker runs in its own process group (pgid == pid), has PR_SET_PDEATHSIG(SIGKILL) on the
+// server, and runs the function registered (LSPAWN_REGISTER) under SpawnCall.function via
+// run_worker(). The server has PR_SET_PDEATHSIG(SIGKILL) on its owner and exits, killing the
+// groups of every worker still running, when the request socket reaches EOF (owner gone or
+// Forkserver destroyed): no worker outlives the owner, whatever kills it.
+//
+// Thread-safety: fork_worker() and read_exits() may be called from one thread at a time.
+// One spawn() at a time uses a server (spawn() holds it for the life of its ProcessContext).
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "launcher/sys.hpp"
+#include "proto/lspawn.pb.h"
+
+namespace lspawn {
+
+class Forkserver {
+ public:
+  // Forks the server now. Call it while the process is single-threaded (first thing in main,
+  // or via lspawn::init()); when other threads already run it still starts but warns on stderr
+  // with their count. Throws sys::SysError when socketpair/pipe/fork fails.
+  static std::unique_ptr<Forkserver> start();
+
+  // Closes the request socket (the server kills any worker still running and exits) and reaps
+  // the server. Never throws.
+  ~Forkserver();
+  Forkserver(const Forkserver&) = delete;
+  Forkserver& operator=(const Forkserver&) = delete;
+
+  // Asks the server to fork a worker running `call` with environment `env` ("NAME=value",
+  // replaces the server's environment entirely when non-empty). stdout_fd/stderr_fd (-1 for
+  // both: inherit the server's) become the worker's fds 1 and 2. Returns the worker's pid
+  // (also its pgid). Throws SpawnError with the server's reason when the fork failed, and
+  // sys::SysError / wire::WireError when the server is gone.
+  pid_t fork_worker(const proto::SpawnCall& call, const std::vector<std::string>& env,
+                    int stdout_fd = -1, int stderr_fd = -1);
+
+  // Non-blocking fd, readable when ChildExit frames (or EOF: the server died) are pending.
+  int exit_fd() const { return exits_.get(); }
+
+  // Reads every ChildExit frame available now without blocking. Sets *server_gone when the
+  // exit pipe reached EOF (the server died: its remaining workers are dead too).
+  std::vector<proto::ChildExit> read_exits(bool* server_gone = nullptr);
+
+  pid_t pid() const { return pid_; }
+
+ private:
+  Forkserver(pid_t pid, sys::Fd requests, sys::Fd exits);
+  pid_t pid_;
+  sys::Fd requests_;
+  sys::Fd exits_;
+  std::string exit_buf_;
+};
+
+}  // namespace lspawn

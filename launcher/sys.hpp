@@ -1,0 +1,123 @@
+// Every system call the launcher makes, wrapped once.
+//
+// Guarantees of every wrapper here:
+//   - EINTR is retried (except where the caller must see it, none so far);
+//   - a failure throws SysError naming the call, errno text and the caller's context string
+//     (e.g. "kill(-1234, SIGTERM) for rank 3: Operation not permitted");
+//   - every fd created is O_CLOEXEC.
+// Calls whose failure is an expected outcome return it instead of throwing (documented per call).
+//
+// Code in the launcher (and in launcher/spawn) does not call close/kill/waitpid/pipe directly.
+#pragma once
+
+#include <cerrno>
+#include <chrono>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include <sys/types.h>
+
+namespace lspawn::sys {
+
+// A failed system call: `call` (e.g. "waitpid"), the errno value and the caller's context.
+class SysError : public std::runtime_error {
+ public:
+  SysError(std::string call, int err, const std::string& context);
+  const std::string& call() const { return call_; }
+  int error() const { return err_; }
+
+ private:
+  std::string call_;
+  int err_;
+};
+
+// Throws SysError(call, errno, context). For wrappers outside this file.
+[[noreturn]] void throw_errno(const char* call, const std::string& context);
+
+// Owns one file descriptor; closes it on destruction. Move-only.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(o.release()) {}
+  Fd& operator=(Fd&& o) noexcept;
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd();
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  explicit operator bool() const { return valid(); }
+  int release() {
+    int f = fd_;
+    fd_ = -1;
+    return f;
+  }
+  void reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+struct Pipe {
+  Fd read;
+  Fd write;
+};
+
+// pipe2(O_CLOEXEC | extra_flags).
+Pipe make_pipe(const std::string& context, int extra_flags = 0);
+
+// close(2); EINTR is not retried (Linux closes the fd anyway). Errors other than EBADF ignored.
+void close(int fd);
+
+// Sets O_NONBLOCK on fd.
+void set_nonblocking(int fd, const std::string& context);
+
+// write(2) of all of `data`, retrying EINTR and short writes. Throws SysError (EPIPE included).
+void write_all(int fd, std::string_view data, const std::string& context);
+
+// read(2) once, retrying EINTR. Returns bytes read (0 = EOF), or -1 with errno EAGAIN when a
+// non-blocking fd has nothing. Other errors throw.
+ssize_t read_some(int fd, char* buf, size_t n, const std::string& context);
+
+// kill(2). Returns false when the target no longer exists (ESRCH); other errors throw.
+// pid < 0 addresses a process group.
+bool kill(pid_t pid, int sig, const std::string& context);
+
+// waitpid(pid, &status, options), EINTR retried. Returns the pid reaped, or 0 with WNOHANG
+// when the child has not changed state. Throws on error (ECHILD included).
+pid_t waitpid(pid_t pid, int* status, int options, const std::string& context);
+
+// pidfd_open(2): an fd that polls readable when `pid` exits. Linux >= 5.3.
+Fd pidfd_open(pid_t pid, const std::string& context);
+
+// "SIGTERM" for SIGTERM, "signal 42" for numbers without a name.
+std::string signal_name(int sig);
+
+// Describes a wait status the way torch.multiprocessing does, after "process N ":
+// "terminated with exit code 3", "terminated with signal SIGSEGV", "exited with code 0".
+std::string describe_wait_status(int status);
+
+// Exit status a shell would report for a wait status: the code, or 128+signal.
+int shell_exit_code(int status);
+
+// mkdtemp under $TMPDIR (or /tmp) with the given name prefix. Returns the directory path.
+std::string make_temp_dir(const std::string& prefix);
+
+// Removes a directory tree (best effort, errors ignored). Used for lspawn's private run dir.
+void remove_tree(const std::string& path);
+
+// gethostname(2), "unknown" on failure.
+std::string hostname();
+
+// Searches `file` like execvp: a name with '/' is used as is; otherwise each directory of
+// $PATH (default "/usr/local/bin:/usr/bin:/bin") is tried. Returns the resolved path; on
+// failure returns nullopt and sets *err to the errno a shell would report (ENOENT when not
+// found anywhere, EACCES when found but not executable, ...).
+std::optional<std::string> find_executable(const std::string& file, int* err);
+
+using Clock = std::chrono::steady_clock;
+
+}  // namespace lspawn::sys
