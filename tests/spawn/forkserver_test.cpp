@@ -1,0 +1,210 @@
+#include <catch2/catch.hpp>
+
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "launcher/error_file.hpp"
+#include "launcher/spawn/errors.hpp"
+#include "launcher/spawn/forkserver.hpp"
+#include "launcher/spawn/registry.hpp"
+#include "launcher/spawn/worker.hpp"
+#include "launcher/sys.hpp"
+
+namespace {
+int fs_echo(int index, std::string text) {
+  std::printf("%s from %d\n", text.c_str(), index);
+  return index * 10;
+}
+void fs_exit(int, int code) {
+  std::fflush(nullptr);
+  std::_Exit(code);
+}
+void fs_abort(int) { std::abort(); }
+void fs_sleep(int, int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+void fs_throw(int, std::string what) { throw std::invalid_argument(what); }
+}  // namespace
+LSPAWN_REGISTER(fs_echo);
+LSPAWN_REGISTER(fs_exit);
+LSPAWN_REGISTER(fs_abort);
+LSPAWN_REGISTER(fs_sleep);
+LSPAWN_REGISTER(fs_throw);
+
+namespace {
+struct TempDir {
+  std::string path = lspawn::sys::make_temp_dir("lspawn-fs-test-");
+  ~TempDir() { lspawn::sys::remove_tree(path); }
+};
+
+template <class... A>
+lspawn::proto::SpawnCall make_call(const char* fn, int index, const std::tuple<A...>& args) {
+  lspawn::proto::SpawnCall c;
+  c.set_version(1);
+  c.set_function(fn);
+  c.set_index(index);
+  c.set_nprocs(1);
+  *c.mutable_args() = lspawn::encode_args(args);
+  return c;
+}
+
+// Collects ChildExit frames until `n` arrived; fails after 5 s.
+std::vector<lspawn::proto::ChildExit> wait_exits(lspawn::Forkserver& fs, size_t n) {
+  std::vector<lspawn::proto::ChildExit> out;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (out.size() < n) {
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    pollfd p{fs.exit_fd(), POLLIN, 0};
+    ::poll(&p, 1, 100);
+    for (auto& e : fs.read_exits()) out.push_back(e);
+  }
+  return out;
+}
+
+// Running (not a zombie): orphans may be reparented to a pid 1 that never reaps them.
+bool alive(pid_t pid) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "re");
+  if (!f) return false;
+  char buf[512] = {};
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  const std::string stat(buf, n);
+  const auto paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
+}  // namespace
+
+TEST_CASE("forkserver runs a registered function with the given stdio and reports its exit") {
+  TempDir dir;
+  auto fs = lspawn::Forkserver::start();
+  auto out = lspawn::sys::make_pipe("test stdout");
+  auto call = make_call("fs_echo", 3, std::make_tuple(std::string("hello")));
+  call.set_want_result(true);
+  call.set_result_path(dir.path + "/result");
+  const pid_t pid = fs->fork_worker(call, {}, out.write.get(), 2);
+  CHECK(pid > 0);
+  out.write.reset();
+  std::string text;
+  char buf[256];
+  ssize_t n;
+  while ((n = lspawn::sys::read_some(out.read.get(), buf, sizeof buf, "test")) > 0) {
+    text.append(buf, static_cast<size_t>(n));
+  }
+  CHECK(text == "hello from 3\n");
+  const auto exits = wait_exits(*fs, 1);
+  CHECK(exits[0].pid() == pid);
+  CHECK(exits[0].index() == 3);
+  CHECK(exits[0].exit_code() == 0);
+  CHECK(exits[0].signal() == 0);
+  lspawn::proto::SpawnResult result;
+  lspawn::read_frame_file(dir.path + "/result", result, 1 << 20);
+  CHECK(result.index() == 3);
+  CHECK(result.returned());
+  CHECK(lspawn::Codec<int>::decode(result.value()) == 30);
+}
+
+TEST_CASE("forkserver reports exit codes and signals of its workers") {
+  auto fs = lspawn::Forkserver::start();
+  const pid_t a = fs->fork_worker(make_call("fs_exit", 0, std::make_tuple(123)), {});
+  const pid_t b = fs->fork_worker(make_call("fs_abort", 1, std::tuple<>()), {});
+  auto exits = wait_exits(*fs, 2);
+  for (const auto& e : exits) {
+    if (e.pid() == a) {
+      CHECK(e.exit_code() == 123);
+      CHECK(e.signal() == 0);
+    } else {
+      CHECK(e.pid() == b);
+      CHECK(e.signal() == SIGABRT);
+    }
+  }
+}
+
+TEST_CASE("forkserver worker that throws writes an error report and exits 1") {
+  TempDir dir;
+  auto fs = lspawn::Forkserver::start();
+  const std::string ef = dir.path + "/error.json";
+  fs->fork_worker(make_call("fs_throw", 2, std::make_tuple(std::string("bad input"))),
+                  {"TORCHELASTIC_ERROR_FILE=" + ef, "PATH=/usr/bin:/bin"});
+  const auto exits = wait_exits(*fs, 1);
+  CHECK(exits[0].exit_code() == 1);
+  const auto r = lspawn::read_error_file(ef);
+  REQUIRE(r.report);
+  CHECK(r.report->rank() == 2);
+  CHECK(r.report->exception_type() == "std::invalid_argument");
+  CHECK(r.report->message() == "bad input");
+}
+
+TEST_CASE("forkserver refuses a function that is not registered") {
+  auto fs = lspawn::Forkserver::start();
+  CHECK_THROWS_WITH(fs->fork_worker(make_call("no_such_fn", 0, std::tuple<>()), {}),
+                    Catch::Contains("'no_such_fn' is not registered") &&
+                        Catch::Contains("fs_echo"));
+  // The server is still usable afterwards.
+  fs->fork_worker(make_call("fs_exit", 0, std::make_tuple(0)), {});
+  CHECK(wait_exits(*fs, 1)[0].exit_code() == 0);
+}
+
+TEST_CASE("workers run in their own process group") {
+  auto fs = lspawn::Forkserver::start();
+  const pid_t pid = fs->fork_worker(make_call("fs_sleep", 0, std::make_tuple(5000)), {});
+  CHECK(::getpgid(pid) == pid);
+  CHECK(lspawn::sys::kill(-pid, SIGKILL, "test"));
+  CHECK(wait_exits(*fs, 1)[0].signal() == SIGKILL);
+}
+
+TEST_CASE("destroying the forkserver kills the workers still running") {
+  auto fs = lspawn::Forkserver::start();
+  const pid_t server = fs->pid();
+  const pid_t pid = fs->fork_worker(make_call("fs_sleep", 0, std::make_tuple(60000)), {});
+  REQUIRE(alive(pid));
+  const auto t0 = std::chrono::steady_clock::now();
+  fs.reset();
+  CHECK_FALSE(alive(server));  // reaped by the destructor
+  while (alive(pid) && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK_FALSE(alive(pid));
+}
+
+TEST_CASE("the forkserver and its workers die when the owner is SIGKILLed") {
+  auto ready = lspawn::sys::make_pipe("test ready");
+  std::fflush(nullptr);
+  const pid_t owner = ::fork();
+  if (owner == 0) {
+    try {
+      auto fs = lspawn::Forkserver::start();
+      const pid_t w = fs->fork_worker(make_call("fs_sleep", 0, std::make_tuple(60000)), {});
+      const int32_t pids[2] = {fs->pid(), w};
+      lspawn::sys::write_all(ready.write.get(),
+                             std::string_view(reinterpret_cast<const char*>(pids), sizeof pids),
+                             "ready");
+      ::pause();
+    } catch (...) {
+    }
+    ::_exit(1);
+  }
+  ready.write.reset();
+  int32_t pids[2] = {0, 0};
+  size_t got = 0;
+  while (got < sizeof pids) {
+    const ssize_t n = lspawn::sys::read_some(ready.read.get(), reinterpret_cast<char*>(pids) + got,
+                                             sizeof pids - got, "ready");
+    REQUIRE(n > 0);
+    got += static_cast<size_t>(n);
+  }
+  lspawn::sys::kill(owner, SIGKILL, "test");
+  int status;
+  lspawn::sys::waitpid(owner, &status, 0, "test");
+  const auto t0 = std::chrono::steady_clock::now();
+  while ((alive(pids[0]) || alive(pids[1])) &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK_FALSE(alive(pids[0]));
+  CHECK_FALSE(alive(pids[1]));
+}
