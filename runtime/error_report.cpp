@@ -1,0 +1,188 @@
+#include "runtime/error_report.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include <cxxabi.h>
+#include <execinfo.h>
+#include <unistd.h>
+
+#include <c10/util/Exception.h>
+
+#include "proto/wire.hpp"
+
+namespace lspawn {
+namespace {
+
+std::string demangle(const char* mangled) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> out(abi::__cxa_demangle(mangled, nullptr, nullptr, &status),
+                                             std::free);
+  return (status == 0 && out) ? std::string(out.get()) : std::string(mangled);
+}
+
+// -1 when unset or not a plain non-negative integer.
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return -1;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  return (*end == '\0' && n >= 0 && n <= 1 << 30) ? static_cast<int>(n) : -1;
+}
+
+std::string error_file_path() {
+  for (const char* name : {"TORCHELASTIC_ERROR_FILE", "LSPAWN_ERROR_FILE"}) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0') return v;
+  }
+  return "";
+}
+
+std::string rank_text(int rank) { return rank < 0 ? std::string("?") : std::to_string(rank); }
+
+// Prints the one-line summary and writes the file; never throws.
+std::string emit(const proto::ErrorReport& report, const char* verb) {
+  std::fprintf(stderr, "[lspawn] rank %s: %s %s: %s\n", rank_text(report.rank()).c_str(), verb,
+               report.exception_type().c_str(), report.message().c_str());
+  std::fflush(stderr);
+  const std::string path = error_file_path();
+  if (path.empty()) return "";
+  try {
+    wire::write_json_file(path, report);
+    return path;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[lspawn] rank %s: could not write the error report: %s\n",
+                 rank_text(report.rank()).c_str(), e.what());
+  } catch (...) {
+    std::fprintf(stderr, "[lspawn] rank %s: could not write the error report to %s\n",
+                 rank_text(report.rank()).c_str(), path.c_str());
+  }
+  std::fflush(stderr);
+  return "";
+}
+
+// A caught exception's stack is gone; the trace we can take is where it was caught.
+const std::string kCaughtHere = "(stack where the exception was caught, not where it was thrown)\n";
+
+std::atomic<bool> g_terminating{false};
+
+[[noreturn]] void on_terminate() {
+  if (!g_terminating.exchange(true)) {
+    // Still inside the throw: the stack below is the throw site (no unwinding happened).
+    const std::string bt = current_backtrace(2);
+    if (std::exception_ptr e = std::current_exception()) {
+      emit(make_error_report(e, bt), "uncaught");
+    } else {
+      proto::ErrorReport r = make_error_report(nullptr, bt);
+      emit(r, "terminate:");
+    }
+  }
+  std::abort();
+}
+
+}  // namespace
+
+std::string current_backtrace(int skip) {
+  constexpr int kMaxFrames = 64;
+  void* frames[kMaxFrames];
+  const int n = ::backtrace(frames, kMaxFrames);
+  std::unique_ptr<char*, void (*)(void*)> symbols(::backtrace_symbols(frames, n), std::free);
+  std::string out;
+  for (int i = skip + 1; i < n; ++i) {  // +1: this function
+    std::string line = symbols ? symbols.get()[i] : "?";
+    // "binary(mangled+0x1f) [0xaddr]" → "binary(demangled+0x1f) [0xaddr]"
+    const auto open = line.find('(');
+    const auto plus = line.find('+', open == std::string::npos ? 0 : open);
+    if (open != std::string::npos && plus != std::string::npos && plus > open + 1) {
+      const std::string mangled = line.substr(open + 1, plus - open - 1);
+      line = line.substr(0, open + 1) + demangle(mangled.c_str()) + line.substr(plus);
+    }
+    out += "#" + std::to_string(i - skip - 1) + " " + line + "\n";
+  }
+  return out;
+}
+
+proto::ErrorReport make_error_report(std::exception_ptr error, const std::string& backtrace) {
+  proto::ErrorReport r;
+  r.set_version(wire::kSchemaVersion);
+  r.set_rank(env_int("RANK"));
+  r.set_local_rank(env_int("LOCAL_RANK"));
+  r.set_pid(::getpid());
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) == 0) r.set_host(host);
+  r.set_timestamp_us(std::chrono::duration_cast<std::chrono::microseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count());
+  r.set_backtrace(backtrace);
+  if (!error) {
+    r.set_exception_type("std::terminate");
+    r.set_message("std::terminate called without an active exception");
+    return r;
+  }
+  try {
+    std::rethrow_exception(error);
+  } catch (...) {
+    const std::type_info* t = abi::__cxa_current_exception_type();
+    r.set_exception_type(t != nullptr ? demangle(t->name()) : "unknown");
+    try {
+      throw;
+    } catch (const c10::Error& e) {
+      r.set_message(e.what_without_backtrace());
+      if (!e.backtrace().empty()) r.set_backtrace(e.backtrace());
+    } catch (const std::exception& e) {
+      r.set_message(e.what());
+    } catch (...) {
+      r.set_message("(not a std::exception)");
+    }
+  }
+  return r;
+}
+
+std::string write_error_report(std::exception_ptr error) {
+  try {
+    return emit(make_error_report(error, kCaughtHere + current_backtrace(1)), "uncaught");
+  } catch (...) {
+    return "";
+  }
+}
+
+std::string write_error_report(const std::exception& error) {
+  try {
+    // No exception_ptr of the dynamic type can be made from a reference: describe it directly.
+    proto::ErrorReport r = make_error_report(nullptr, kCaughtHere + current_backtrace(1));
+    r.set_exception_type(demangle(typeid(error).name()));
+    if (auto* c = dynamic_cast<const c10::Error*>(&error)) {
+      r.set_message(c->what_without_backtrace());
+      if (!c->backtrace().empty()) r.set_backtrace(c->backtrace());
+    } else {
+      r.set_message(error.what());
+    }
+    return emit(r, "uncaught");
+  } catch (...) {
+    return "";
+  }
+}
+
+std::terminate_handler install_error_handler() {
+  return std::set_terminate(on_terminate);
+}
+
+int record(const std::function<int()>& fn) {
+  try {
+    return fn();
+  } catch (...) {
+    write_error_report(std::current_exception());
+    return 1;
+  }
+}
+
+int run_main(int argc, char** argv, int (*main_fn)(int, char**)) {
+  install_error_handler();
+  return record([&] { return main_fn(argc, argv); });
+}
+
+}  // namespace lspawn

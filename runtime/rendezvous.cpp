@@ -1,0 +1,375 @@
+#include "runtime/rendezvous.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+namespace lspawn {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// Rank 0 (the arbiter) writes the outcome; every other rank waits for it. After a timeout the
+// arbiter waits this long at most for the joined ranks to read the outcome before it throws
+// (and its store server goes away).
+constexpr milliseconds kOutcomeGrace{2000};
+
+std::string endpoint(const std::string& host, uint16_t port) {
+  return host + ":" + std::to_string(port);
+}
+
+std::string seconds_text(milliseconds d, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f s", decimals, static_cast<double>(d.count()) / 1000.0);
+  return buf;
+}
+
+// "2 s" for whole seconds, "2.5 s" otherwise.
+std::string timeout_text(milliseconds d) {
+  return seconds_text(d, d.count() % 1000 == 0 ? 0 : (d.count() % 100 == 0 ? 1 : 3));
+}
+
+milliseconds since(Clock::time_point t0) {
+  return std::chrono::duration_cast<milliseconds>(Clock::now() - t0);
+}
+
+milliseconds remaining(Clock::time_point deadline) {
+  return std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  constexpr size_t kShown = 32;
+  std::string s = "[";
+  for (size_t i = 0; i < ranks.size() && i < kShown; ++i) {
+    if (i) s += ", ";
+    s += std::to_string(ranks[i]);
+  }
+  if (ranks.size() > kShown) s += ", ... " + std::to_string(ranks.size() - kShown) + " more";
+  return s + "]";
+}
+
+std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+
+std::string rank_key(int r) { return "rdzv/rank/" + std::to_string(r); }
+std::string read_key(int r) { return "rdzv/read/" + std::to_string(r); }
+const std::string kOutcomeKey = "rdzv/outcome";
+
+std::string this_host() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "?";
+  return name;
+}
+
+// One non-blocking connect attempt to any address of host:port, waiting at most `wait` for it
+// to complete. Returns "" when a connection was established (and closed again), else why not.
+std::string probe_listener(const std::string& host, uint16_t port, milliseconds wait) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  const int gai = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &res);
+  if (gai != 0) return std::string("getaddrinfo: ") + ::gai_strerror(gai);
+  std::string why = "no address";
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (fd < 0) {
+      why = std::string("socket: ") + std::strerror(errno);
+      continue;
+    }
+    int err = 0;
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      err = errno;
+      if (err == EINPROGRESS) {
+        pollfd p{fd, POLLOUT, 0};
+        int n;
+        do {
+          n = ::poll(&p, 1, static_cast<int>(wait.count()));
+        } while (n < 0 && errno == EINTR);
+        if (n == 0) {
+          err = ETIMEDOUT;
+        } else {
+          socklen_t len = sizeof err;
+          if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+        }
+      }
+    }
+    ::close(fd);
+    if (err == 0) {
+      ::freeaddrinfo(res);
+      return "";
+    }
+    why = std::string("connect: ") + std::strerror(err);
+  }
+  ::freeaddrinfo(res);
+  return why;
+}
+
+PeerInfo parse_peer(int rank, const std::string& value, const std::string& where) {
+  // "<host>\n<pid>"
+  const auto nl = value.find('\n');
+  PeerInfo p;
+  p.rank = rank;
+  if (nl == std::string::npos || value.size() > 1024) {
+    throw RendezvousError("rendezvous at " + where + ": malformed record of rank " +
+                          std::to_string(rank) + " (" + std::to_string(value.size()) + " bytes)");
+  }
+  p.host = value.substr(0, nl);
+  p.pid = std::strtoll(value.c_str() + nl + 1, nullptr, 10);
+  return p;
+}
+
+struct Outcome {
+  bool ok = false;
+  int joined = 0;
+  std::vector<int> missing;
+};
+
+std::string encode_outcome(const Outcome& o) {
+  if (o.ok) return "ok";
+  std::string s = "timeout " + std::to_string(o.joined);
+  for (int r : o.missing) s += " " + std::to_string(r);
+  return s;
+}
+
+Outcome decode_outcome(const std::string& s) {
+  Outcome o;
+  if (s == "ok") {
+    o.ok = true;
+    return o;
+  }
+  const char* p = s.c_str();
+  if (std::strncmp(p, "timeout ", 8) != 0) return o;
+  char* end = nullptr;
+  o.joined = static_cast<int>(std::strtol(p + 8, &end, 10));
+  p = end;
+  while (*p == ' ') {
+    const long r = std::strtol(p + 1, &end, 10);
+    if (end == p + 1) break;
+    o.missing.push_back(static_cast<int>(r));
+    p = end;
+  }
+  return o;
+}
+
+// Which ranks have not announced themselves yet (one check() per rank).
+std::vector<int> find_missing(c10d::Store& store, int world_size) {
+  std::vector<int> missing;
+  for (int r = 0; r < world_size; ++r) {
+    if (!store.check({rank_key(r)})) missing.push_back(r);
+  }
+  return missing;
+}
+
+}  // namespace
+
+milliseconds resolve_rendezvous_timeout(milliseconds requested) {
+  if (requested.count() > 0) return requested;
+  if (auto env = duration_from_environment("LSPAWN_RDZV_TIMEOUT"); env && env->count() > 0) return *env;
+  return kDefaultRendezvousTimeout;
+}
+
+c10::intrusive_ptr<c10d::TCPStore> host_store(const std::string& host, uint16_t port,
+                                              milliseconds timeout) {
+  c10d::TCPStoreOptions o;
+  o.port = port;
+  o.isServer = true;
+  o.waitWorkers = false;  // else the constructor blocks before the port can be published
+  o.timeout = timeout;
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(host, o);
+  } catch (const std::exception& e) {
+    throw RendezvousError("cannot host the rendezvous store at " + endpoint(host, port) +
+                          " (is the port in use, or MASTER_ADDR not this host?): " + e.what());
+  }
+}
+
+c10::intrusive_ptr<c10d::TCPStore> connect_store(const std::string& host, uint16_t port,
+                                                 milliseconds timeout) {
+  const auto t0 = Clock::now();
+  const auto deadline = t0 + timeout;
+  milliseconds backoff{2};
+  std::string why;
+  int attempts = 0;
+  // TCPStore's client sleeps 1 s between refused attempts; probe with a short backoff instead
+  // and hand over to TCPStore once the server listens.
+  while (true) {
+    ++attempts;
+    why = probe_listener(host, port, std::min(remaining(deadline), milliseconds(1000)));
+    if (why.empty()) break;
+    if (Clock::now() + backoff >= deadline) {
+      throw RendezvousError("cannot connect to the rendezvous store at " + endpoint(host, port) +
+                            " after " + seconds_text(since(t0), 1) + " (timeout " +
+                            timeout_text(timeout) + ", " + std::to_string(attempts) +
+                            " attempts): " + why);
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, milliseconds(100));
+  }
+  c10d::TCPStoreOptions o;
+  o.port = port;
+  o.isServer = false;
+  o.waitWorkers = false;
+  o.timeout = remaining(deadline);
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(host, o);
+  } catch (const std::exception& e) {
+    throw RendezvousError("cannot connect to the rendezvous store at " + endpoint(host, port) +
+                          " after " + seconds_text(since(t0), 1) + " (timeout " +
+                          timeout_text(timeout) + "): " + e.what());
+  }
+}
+
+Rendezvous rendezvous(const WorkerEnv& env, const RendezvousOptions& options) {
+  const auto t0 = Clock::now();
+  const milliseconds timeout = resolve_rendezvous_timeout(options.timeout);
+  const milliseconds store_timeout = options.store_timeout.count() > 0 ? options.store_timeout : timeout;
+  const auto deadline = t0 + timeout;
+  const bool hosts = env.rank == 0 && !env.use_agent_store;
+  const int n = env.world_size;
+
+  Rendezvous out;
+  out.host = env.master_addr;
+  out.port = env.master_port;
+  auto where = [&] { return endpoint(out.host, out.port); };
+  auto who = [&] { return "rank " + std::to_string(env.rank) + "/" + std::to_string(n); };
+  auto timed_out = [&](int joined, const std::vector<int>& missing) {
+    return RendezvousTimeout("rendezvous '" + env.run_id + "' timed out after " +
+                                 seconds_text(since(t0), 1) + " (timeout " + timeout_text(timeout) +
+                                 ") at " + where() + ": " + std::to_string(joined) + "/" +
+                                 std::to_string(n) + " ranks joined, missing: " + rank_list(missing) +
+                                 " (seen from " + who() + ")",
+                             missing);
+  };
+
+  if (hosts) {
+    out.tcp_store = host_store(env.master_addr, env.master_port, timeout);
+    out.port = out.tcp_store->getPort();
+  } else {
+    try {
+      out.tcp_store = connect_store(env.master_addr, env.master_port, timeout);
+    } catch (const RendezvousError& e) {
+      if (env.use_agent_store) throw;
+      // connect_store() retries until the timeout: the store is hosted by rank 0, so not reaching
+      // it means rank 0 is missing.
+      auto t = timed_out(0, {0});
+      throw RendezvousTimeout(std::string(t.what()) + "; " + e.what(), {0});
+    }
+  }
+  out.tcp_store->setTimeout(store_timeout);
+  out.store = c10::make_intrusive<c10d::PrefixStore>(
+      "lspawn/" + env.run_id + "/" + std::to_string(env.restart_count), out.tcp_store);
+  c10d::Store& store = *out.store;
+
+  // Any store failure below (other than our own timeouts) means the store went away or broke.
+  auto lost = [&](const std::exception& e) {
+    return RendezvousError("rendezvous '" + env.run_id + "' (" + who() + ") lost the store at " +
+                           where() + " after " + seconds_text(since(t0), 1) + ": " + e.what());
+  };
+
+  std::vector<std::string> all_ranks;
+  for (int r = 0; r < n; ++r) all_ranks.push_back(rank_key(r));
+
+  try {
+    store.set(rank_key(env.rank), bytes(this_host() + "\n" + std::to_string(::getpid())));
+  } catch (const std::exception& e) {
+    throw lost(e);
+  }
+
+  if (env.rank == 0) {
+    // The arbiter: wait for everyone, then publish the outcome.
+    bool all_joined = true;
+    try {
+      store.wait(all_ranks, remaining(deadline));
+    } catch (const std::exception& e) {
+      if (Clock::now() < deadline) throw lost(e);
+      all_joined = false;
+    }
+    if (!all_joined) {
+      Outcome o;
+      try {
+        o.missing = find_missing(store, n);
+      } catch (const std::exception& e) {
+        throw lost(e);
+      }
+      o.joined = n - static_cast<int>(o.missing.size());
+      try {
+        store.set(kOutcomeKey, bytes(encode_outcome(o)));
+        // Keep the store up until the joined ranks have read the outcome (bounded).
+        std::vector<std::string> readers;
+        for (int r = 1; r < n; ++r) {
+          if (!std::binary_search(o.missing.begin(), o.missing.end(), r)) readers.push_back(read_key(r));
+        }
+        if (!readers.empty()) store.wait(readers, kOutcomeGrace);
+      } catch (const std::exception&) {
+        // Best effort: a reader that does not acknowledge still times out on its own.
+      }
+      throw timed_out(o.joined, o.missing);
+    }
+    try {
+      store.set(kOutcomeKey, bytes(encode_outcome(Outcome{true, n, {}})));
+    } catch (const std::exception& e) {
+      throw lost(e);
+    }
+  } else {
+    // Wait for the arbiter's outcome; allow it the grace to publish after its own deadline.
+    std::string outcome_text;
+    try {
+      store.wait({kOutcomeKey}, remaining(deadline) + kOutcomeGrace);
+      outcome_text = text(store.get(kOutcomeKey));
+    } catch (const std::exception& e) {
+      if (Clock::now() < deadline) throw lost(e);
+      // No word from rank 0 (hung, or under an agent store, never arrived): judge ourselves.
+      std::vector<int> missing;
+      try {
+        missing = find_missing(store, n);
+      } catch (const std::exception&) {
+        missing = {0};
+      }
+      throw timed_out(n - static_cast<int>(missing.size()), missing);
+    }
+    const Outcome o = decode_outcome(outcome_text);
+    if (!o.ok) {
+      try {
+        store.set(read_key(env.rank), bytes("1"));
+      } catch (const std::exception&) {
+        // Acknowledgement only.
+      }
+      throw timed_out(o.joined, o.missing);
+    }
+  }
+
+  // Everyone joined: read the announcements, then acknowledge (rank 0 waits for that).
+  out.peers.resize(n);
+  try {
+    for (int r = 0; r < n; ++r) out.peers[r] = parse_peer(r, text(store.get(rank_key(r))), where());
+    if (env.rank != 0) store.set(read_key(env.rank), bytes("1"));
+    if (env.rank == 0 && n > 1) {
+      // Return only once every rank has read the outcome, so that rank 0 (the store's host) may
+      // go away after rendezvous() without cutting a slower rank off mid-read.
+      std::vector<std::string> readers;
+      for (int r = 1; r < n; ++r) readers.push_back(read_key(r));
+      store.wait(readers, std::max(remaining(deadline), kOutcomeGrace));
+    }
+  } catch (const RendezvousError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw lost(e);
+  }
+  out.elapsed = since(t0);
+  return out;
+}
+
+}  // namespace lspawn

@@ -1,0 +1,99 @@
+// Rendezvous: how the workers of one job find each other, through LibTorch's c10d TCPStore.
+//
+// Who hosts the store: rank 0 of the job, on MASTER_ADDR:MASTER_PORT (lspawn reserves that port
+// with a bound, non-listening SO_REUSEADDR socket; TCPStore's server socket also sets
+// SO_REUSEADDR, so it can bind and listen on it). Under torchrun's static rendezvous
+// (TORCHELASTIC_USE_AGENT_STORE=True) the launcher hosts it and every rank is a client.
+//
+// What rendezvous() guarantees on return: every rank of the job has announced itself (host, pid)
+// under the run's prefix "lspawn/<run_id>/<restart_count>/", and the returned store is that
+// prefixed view. It does not guarantee that the other ranks are still alive.
+//
+// Failure: a rank that never arrives makes every other rank throw RendezvousTimeout once
+// `timeout` has elapsed since rendezvous() was called, naming the missing ranks. A client that
+// cannot reach the store, or a rank 0 that cannot bind, throws RendezvousError naming host:port.
+//
+// Lifetime: the store server lives inside rank 0's TCPStore object; rank 0 must keep the returned
+// store alive while other ranks still use it (init_process_group ends with a barrier for that).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "runtime/worker_env.hpp"
+
+namespace lspawn {
+
+// The store could not be hosted or reached, or a peer's record is malformed. what() names the
+// store's host:port, this rank and world size.
+class RendezvousError : public std::runtime_error {
+ public:
+  explicit RendezvousError(const std::string& message) : std::runtime_error(message) {}
+};
+
+// Not every rank arrived within the timeout. what() reads like
+// "rendezvous 'abc' timed out after 2.0 s (timeout 2 s) at 127.0.0.1:41234: 3/4 ranks joined,
+// missing: [2]".
+class RendezvousTimeout : public RendezvousError {
+ public:
+  RendezvousTimeout(const std::string& message, std::vector<int> missing_ranks)
+      : RendezvousError(message), missing_ranks_(std::move(missing_ranks)) {}
+  const std::vector<int>& missing_ranks() const { return missing_ranks_; }
+
+ private:
+  std::vector<int> missing_ranks_;
+};
+
+// Default rendezvous timeout (torchrun's). Overridden by LSPAWN_RDZV_TIMEOUT (seconds).
+inline constexpr std::chrono::milliseconds kDefaultRendezvousTimeout{300'000};
+
+struct RendezvousOptions {
+  // How long to wait for the store and for every rank to arrive. Unset (zero) → env
+  // LSPAWN_RDZV_TIMEOUT (seconds), else kDefaultRendezvousTimeout.
+  std::chrono::milliseconds timeout{0};
+  // Timeout of later store operations (get/wait) made through the returned store. Zero → same
+  // as the rendezvous timeout.
+  std::chrono::milliseconds store_timeout{0};
+};
+
+// One rank's announcement.
+struct PeerInfo {
+  int rank = -1;
+  std::string host;  // gethostname() of the peer
+  int64_t pid = 0;
+};
+
+struct Rendezvous {
+  c10::intrusive_ptr<c10d::Store> store;        // prefixed view "lspawn/<run_id>/<restart>/"
+  c10::intrusive_ptr<c10d::TCPStore> tcp_store;  // the underlying store (server on rank 0)
+  std::string host;                              // store host as given (MASTER_ADDR)
+  uint16_t port = 0;                             // store port; the real one when MASTER_PORT=0
+  std::vector<PeerInfo> peers;                   // indexed by rank, all world_size of them
+  std::chrono::milliseconds elapsed{0};          // time spent in rendezvous()
+};
+
+// Joins the job described by `env`. Blocking; throws RendezvousError / RendezvousTimeout.
+Rendezvous rendezvous(const WorkerEnv& env, const RendezvousOptions& options = {});
+
+// Lower level, used by rendezvous(): starts a TCPStore server on host:port (port 0 → a free
+// port, see getPort()) without waiting for workers. Throws RendezvousError naming host:port
+// when the port cannot be bound.
+c10::intrusive_ptr<c10d::TCPStore> host_store(const std::string& host, uint16_t port,
+                                              std::chrono::milliseconds timeout);
+
+// Lower level: connects a TCPStore client to host:port, retrying (with a short backoff, unlike
+// TCPStore's 1 s) while the server is not yet listening, until `timeout`. Throws RendezvousError
+// naming host:port and the elapsed time.
+c10::intrusive_ptr<c10d::TCPStore> connect_store(const std::string& host, uint16_t port,
+                                                 std::chrono::milliseconds timeout);
+
+// The rendezvous timeout after applying env overrides (see RendezvousOptions::timeout).
+std::chrono::milliseconds resolve_rendezvous_timeout(std::chrono::milliseconds requested);
+
+}  // namespace lspawn

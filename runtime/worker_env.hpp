@@ -1,0 +1,68 @@
+// WorkerEnv: what a worker learns about its place in the job from its environment.
+//
+// The variable names are torchrun's (docs/env-contract.md), so a worker built on lspawn runs
+// unchanged under `lspawn` and under `torchrun --no-python`, and a PyTorch script using
+// init_method="env://" runs unchanged under `lspawn`.
+//
+// Parsing is strict: a value that is present but malformed is an error (EnvError naming the
+// variable, its value and the expected form), never silently replaced by a default. Defaults
+// apply only to variables that are absent, and only where torchrun has one.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace lspawn {
+
+// A variable of the env contract is missing or malformed. what() names the variable, the value
+// seen and the expected form, e.g. "RANK='x' is not an integer".
+class EnvError : public std::runtime_error {
+ public:
+  explicit EnvError(const std::string& message) : std::runtime_error(message) {}
+};
+
+struct WorkerEnv {
+  int rank = 0;              // RANK (required): global rank, 0 <= rank < world_size
+  int local_rank = 0;        // LOCAL_RANK, default RANK: rank among the workers of this node
+  int world_size = 1;        // WORLD_SIZE (required): number of workers in the job, >= 1
+  int local_world_size = 1;  // LOCAL_WORLD_SIZE, default WORLD_SIZE: workers on this node
+  int group_rank = 0;        // GROUP_RANK, default 0: rank of this node
+  int group_world_size = 1;  // GROUP_WORLD_SIZE, default 1: number of nodes
+  int role_rank = 0;         // ROLE_RANK, default RANK
+  int role_world_size = 1;   // ROLE_WORLD_SIZE, default WORLD_SIZE
+  std::string master_addr;   // MASTER_ADDR: store host; default 127.0.0.1 on a single node
+                             // (GROUP_WORLD_SIZE=1), required with several nodes
+  uint16_t master_port = 0;  // MASTER_PORT (required): store port, 1..65535 (0 only for a
+                             // one-worker job: the store then picks a free port)
+  std::string run_id;        // TORCHELASTIC_RUN_ID, default "none" (torchrun's default)
+  int restart_count = 0;     // TORCHELASTIC_RESTART_COUNT, default 0
+  int max_restarts = 0;      // TORCHELASTIC_MAX_RESTARTS, default 0
+  std::string error_file;    // TORCHELASTIC_ERROR_FILE, else LSPAWN_ERROR_FILE, else "" (none)
+  bool use_agent_store = false;  // TORCHELASTIC_USE_AGENT_STORE == "True": the store at
+                                 // MASTER_ADDR:MASTER_PORT is hosted by the launcher (torchrun's
+                                 // static rendezvous), so rank 0 connects as a client too
+
+  // Reads the process environment. Throws EnvError on a missing required or malformed variable.
+  static WorkerEnv from_environment();
+
+  // Same rules, reading `vars` instead of the environment (tests, spawn hand-offs).
+  static WorkerEnv from_map(const std::map<std::string, std::string>& vars);
+
+  // Same rules over any lookup: returns the value of a variable, or nullopt when it is unset.
+  static WorkerEnv from_lookup(
+      const std::function<std::optional<std::string>(const std::string&)>& lookup);
+
+  // "rank 2/4 (local 0/2, node 1/2)": for messages.
+  std::string describe() const;
+};
+
+// Reads a duration given in seconds (integer or decimal, e.g. "300", "2.5") from the environment
+// variable `name`. Returns nullopt when unset or empty; throws EnvError when malformed or < 0.
+std::optional<std::chrono::milliseconds> duration_from_environment(const char* name);
+
+}  // namespace lspawn
