@@ -1,0 +1,222 @@
+#include "collectives/group.hpp"
+
+#include "collectives/error.hpp"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+namespace lspawn {
+namespace {
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+// Host identity: LSPAWN_NODE_ID when set (tests, containers sharing a host name), else the host
+// name plus the kernel's boot id (two containers with one host name on different machines differ).
+std::string this_node_id() {
+  if (const char* id = std::getenv("LSPAWN_NODE_ID"); id && *id) return id;
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  return std::string(host) + "/" + boot;
+}
+
+GroupOptions resolve(GroupOptions o) {
+  if (o.backend == Backend::Default) {
+    const std::string b = env_or("LSPAWN_BACKEND", "auto");
+    if (b == "auto") o.backend = Backend::Auto;
+    else if (b == "gloo") o.backend = Backend::Gloo;
+    else if (b == "shm") o.backend = Backend::Shm;
+    else
+      throw std::invalid_argument("LSPAWN_BACKEND='" + b + "' is not one of shm, gloo, auto");
+  }
+  if (o.timeout.count() <= 0) {
+    o.timeout = std::chrono::minutes(30);
+    const std::string t = env_or("LSPAWN_PG_TIMEOUT", "");
+    if (!t.empty()) {
+      char* end = nullptr;
+      const double s = std::strtod(t.c_str(), &end);
+      if (end == t.c_str() || *end || s <= 0)
+        throw std::invalid_argument("LSPAWN_PG_TIMEOUT='" + t + "' is not a positive number of seconds");
+      o.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000));
+    }
+  }
+  if (!o.checked) o.checked = env_or("LSPAWN_COLLECTIVES_CHECKED", "0") == "1";
+  if (o.name.empty()) o.name = "world";
+  return o;
+}
+
+}  // namespace
+
+const char* to_string(Backend b) {
+  switch (b) {
+    case Backend::Default: return "default";
+    case Backend::Auto: return "auto";
+    case Backend::Gloo: return "gloo";
+    case Backend::Shm: return "shm";
+  }
+  return "?";
+}
+
+std::shared_ptr<Group> Group::create(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
+                                     GroupOptions options) {
+  options = resolve(std::move(options));
+  if (size < 1 || rank < 0 || rank >= size)
+    throw std::invalid_argument("lspawn::Group::create: rank " + std::to_string(rank) +
+                                " is not in [0, " + std::to_string(size) + ")");
+  auto own = c10::make_intrusive<c10d::PrefixStore>("coll/" + options.name, store);
+  std::vector<std::string> nodes(size);
+  try {
+    const std::string id = this_node_id();
+    own->set("node/" + std::to_string(rank), std::vector<uint8_t>(id.begin(), id.end()));
+    for (int q = 0; q < size; ++q) {
+      const auto v = own->get("node/" + std::to_string(q));
+      nodes[q].assign(v.begin(), v.end());
+    }
+  } catch (const std::exception& e) {
+    throw CollectiveError("create", options.name, {},
+                          "lspawn: group '" + options.name + "' rank " + std::to_string(rank) + "/" +
+                              std::to_string(size) + ": exchanging node ids through the store failed: " + e.what());
+  }
+  std::vector<int> root(size);
+  for (int q = 0; q < size; ++q) root[q] = q;
+  return build(own, rank, size, std::move(options), std::move(nodes), std::move(root));
+}
+
+std::shared_ptr<Group> Group::build(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
+                                    GroupOptions options, std::vector<std::string> node_ids,
+                                    std::vector<int> root_ranks) {
+  std::shared_ptr<Group> g(new Group());
+  g->rank_ = rank;
+  g->size_ = size;
+  g->options_ = std::move(options);
+  g->store_ = std::move(store);
+  g->node_ids_ = std::move(node_ids);
+  g->root_ranks_ = std::move(root_ranks);
+  const bool one_node =
+      std::all_of(g->node_ids_.begin(), g->node_ids_.end(), [&](const std::string& n) { return n == g->node_ids_[0]; });
+  const std::string who = "group '" + g->options_.name + "' rank " + std::to_string(rank) + "/" + std::to_string(size);
+  if (g->options_.backend == Backend::Shm && !one_node) {
+    std::string nodes;
+    for (int q = 0; q < size; ++q) nodes += (q ? ", " : "") + std::to_string(q) + "@" + g->node_ids_[q];
+    throw CollectiveError("create", g->options_.name, {},
+                          "lspawn: " + who + ": backend shm needs all ranks on one node, but they are on: " + nodes);
+  }
+  try {
+    auto gopts = c10d::ProcessGroupGloo::Options::create(g->options_.timeout);
+    if (!g->options_.gloo_host.empty())
+      gopts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(g->options_.gloo_host));
+    else if (one_node)
+      gopts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    else
+      gopts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    gopts->threads = 2;
+    g->gloo_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
+        c10::make_intrusive<c10d::PrefixStore>("gloo", g->store_), rank, size, gopts);
+  } catch (const std::exception& e) {
+    throw CollectiveError("create", g->options_.name, {}, "lspawn: " + who + ": gloo setup failed: " + e.what());
+  }
+  if (size > 1 && one_node && g->options_.backend != Backend::Gloo) {
+    shm::Rendezvous rv;
+    auto st = g->store_;
+    rv.set = [st](const std::string& k, const std::string& v) {
+      st->set("shm/" + k, std::vector<uint8_t>(v.begin(), v.end()));
+    };
+    rv.get = [st](const std::string& k) {
+      const auto v = st->get("shm/" + k);
+      return std::string(v.begin(), v.end());
+    };
+    shm::CommOptions so;
+    so.slot_bytes = g->options_.shm_slot_bytes;
+    so.flat_max_bytes = g->options_.shm_flat_max_bytes;
+    so.timeout = g->options_.timeout;
+    so.label = g->options_.name;
+    try {
+      g->shm_ = std::make_unique<shm::Communicator>(rank, size, rv, so);
+    } catch (const std::exception& e) {
+      throw CollectiveError("create", g->options_.name, {}, "lspawn: " + who + ": shm setup failed: " + e.what());
+    }
+  }
+  return g;
+}
+
+Group::~Group() = default;
+
+std::string Group::backend() const { return shm_ ? "shm+gloo" : "gloo"; }
+
+std::string Group::describe() const {
+  std::ostringstream s;
+  s << "group '" << options_.name << "' (rank " << rank_ << "/" << size_ << ", pid " << ::getpid()
+    << ", backend " << backend() << ")";
+  return s.str();
+}
+
+std::shared_ptr<Group> Group::new_group(const std::vector<int>& ranks) { return new_group(ranks, options_); }
+
+std::shared_ptr<Group> Group::new_group(const std::vector<int>& ranks, GroupOptions options) {
+  const int n = ++subgroups_;
+  std::set<int> seen;
+  for (int r : ranks) {
+    if (r < 0 || r >= size_ || !seen.insert(r).second) {
+      std::ostringstream s;
+      s << "lspawn: new_group on " << describe() << ": ranks must be distinct members of [0, " << size_
+        << "), got";
+      for (int q : ranks) s << " " << q;
+      throw std::invalid_argument(s.str());
+    }
+  }
+  if (ranks.empty()) throw std::invalid_argument("lspawn: new_group on " + describe() + ": empty rank list");
+  const auto me = std::find(ranks.begin(), ranks.end(), rank_);
+  if (me == ranks.end()) return nullptr;
+  options.name = options_.name + "." + std::to_string(n);
+  options = resolve(std::move(options));
+  std::vector<std::string> nodes;
+  std::vector<int> root;
+  for (int r : ranks) {
+    nodes.push_back(node_ids_[r]);
+    root.push_back(root_ranks_[r]);
+  }
+  auto store = c10::make_intrusive<c10d::PrefixStore>("sub" + std::to_string(n), store_);
+  return build(store, static_cast<int>(me - ranks.begin()), static_cast<int>(ranks.size()), std::move(options),
+               std::move(nodes), std::move(root));
+}
+
+std::vector<int> Group::ranks_not_reaching(std::uint64_t sequence, std::chrono::milliseconds wait) {
+  std::vector<int> missing;
+  try {
+    const auto key = [](int q) { return "progress/" + std::to_string(q); };
+    const std::string mine = std::to_string(sequence);
+    store_->set(key(rank_), std::vector<uint8_t>(mine.begin(), mine.end()));
+    const auto deadline = std::chrono::steady_clock::now() + wait;
+    for (;;) {
+      missing.clear();
+      for (int q = 0; q < size_; ++q) {
+        if (q == rank_) continue;
+        bool reached = false;
+        if (store_->check({key(q)})) {
+          const auto v = store_->get(key(q));
+          reached = std::strtoull(std::string(v.begin(), v.end()).c_str(), nullptr, 10) >= sequence;
+        }
+        if (!reached) missing.push_back(q);
+      }
+      if (missing.empty() || std::chrono::steady_clock::now() >= deadline) return missing;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  } catch (...) {
+    return {};
+  }
+}
+
+}  // namespace lspawn

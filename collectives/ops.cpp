@@ -1,0 +1,590 @@
+#include "collectives/ops.hpp"
+
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+
+namespace lspawn {
+
+const char* to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Mean: return "mean";
+    case ReduceOp::Min: return "min";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Product: return "product";
+    case ReduceOp::BitwiseAnd: return "bitwise_and";
+    case ReduceOp::BitwiseOr: return "bitwise_or";
+    case ReduceOp::BitwiseXor: return "bitwise_xor";
+  }
+  return "?";
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Op codes exchanged by checked mode (stable numbers: they appear in mismatch messages only).
+enum class OpCode : std::int64_t {
+  AllReduce = 1, Reduce, Broadcast, AllGather, Gather, Scatter, AllToAll, Send, Recv, Barrier,
+};
+const char* op_name(std::int64_t code) {
+  switch (static_cast<OpCode>(code)) {
+    case OpCode::AllReduce: return "all_reduce";
+    case OpCode::Reduce: return "reduce";
+    case OpCode::Broadcast: return "broadcast";
+    case OpCode::AllGather: return "all_gather";
+    case OpCode::Gather: return "gather";
+    case OpCode::Scatter: return "scatter";
+    case OpCode::AllToAll: return "all_to_all";
+    case OpCode::Send: return "send";
+    case OpCode::Recv: return "recv";
+    case OpCode::Barrier: return "barrier";
+  }
+  return "?";
+}
+
+bool is_bitwise(ReduceOp op) {
+  return op == ReduceOp::BitwiseAnd || op == ReduceOp::BitwiseOr || op == ReduceOp::BitwiseXor;
+}
+
+std::optional<shm::ElemType> elem_of(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return shm::ElemType::Float32;
+    case at::kDouble: return shm::ElemType::Float64;
+    case at::kHalf: return shm::ElemType::Float16;
+    case at::kBFloat16: return shm::ElemType::BFloat16;
+    case at::kChar: return shm::ElemType::Int8;
+    case at::kByte: return shm::ElemType::UInt8;
+    case at::kInt: return shm::ElemType::Int32;
+    case at::kLong: return shm::ElemType::Int64;
+    case at::kBool: return shm::ElemType::Bool;
+    default: return std::nullopt;
+  }
+}
+
+shm::KernelOp kernel_of(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: case ReduceOp::Mean: return shm::KernelOp::Sum;
+    case ReduceOp::Min: return shm::KernelOp::Min;
+    case ReduceOp::Max: return shm::KernelOp::Max;
+    case ReduceOp::Product: return shm::KernelOp::Product;
+    case ReduceOp::BitwiseAnd: return shm::KernelOp::BitwiseAnd;
+    case ReduceOp::BitwiseOr: return shm::KernelOp::BitwiseOr;
+    case ReduceOp::BitwiseXor: return shm::KernelOp::BitwiseXor;
+  }
+  return shm::KernelOp::Sum;
+}
+
+c10d::ReduceOp c10d_of(ReduceOp op, bool boolean) {
+  if (boolean) {  // 0/1 bytes: any / all
+    if (op == ReduceOp::Sum || op == ReduceOp::Max) return c10d::ReduceOp(c10d::ReduceOp::BOR);
+    if (op == ReduceOp::Product || op == ReduceOp::Min) return c10d::ReduceOp(c10d::ReduceOp::BAND);
+  }
+  switch (op) {
+    case ReduceOp::Sum: case ReduceOp::Mean: return c10d::ReduceOp(c10d::ReduceOp::SUM);
+    case ReduceOp::Min: return c10d::ReduceOp(c10d::ReduceOp::MIN);
+    case ReduceOp::Max: return c10d::ReduceOp(c10d::ReduceOp::MAX);
+    case ReduceOp::Product: return c10d::ReduceOp(c10d::ReduceOp::PRODUCT);
+    case ReduceOp::BitwiseAnd: return c10d::ReduceOp(c10d::ReduceOp::BAND);
+    case ReduceOp::BitwiseOr: return c10d::ReduceOp(c10d::ReduceOp::BOR);
+    case ReduceOp::BitwiseXor: return c10d::ReduceOp(c10d::ReduceOp::BXOR);
+  }
+  return c10d::ReduceOp(c10d::ReduceOp::SUM);
+}
+
+void validate_reduce(Group& g, const char* op, const at::Tensor& t, ReduceOp rop) {
+  const bool floating = at::isFloatingType(t.scalar_type());
+  if (is_bitwise(rop) && floating)
+    throw std::invalid_argument(std::string("lspawn ") + op + " on " + g.describe() + ": " + to_string(rop) +
+                                " is not defined on " + std::string(c10::toString(t.scalar_type())) + " tensors");
+  if (rop == ReduceOp::Mean && t.scalar_type() == at::kBool)
+    throw std::invalid_argument(std::string("lspawn ") + op + " on " + g.describe() + ": mean of bool tensors");
+}
+
+void validate_root(Group& g, const char* op, int root) {
+  if (root < 0 || root >= g.size())
+    throw std::invalid_argument(std::string("lspawn ") + op + " on " + g.describe() + ": root rank " +
+                                std::to_string(root) + " is not in [0, " + std::to_string(g.size()) + ")");
+}
+
+// Data-movement view for gloo, which has no bool or bfloat16 kernels: same bytes, gloo-known type.
+at::Tensor movable(const at::Tensor& t) {
+  if (t.scalar_type() == at::kBool) return t.view(at::kByte);
+  if (t.scalar_type() == at::kBFloat16) return t.view(at::kShort);
+  return t;
+}
+
+// Sum then divide: true division for floating types, truncation for integers.
+void apply_mean(at::Tensor& t, int size) {
+  if (at::isFloatingType(t.scalar_type())) t.div_(size);
+  else t.copy_(at::div(t, size, "trunc"));
+}
+
+bool use_shm(Group& g, const at::Tensor& t) {
+  return g.shm() && t.device().is_cpu() && elem_of(t.scalar_type()).has_value();
+}
+
+struct OpContext {
+  Group& g;
+  const char* op;
+  std::uint64_t seq;
+  Clock::time_point start;
+};
+
+OpContext begin(Group& g, const char* op) { return OpContext{g, op, g.next_sequence(), Clock::now()}; }
+
+// Runs `fn` now (shm, or purely local); translates failures. Returns a complete Work.
+template <typename Fn>
+Work run_now(const OpContext& c, Fn&& fn) {
+  try {
+    fn();
+  } catch (const std::invalid_argument&) {
+    throw;
+  } catch (...) {
+    throw_collective_error(c.g, c.op, c.seq, c.start, std::current_exception());
+  }
+  return Work();
+}
+
+// Starts a gloo op; `finish` runs in wait().
+template <typename Start>
+Work run_gloo(const OpContext& c, Start&& start, std::function<void()> finish) {
+  auto p = std::make_shared<Work::Pending>();
+  p->group = &c.g;
+  p->op = c.op;
+  p->sequence = c.seq;
+  p->start = c.start;
+  try {
+    p->work = start();
+  } catch (...) {
+    throw_collective_error(c.g, c.op, c.seq, c.start, std::current_exception());
+  }
+  p->finish = std::move(finish);
+  return Work(p);
+}
+
+// Checked mode: every rank publishes (op, sequence, dtype, numel, ndim, shape hash, root, reduce
+// op) with one small gloo all_gather and compares. Throws CollectiveMismatch naming the ranks.
+void check_call(const OpContext& c, OpCode code, const at::Tensor* t, int root, int rop) {
+  Group& g = c.g;
+  if (!g.checked() || g.size() == 1) return;
+  std::int64_t shape_hash = 1469598103934665603LL;
+  std::int64_t dtype = -1, numel = -1, ndim = -1;
+  if (t && t->defined()) {
+    dtype = static_cast<std::int64_t>(t->scalar_type());
+    numel = t->numel();
+    ndim = t->dim();
+    for (auto s : t->sizes()) shape_hash = (shape_hash ^ s) * 1099511628211LL;
+  }
+  const std::int64_t mine[8] = {static_cast<std::int64_t>(code), static_cast<std::int64_t>(c.seq), dtype, numel,
+                                ndim, shape_hash, root, rop};
+  auto in = at::from_blob(const_cast<std::int64_t*>(mine), {8}, at::kLong).clone();
+  auto out = at::empty({g.size(), 8}, at::kLong);
+  std::vector<std::vector<at::Tensor>> outs(1);
+  for (int q = 0; q < g.size(); ++q) outs[0].push_back(out[q]);
+  std::vector<at::Tensor> ins{in};
+  try {
+    g.process_group()->allgather(outs, ins)->wait();
+  } catch (...) {
+    throw_collective_error(g, c.op, c.seq, c.start, std::current_exception());
+  }
+  auto a = out.accessor<std::int64_t, 2>();
+  std::vector<int> odd;
+  for (int q = 1; q < g.size(); ++q)
+    for (int k = 0; k < 8; ++k)
+      if (a[q][k] != a[0][k]) {
+        odd.push_back(q);
+        break;
+      }
+  if (odd.empty()) return;
+  std::ostringstream msg;
+  msg << "lspawn " << c.op << " (op #" << c.seq << ") on " << g.describe() << ": collective mismatch: ";
+  for (int q = 0; q < g.size(); ++q) {
+    msg << (q ? "; " : "") << "rank " << q << " called " << op_name(a[q][0]) << " #" << a[q][1];
+    if (a[q][2] >= 0)
+      msg << " (" << c10::toString(static_cast<at::ScalarType>(a[q][2])) << ", " << a[q][3] << " elements, "
+          << a[q][4] << " dims)";
+    if (a[q][6] >= 0) msg << " root " << a[q][6];
+  }
+  msg << "; ranks differing from rank 0:";
+  for (int q : odd) msg << " " << q;
+  throw CollectiveMismatch(c.op, g.name(), odd, msg.str());
+}
+
+void require_shape(Group& g, const char* op, const char* what, const at::Tensor& t, std::vector<int64_t> shape,
+                   at::ScalarType dtype) {
+  if (!t.defined() || t.sizes().vec() != shape || t.scalar_type() != dtype) {
+    std::ostringstream s;
+    s << "lspawn " << op << " on " << g.describe() << ": " << what << " must be " << c10::toString(dtype) << " of shape "
+      << at::IntArrayRef(shape) << ", got ";
+    if (t.defined()) s << c10::toString(t.scalar_type()) << " " << t.sizes();
+    else s << "an undefined tensor";
+    throw std::invalid_argument(s.str());
+  }
+}
+
+std::vector<int64_t> stacked_shape(int size, const at::Tensor& t) {
+  std::vector<int64_t> s{size};
+  for (auto d : t.sizes()) s.push_back(d);
+  return s;
+}
+
+// Staging: a contiguous tensor to work on, copied back into `t` by finish when it is a copy.
+at::Tensor staged(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+
+}  // namespace
+
+// ---- all_reduce ------------------------------------------------------------------------------
+
+Work all_reduce_async(Group& g, at::Tensor& tensor, ReduceOp op) {
+  validate_reduce(g, "all_reduce", tensor, op);
+  auto c = begin(g, "all_reduce");
+  at::Tensor t = tensor;
+  at::Tensor work = staged(t);
+  const bool copy_back = !work.is_same(t);
+  const int size = g.size();
+  auto finish = [t, work, copy_back, op, size]() mutable {
+    if (op == ReduceOp::Mean) apply_mean(work, size);
+    if (copy_back) t.copy_(work);
+  };
+  if (use_shm(g, work)) {
+    return run_now(c, [&] {
+      g.shm()->all_reduce(work.data_ptr(), static_cast<std::size_t>(work.numel()), *elem_of(work.scalar_type()),
+                          kernel_of(op));
+      finish();
+    });
+  }
+  check_call(c, OpCode::AllReduce, &work, -1, static_cast<int>(op));
+  if (work.numel() == 0 || size == 1) return run_now(c, finish);
+  const bool boolean = work.scalar_type() == at::kBool;
+  at::Tensor wire = work;
+  if (boolean) wire = work.view(at::kByte);
+  if (work.scalar_type() == at::kBFloat16) wire = work.to(at::kFloat);  // gloo has no bfloat16 sum
+  const bool widened = !wire.is_same(work) && !boolean;
+  c10d::AllreduceOptions o;
+  o.reduceOp = c10d_of(op, boolean);
+  return run_gloo(
+      c, [&] {
+        std::vector<at::Tensor> v{wire};
+        return g.process_group()->allreduce(v, o);
+      },
+      [finish, work, wire, widened]() mutable {
+        if (widened) work.copy_(wire);
+        finish();
+      });
+}
+
+void all_reduce(Group& g, at::Tensor& tensor, ReduceOp op) { all_reduce_async(g, tensor, op).wait(); }
+
+Work all_reduce_coalesced_async(Group& g, std::vector<at::Tensor>& tensors, ReduceOp op) {
+  if (tensors.empty()) return Work();
+  for (const auto& t : tensors)
+    if (t.scalar_type() != tensors[0].scalar_type() || t.device() != tensors[0].device())
+      throw std::invalid_argument("lspawn all_reduce_coalesced on " + g.describe() +
+                                  ": all tensors must share one dtype and device");
+  std::vector<at::Tensor> flat;
+  for (const auto& t : tensors) flat.push_back(t.reshape({-1}));
+  auto buffer = at::cat(flat);
+  auto inner = std::make_shared<Work>(all_reduce_async(g, buffer, op));
+  auto p = std::make_shared<Work::Pending>();
+  p->group = &g;
+  p->op = "all_reduce_coalesced";
+  p->start = Clock::now();
+  std::vector<at::Tensor> outs = tensors;
+  p->finish = [inner, buffer, outs]() mutable {
+    inner->wait();
+    std::int64_t off = 0;
+    for (auto& t : outs) {
+      const auto n = t.numel();
+      t.copy_(buffer.narrow(0, off, n).view(t.sizes()));
+      off += n;
+    }
+  };
+  return Work(p);
+}
+
+void all_reduce_coalesced(Group& g, std::vector<at::Tensor>& tensors, ReduceOp op) {
+  all_reduce_coalesced_async(g, tensors, op).wait();
+}
+
+// ---- reduce ----------------------------------------------------------------------------------
+
+Work reduce_async(Group& g, at::Tensor& tensor, int dst, ReduceOp op) {
+  validate_root(g, "reduce", dst);
+  validate_reduce(g, "reduce", tensor, op);
+  if (use_shm(g, tensor)) {
+    // Over shm, an all_reduce costs what a reduce costs (every rank folds its region).
+    auto tmp = tensor.contiguous().clone();
+    all_reduce_async(g, tmp, op).wait();
+    if (g.rank() == dst) tensor.copy_(tmp);
+    return Work();
+  }
+  auto c = begin(g, "reduce");
+  at::Tensor t = tensor;
+  at::Tensor work = staged(t);
+  const bool copy_back = !work.is_same(t);
+  const bool root = g.rank() == dst;
+  const int size = g.size();
+  check_call(c, OpCode::Reduce, &work, dst, static_cast<int>(op));
+  auto finish = [t, work, copy_back, op, size, root]() mutable {
+    if (!root) return;
+    if (op == ReduceOp::Mean) apply_mean(work, size);
+    if (copy_back) t.copy_(work);
+  };
+  if (work.numel() == 0 || size == 1) return run_now(c, finish);
+  const bool boolean = work.scalar_type() == at::kBool;
+  at::Tensor wire = boolean ? work.view(at::kByte) : work;
+  if (work.scalar_type() == at::kBFloat16) wire = work.to(at::kFloat);
+  const bool widened = work.scalar_type() == at::kBFloat16;
+  c10d::ReduceOptions o;
+  o.reduceOp = c10d_of(op, boolean);
+  o.rootRank = dst;
+  return run_gloo(
+      c, [&] {
+        std::vector<at::Tensor> v{wire};
+        return g.process_group()->reduce(v, o);
+      },
+      [finish, work, wire, widened, root]() mutable {
+        if (widened && root) work.copy_(wire);
+        finish();
+      });
+}
+
+void reduce(Group& g, at::Tensor& tensor, int dst, ReduceOp op) { reduce_async(g, tensor, dst, op).wait(); }
+
+// ---- broadcast -------------------------------------------------------------------------------
+
+Work broadcast_async(Group& g, at::Tensor& tensor, int src) {
+  validate_root(g, "broadcast", src);
+  auto c = begin(g, "broadcast");
+  at::Tensor t = tensor;
+  at::Tensor work = staged(t);
+  const bool copy_back = !work.is_same(t) && g.rank() != src;
+  auto finish = [t, work, copy_back]() mutable {
+    if (copy_back) t.copy_(work);
+  };
+  if (use_shm(g, work)) {
+    return run_now(c, [&] {
+      g.shm()->broadcast(work.data_ptr(), work.nbytes(), src);
+      finish();
+    });
+  }
+  check_call(c, OpCode::Broadcast, &work, src, -1);
+  if (work.numel() == 0 || g.size() == 1) return run_now(c, finish);
+  c10d::BroadcastOptions o;
+  o.rootRank = src;
+  at::Tensor wire = movable(work);
+  return run_gloo(
+      c, [&] {
+        std::vector<at::Tensor> v{wire};
+        return g.process_group()->broadcast(v, o);
+      },
+      finish);
+}
+
+void broadcast(Group& g, at::Tensor& tensor, int src) { broadcast_async(g, tensor, src).wait(); }
+
+// ---- all_gather ------------------------------------------------------------------------------
+
+Work all_gather_async(Group& g, const at::Tensor& input, at::Tensor& output) {
+  require_shape(g, "all_gather", "output", output, stacked_shape(g.size(), input), input.scalar_type());
+  auto c = begin(g, "all_gather");
+  at::Tensor in = staged(input);
+  at::Tensor out = output;
+  at::Tensor work = staged(out);
+  const bool copy_back = !work.is_same(out);
+  auto finish = [out, work, copy_back]() mutable {
+    if (copy_back) out.copy_(work);
+  };
+  if (use_shm(g, in)) {
+    return run_now(c, [&] {
+      g.shm()->all_gather(in.data_ptr(), in.nbytes(), work.data_ptr());
+      finish();
+    });
+  }
+  check_call(c, OpCode::AllGather, &in, -1, -1);
+  if (in.numel() == 0) return run_now(c, finish);
+  if (g.size() == 1) return run_now(c, [&] { work[0].copy_(in); finish(); });
+  std::vector<std::vector<at::Tensor>> outs(1);
+  for (int q = 0; q < g.size(); ++q) outs[0].push_back(movable(work[q]));
+  std::vector<at::Tensor> ins{movable(in)};
+  return run_gloo(c, [&] { return g.process_group()->allgather(outs, ins); }, finish);
+}
+
+at::Tensor all_gather(Group& g, const at::Tensor& input) {
+  auto out = at::empty(stacked_shape(g.size(), input), input.options());
+  all_gather_async(g, input, out).wait();
+  return out;
+}
+
+std::vector<at::Tensor> all_gather_list(Group& g, const at::Tensor& input) {
+  return all_gather(g, input).unbind(0);
+}
+
+// ---- gather / scatter (gloo) -----------------------------------------------------------------
+
+Work gather_async(Group& g, const at::Tensor& input, at::Tensor& output, int dst) {
+  validate_root(g, "gather", dst);
+  const bool root = g.rank() == dst;
+  if (root) require_shape(g, "gather", "output", output, stacked_shape(g.size(), input), input.scalar_type());
+  auto c = begin(g, "gather");
+  at::Tensor in = staged(input);
+  at::Tensor out = root ? output : at::Tensor();
+  at::Tensor work = root ? staged(out) : at::Tensor();
+  const bool copy_back = root && !work.is_same(out);
+  auto finish = [out, work, copy_back]() mutable {
+    if (copy_back) out.copy_(work);
+  };
+  check_call(c, OpCode::Gather, &in, dst, -1);
+  if (g.size() == 1) return run_now(c, [&] { work[0].copy_(in); finish(); });
+  if (in.numel() == 0) return run_now(c, finish);
+  std::vector<std::vector<at::Tensor>> outs;
+  if (root) {
+    outs.emplace_back();
+    for (int q = 0; q < g.size(); ++q) outs[0].push_back(movable(work[q]));
+  }
+  std::vector<at::Tensor> ins{movable(in)};
+  c10d::GatherOptions o;
+  o.rootRank = dst;
+  return run_gloo(c, [&] { return g.process_group()->gather(outs, ins, o); }, finish);
+}
+
+void gather(Group& g, const at::Tensor& input, at::Tensor& output, int dst) {
+  gather_async(g, input, output, dst).wait();
+}
+
+Work scatter_async(Group& g, at::Tensor& output, const at::Tensor& input, int src) {
+  validate_root(g, "scatter", src);
+  const bool root = g.rank() == src;
+  if (root) require_shape(g, "scatter", "input", input, stacked_shape(g.size(), output), output.scalar_type());
+  auto c = begin(g, "scatter");
+  at::Tensor out = output;
+  at::Tensor work = staged(out);
+  const bool copy_back = !work.is_same(out);
+  at::Tensor in = root ? staged(input) : at::Tensor();
+  auto finish = [out, work, copy_back]() mutable {
+    if (copy_back) out.copy_(work);
+  };
+  check_call(c, OpCode::Scatter, &work, src, -1);
+  if (g.size() == 1) return run_now(c, [&] { work.copy_(in[0]); finish(); });
+  if (work.numel() == 0) return run_now(c, finish);
+  std::vector<std::vector<at::Tensor>> ins;
+  if (root) {
+    ins.emplace_back();
+    for (int q = 0; q < g.size(); ++q) ins[0].push_back(movable(in[q]));
+  }
+  std::vector<at::Tensor> outs{movable(work)};
+  c10d::ScatterOptions o;
+  o.rootRank = src;
+  return run_gloo(c, [&] { return g.process_group()->scatter(outs, ins, o); }, finish);
+}
+
+void scatter(Group& g, at::Tensor& output, const at::Tensor& input, int src) {
+  scatter_async(g, output, input, src).wait();
+}
+
+// ---- reduce_scatter (all_reduce + own slice: gloo 1.13 has no reduce_scatter) -----------------
+
+Work reduce_scatter_async(Group& g, at::Tensor& output, const at::Tensor& input, ReduceOp op) {
+  require_shape(g, "reduce_scatter", "input", input, stacked_shape(g.size(), output), output.scalar_type());
+  auto buffer = input.contiguous().clone();
+  auto inner = std::make_shared<Work>(all_reduce_async(g, buffer, op));
+  auto p = std::make_shared<Work::Pending>();
+  p->group = &g;
+  p->op = "reduce_scatter";
+  p->start = Clock::now();
+  at::Tensor out = output;
+  const int rank = g.rank();
+  p->finish = [inner, buffer, out, rank]() mutable {
+    inner->wait();
+    out.copy_(buffer[rank]);
+  };
+  return Work(p);
+}
+
+void reduce_scatter(Group& g, at::Tensor& output, const at::Tensor& input, ReduceOp op) {
+  reduce_scatter_async(g, output, input, op).wait();
+}
+
+// ---- all_to_all (gloo) -----------------------------------------------------------------------
+
+Work all_to_all_async(Group& g, at::Tensor& output, const at::Tensor& input) {
+  if (input.dim() == 0 || input.size(0) % g.size() != 0)
+    throw std::invalid_argument("lspawn all_to_all on " + g.describe() + ": input dim 0 (" +
+                                (input.dim() ? std::to_string(input.size(0)) : std::string("scalar")) +
+                                ") must be divisible by the group size");
+  require_shape(g, "all_to_all", "output", output, input.sizes().vec(), input.scalar_type());
+  auto c = begin(g, "all_to_all");
+  at::Tensor in = staged(input);
+  at::Tensor out = output;
+  at::Tensor work = staged(out);
+  const bool copy_back = !work.is_same(out);
+  auto finish = [out, work, copy_back]() mutable {
+    if (copy_back) out.copy_(work);
+  };
+  check_call(c, OpCode::AllToAll, &in, -1, -1);
+  if (g.size() == 1) return run_now(c, [&] { work.copy_(in); finish(); });
+  if (in.numel() == 0) return run_now(c, finish);
+  at::Tensor wire_out = movable(work), wire_in = movable(in);
+  return run_gloo(
+      c, [&] {
+        std::vector<int64_t> none;
+        return g.process_group()->alltoall_base(wire_out, wire_in, none, none);
+      },
+      finish);
+}
+
+void all_to_all(Group& g, at::Tensor& output, const at::Tensor& input) { all_to_all_async(g, output, input).wait(); }
+
+// ---- send / recv (gloo) ----------------------------------------------------------------------
+
+Work send_async(Group& g, const at::Tensor& tensor, int dst, int tag) {
+  validate_root(g, "send", dst);
+  auto c = begin(g, "send");
+  at::Tensor work = staged(tensor);
+  if (work.numel() == 0) return Work();
+  return run_gloo(
+      c, [&] {
+        std::vector<at::Tensor> v{movable(work)};
+        return g.process_group()->send(v, dst, tag);
+      },
+      [work] {});
+}
+
+void send(Group& g, const at::Tensor& tensor, int dst, int tag) { send_async(g, tensor, dst, tag).wait(); }
+
+Work recv_async(Group& g, at::Tensor& tensor, int src, int tag) {
+  validate_root(g, "recv", src);
+  auto c = begin(g, "recv");
+  at::Tensor t = tensor;
+  at::Tensor work = staged(t);
+  const bool copy_back = !work.is_same(t);
+  if (work.numel() == 0) return Work();
+  return run_gloo(
+      c, [&] {
+        std::vector<at::Tensor> v{movable(work)};
+        return g.process_group()->recv(v, src, tag);
+      },
+      [t, work, copy_back]() mutable {
+        if (copy_back) t.copy_(work);
+      });
+}
+
+void recv(Group& g, at::Tensor& tensor, int src, int tag) { recv_async(g, tensor, src, tag).wait(); }
+
+// ---- barrier ---------------------------------------------------------------------------------
+
+Work barrier_async(Group& g) {
+  auto c = begin(g, "barrier");
+  if (g.shm()) return run_now(c, [&] { g.shm()->barrier(); });
+  check_call(c, OpCode::Barrier, nullptr, -1, -1);
+  if (g.size() == 1) return Work();
+  return run_gloo(c, [&] { return g.process_group()->barrier(); }, nullptr);
+}
+
+void barrier(Group& g) { barrier_async(g).wait(); }
+
+}  // namespace lspawn

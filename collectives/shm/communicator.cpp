@@ -1,0 +1,439 @@
+#include "collectives/shm/communicator.hpp"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define LSPAWN_CPU_RELAX() _mm_pause()
+#else
+#define LSPAWN_CPU_RELAX() do {} while (0)
+#endif
+
+namespace lspawn::shm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::uint64_t kMagic = 0x6c7370776e73686dULL;  // "lspwnshm"
+constexpr std::uint32_t kVersion = 1;
+constexpr std::size_t kLine = 64;
+
+enum class OpCode : std::uint32_t { Init = 1, AllReduce, Broadcast, AllGather, Barrier };
+
+const char* op_name(std::uint32_t op) {
+  switch (static_cast<OpCode>(op)) {
+    case OpCode::Init: return "init";
+    case OpCode::AllReduce: return "all_reduce";
+    case OpCode::Broadcast: return "broadcast";
+    case OpCode::AllGather: return "all_gather";
+    case OpCode::Barrier: return "barrier";
+  }
+  return "?";
+}
+
+std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+
+std::string errno_text(const char* call, int err) {
+  return std::string(call) + ": " + std::strerror(err);
+}
+
+long futex(std::atomic<std::uint32_t>* addr, int op, std::uint32_t val, const timespec* ts) {
+  return syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(addr), op, val, ts, nullptr, 0);
+}
+
+// A process that no longer runs: gone (ESRCH) or a zombie its parent has not reaped yet.
+bool process_dead(int pid) {
+  if (pid <= 0) return false;
+  if (::kill(pid, 0) == -1 && errno == ESRCH) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const auto paren = line.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= line.size()) return false;
+  const char state = line[paren + 2];
+  return state == 'Z' || state == 'X';
+}
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+struct Communicator::Desc {
+  std::uint32_t op = 0;
+  std::uint32_t elem = 0;
+  std::uint32_t kop = 0;
+  std::int32_t root = -1;
+  std::uint64_t count = 0;  // elements (all_reduce) or bytes
+  bool operator==(const Desc& o) const {
+    return op == o.op && elem == o.elem && kop == o.kop && root == o.root && count == o.count;
+  }
+  std::string str() const {
+    std::ostringstream s;
+    s << op_name(op);
+    switch (static_cast<OpCode>(op)) {
+      case OpCode::AllReduce:
+        s << "(" << elem_name(static_cast<ElemType>(elem)) << " x " << count << ", "
+          << kernel_op_name(static_cast<KernelOp>(kop)) << ")";
+        break;
+      case OpCode::Broadcast: s << "(" << count << " bytes, root " << root << ")"; break;
+      case OpCode::AllGather: s << "(" << count << " bytes per rank)"; break;
+      default: break;
+    }
+    return s.str();
+  }
+};
+
+// Control block at the start of the mapping. Per-rank lines follow it.
+struct Communicator::Segment {
+  std::uint64_t magic;
+  std::uint32_t version;
+  std::int32_t size;
+  std::uint64_t slot_bytes;
+  std::uint64_t data_offset;
+  alignas(kLine) std::atomic<std::uint32_t> sleepers;  // ranks inside futex_wait (any word)
+};
+
+namespace {
+// One cache line per rank for the counter others poll, one for what is read once per round.
+struct alignas(kLine) ArriveLine {
+  std::atomic<std::uint32_t> arrived;
+};
+struct alignas(kLine) InfoLine {
+  std::int32_t pid;
+  std::uint32_t pad;
+  unsigned char desc[2][32];  // Communicator::Desc per round parity
+};
+static_assert(sizeof(ArriveLine) == kLine);
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
+
+// memcpy that accepts the null pointers of empty tensors.
+void copy(void* dst, const void* src, std::size_t n) {
+  if (n) std::memcpy(dst, src, n);
+}
+}  // namespace
+
+static std::size_t ctrl_bytes_for(int size, std::size_t segment_bytes) {
+  return round_up(round_up(segment_bytes, kLine) + size * (sizeof(ArriveLine) + sizeof(InfoLine)), 4096);
+}
+
+#define LSPAWN_SEG_ARRIVE(seg, r) \
+  (reinterpret_cast<ArriveLine*>(reinterpret_cast<unsigned char*>(seg) + round_up(sizeof(Segment), kLine)) + (r))
+#define LSPAWN_SEG_INFO(seg, n, r)                                                                  \
+  (reinterpret_cast<InfoLine*>(reinterpret_cast<unsigned char*>(seg) + round_up(sizeof(Segment), kLine) + \
+                               (n) * sizeof(ArriveLine)) + (r))
+
+Communicator::Communicator(int rank, int size, const Rendezvous& rendezvous, CommOptions options)
+    : rank_(rank), size_(size), options_(std::move(options)) {
+  static_assert(sizeof(Desc) <= 32);
+  if (size < 1 || rank < 0 || rank >= size)
+    throw Error(Error::Kind::System, {}, "shm: invalid rank " + std::to_string(rank) + " of " + std::to_string(size));
+  options_.slot_bytes = round_up(std::max<std::size_t>(options_.slot_bytes, 4096), kLine);
+  options_.flat_max_bytes = std::min(options_.flat_max_bytes, options_.slot_bytes);
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  oversubscribed_ = cpus > 0 && size > cpus;
+  if (size == 1) return;  // every operation is local
+
+  const std::size_t ctrl = ctrl_bytes_for(size, sizeof(Segment));
+  map_bytes_ = ctrl + 2 * static_cast<std::size_t>(size) * options_.slot_bytes;
+  std::string name;
+  int fd = -1;
+  if (rank == 0) {
+    std::string label;
+    for (char c : options_.label) label += (std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+    std::random_device rd;
+    std::ostringstream n;
+    n << "/lspawn-" << label.substr(0, 64) << "-" << getpid() << "-" << std::hex << rd() << rd();
+    name = n.str();
+    fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) throw Error(Error::Kind::System, {}, "shm: " + errno_text("shm_open", errno) + " (" + name + ")");
+    if (::ftruncate(fd, static_cast<off_t>(map_bytes_)) != 0) {
+      const int e = errno;
+      ::close(fd);
+      ::shm_unlink(name.c_str());
+      throw Error(Error::Kind::System, {}, "shm: " + errno_text("ftruncate", e) + " (" + name + ", " +
+                                               std::to_string(map_bytes_) + " bytes)");
+    }
+  } else {
+    name = rendezvous.get("shm_name");
+    fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) throw Error(Error::Kind::System, {}, "shm: " + errno_text("shm_open", errno) + " (" + name + ", rank " + std::to_string(rank) + ")");
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != map_bytes_) {
+      ::close(fd);
+      throw Error(Error::Kind::System, {}, "shm: segment " + name + " has " + std::to_string(st.st_size) +
+                                               " bytes, rank " + std::to_string(rank) + " expects " +
+                                               std::to_string(map_bytes_) + " (different slot_bytes or size across ranks?)");
+    }
+  }
+  void* base = ::mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  const int map_errno = errno;
+  ::close(fd);
+  if (base == MAP_FAILED) {
+    if (rank == 0) ::shm_unlink(name.c_str());
+    throw Error(Error::Kind::System, {}, "shm: " + errno_text("mmap", map_errno) + " (" + name + ")");
+  }
+  seg_ = static_cast<Segment*>(base);
+  data_ = static_cast<unsigned char*>(base) + ctrl;
+  if (rank == 0) {
+    new (&seg_->sleepers) std::atomic<std::uint32_t>(0);
+    for (int r = 0; r < size; ++r) {
+      new (&LSPAWN_SEG_ARRIVE(seg_, r)->arrived) std::atomic<std::uint32_t>(0);
+      LSPAWN_SEG_INFO(seg_, size, r)->pid = 0;
+    }
+    seg_->size = size;
+    seg_->slot_bytes = options_.slot_bytes;
+    seg_->data_offset = ctrl;
+    seg_->version = kVersion;
+    std::atomic_thread_fence(std::memory_order_release);
+    seg_->magic = kMagic;
+    try {
+      rendezvous.set("shm_name", name);
+    } catch (...) {
+      ::shm_unlink(name.c_str());
+      throw;
+    }
+  } else if (seg_->magic != kMagic || seg_->version != kVersion || seg_->size != size ||
+             seg_->slot_bytes != options_.slot_bytes) {
+    ::munmap(base, map_bytes_);
+    seg_ = nullptr;
+    throw Error(Error::Kind::System, {}, "shm: segment " + name + " does not match rank " + std::to_string(rank) +
+                                             "'s size/slot_bytes/version");
+  }
+  LSPAWN_SEG_INFO(seg_, size, rank)->pid = static_cast<std::int32_t>(getpid());
+  // First round: everybody has mapped the segment; then nobody needs the name any more.
+  current_op_ = "init";
+  try {
+    Desc d;
+    d.op = static_cast<std::uint32_t>(OpCode::Init);
+    begin_round(d);
+  } catch (...) {
+    if (rank == 0) ::shm_unlink(name.c_str());
+    ::munmap(base, map_bytes_);
+    seg_ = nullptr;
+    throw;
+  }
+  if (rank == 0) ::shm_unlink(name.c_str());
+}
+
+Communicator::~Communicator() {
+  if (seg_) ::munmap(seg_, map_bytes_);
+}
+
+unsigned char* Communicator::slot(int set, int rank) const {
+  return data_ + (static_cast<std::size_t>(set) * size_ + rank) * options_.slot_bytes;
+}
+
+void Communicator::fail(Error e) {
+  broken_ = true;
+  throw e;
+}
+
+void Communicator::arrive() {
+  auto* mine = &LSPAWN_SEG_ARRIVE(seg_, rank_)->arrived;
+  mine->store(static_cast<std::uint32_t>(round_ + 1), std::memory_order_seq_cst);
+  if (seg_->sleepers.load(std::memory_order_seq_cst) > 0) futex(mine, FUTEX_WAKE, INT_MAX, nullptr);
+}
+
+void Communicator::wait_all(std::uint32_t target, const char* what) {
+  const auto start = Clock::now();
+  const auto deadline = start + options_.timeout;
+  auto last_liveness = start;
+  auto reached = [target](std::uint32_t v) { return static_cast<std::int32_t>(v - target) >= 0; };
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    auto* word = &LSPAWN_SEG_ARRIVE(seg_, q)->arrived;
+    if (reached(word->load(std::memory_order_acquire))) continue;
+    bool done = false;
+    if (!oversubscribed_) {
+      for (int i = 0; i < 4000 && !done; ++i) {
+        LSPAWN_CPU_RELAX();
+        done = reached(word->load(std::memory_order_acquire));
+      }
+    }
+    for (int i = 0; i < (oversubscribed_ ? 16 : 64) && !done; ++i) {
+      sched_yield();
+      done = reached(word->load(std::memory_order_acquire));
+    }
+    while (!done) {
+      seg_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+      const std::uint32_t seen = word->load(std::memory_order_seq_cst);
+      if (!reached(seen)) {
+        timespec ts{0, 2'000'000};  // wake up to check the deadline and the peers' liveness
+        futex(word, FUTEX_WAIT, seen, &ts);
+      }
+      seg_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+      done = reached(word->load(std::memory_order_acquire));
+      if (done) break;
+      const auto now = Clock::now();
+      const bool timed_out = now >= deadline;
+      if (!timed_out && now - last_liveness < std::chrono::milliseconds(20)) continue;
+      last_liveness = now;
+      std::vector<int> late, dead;
+      std::ostringstream who;
+      for (int p = 0; p < size_; ++p) {
+        if (p == rank_ || reached(LSPAWN_SEG_ARRIVE(seg_, p)->arrived.load(std::memory_order_acquire))) continue;
+        const int pid = LSPAWN_SEG_INFO(seg_, size_, p)->pid;
+        late.push_back(p);
+        if (process_dead(pid)) dead.push_back(p);
+        who << (late.size() > 1 ? ", " : "") << "rank " << p << " (pid " << pid << (process_dead(pid) ? ", dead" : "") << ")";
+      }
+      std::ostringstream msg;
+      msg << "shm " << what << ": rank " << rank_ << "/" << size_ << " (pid " << getpid() << ") ";
+      if (!dead.empty()) {
+        msg << "peer died during the collective: " << who.str() << " after " << seconds(now - start)
+            << " s of waiting";
+        fail(Error(Error::Kind::PeerDied, dead, msg.str()));
+      }
+      if (timed_out) {
+        msg << "timed out after " << seconds(now - start) << " s (timeout "
+            << std::chrono::duration<double>(options_.timeout).count() << " s) waiting for " << who.str()
+            << " to join round " << target;
+        fail(Error(Error::Kind::Timeout, late, msg.str()));
+      }
+    }
+  }
+}
+
+void Communicator::check_descs(const Desc& mine) {
+  const int parity = static_cast<int>(round_ % 2);
+  std::vector<Desc> all(size_);
+  bool same = true;
+  for (int q = 0; q < size_; ++q) {
+    std::memcpy(&all[q], LSPAWN_SEG_INFO(seg_, size_, q)->desc[parity], sizeof(Desc));
+    same = same && all[q] == mine;
+  }
+  if (same) return;
+  // Name the ranks that differ from rank 0 (every rank computes the same list).
+  std::vector<int> odd;
+  std::ostringstream msg;
+  msg << "collective mismatch: ";
+  for (int q = 0; q < size_; ++q) {
+    if (!(all[q] == all[0])) odd.push_back(q);
+    msg << (q ? ", " : "") << "rank " << q << " called " << all[q].str();
+  }
+  fail(Error(Error::Kind::Mismatch, odd, msg.str()));
+}
+
+void Communicator::begin_round(const Desc& desc) {
+  if (broken_)
+    throw Error(Error::Kind::Broken, {}, std::string("shm ") + current_op_ +
+                                            ": communicator is unusable after an earlier failure");
+  const int parity = static_cast<int>(round_ % 2);
+  std::memcpy(LSPAWN_SEG_INFO(seg_, size_, rank_)->desc[parity], &desc, sizeof(Desc));
+  arrive();
+  wait_all(static_cast<std::uint32_t>(round_ + 1), current_op_);
+  check_descs(desc);
+  ++round_;
+}
+
+void Communicator::all_reduce(void* data, std::size_t count, ElemType type, KernelOp op) {
+  current_op_ = "all_reduce";
+  if (!kernel_supports(type, op))
+    throw Error(Error::Kind::Mismatch, {}, std::string("shm all_reduce: ") + kernel_op_name(op) +
+                                              " is not defined on " + elem_name(type));
+  if (size_ == 1) return;
+  const std::size_t es = elem_size(type);
+  Desc d;
+  d.op = static_cast<std::uint32_t>(OpCode::AllReduce);
+  d.elem = static_cast<std::uint32_t>(type);
+  d.kop = static_cast<std::uint32_t>(op);
+  d.count = count;
+  auto* bytes = static_cast<unsigned char*>(data);
+  std::vector<const void*> srcs(size_);
+  if (count * es <= options_.flat_max_bytes) {
+    const int set = static_cast<int>(epoch_++ % 2);
+    copy(slot(set, rank_), bytes, count * es);
+    begin_round(d);
+    for (int q = 0; q < size_; ++q) srcs[q] = slot(set, q);
+    reduce_into(bytes, srcs.data(), size_, count, type, op);
+    return;
+  }
+  const std::size_t chunk = options_.slot_bytes / es;
+  const std::size_t align = std::max<std::size_t>(1, kLine / es);
+  for (std::size_t off = 0; off < count; off += chunk) {
+    const std::size_t n = std::min(chunk, count - off);
+    const int set = static_cast<int>(epoch_++ % 2);
+    copy(slot(set, rank_), bytes + off * es, n * es);
+    begin_round(d);
+    // Region q of the chunk is folded by rank q into slot 0; boundaries on cache lines.
+    auto edge = [&](int q) { return std::min(n, round_up(n * q / size_, align)); };
+    const std::size_t lo = edge(rank_), hi = edge(rank_ + 1);
+    for (int q = 0; q < size_; ++q) srcs[q] = slot(set, q) + lo * es;
+    reduce_into(slot(set, 0) + lo * es, srcs.data(), size_, hi - lo, type, op);
+    begin_round(d);
+    copy(bytes + off * es, slot(set, 0), n * es);
+  }
+}
+
+void Communicator::broadcast(void* data, std::size_t bytes, int root) {
+  current_op_ = "broadcast";
+  if (root < 0 || root >= size_)
+    throw Error(Error::Kind::Mismatch, {}, "shm broadcast: root " + std::to_string(root) + " out of range for size " + std::to_string(size_));
+  if (size_ == 1) return;
+  Desc d;
+  d.op = static_cast<std::uint32_t>(OpCode::Broadcast);
+  d.root = root;
+  d.count = bytes;
+  auto* p = static_cast<unsigned char*>(data);
+  std::size_t off = 0;
+  do {
+    const std::size_t n = std::min(options_.slot_bytes, bytes - off);
+    const int set = static_cast<int>(epoch_++ % 2);
+    if (rank_ == root) copy(slot(set, root), p + off, n);
+    begin_round(d);
+    if (rank_ != root) copy(p + off, slot(set, root), n);
+    off += n;
+  } while (off < bytes);
+}
+
+void Communicator::all_gather(const void* in, std::size_t bytes, void* out) {
+  current_op_ = "all_gather";
+  auto* o = static_cast<unsigned char*>(out);
+  const auto* i = static_cast<const unsigned char*>(in);
+  if (size_ == 1) {
+    if (bytes) std::memmove(o, i, bytes);
+    return;
+  }
+  Desc d;
+  d.op = static_cast<std::uint32_t>(OpCode::AllGather);
+  d.count = bytes;
+  std::size_t off = 0;
+  do {
+    const std::size_t n = std::min(options_.slot_bytes, bytes - off);
+    const int set = static_cast<int>(epoch_++ % 2);
+    copy(slot(set, rank_), i + off, n);
+    begin_round(d);
+    for (int q = 0; q < size_; ++q) copy(o + q * bytes + off, slot(set, q), n);
+    off += n;
+  } while (off < bytes);
+}
+
+void Communicator::barrier() {
+  current_op_ = "barrier";
+  if (size_ == 1) return;
+  Desc d;
+  d.op = static_cast<std::uint32_t>(OpCode::Barrier);
+  begin_round(d);
+}
+
+}  // namespace lspawn::shm

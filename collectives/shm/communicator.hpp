@@ -1,0 +1,123 @@
+// shm::Communicator: collectives among the ranks of one node through one shared-memory segment.
+//
+// What it guarantees
+//   - all_reduce / broadcast / all_gather / barrier on raw buffers, for `size` processes on the
+//     same host that construct it with the same rendezvous, in the same order (like any
+//     collective). Every call is synchronous: it returns when this rank's output is complete.
+//   - Identical output bits on every rank: each element of an all_reduce is folded by exactly one
+//     rank, in rank order (srcs[0] op srcs[1] op …), and then copied to all.
+//   - Every call either completes or throws shm::Error within `timeout`; while waiting it checks
+//     that the peers it waits for are alive (pid in the segment, kill(pid, 0) and zombie state),
+//     so a peer that died makes the others fail fast, naming the dead rank and its pid.
+//   - Every call checks that all ranks called the same operation with the same type, count, op
+//     and root (a descriptor each rank writes next to its data; costs a few loads): a mismatch
+//     throws Error{Kind::Mismatch} naming the ranks that differ, on every rank.
+//   - After any Error the communicator is broken (peers are at unknown points of the protocol):
+//     later calls throw at once. Build a new one.
+//
+// How it works (docs/shm-backend.md has the full story)
+//   One POSIX shm object, created by rank 0 under a unique name published through the
+//   rendezvous, mapped by all, unlinked by rank 0 as soon as everybody has mapped it (nothing is
+//   left in /dev/shm once construction returns). It holds one control line per rank (an arrival
+//   counter, a pid, an operation descriptor) and two sets of per-rank staging slots used in
+//   alternate rounds, so that a round never waits for the readers of the previous one. A round is:
+//   write own slot → arrive (release increment of own counter) → wait until all counters reach
+//   it (acquire) → read peers' slots. Waiting spins briefly, then yields, then sleeps on a futex
+//   that the arriving rank wakes only when somebody sleeps (no syscall on the fast path); when
+//   more ranks than CPUs share the node it skips the spinning.
+//   all_reduce up to `flat_max_bytes`: one round, every rank folds all slots (lowest latency).
+//   Larger: per chunk of `slot_bytes`, a reduce-scatter round (rank q folds region q of every
+//   slot into slot 0) and an all-gather (everyone copies slot 0 out): two rounds per chunk.
+#pragma once
+
+#include "collectives/shm/reduce_kernels.hpp"
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace lspawn::shm {
+
+// A failure of a shm collective. `ranks` are the ranks concerned (dead, late, or mismatching).
+class Error : public std::runtime_error {
+ public:
+  enum class Kind { Timeout, PeerDied, Mismatch, Broken, System };
+  Error(Kind kind, std::vector<int> ranks, const std::string& what)
+      : std::runtime_error(what), kind_(kind), ranks_(std::move(ranks)) {}
+  Kind kind() const { return kind_; }
+  const std::vector<int>& ranks() const { return ranks_; }
+
+ private:
+  Kind kind_;
+  std::vector<int> ranks_;
+};
+
+// How ranks find the segment: a tiny key/value exchange (the group's store). `get` blocks until
+// the key exists and throws on its own timeout.
+struct Rendezvous {
+  std::function<void(const std::string& key, const std::string& value)> set;
+  std::function<std::string(const std::string& key)> get;
+};
+
+struct CommOptions {
+  // Bytes of one per-rank staging slot; the segment holds 2 * size of them. Larger messages go
+  // through in chunks of this size.
+  std::size_t slot_bytes = std::size_t{1} << 20;
+  // all_reduce of at most this many bytes uses the one-round flat path (<= slot_bytes).
+  std::size_t flat_max_bytes = std::size_t{32} << 10;
+  // A call that cannot complete throws Error{Timeout} after this long.
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // Label put into the shm object name (run id, group name): helps whoever lists /dev/shm.
+  std::string label = "lspawn";
+};
+
+class Communicator {
+ public:
+  // Collective: all `size` ranks construct it with the same rendezvous and options.
+  // Throws Error{System} (shm_open/mmap with errno text) or Error{Timeout}.
+  Communicator(int rank, int size, const Rendezvous& rendezvous, CommOptions options = {});
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const CommOptions& options() const { return options_; }
+  bool broken() const { return broken_; }
+
+  // In place: data[i] = op over ranks of data[i]. Precondition: kernel_supports(type, op).
+  void all_reduce(void* data, std::size_t count, ElemType type, KernelOp op);
+  // `bytes` from `root`'s buffer into every rank's buffer.
+  void broadcast(void* data, std::size_t bytes, int root);
+  // out (size * bytes) = concatenation of every rank's `in` (bytes each), in rank order.
+  void all_gather(const void* in, std::size_t bytes, void* out);
+  void barrier();
+
+ private:
+  struct Segment;
+  struct Desc;
+  void begin_round(const Desc& desc);   // publish descriptor, arrive, wait for all, check
+  void arrive();
+  void wait_all(std::uint32_t target, const char* what);
+  void check_descs(const Desc& mine);
+  unsigned char* slot(int set, int rank) const;
+  void fail(Error e);
+
+  int rank_;
+  int size_;
+  CommOptions options_;
+  Segment* seg_ = nullptr;      // mapped control block
+  std::size_t map_bytes_ = 0;
+  unsigned char* data_ = nullptr;  // first slot
+  std::uint64_t round_ = 0;     // rounds completed by this rank (same on all ranks)
+  bool oversubscribed_ = false; // more ranks than online CPUs: do not spin
+  bool broken_ = false;
+  const char* current_op_ = "";
+  std::uint64_t epoch_ = 0;      // data rounds started: picks the slot set (epoch % 2)
+};
+
+}  // namespace lspawn::shm
