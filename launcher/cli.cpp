@@ -141,17 +141,22 @@ int run(const CliOptions& o) {
       spec.env = env::worker_environment(job, place, base_env);
       spec.error_file = env::error_file_path(job.run_dir, place.rank());
       sup.start_exec(place.rank(), spec);
-      // A worker that already failed (exec error) stops the start of the rest.
-      if (sup.root_cause()) break;
       sup.step(Clock::now());  // handle events (signals, early exits) between starts
       // Stopping already (a signal, an early failure): start no more.
-      if (sup.phase() == Phase::Stopping || sup.phase() == Phase::Killing) break;
+      if (sup.root_cause() || sup.stop_signal()) break;
     }
   } catch (const std::exception& e) {
     say(std::string("internal error while starting workers: ") + e.what());
     sup.kill_now();
     sup.run();
     return exit_codes::kInternal;
+  }
+  const int started = static_cast<int>(sup.results().size());
+  if (started < o.nproc_per_node) {
+    const int first = o.node_rank * o.nproc_per_node + started;
+    const int last = o.node_rank * o.nproc_per_node + o.nproc_per_node - 1;
+    say("rank " + std::to_string(first) + (last > first ? ".." + std::to_string(last) : "") +
+        " not started: the run was already stopping");
   }
   sup.run();
   const std::string summary = sup.summary();

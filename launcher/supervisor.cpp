@@ -183,8 +183,26 @@ Supervisor::Worker& Supervisor::add_worker(int rank, pid_t pid, pid_t pgid, sys:
   results_.push_back(std::move(r));
   by_rank_[rank] = workers_.size();
   workers_.push_back(std::move(w));
-  if (phase_ == Phase::Finished) phase_ = stop_signal_ || root_cause_ ? Phase::Stopping : Phase::Running;
-  return *workers_.back();
+  Worker& added = *workers_.back();
+  if (phase_ == Phase::Finished) {
+    // Every earlier worker was done; a run that was already stopping stops this one too.
+    if (stop_signal_ || root_cause_) {
+      phase_ = Phase::Stopping;
+      stop_deadline_ = Clock::now() + opts_.grace_period;
+    } else {
+      phase_ = Phase::Running;
+    }
+  }
+  if (phase_ == Phase::Stopping || phase_ == Phase::Killing) {
+    const int sig = phase_ == Phase::Killing || opts_.grace_period.count() <= 0
+                        ? SIGKILL
+                        : (stop_signal_ ? stop_signal_ : SIGTERM);
+    const pid_t target = added.pgid > 0 ? -added.pgid : added.pid;
+    sys::kill(target, sig, "stopping rank " + std::to_string(rank) + ", started while stopping");
+    results_.back().stop_signal_sent = sig;
+    results_.back().state = WorkerState::Stopping;
+  }
+  return added;
 }
 
 pid_t Supervisor::fork_child(int rank, const std::function<void()>& in_child, sys::Pipe& out,

@@ -242,7 +242,7 @@ bool receive_request(int sock, proto::ForkRequest& req, int fds[2]) {
 }  // namespace
 
 Forkserver::Forkserver(pid_t pid, sys::Fd requests, sys::Fd exits)
-    : pid_(pid), requests_(std::move(requests)), exits_(std::move(exits)) {}
+    : pid_(pid), owner_(::getpid()), requests_(std::move(requests)), exits_(std::move(exits)) {}
 
 std::unique_ptr<Forkserver> Forkserver::start() {
   const int threads = count_threads();
@@ -271,6 +271,7 @@ std::unique_ptr<Forkserver> Forkserver::start() {
 }
 
 Forkserver::~Forkserver() {
+  if (owner_ != ::getpid()) return;  // a forked copy: the server is not ours to stop
   requests_.reset();  // EOF: the server kills what is left and exits
   try {
     int status;

@@ -63,13 +63,26 @@ class Forkserver {
   std::vector<proto::ChildExit> read_exits(bool* server_gone = nullptr);
 
   pid_t pid() const { return pid_; }
+  // The process that started the server; only it may use this object (a forked copy may not).
+  pid_t owner() const { return owner_; }
+
+  // The exits of a server's workers are read by one ProcessContext at a time: it leases the
+  // server for its life. try_lease() returns false when another context holds it.
+  bool try_lease() {
+    if (leased_) return false;
+    leased_ = true;
+    return true;
+  }
+  void end_lease() { leased_ = false; }
 
  private:
   Forkserver(pid_t pid, sys::Fd requests, sys::Fd exits);
   pid_t pid_;
+  pid_t owner_;
   sys::Fd requests_;
   sys::Fd exits_;
   std::string exit_buf_;
+  bool leased_ = false;
 };
 
 }  // namespace lspawn

@@ -1,1 +1,368 @@
-// placeholder
+#include "launcher/spawn/process_context.hpp"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include "launcher/env_contract.hpp"
+#include "launcher/port.hpp"
+#include "launcher/spawn/errors.hpp"
+#include "launcher/spawn/forkserver.hpp"
+#include "launcher/spawn/init.hpp"
+#include "launcher/spawn/threads.hpp"
+#include "launcher/spawn/worker.hpp"
+#include "proto/wire.hpp"
+
+namespace lspawn {
+namespace {
+
+void reset_signal_handlers() {
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+  }
+}
+
+bool wants_result(ResultFrom from, int index) {
+  return from == ResultFrom::All || (from == ResultFrom::Rank0 && index == 0);
+}
+
+// The caller's environment with opts.env merged in (the contract is applied on top of it).
+std::vector<std::string> base_environment(const std::map<std::string, std::string>& extra) {
+  std::vector<std::string> out;
+  for (auto& kv : env::current_environment()) {
+    const std::string name = kv.substr(0, kv.find('='));
+    if (!extra.count(name)) out.push_back(std::move(kv));
+  }
+  for (const auto& [k, v] : extra) out.push_back(k + "=" + v);
+  return out;
+}
+
+// A wait status as waitpid would have produced it, from a forkserver's ChildExit.
+int wait_status_of(const proto::ChildExit& e) {
+  return e.signal() != 0 ? (e.signal() & 0x7f) : ((e.exit_code() & 0xff) << 8);
+}
+
+}  // namespace
+
+struct ProcessContext::Impl {
+  SpawnOptions opts;
+  int nprocs = 0;
+  std::string run_dir;
+  std::optional<PortReservation> port;
+  std::unique_ptr<ConsoleSink> console;
+  std::unique_ptr<lspawn::Forkserver> own_forkserver;  // destroyed after the supervisor
+  lspawn::Forkserver* forkserver = nullptr;
+  std::unique_ptr<Supervisor> sup;
+  std::map<pid_t, int> adopted;  // forkserver worker pid -> index
+  std::vector<pid_t> pids;
+  std::vector<std::string> result_paths;  // "" when not wanted
+  std::vector<std::optional<proto::Value>> results;
+  std::vector<WorkerResult> no_workers;
+  bool done = false;            // every worker gone; results read or failure recorded
+  bool terminated = false;      // terminate() was called
+  std::exception_ptr failure;   // what join() throws
+
+  void start(const SpawnPlan& plan);
+  void on_forkserver_exits();
+  void finish();
+  void cleanup() noexcept;
+  ~Impl() { cleanup(); }
+};
+
+void ProcessContext::Impl::start(const SpawnPlan& plan) {
+  const StartMethod method = opts.start_method;
+  const std::string what = std::string("spawn(") + (plan.function.empty() ? "<callable>" : plan.function) +
+                           ", nprocs=" + std::to_string(nprocs) + ", start_method=" +
+                           start_method_name(method) + ")";
+  if (method == StartMethod::Fork) {
+    const int threads = count_threads();
+    if (threads > 1) {
+      const std::string why =
+          what + ": this process runs " + std::to_string(threads) +
+          " threads (LibTorch's thread pools and a process group start some); a forked child "
+          "keeps only the calling thread and may deadlock on locks the others held. Use "
+          "StartMethod::Forkserver (start it first thing in main: lspawn::init(argc, argv, "
+          "{.start_forkserver = true})) or StartMethod::Spawn";
+      if (!opts.allow_fork_with_threads) {
+        throw SpawnError(why + ", or set SpawnOptions::allow_fork_with_threads to fork anyway");
+      }
+      std::fprintf(stderr, "lspawn: warning: %s\n", why.c_str());
+    }
+  } else if (plan.function.empty()) {
+    throw SpawnError(what + ": the function is not registered; start methods other than Fork "
+                            "run it in another program image and find it by name: add "
+                            "LSPAWN_REGISTER(<function>) at namespace scope");
+  }
+  if (method == StartMethod::Spawn && !init_detail::initialized()) {
+    throw SpawnError(what + ": lspawn::init(argc, argv) was not called; StartMethod::Spawn "
+                            "re-executes this program, whose main() must call it first");
+  }
+  if (method == StartMethod::Forkserver) {
+    forkserver = opts.forkserver ? opts.forkserver : init_detail::default_forkserver();
+    if (!forkserver) {
+      own_forkserver = lspawn::Forkserver::start();
+      forkserver = own_forkserver.get();
+    }
+    if (!forkserver->try_lease()) {
+      forkserver = nullptr;
+      throw SpawnError(what + ": the forkserver is in use by another unfinished ProcessContext");
+    }
+  }
+
+  run_dir = sys::make_temp_dir("lspawn-spawn-");
+  try {
+    port.emplace(opts.master_addr, opts.master_port);
+  } catch (const std::exception& e) {
+    throw SpawnError(what + ": cannot reserve MASTER_PORT: " + e.what());
+  }
+
+  SupervisorOptions so;
+  so.grace_period = opts.grace_period;
+  so.fail_fast = true;
+  if (opts.sinks.empty()) {
+    ConsoleSink::Options co;
+    co.prefix = opts.prefix_output;
+    console = std::make_unique<ConsoleSink>(co);
+    so.sinks = {console.get()};
+  } else {
+    so.sinks = opts.sinks;
+  }
+  so.on_info = opts.on_info ? opts.on_info : [](const std::string& line) {
+    std::fprintf(stderr, "lspawn: %s\n", line.c_str());
+    std::fflush(stderr);
+  };
+  sup = std::make_unique<Supervisor>(so);
+
+  env::JobEnv job;
+  job.master_addr = opts.master_addr;
+  job.master_port = port->port();
+  job.run_id = "spawn-" + std::to_string(::getpid());
+  job.run_dir = run_dir;
+  const std::vector<std::string> base = base_environment(opts.env);
+  if (env::needs_omp_default(base, nprocs)) {
+    so.on_info("setting OMP_NUM_THREADS=1 for each of the " + std::to_string(nprocs) +
+               " workers (set it to override)");
+  }
+
+  proto::ValueList args;
+  if (method != StartMethod::Fork) args = plan.encode_args();
+  pids.assign(static_cast<size_t>(nprocs), -1);
+  results.assign(static_cast<size_t>(nprocs), std::nullopt);
+  for (int i = 0; i < nprocs; ++i) {
+    env::WorkerPlace place;
+    place.local_rank = i;
+    place.nproc_per_node = nprocs;
+    std::vector<std::string> wenv = env::worker_environment(job, place, base);
+    const std::string error_file = env::error_file_path(run_dir, i);
+    const std::string result_path =
+        wants_result(opts.results, i) ? run_dir + "/result-" + std::to_string(i) : std::string();
+    result_paths.push_back(result_path);
+
+    if (method == StartMethod::Fork) {
+      ForkSpec spec;
+      spec.error_file = error_file;
+      spec.local_rank = i;
+      const int n = nprocs;
+      const auto& run_in_child = plan.run_in_child;  // the plan outlives start_fork
+      spec.fn = [&run_in_child, wenv, i, n, result_path, error_file]() -> int {
+        reset_signal_handlers();
+        ::clearenv();
+        for (const auto& kv : wenv) ::putenv(const_cast<char*>(kv.c_str()));  // wenv lives on
+        WorkerBody body;
+        body.index = i;
+        body.nprocs = n;
+        body.result_path = result_path;
+        body.error_file = error_file;
+        body.call = [&] { return run_in_child(i); };
+        return run_worker(body);
+      };
+      pids[i] = sup->start_fork(i, std::move(spec));
+      continue;
+    }
+
+    proto::SpawnCall call;
+    call.set_version(wire::kSchemaVersion);
+    call.set_function(plan.function);
+    call.set_index(i);
+    call.set_nprocs(nprocs);
+    *call.mutable_args() = args;
+    call.set_want_result(!result_path.empty());
+    call.set_result_path(result_path);
+    if (method == StartMethod::Spawn) {
+      const std::string call_path = run_dir + "/call-" + std::to_string(i);
+      write_frame_file(call_path, call);
+      ExecSpec spec;
+      spec.path = init_detail::executable();
+      for (int a = 0; a < init_detail::argc(); ++a) spec.argv.emplace_back(init_detail::argv()[a]);
+      spec.env = std::move(wenv);
+      spec.env.push_back(std::string(kSpawnCallEnv) + "=" + call_path);
+      spec.error_file = error_file;
+      pids[i] = sup->start_exec(i, spec);
+    } else {
+      const std::string ctx = "process " + std::to_string(i);
+      sys::Pipe out = sys::make_pipe("stdout of " + ctx);
+      sys::Pipe err = sys::make_pipe("stderr of " + ctx);
+      const pid_t pid = forkserver->fork_worker(call, wenv, out.write.get(), err.write.get());
+      out.write.reset();
+      err.write.reset();
+      adopted[pid] = i;
+      pids[i] = pid;
+      sup->adopt(i, pid, pid, std::move(out.read), std::move(err.read), error_file);
+      if (i == 0) {
+        sup->watch_fd(forkserver->exit_fd(), POLLIN, [this](short) { on_forkserver_exits(); });
+      }
+    }
+  }
+}
+
+void ProcessContext::Impl::on_forkserver_exits() {
+  bool gone = false;
+  for (const auto& e : forkserver->read_exits(&gone)) {
+    auto it = adopted.find(static_cast<pid_t>(e.pid()));
+    if (it == adopted.end()) continue;  // a worker of an earlier spawn() on this server
+    const int index = it->second;
+    adopted.erase(it);
+    sup->notify_exit(index, wait_status_of(e));
+  }
+  if (gone) {
+    // The server died, and its workers with it (PR_SET_PDEATHSIG).
+    sup->unwatch_fd(forkserver->exit_fd());
+    for (const auto& [pid, index] : adopted) sup->notify_exit(index, SIGKILL);
+    adopted.clear();
+  }
+}
+
+void ProcessContext::Impl::finish() {
+  done = true;
+  if (sup->root_cause()) {
+    const WorkerResult& r = sup->result(*sup->root_cause());
+    if (r.report) {
+      failure = std::make_exception_ptr(ProcessRaisedException(
+          r.rank, r.pid, r.report->exception_type(), r.report->message(), r.report->backtrace()));
+    } else {
+      failure = std::make_exception_ptr(
+          ProcessExitedException(r.rank, r.pid, r.exit_code, r.term_signal));
+    }
+  } else if (!terminated) {
+    for (const WorkerResult& r : sup->results()) {
+      if (r.failed()) {  // stopped from outside (a signal to a worker nobody asked for)
+        failure = std::make_exception_ptr(
+            ProcessExitedException(r.rank, r.pid, r.exit_code, r.term_signal));
+        break;
+      }
+    }
+    if (!failure) {
+      for (int i = 0; i < nprocs; ++i) {
+        if (result_paths[i].empty()) continue;
+        proto::SpawnResult res;
+        try {
+          read_frame_file(result_paths[i], res, opts.max_result_bytes);
+        } catch (const std::exception& e) {
+          failure = std::make_exception_ptr(SpawnError(
+              "process " + std::to_string(i) + " exited 0 but its result cannot be read: " +
+              e.what()));
+          break;
+        }
+        if (res.returned()) results[i] = res.value();
+      }
+    }
+  }
+  cleanup();
+}
+
+void ProcessContext::Impl::cleanup() noexcept {
+  if (forkserver) {
+    if (sup) sup->unwatch_fd(forkserver->exit_fd());
+    forkserver->end_lease();
+    forkserver = nullptr;
+  }
+  port.reset();
+  if (!run_dir.empty()) {
+    sys::remove_tree(run_dir);
+    run_dir.clear();
+  }
+}
+
+ProcessContext::ProcessContext(const SpawnPlan& plan, const SpawnOptions& opts)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->opts = opts;
+  impl_->nprocs = plan.nprocs;
+  try {
+    impl_->start(plan);
+  } catch (const SpawnError&) {
+    impl_.reset();  // the supervisor kills and reaps whatever started
+    throw;
+  } catch (const std::exception& e) {
+    impl_.reset();
+    throw SpawnError(std::string("spawn: cannot start the workers: ") + e.what());
+  }
+}
+
+ProcessContext::ProcessContext(std::vector<std::optional<proto::Value>> local_results)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->nprocs = static_cast<int>(local_results.size());
+  impl_->results = std::move(local_results);
+  impl_->done = true;
+}
+
+ProcessContext::ProcessContext(ProcessContext&&) noexcept = default;
+ProcessContext& ProcessContext::operator=(ProcessContext&&) noexcept = default;
+
+ProcessContext::~ProcessContext() {
+  if (!impl_ || impl_->done || !impl_->sup) return;
+  try {
+    if (impl_->opts.daemon) {
+      terminate();
+    } else {
+      join();
+    }
+  } catch (...) {
+    // A destructor reports nothing; join() was the place to see the failure.
+  }
+}
+
+const std::vector<pid_t>& ProcessContext::pids() const { return impl_->pids; }
+
+bool ProcessContext::join(std::optional<std::chrono::milliseconds> timeout) {
+  Impl& m = *impl_;
+  if (!m.done) {
+    if (timeout) {
+      if (!m.sup->run_until(Clock::now() + *timeout)) return false;
+    } else {
+      m.sup->run();
+    }
+    m.finish();
+  }
+  if (m.failure) std::rethrow_exception(m.failure);
+  return true;
+}
+
+void ProcessContext::terminate() {
+  Impl& m = *impl_;
+  if (m.done) return;
+  m.terminated = true;
+  m.sup->terminate(SIGTERM);
+  m.sup->run();
+  m.finish();
+}
+
+bool ProcessContext::finished() const { return impl_->done; }
+
+const std::vector<std::optional<proto::Value>>& ProcessContext::raw_results() const {
+  if (!impl_->done || impl_->failure) {
+    throw SpawnError("ProcessContext::results(): the workers have not all finished successfully");
+  }
+  return impl_->results;
+}
+
+const std::vector<WorkerResult>& ProcessContext::workers() const {
+  return impl_->sup ? impl_->sup->results() : impl_->no_workers;
+}
+
+}  // namespace lspawn

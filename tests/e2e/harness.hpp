@@ -1,0 +1,85 @@
+// Test harness for end-to-end tests of the built `lspawn` binary: runs it as a real process
+// with its stdout/stderr on pipes, lets a test wait for output, send signals, and wait for
+// the exit with a generous upper bound.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <sys/types.h>
+
+#include "launcher/sys.hpp"
+
+namespace lspawn::test {
+
+// Paths injected by CMake.
+std::string lspawn_bin();
+std::string worker_bin();
+
+class Child {
+ public:
+  // Starts `argv` (argv[0] a path) with the current environment plus `extra_env` ("K=V").
+  explicit Child(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env = {});
+  ~Child();  // SIGKILLs and reaps if still running
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // Reads output until `pred` holds for (stdout, stderr) or `timeout`; returns whether it held.
+  template <class Pred>
+  bool wait_output(Pred pred, std::chrono::milliseconds timeout);
+  // Waits until stdout contains `needle` `count` times.
+  bool wait_stdout_count(const std::string& needle, int count, std::chrono::milliseconds timeout);
+  void signal(int sig);
+  // Waits for exit (draining output); returns the raw wait status, or -1 on timeout.
+  int wait(std::chrono::milliseconds timeout = std::chrono::seconds(20));
+  const std::string& out() const { return out_; }
+  const std::string& err() const { return err_; }
+
+ private:
+  // Reads what is available within `timeout`; returns false when both pipes are at EOF.
+  bool pump(std::chrono::milliseconds timeout);
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  sys::Fd out_fd_, err_fd_;
+  std::string out_, err_;
+};
+
+template <class Pred>
+bool Child::wait_output(Pred pred, std::chrono::milliseconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (!pred(out_, err_)) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= end) return false;
+    if (!pump(std::chrono::duration_cast<std::chrono::milliseconds>(end - now))) return pred(out_, err_);
+  }
+  return true;
+}
+
+struct RunResult {
+  int status = -1;  // raw wait status
+  int exit_code = -1;  // WEXITSTATUS, or 128+signal
+  std::string out, err;
+  double seconds = 0;
+};
+
+// Runs `lspawn args...` to completion (20 s upper bound).
+RunResult run_lspawn(const std::vector<std::string>& args, const std::vector<std::string>& extra_env = {});
+
+// Occurrences of `needle` in `hay`.
+int count(const std::string& hay, const std::string& needle);
+// Lines of `text` (without '\n').
+std::vector<std::string> lines(const std::string& text);
+
+// A temporary directory removed at scope exit.
+struct TempDir {
+  std::string path;
+  TempDir();
+  ~TempDir();
+};
+
+// True while `pid` exists and is not a zombie (reads /proc/<pid>/stat).
+bool alive(pid_t pid);
+
+}  // namespace lspawn::test

@@ -1,0 +1,115 @@
+// Worker output on lspawn's console and in --log-dir files.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include <unistd.h>
+
+#include "harness.hpp"
+
+using namespace lspawn::test;
+
+namespace {
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+}  // namespace
+
+TEST_CASE("every line is prefixed with its rank and never interleaved mid-line", "[e2e][output]") {
+  const int kLines = 3000;
+  auto r = run_lspawn({"--nprocs", "4", "--quiet", worker_bin(), "lines", std::to_string(kLines)});
+  REQUIRE(r.exit_code == 0);
+  const std::regex line_re(R"(\[rank (\d)\] r(\d) line (\d+) ([a-z]{200}))");
+  int per_rank[4] = {0, 0, 0, 0};
+  int next[4] = {0, 0, 0, 0};
+  for (const auto& l : lines(r.out)) {
+    std::smatch m;
+    INFO(l.substr(0, 120));
+    REQUIRE(std::regex_match(l, m, line_re));
+    const int rank = std::stoi(m[1]);
+    CHECK(m[2] == m[1]);
+    CHECK(std::stoi(m[3]) == next[rank]);  // in order within a rank
+    ++next[rank];
+    ++per_rank[rank];
+  }
+  for (int k = 0; k < 4; ++k) CHECK(per_rank[k] == kLines);
+  CHECK(r.err.empty());  // --quiet
+}
+
+TEST_CASE("--no-prefix writes lines as they are", "[e2e][output]") {
+  auto r = run_lspawn({"--nprocs", "2", "--quiet", "--no-prefix", "/bin/echo", "plain"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out == "plain\nplain\n");
+}
+
+TEST_CASE("stderr of a worker goes to lspawn's stderr", "[e2e][output]") {
+  auto r = run_lspawn({"--quiet", "/bin/sh", "-c", "echo to-out; echo to-err >&2"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out == "[rank 0] to-out\n");
+  CHECK(r.err == "[rank 0] to-err\n");
+}
+
+TEST_CASE("a last line without newline is flushed with one added", "[e2e][output]") {
+  auto r = run_lspawn({"--quiet", "--nprocs", "2", worker_bin(), "partial"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(count(r.out, "[rank 0] no newline at end\n") == 1);
+  CHECK(count(r.out, "[rank 1] no newline at end\n") == 1);
+}
+
+TEST_CASE("the half line of a worker that dies mid-line is not lost", "[e2e][output]") {
+  auto r = run_lspawn({"--quiet", worker_bin(), "die-mid-line"});
+  CHECK(r.exit_code == 137);
+  CHECK(r.out == "[rank 0] half a li\n");
+  CHECK(r.err.find("process 0 terminated with signal SIGKILL") != std::string::npos);
+}
+
+TEST_CASE("a line longer than 64 KiB arrives whole, in 64 KiB pieces", "[e2e][output]") {
+  const size_t kBytes = 200000;
+  auto r = run_lspawn({"--quiet", worker_bin(), "long-line", std::to_string(kBytes)});
+  REQUIRE(r.exit_code == 0);
+  std::string joined;
+  for (const auto& l : lines(r.out)) {
+    REQUIRE(l.rfind("[rank 0] ", 0) == 0);
+    CHECK(l.size() - 9 <= 64 * 1024);
+    joined += l.substr(9);
+  }
+  CHECK(joined == std::string(kBytes, 'x'));
+}
+
+TEST_CASE("--log-dir writes one file per rank and stream, exactly; --tee also to the console", "[e2e][output]") {
+  TempDir dir;
+  const std::string logs = dir.path + "/logs/nested";
+  const std::vector<std::string> prog = {"/bin/sh", "-c", "echo out-$RANK; printf err-$RANK >&2"};
+  std::vector<std::string> args = {"--quiet", "--nprocs", "2", "--log-dir", logs};
+  args.insert(args.end(), prog.begin(), prog.end());
+  auto r = run_lspawn(args);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.empty());
+  CHECK(slurp(logs + "/rank0.stdout") == "out-0\n");
+  CHECK(slurp(logs + "/rank1.stdout") == "out-1\n");
+  CHECK(slurp(logs + "/rank0.stderr") == "err-0");  // raw bytes: no newline invented
+  CHECK(slurp(logs + "/rank1.stderr") == "err-1");
+
+  args = {"--quiet", "--nprocs", "2", "--log-dir=" + logs, "--tee"};
+  args.insert(args.end(), prog.begin(), prog.end());
+  r = run_lspawn(args);
+  REQUIRE(r.exit_code == 0);
+  CHECK(count(r.out, "[rank 0] out-0\n") == 1);
+  CHECK(count(r.out, "[rank 1] out-1\n") == 1);
+  CHECK(count(r.err, "[rank 1] err-1\n") == 1);
+  CHECK(slurp(logs + "/rank1.stdout") == "out-1\n");
+}
+
+TEST_CASE("--log-dir that cannot be created: exit 2 and the reason", "[e2e][output]") {
+  TempDir dir;
+  const std::string file = dir.path + "/file";
+  std::ofstream(file) << "x";
+  auto r = run_lspawn({"--log-dir", file + "/sub", "/bin/true"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--log-dir " + file + "/sub: cannot create it") != std::string::npos);
+}

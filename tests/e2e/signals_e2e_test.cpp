@@ -1,0 +1,101 @@
+// Signals sent to lspawn, and lspawn's own death: nothing may survive it.
+#include <catch2/catch.hpp>
+
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.hpp"
+
+using namespace lspawn::test;
+using namespace std::chrono_literals;
+
+TEST_CASE("SIGUSR1 is forwarded to every worker and the run continues", "[e2e][signals]") {
+  Child c({lspawn_bin(), "--nprocs", "3", worker_bin(), "usr1-then-exit"});
+  REQUIRE(c.wait_stdout_count("ready", 3, 10s));
+  c.signal(SIGUSR1);
+  const int st = c.wait();
+  INFO(c.err());
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);  // the workers exited 0 on USR1: lspawn did not stop them
+  CHECK(count(c.out(), "got SIGUSR1") == 3);
+  CHECK(c.err().find("received SIGUSR1; forwarding it") != std::string::npos);
+}
+
+TEST_CASE("SIGTERM to lspawn: forwarded, exit 143", "[e2e][signals]") {
+  Child c({lspawn_bin(), "--nprocs", "2", worker_bin(), "exit-on-term"});
+  REQUIRE(c.wait_stdout_count("ready", 2, 10s));
+  c.signal(SIGTERM);
+  const int st = c.wait();
+  INFO(c.err());
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 143);
+  CHECK(count(c.out(), "got SIGTERM") == 2);
+  CHECK(c.err().find("stopped by SIGTERM") != std::string::npos);
+}
+
+TEST_CASE("SIGINT then a second SIGINT: workers that ignore it are killed at once", "[e2e][signals]") {
+  Child c({lspawn_bin(), "--nprocs", "2", "--grace-period", "60", "/bin/sh", "-c",
+           "trap '' INT TERM; echo ready; while :; do sleep 1; done"});
+  REQUIRE(c.wait_stdout_count("ready", 2, 10s));
+  const auto t0 = std::chrono::steady_clock::now();
+  c.signal(SIGINT);
+  REQUIRE(c.wait_output([](const std::string&, const std::string& e) {
+    return e.find("received SIGINT") != std::string::npos;
+  }, 5s));
+  c.signal(SIGINT);
+  const int st = c.wait(10s);
+  INFO(c.err());
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 130);
+  CHECK(c.err().find("second SIGINT") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);  // far less than the 60 s grace period
+}
+
+TEST_CASE("lspawn killed by SIGKILL leaves no worker and no grandchild within 1 s", "[e2e][signals]") {
+  // Orphans are reparented to us and reaped here, so a dead one is not mistaken for alive.
+  REQUIRE(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
+  Child c({lspawn_bin(), "--nprocs", "3", "/bin/sh", "-c",
+           "sleep 100 & echo pids $$ $!; wait"});
+  REQUIRE(c.wait_stdout_count("pids ", 3, 10s));
+  std::set<pid_t> pids;
+  for (const auto& l : lines(c.out())) {
+    std::istringstream is(l.substr(l.find("pids ") + 5));
+    pid_t a, b;
+    if (is >> a >> b) {
+      pids.insert(a);
+      pids.insert(b);
+    }
+  }
+  REQUIRE(pids.size() == 6);
+  for (pid_t p : pids) REQUIRE(alive(p));
+  c.signal(SIGKILL);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::set<pid_t> left = pids;
+  while (!left.empty() && std::chrono::steady_clock::now() - t0 < 1s) {
+    for (pid_t p : pids) waitpid(p, nullptr, WNOHANG);  // reparented to us: reap
+    for (auto it = left.begin(); it != left.end();) it = alive(*it) ? std::next(it) : left.erase(it);
+    std::this_thread::sleep_for(5ms);
+  }
+  CHECK(left.empty());
+  c.wait(5s);
+  while (waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
+}
+
+TEST_CASE("a worker's own children die with it after it exits", "[e2e][signals]") {
+  auto r = run_lspawn({"--quiet", "/bin/sh", "-c", "sleep 100 & echo child $!"});
+  REQUIRE(r.exit_code == 0);
+  const auto p = r.out.find("child ");
+  REQUIRE(p != std::string::npos);
+  const pid_t child = std::stoi(r.out.substr(p + 6));
+  const auto t0 = std::chrono::steady_clock::now();
+  while (alive(child) && std::chrono::steady_clock::now() - t0 < 1s) std::this_thread::sleep_for(5ms);
+  CHECK_FALSE(alive(child));
+}
