@@ -137,6 +137,26 @@ void ProcessContext::Impl::start(const SpawnPlan& plan) {
     std::fprintf(stderr, "lspawn: %s\n", line.c_str());
     std::fflush(stderr);
   };
+  // Fork children must not run the caller's signal handlers (a test framework's, an app's):
+  // a signal can reach a child before its first instruction. So under Fork every signal is
+  // blocked in this thread while the Supervisor is built (it records that mask as the
+  // children's starting mask) and while the workers are forked; each child resets the
+  // handlers, then restores the caller's mask. Exec'd children keep the caller's mask: exec
+  // resets handlers by itself.
+  sigset_t caller_mask;
+  ::pthread_sigmask(SIG_SETMASK, nullptr, &caller_mask);
+  struct MaskGuard {
+    const sigset_t* restore = nullptr;
+    ~MaskGuard() {
+      if (restore) ::pthread_sigmask(SIG_SETMASK, restore, nullptr);
+    }
+  } mask_guard;
+  if (method == StartMethod::Fork) {
+    sigset_t all;
+    sigfillset(&all);
+    ::pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    mask_guard.restore = &caller_mask;
+  }
   sup = std::make_unique<Supervisor>(so);
 
   env::JobEnv job;
@@ -170,8 +190,9 @@ void ProcessContext::Impl::start(const SpawnPlan& plan) {
       spec.local_rank = i;
       const int n = nprocs;
       const auto& run_in_child = plan.run_in_child;  // the plan outlives start_fork
-      spec.fn = [&run_in_child, wenv, i, n, result_path, error_file]() -> int {
+      spec.fn = [&run_in_child, wenv, i, n, result_path, error_file, caller_mask]() -> int {
         reset_signal_handlers();
+        ::pthread_sigmask(SIG_SETMASK, &caller_mask, nullptr);
         ::clearenv();
         for (const auto& kv : wenv) ::putenv(const_cast<char*>(kv.c_str()));  // wenv lives on
         WorkerBody body;

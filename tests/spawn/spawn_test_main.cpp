@@ -1,0 +1,14 @@
+// Main of the spawn() tests: lspawn::init() must run first, because StartMethod::Spawn
+// re-executes this binary (the worker runs its function inside init() and exits), and the
+// forkserver must be forked before Catch or a test starts a thread.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include "launcher/spawn/init.hpp"
+
+int main(int argc, char** argv) {
+  lspawn::InitOptions opts;
+  opts.start_forkserver = true;
+  lspawn::init(argc, argv, opts);
+  return Catch::Session().run(argc, argv);
+}
