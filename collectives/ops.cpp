@@ -113,7 +113,7 @@ void validate_root(Group& g, const char* op, int root) {
 // Data-movement view for gloo, which has no bool or bfloat16 kernels: same bytes, gloo-known type.
 at::Tensor movable(const at::Tensor& t) {
   if (t.scalar_type() == at::kBool) return t.view(at::kByte);
-  if (t.scalar_type() == at::kBFloat16) return t.view(at::kShort);
+  if (t.scalar_type() == at::kBFloat16) return t.view(at::kHalf);  // bits only, never added
   return t;
 }
 

@@ -17,8 +17,8 @@
 //
 // How it works (docs/shm-backend.md has the full story)
 //   One POSIX shm object, created by rank 0 under a unique name published through the
-//   rendezvous, mapped by all, unlinked by rank 0 as soon as everybody has mapped it (nothing is
-//   left in /dev/shm once construction returns). It holds one control line per rank (an arrival
+//   rendezvous, mapped by all, unlinked by rank 0 as soon as everybody has mapped it (before
+//   rank 0's constructor returns, so nothing is left in /dev/shm whatever happens later). It holds one control line per rank (an arrival
 //   counter, a pid, an operation descriptor) and two sets of per-rank staging slots used in
 //   alternate rounds, so that a round never waits for the readers of the previous one. A round is:
 //   write own slot → arrive (release increment of own counter) → wait until all counters reach

@@ -1,0 +1,102 @@
+// Collectives across real processes: every op against a local reference for N = 1..4 on each
+// backend, object collectives, subgroups, and the failure paths (timeout with a missing rank, a
+// rank SIGKILLed mid-collective, mismatched calls). The ranks are tests/collectives/worker.cpp.
+#include "ranks.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+using lspawn::test::RunResult;
+using lspawn::test::run_ranks;
+
+namespace {
+
+void require_all_ok(const RunResult& r) {
+  INFO(r.all_output());
+  REQUIRE_FALSE(r.timed_out);
+  for (const auto& rank : r.ranks) {
+    CHECK(rank.signal == 0);
+    CHECK(rank.exit_code == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("every op matches a local reference, gloo and shm, N = 1..4", "[collectives][processes]") {
+  const std::string backend = GENERATE(as<std::string>{}, "gloo", "shm");
+  for (int n = 1; n <= 4; ++n) {
+    std::map<std::string, std::string> env;
+    // One 64 MiB all_reduce per backend, at the odd world size.
+    if (n == 3) env["LSPAWN_TEST_BIG"] = "1";
+    env["LSPAWN_TEST_EXPECT_BACKEND"] = (backend == "shm" && n > 1) ? "shm+gloo" : "gloo";
+    auto r = run_ranks(n, "suite", backend, env);
+    INFO("backend " << backend << ", N=" << n);
+    require_all_ok(r);
+  }
+}
+
+TEST_CASE("auto picks shm for ranks of one node", "[collectives][processes]") {
+  auto r = run_ranks(2, "objects", "auto", {{"LSPAWN_TEST_EXPECT_BACKEND", "shm+gloo"}});
+  require_all_ok(r);
+}
+
+TEST_CASE("object collectives and strategy calls", "[collectives][processes]") {
+  const std::string backend = GENERATE(as<std::string>{}, "gloo", "shm");
+  for (int n : {1, 3}) {
+    INFO("backend " << backend << ", N=" << n);
+    require_all_ok(run_ranks(n, "objects", backend));
+  }
+}
+
+TEST_CASE("subgroups run in their own namespace", "[collectives][processes]") {
+  const std::string backend = GENERATE(as<std::string>{}, "gloo", "shm");
+  INFO("backend " << backend);
+  require_all_ok(run_ranks(4, "subgroups", backend));
+}
+
+TEST_CASE("a rank that never joins: the others time out naming it", "[collectives][processes][failure]") {
+  const std::string backend = GENERATE(as<std::string>{}, "gloo", "shm");
+  auto r = run_ranks(3, "timeout", backend, {{"LSPAWN_TEST_TIMEOUT_MS", "1000"}}, std::chrono::seconds(60));
+  INFO("backend " << backend << "\n" << r.all_output());
+  REQUIRE_FALSE(r.timed_out);
+  for (int q : {0, 1}) {
+    CHECK(r.ranks[q].exit_code == 3);  // CollectiveTimeout
+    CHECK_THAT(r.ranks[q].output, Catch::Contains("all_reduce") && Catch::Contains("group 'world'"));
+    CHECK_THAT(r.ranks[q].output, Catch::Contains(": 2") || Catch::Contains("rank 2 ("));
+  }
+  CHECK(r.ranks[2].exit_code == 0);
+  // 1 s timeout, up to 3 s asking the store who is missing, process start-up: generous bound.
+  CHECK(r.seconds < 30);
+}
+
+TEST_CASE("a rank SIGKILLed mid-collective: the others fail within the timeout", "[collectives][processes][failure]") {
+  const std::string backend = GENERATE(as<std::string>{}, "gloo", "shm");
+  auto r = run_ranks(3, "kill", backend, {{"LSPAWN_TEST_TIMEOUT_MS", "10000"}}, std::chrono::seconds(60));
+  INFO("backend " << backend << "\n" << r.all_output());
+  REQUIRE_FALSE(r.timed_out);
+  CHECK(r.ranks[2].signal == SIGKILL);
+  for (int q : {0, 1}) {
+    CHECK((r.ranks[q].exit_code == 2 || r.ranks[q].exit_code == 3));
+    CHECK_THAT(r.ranks[q].output, Catch::Contains("all_reduce"));
+  }
+  if (backend == "shm") {
+    // The shm path sees the peer die (pid check) instead of waiting for the timeout.
+    for (int q : {0, 1}) CHECK_THAT(r.ranks[q].output, Catch::Contains("peer died") && Catch::Contains("rank 2"));
+  }
+  CHECK(r.seconds < 40);
+}
+
+TEST_CASE("mismatched calls fail with CollectiveMismatch naming the ranks", "[collectives][processes][failure]") {
+  const std::string backend = GENERATE(as<std::string>{}, "gloo", "shm");
+  const std::string scenario = GENERATE(as<std::string>{}, "mismatch_op", "mismatch_shape");
+  // gloo detects it in checked mode; shm always.
+  auto r = run_ranks(3, scenario, backend, {{"LSPAWN_COLLECTIVES_CHECKED", "1"}, {"LSPAWN_TEST_TIMEOUT_MS", "20000"}},
+                     std::chrono::seconds(60));
+  INFO("backend " << backend << ", " << scenario << "\n" << r.all_output());
+  REQUIRE_FALSE(r.timed_out);
+  for (int q = 0; q < 3; ++q) {
+    CHECK(r.ranks[q].exit_code == 4);
+    CHECK_THAT(r.ranks[q].output, Catch::Contains("mismatch") && Catch::Contains("rank 1 called"));
+  }
+}

@@ -1,0 +1,31 @@
+// Test harness: runs N copies of the collectives test worker as real processes against a TCPStore
+// server hosted by the test process (port 0), and collects their exit status and output.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace lspawn::test {
+
+struct RankResult {
+  int exit_code = -1;  // valid when signal == 0
+  int signal = 0;      // the signal that killed it, 0 if it exited
+  std::string output;  // stdout + stderr
+};
+
+struct RunResult {
+  std::vector<RankResult> ranks;
+  bool timed_out = false;  // the harness had to SIGKILL survivors at its deadline
+  double seconds = 0;      // wall time from spawn to the last exit
+  std::string all_output() const;
+};
+
+// Starts `n` workers `<worker> <scenario> <backend>` with RANK/WORLD_SIZE/MASTER_PORT and `env`,
+// waits up to `deadline` for all of them (then SIGKILLs the rest), returns what they did.
+RunResult run_ranks(int n, const std::string& scenario, const std::string& backend,
+                    const std::map<std::string, std::string>& env = {},
+                    std::chrono::seconds deadline = std::chrono::seconds(120));
+
+}  // namespace lspawn::test

@@ -1,0 +1,185 @@
+// shm::Communicator and its kernels, ranks as threads of this process (pure protocol logic; the
+// process-level behaviour, peer death included, is in collectives_test.cpp).
+#include "collectives/shm/communicator.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+using namespace lspawn::shm;
+
+namespace {
+
+// An in-memory rendezvous shared by the threads of one test.
+struct Board {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<std::string, std::string> kv;
+  Rendezvous rendezvous() {
+    Rendezvous r;
+    r.set = [this](const std::string& k, const std::string& v) {
+      std::lock_guard<std::mutex> l(mu);
+      kv[k] = v;
+      cv.notify_all();
+    };
+    r.get = [this](const std::string& k) {
+      std::unique_lock<std::mutex> l(mu);
+      cv.wait(l, [&] { return kv.count(k) > 0; });
+      return kv[k];
+    };
+    return r;
+  }
+};
+
+// Runs fn(comm) on `n` threads, one Communicator each. Exceptions are collected per rank.
+template <typename Fn>
+std::vector<std::exception_ptr> on_ranks(int n, CommOptions opts, Fn fn) {
+  Board board;
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        Communicator c(r, n, board.rendezvous(), opts);
+        fn(c);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+bool shm_entry_exists(const std::string& label) {
+  bool found = false;
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (dirent* e = ::readdir(d))
+      if (std::strstr(e->d_name, label.c_str())) found = true;
+    ::closedir(d);
+  }
+  return found;
+}
+
+// Catch2 assertions are not thread-safe: rank threads throw, the test thread asserts.
+void expect(bool ok, const char* what) {
+  if (!ok) throw std::runtime_error(std::string("check failed: ") + what);
+}
+
+}  // namespace
+
+TEST_CASE("reduce kernels fold left to right for every type and op", "[shm]") {
+  const std::size_t n = 1000;
+  std::vector<std::int32_t> a(n), b(n), c(n), out(n);
+  for (std::size_t i = 0; i < n; ++i) a[i] = int(i % 13) - 6, b[i] = int(i % 7) - 3, c[i] = int(i % 5);
+  const void* srcs[] = {a.data(), b.data(), c.data()};
+  reduce_into(out.data(), srcs, 3, n, ElemType::Int32, KernelOp::Sum);
+  for (std::size_t i = 0; i < n; ++i) REQUIRE(out[i] == a[i] + b[i] + c[i]);
+  reduce_into(out.data(), srcs, 3, n, ElemType::Int32, KernelOp::Max);
+  for (std::size_t i = 0; i < n; ++i) REQUIRE(out[i] == std::max({a[i], b[i], c[i]}));
+  reduce_into(out.data(), srcs, 3, n, ElemType::Int32, KernelOp::BitwiseXor);
+  for (std::size_t i = 0; i < n; ++i) REQUIRE(out[i] == (a[i] ^ b[i] ^ c[i]));
+  // dst may alias srcs[0]
+  auto a2 = a;
+  const void* srcs2[] = {a2.data(), b.data()};
+  reduce_into(a2.data(), srcs2, 2, n, ElemType::Int32, KernelOp::Product);
+  for (std::size_t i = 0; i < n; ++i) REQUIRE(a2[i] == a[i] * b[i]);
+  // bool: sum is "any", product is "all"
+  std::vector<std::uint8_t> x = {0, 1, 0, 1}, y = {0, 0, 1, 1}, z(4);
+  const void* bs[] = {x.data(), y.data()};
+  reduce_into(z.data(), bs, 2, 4, ElemType::Bool, KernelOp::Sum);
+  REQUIRE(z == std::vector<std::uint8_t>{0, 1, 1, 1});
+  reduce_into(z.data(), bs, 2, 4, ElemType::Bool, KernelOp::Product);
+  REQUIRE(z == std::vector<std::uint8_t>{0, 0, 0, 1});
+  // float order: ((a + b) + c) exactly
+  std::vector<float> f1 = {1e8f, 1.0f}, f2 = {-1e8f, 1e8f}, f3 = {1.0f, -1e8f}, fo(2);
+  const void* fs[] = {f1.data(), f2.data(), f3.data()};
+  reduce_into(fo.data(), fs, 3, 2, ElemType::Float32, KernelOp::Sum);
+  REQUIRE(fo[0] == (1e8f + -1e8f) + 1.0f);
+  REQUIRE(fo[1] == (1.0f + 1e8f) + -1e8f);
+  CHECK_FALSE(kernel_supports(ElemType::Float32, KernelOp::BitwiseAnd));
+  CHECK(kernel_supports(ElemType::Int8, KernelOp::BitwiseAnd));
+}
+
+TEST_CASE("threads as ranks: all_reduce, broadcast, all_gather agree bit for bit", "[shm]") {
+  const int n = GENERATE(2, 3, 4);
+  CommOptions opts;
+  opts.slot_bytes = 4096;  // many chunks
+  opts.flat_max_bytes = 1024;
+  opts.timeout = std::chrono::seconds(20);
+  opts.label = "kerneltest" + std::to_string(::getpid());
+  std::vector<std::vector<float>> results(n);
+  auto errors = on_ranks(n, opts, [&](Communicator& c) {
+    c.barrier();  // rank 0 unlinks the name right after the first round, before this barrier
+    expect(!shm_entry_exists(opts.label), "segment unlinked once everybody mapped it");
+    for (std::size_t len : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{200}, std::size_t{10007}}) {
+      std::vector<float> v(len);
+      std::mt19937 gen(c.rank() * 1000 + len);
+      std::uniform_real_distribution<float> dist(-1, 1);
+      for (auto& x : v) x = dist(gen);
+      c.all_reduce(v.data(), len, ElemType::Float32, KernelOp::Sum);
+      if (len == 10007) results[c.rank()] = v;
+      std::vector<std::int64_t> b(len, c.rank());
+      c.broadcast(b.data(), len * 8, n - 1);
+      for (auto x : b) expect(x == n - 1, "broadcast");
+      std::vector<std::int32_t> mine(len, c.rank() + 1), all(len * n);
+      c.all_gather(mine.data(), len * 4, all.data());
+      for (int q = 0; q < n; ++q)
+        for (std::size_t i = 0; i < len; ++i) expect(all[q * len + i] == q + 1, "all_gather");
+      c.barrier();
+    }
+  });
+  for (int r = 0; r < n; ++r)
+    if (errors[r]) std::rethrow_exception(errors[r]);
+  for (int r = 1; r < n; ++r) REQUIRE(std::memcmp(results[r].data(), results[0].data(), results[0].size() * 4) == 0);
+}
+
+TEST_CASE("threads as ranks: a mismatched call throws Mismatch on every rank", "[shm]") {
+  CommOptions opts;
+  opts.timeout = std::chrono::seconds(20);
+  auto errors = on_ranks(3, opts, [&](Communicator& c) {
+    std::vector<float> v(10, 1.0f);
+    if (c.rank() == 1) c.broadcast(v.data(), 40, 0);
+    else c.all_reduce(v.data(), 10, ElemType::Float32, KernelOp::Sum);
+  });
+  for (int r = 0; r < 3; ++r) {
+    REQUIRE(errors[r]);
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const Error& e) {
+      CHECK(e.kind() == Error::Kind::Mismatch);
+      CHECK(e.ranks() == std::vector<int>{1});
+      CHECK_THAT(e.what(), Catch::Contains("rank 1 called broadcast"));
+    }
+  }
+}
+
+TEST_CASE("threads as ranks: a rank that never joins makes the others time out naming it", "[shm]") {
+  CommOptions opts;
+  opts.timeout = std::chrono::milliseconds(300);
+  const auto start = std::chrono::steady_clock::now();
+  auto errors = on_ranks(3, opts, [&](Communicator& c) {
+    if (c.rank() == 2) return;  // skips the barrier
+    c.barrier();
+  });
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(took < 10.0);
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(errors[r]);
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const Error& e) {
+      CHECK(e.kind() == Error::Kind::Timeout);
+      CHECK(e.ranks() == std::vector<int>{2});
+      CHECK_THAT(e.what(), Catch::Contains("timed out") && Catch::Contains("rank 2"));
+    }
+  }
+}
