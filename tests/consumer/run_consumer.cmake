@@ -1,0 +1,40 @@
+# Installs the lspawn build at BUILD_DIR into a fresh temporary prefix, configures and builds
+# the consumer project (SOURCE_DIR) against it with find_package(lspawn), and runs it.
+# Arguments: -DBUILD_DIR= -DSOURCE_DIR= -DGENERATOR= [-DCXX_FLAGS=] [-DLINK_FLAGS=]
+foreach(v BUILD_DIR SOURCE_DIR GENERATOR)
+  if(NOT DEFINED ${v})
+    message(FATAL_ERROR "run_consumer.cmake: ${v} is not set")
+  endif()
+endforeach()
+
+execute_process(COMMAND mktemp -d --tmpdir lspawn-consumer-XXXXXX
+  OUTPUT_VARIABLE work OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "mktemp failed: ${rc}")
+endif()
+
+function(step what)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    file(REMOVE_RECURSE ${work})
+    message(FATAL_ERROR "consumer test: ${what} failed (${rc}):\n${out}\n${err}")
+  endif()
+  message(STATUS "consumer test: ${what}: ok")
+  set(step_output "${out}" PARENT_SCOPE)
+endfunction()
+
+step("cmake --install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${work}/prefix)
+if(NOT EXISTS ${work}/prefix/include/lspawn/lspawn/spawn.hpp)
+  message(FATAL_ERROR "consumer test: the install has no include/lspawn/lspawn/spawn.hpp")
+endif()
+step("configure the consumer" ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${work}/build -G ${GENERATOR}
+  -DCMAKE_PREFIX_PATH=${work}/prefix "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}"
+  "-DCMAKE_EXE_LINKER_FLAGS=${LINK_FLAGS}")
+step("build the consumer" ${CMAKE_COMMAND} --build ${work}/build -j 2)
+step("run the consumer" ${work}/build/consumer_app)
+message(STATUS "${step_output}")
+if(NOT step_output MATCHES "consumer: OK")
+  file(REMOVE_RECURSE ${work})
+  message(FATAL_ERROR "consumer test: unexpected output:\n${step_output}")
+endif()
+file(REMOVE_RECURSE ${work})
