@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
 #include <google/protobuf/util/json_util.h>
 
@@ -53,11 +54,25 @@ void check_len(uint32_t len, uint32_t max_bytes, const char* what) {
   }
 }
 
+void check_message_version(const google::protobuf::MessageLite& msg, const char* what);
+
 void parse(google::protobuf::MessageLite& msg, const char* data, size_t n, const char* what) {
   if (!msg.ParseFromArray(data, static_cast<int>(n))) {
     throw WireError(std::string(what) + ": malformed " + msg.GetTypeName() + " (" +
                     std::to_string(n) + " bytes)");
   }
+  check_message_version(msg, what);
+}
+
+// Every top-level message of lspawn.proto has `uint32 version = 1`; messages without one (Value,
+// ValueList) are nested only and pass.
+void check_message_version(const google::protobuf::MessageLite& msg, const char* what) {
+  const auto* full = dynamic_cast<const google::protobuf::Message*>(&msg);
+  if (full == nullptr) return;
+  const auto* field = full->GetDescriptor()->FindFieldByName("version");
+  if (field == nullptr || field->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_UINT32) return;
+  check_version(full->GetReflection()->GetUInt32(*full, field),
+                (std::string(what) + ": " + msg.GetTypeName()).c_str());
 }
 
 }  // namespace
@@ -159,6 +174,7 @@ void read_json_file(const std::string& path, google::protobuf::Message& msg, uin
   opts.ignore_unknown_fields = true;
   auto st = google::protobuf::util::JsonStringToMessage(data, &msg, opts);
   if (!st.ok()) throw WireError(path + ": not a valid " + msg.GetTypeName() + ": " + st.ToString());
+  check_message_version(msg, path.c_str());
 }
 
 }  // namespace lspawn::wire

@@ -25,6 +25,29 @@ std::string demangle(const char* mangled) {
   return (status == 0 && out) ? std::string(out.get()) : std::string(mangled);
 }
 
+// Protobuf strings must be UTF-8 (else JSON encoding fails): invalid bytes become '?'.
+std::string utf8(const std::string& in) {
+  std::string out;
+  out.reserve(in.size());
+  const auto* p = reinterpret_cast<const unsigned char*>(in.data());
+  const size_t n = in.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = p[i];
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    bool ok = len > 0 && i + len <= n;
+    for (size_t k = 1; ok && k < len; ++k) ok = (p[i + k] & 0xc0) == 0x80;
+    if (ok && len == 2 && c < 0xc2) ok = false;  // overlong
+    if (ok) {
+      out.append(in, i, len);
+      i += len;
+    } else {
+      out += '?';
+      ++i;
+    }
+  }
+  return out;
+}
+
 // -1 when unset or not a plain non-negative integer.
 int env_int(const char* name) {
   const char* v = std::getenv(name);
@@ -113,11 +136,11 @@ proto::ErrorReport make_error_report(std::exception_ptr error, const std::string
   r.set_local_rank(env_int("LOCAL_RANK"));
   r.set_pid(::getpid());
   char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) == 0) r.set_host(host);
+  if (::gethostname(host, sizeof host - 1) == 0) r.set_host(utf8(host));
   r.set_timestamp_us(std::chrono::duration_cast<std::chrono::microseconds>(
                          std::chrono::system_clock::now().time_since_epoch())
                          .count());
-  r.set_backtrace(backtrace);
+  r.set_backtrace(utf8(backtrace));
   if (!error) {
     r.set_exception_type("std::terminate");
     r.set_message("std::terminate called without an active exception");
@@ -131,10 +154,10 @@ proto::ErrorReport make_error_report(std::exception_ptr error, const std::string
     try {
       throw;
     } catch (const c10::Error& e) {
-      r.set_message(e.what_without_backtrace());
-      if (!e.backtrace().empty()) r.set_backtrace(e.backtrace());
+      r.set_message(utf8(e.what_without_backtrace()));
+      if (!e.backtrace().empty()) r.set_backtrace(utf8(e.backtrace()));
     } catch (const std::exception& e) {
-      r.set_message(e.what());
+      r.set_message(utf8(e.what()));
     } catch (...) {
       r.set_message("(not a std::exception)");
     }
@@ -156,10 +179,10 @@ std::string write_error_report(const std::exception& error) {
     proto::ErrorReport r = make_error_report(nullptr, kCaughtHere + current_backtrace(1));
     r.set_exception_type(demangle(typeid(error).name()));
     if (auto* c = dynamic_cast<const c10::Error*>(&error)) {
-      r.set_message(c->what_without_backtrace());
-      if (!c->backtrace().empty()) r.set_backtrace(c->backtrace());
+      r.set_message(utf8(c->what_without_backtrace()));
+      if (!c->backtrace().empty()) r.set_backtrace(utf8(c->backtrace()));
     } else {
-      r.set_message(error.what());
+      r.set_message(utf8(error.what()));
     }
     return emit(r, "uncaught");
   } catch (...) {

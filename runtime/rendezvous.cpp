@@ -25,6 +25,9 @@ using std::chrono::milliseconds;
 // (and its store server goes away).
 constexpr milliseconds kOutcomeGrace{2000};
 
+// TCPStore (1.13) converts its connect timeout to std::chrono::seconds, truncating.
+constexpr milliseconds kMinConnectTimeout{2000};
+
 std::string endpoint(const std::string& host, uint16_t port) {
   return host + ":" + std::to_string(port);
 }
@@ -187,9 +190,12 @@ c10::intrusive_ptr<c10d::TCPStore> host_store(const std::string& host, uint16_t 
   o.port = port;
   o.isServer = true;
   o.waitWorkers = false;  // else the constructor blocks before the port can be published
-  o.timeout = timeout;
+  // TCPStore 1.13 truncates its connect timeout to whole seconds (0 s fails at once).
+  o.timeout = std::max(timeout, kMinConnectTimeout);
   try {
-    return c10::make_intrusive<c10d::TCPStore>(host, o);
+    auto store = c10::make_intrusive<c10d::TCPStore>(host, o);
+    store->setTimeout(timeout);
+    return store;
   } catch (const std::exception& e) {
     throw RendezvousError("cannot host the rendezvous store at " + endpoint(host, port) +
                           " (is the port in use, or MASTER_ADDR not this host?): " + e.what());
@@ -222,9 +228,13 @@ c10::intrusive_ptr<c10d::TCPStore> connect_store(const std::string& host, uint16
   o.port = port;
   o.isServer = false;
   o.waitWorkers = false;
-  o.timeout = remaining(deadline);
+  // The server listens: connecting is immediate. TCPStore 1.13 truncates its connect timeout to
+  // whole seconds, so a sub-second remainder would fail at once; give it at least 2 s.
+  o.timeout = std::max(remaining(deadline), kMinConnectTimeout);
   try {
-    return c10::make_intrusive<c10d::TCPStore>(host, o);
+    auto store = c10::make_intrusive<c10d::TCPStore>(host, o);
+    store->setTimeout(timeout);
+    return store;
   } catch (const std::exception& e) {
     throw RendezvousError("cannot connect to the rendezvous store at " + endpoint(host, port) +
                           " after " + seconds_text(since(t0), 1) + " (timeout " +

@@ -1,0 +1,151 @@
+// hello_allreduce: the smallest lspawn worker. Joins the job from its environment (lspawn or
+// torchrun), checks all_reduce / broadcast / all_gather / barrier, and exits 0.
+//
+//   lspawn --nprocs 4 build/examples/hello_allreduce
+//   python3 scripts/torchrun.py --nproc_per_node 2 --no_python build/examples/hello_allreduce
+//
+// Flags to exercise failure handling (launcher tests, benchmarks); R is a rank, or -1 for none:
+//   --size N           elements of the all_reduce tensor (default 4)
+//   --iters K          all_reduce repetitions (default 1)
+//   --delay-ms D       the failure flags below act D ms after initialisation (default 0)
+//   --fail-rank R      rank R exits with --exit-code C (default 3) instead of finishing
+//   --throw-rank R     rank R throws std::runtime_error (→ error report, exit 1)
+//   --signal-rank R    rank R raises --signal S (default SIGSEGV)
+//   --hang-rank R      rank R sleeps forever (until the launcher stops it)
+//   --no-init          skip the process group: only print the environment (launcher tests)
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <unistd.h>
+
+#include "runtime/error_report.hpp"
+#include "runtime/process_group.hpp"
+
+namespace {
+
+struct Flags {
+  int64_t size = 4;
+  int iters = 1;
+  int delay_ms = 0;
+  int fail_rank = -1;
+  int exit_code = 3;
+  int throw_rank = -1;
+  int signal_rank = -1;
+  int signal = SIGSEGV;
+  int hang_rank = -1;
+  bool no_init = false;
+};
+
+long number(const char* flag, const char* value) {
+  if (value == nullptr) throw std::invalid_argument(std::string(flag) + " needs a value");
+  char* end = nullptr;
+  const long v = std::strtol(value, &end, 10);
+  if (*value == '\0' || *end != '\0') {
+    throw std::invalid_argument(std::string(flag) + "='" + value + "' is not an integer");
+  }
+  return v;
+}
+
+Flags parse(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
+    auto take = [&] { ++i; return number(a.c_str(), v); };
+    if (a == "--size") f.size = take();
+    else if (a == "--iters") f.iters = static_cast<int>(take());
+    else if (a == "--delay-ms") f.delay_ms = static_cast<int>(take());
+    else if (a == "--fail-rank") f.fail_rank = static_cast<int>(take());
+    else if (a == "--exit-code") f.exit_code = static_cast<int>(take());
+    else if (a == "--throw-rank") f.throw_rank = static_cast<int>(take());
+    else if (a == "--signal-rank") f.signal_rank = static_cast<int>(take());
+    else if (a == "--signal") f.signal = static_cast<int>(take());
+    else if (a == "--hang-rank") f.hang_rank = static_cast<int>(take());
+    else if (a == "--no-init") f.no_init = true;
+    else throw std::invalid_argument("unknown flag '" + a + "' (see examples/hello_allreduce.cpp)");
+  }
+  if (f.size < 1) throw std::invalid_argument("--size must be >= 1");
+  return f;
+}
+
+// The failure a flag asks of this rank, if any. Returns normally when none.
+void maybe_fail(const Flags& f, int rank) {
+  if (rank != f.fail_rank && rank != f.throw_rank && rank != f.signal_rank && rank != f.hang_rank) return;
+  std::this_thread::sleep_for(std::chrono::milliseconds(f.delay_ms));
+  std::fflush(stdout);
+  if (rank == f.fail_rank) {
+    std::fprintf(stderr, "rank %d: failing on purpose with exit code %d\n", rank, f.exit_code);
+    std::exit(f.exit_code);  // an example's main, not library code
+  }
+  if (rank == f.throw_rank) throw std::runtime_error("rank " + std::to_string(rank) + " throws on purpose");
+  if (rank == f.signal_rank) std::raise(f.signal);
+  if (rank == f.hang_rank) {
+    std::fprintf(stderr, "rank %d: hanging on purpose (pid %d)\n", rank, static_cast<int>(::getpid()));
+    while (true) std::this_thread::sleep_for(std::chrono::hours(1));
+  }
+}
+
+int hello(int argc, char** argv) {
+  const Flags f = parse(argc, argv);
+  if (f.no_init) {
+    const auto env = lspawn::WorkerEnv::from_environment();
+    std::printf("rank %d/%d: pid %d, master %s:%u\n", env.rank, env.world_size, static_cast<int>(::getpid()),
+                env.master_addr.c_str(), env.master_port);
+    maybe_fail(f, env.rank);
+    return 0;
+  }
+  lspawn::World w = lspawn::init_process_group();
+  const int r = w.rank(), n = w.size();
+  maybe_fail(f, r);
+
+  // all_reduce (sum): every rank contributes rank+1, so each element is N(N+1)/2.
+  const double want = n * (n + 1) / 2.0;
+  at::Tensor t;
+  for (int i = 0; i < f.iters; ++i) {
+    std::vector<at::Tensor> ts{at::full({f.size}, double(r + 1), at::kFloat)};
+    w.pg->allreduce(ts)->wait();
+    t = ts[0];
+  }
+  if (!t.eq(want).all().item<bool>()) {
+    std::fprintf(stderr, "rank %d/%d: allreduce sum is wrong: got %g, want %g\n", r, n,
+                 t.flatten()[0].item<double>(), want);
+    return 2;
+  }
+  std::printf("rank %d/%d: allreduce sum = %g\n", r, n, t.flatten()[0].item<double>());
+
+  // broadcast from rank 0.
+  std::vector<at::Tensor> b{at::full({2}, r == 0 ? 7.0 : 0.0, at::kFloat)};
+  w.pg->broadcast(b)->wait();
+  if (!b[0].eq(7.0).all().item<bool>()) {
+    std::fprintf(stderr, "rank %d/%d: broadcast is wrong: got %g, want 7\n", r, n, b[0][0].item<double>());
+    return 2;
+  }
+
+  // all_gather: slot i holds rank i.
+  std::vector<at::Tensor> in{at::full({1}, double(r), at::kFloat)};
+  std::vector<std::vector<at::Tensor>> out(1);
+  for (int i = 0; i < n; ++i) out[0].push_back(at::empty({1}, at::kFloat));
+  w.pg->allgather(out, in)->wait();
+  for (int i = 0; i < n; ++i) {
+    if (out[0][i].item<float>() != float(i)) {
+      std::fprintf(stderr, "rank %d/%d: all_gather slot %d is wrong: got %g\n", r, n, i, out[0][i].item<double>());
+      return 2;
+    }
+  }
+
+  w.pg->barrier()->wait();
+  if (r == 0) std::printf("rank 0/%d: broadcast, all_gather, barrier ok (init %lld ms)\n", n,
+                          static_cast<long long>(w.init_time.count()));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return lspawn::run_main(argc, argv, hello); }

@@ -1,0 +1,179 @@
+#include <chrono>
+#include <csignal>
+#include <stdexcept>
+
+#include <unistd.h>
+
+#include "proto/wire.hpp"
+#include "runtime/error_report.hpp"
+#include "tests/runtime/child.hpp"
+// Last: c10's glog headers define CHECK too; Catch's must win.
+#include <catch2/catch.hpp>
+
+using namespace std::chrono_literals;
+using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
+using lspawn::test::Child;
+using lspawn::test::TempDir;
+
+namespace {
+
+lspawn::proto::ErrorReport read_report(const std::string& path) {
+  lspawn::proto::ErrorReport r;
+  lspawn::wire::read_json_file(path, r);
+  return r;
+}
+
+int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::map<std::string, std::string> env_with_error_file(const std::string& var, const std::string& path) {
+  return {{"RANK", "3"}, {"LOCAL_RANK", "1"}, {var, path}};
+}
+
+}  // namespace
+
+TEST_CASE("error report: an uncaught exception in run_main writes the JSON report and exits 1", "[error_report]") {
+  TempDir dir;
+  const std::string report = dir.file("error.json");
+  const int64_t before = now_us();
+  Child c({LSPAWN_TEST_WORKER, "throw"}, env_with_error_file("TORCHELASTIC_ERROR_FILE", report), dir.file("out"));
+  const pid_t pid = c.pid();
+  const auto st = c.wait(30s);
+  INFO(st.describe() << "\n" << c.output());
+  CHECK(st.exited);
+  CHECK(st.code == 1);
+  CHECK_THAT(c.output(), Contains("[lspawn] rank 3: uncaught std::runtime_error: boom from rank 3"));
+  const auto r = read_report(report);
+  CHECK(r.version() == lspawn::wire::kSchemaVersion);
+  CHECK(r.rank() == 3);
+  CHECK(r.local_rank() == 1);
+  CHECK(r.pid() == pid);
+  CHECK_FALSE(r.host().empty());
+  CHECK(r.exception_type() == "std::runtime_error");
+  CHECK(r.message() == "boom from rank 3");
+  CHECK_FALSE(r.backtrace().empty());
+  CHECK(r.timestamp_us() >= before);
+  CHECK(r.timestamp_us() <= now_us());
+}
+
+TEST_CASE("error report: LSPAWN_ERROR_FILE is used when TORCHELASTIC_ERROR_FILE is unset", "[error_report]") {
+  TempDir dir;
+  const std::string report = dir.file("lspawn-error.json");
+  Child c({LSPAWN_TEST_WORKER, "throw-custom"}, env_with_error_file("LSPAWN_ERROR_FILE", report), dir.file("out"));
+  const auto st = c.wait(30s);
+  INFO(st.describe() << "\n" << c.output());
+  CHECK(st.code == 1);
+  const auto r = read_report(report);
+  CHECK(r.exception_type() == "lspawn_test::CustomError");  // demangled, namespaced
+  CHECK(r.message() == "custom failure");
+}
+
+TEST_CASE("error report: c10::Error keeps its message apart from its own backtrace", "[error_report]") {
+  TempDir dir;
+  const std::string report = dir.file("error.json");
+  Child c({LSPAWN_TEST_WORKER, "throw-c10"}, env_with_error_file("TORCHELASTIC_ERROR_FILE", report), dir.file("out"));
+  const auto st = c.wait(30s);
+  INFO(st.describe() << "\n" << c.output());
+  CHECK(st.code == 1);
+  const auto r = read_report(report);
+  CHECK(r.exception_type() == "c10::Error");
+  CHECK_THAT(r.message(), Contains("c10 check failed on purpose"));
+  CHECK_THAT(r.message(), !Contains("frame #"));
+  CHECK_THAT(r.backtrace(), Contains("frame #"));
+}
+
+TEST_CASE("error report: the terminate handler reports the throw site, then aborts", "[error_report]") {
+  TempDir dir;
+  const std::string report = dir.file("error.json");
+  Child c({LSPAWN_TEST_WORKER, "terminate"}, env_with_error_file("TORCHELASTIC_ERROR_FILE", report), dir.file("out"));
+  const auto st = c.wait(30s);
+  INFO(st.describe() << "\n" << c.output());
+  CHECK_FALSE(st.exited);
+  CHECK(st.signal == SIGABRT);
+  CHECK_THAT(c.output(), Contains("[lspawn] rank 3: uncaught std::runtime_error: uncaught in main, rank 3"));
+  const auto r = read_report(report);
+  CHECK(r.exception_type() == "std::runtime_error");
+  CHECK(r.message() == "uncaught in main, rank 3");
+  // The stack was not unwound: the throwing function is in the backtrace.
+  CHECK_THAT(r.backtrace(), Contains("lspawn_test_throw_uncaught"));
+}
+
+TEST_CASE("error report: an exception escaping a thread is reported by the terminate handler", "[error_report]") {
+  TempDir dir;
+  const std::string report = dir.file("error.json");
+  Child c({LSPAWN_TEST_WORKER, "terminate-thread"}, env_with_error_file("TORCHELASTIC_ERROR_FILE", report),
+          dir.file("out"));
+  const auto st = c.wait(30s);
+  INFO(st.describe() << "\n" << c.output());
+  CHECK(st.signal == SIGABRT);
+  const auto r = read_report(report);
+  CHECK(r.rank() == 3);
+  CHECK(r.exception_type() == "std::runtime_error");
+  CHECK(r.message() == "thrown in a thread of rank 3");
+  CHECK_FALSE(r.backtrace().empty());
+}
+
+TEST_CASE("error report: without an error file only the stderr line is printed", "[error_report]") {
+  TempDir dir;
+  Child c({LSPAWN_TEST_WORKER, "throw"}, {{"RANK", "0"}}, dir.file("out"));
+  const auto st = c.wait(30s);
+  INFO(st.describe() << "\n" << c.output());
+  CHECK(st.code == 1);
+  CHECK_THAT(c.output(), Contains("[lspawn] rank 0: uncaught std::runtime_error: boom from rank 0"));
+}
+
+TEST_CASE("error report: an unwritable error file is reported, the exit code kept", "[error_report]") {
+  TempDir dir;
+  const std::string report = dir.file("no/such/dir/error.json");
+  Child c({LSPAWN_TEST_WORKER, "throw"}, env_with_error_file("TORCHELASTIC_ERROR_FILE", report), dir.file("out"));
+  const auto st = c.wait(30s);
+  INFO(st.describe() << "\n" << c.output());
+  CHECK(st.code == 1);
+  CHECK_THAT(c.output(), Contains("could not write the error report") && Contains("no/such/dir"));
+}
+
+TEST_CASE("record: returns fn's result, or 1 after reporting an exception", "[error_report]") {
+  CHECK(lspawn::record([] { return 7; }) == 7);
+  CHECK(lspawn::record([]() -> int { throw std::logic_error("in-process"); }) == 1);
+}
+
+TEST_CASE("make_error_report: fields of an exception_ptr, rank unknown without RANK", "[error_report]") {
+  ::unsetenv("RANK");
+  ::setenv("LOCAL_RANK", "not-a-number", 1);
+  const auto r = lspawn::make_error_report(std::make_exception_ptr(std::out_of_range("idx 9")), "bt");
+  ::unsetenv("LOCAL_RANK");
+  CHECK(r.rank() == -1);
+  CHECK(r.local_rank() == -1);
+  CHECK(r.pid() == ::getpid());
+  CHECK(r.exception_type() == "std::out_of_range");
+  CHECK(r.message() == "idx 9");
+  CHECK(r.backtrace() == "bt");
+  // Bytes that are not UTF-8 cannot go into a protobuf string: they are replaced.
+  const auto u = lspawn::make_error_report(std::make_exception_ptr(std::runtime_error("bad \xff\xfe byte é")));
+  CHECK(u.message() == "bad ?? byte é");
+  const auto t = lspawn::make_error_report(std::make_exception_ptr(42));
+  CHECK(t.exception_type() == "int");
+  CHECK(t.message() == "(not a std::exception)");
+}
+
+TEST_CASE("write_error_report(const std::exception&) writes the dynamic type", "[error_report]") {
+  TempDir dir;
+  const std::string report = dir.file("direct.json");
+  ::setenv("LSPAWN_ERROR_FILE", report.c_str(), 1);
+  ::setenv("RANK", "5", 1);
+  const std::invalid_argument e("bad arg");
+  const std::exception& base = e;
+  const std::string written = lspawn::write_error_report(base);
+  ::unsetenv("LSPAWN_ERROR_FILE");
+  ::unsetenv("RANK");
+  CHECK(written == report);
+  const auto r = read_report(report);
+  CHECK(r.rank() == 5);
+  CHECK(r.exception_type() == "std::invalid_argument");
+  CHECK(r.message() == "bad arg");
+  CHECK(lspawn::current_backtrace().find("#0 ") == 0);
+}

@@ -1,0 +1,142 @@
+// The examples, run as real jobs: hello_allreduce under a hand-set env contract and under
+// torchrun (scripts/torchrun.py), and examples/ddp_python.py (unmodified PyTorch) under the same
+// env contract lspawn gives, on a port reserved the way lspawn reserves it.
+#include <chrono>
+#include <vector>
+
+#include <unistd.h>
+
+#include "proto/wire.hpp"
+#include "runtime/error_report.hpp"
+#include "tests/runtime/child.hpp"
+// Last: c10's glog headers define CHECK too; Catch's must win.
+#include <catch2/catch.hpp>
+
+using namespace std::chrono_literals;
+using Catch::Matchers::Contains;
+using lspawn::test::Child;
+using lspawn::test::ReservedPort;
+using lspawn::test::TempDir;
+
+#ifdef LSPAWN_HELLO_ALLREDUCE
+
+namespace {
+
+const char* kPython = "/usr/bin/python3";
+
+bool python_has_torch() {
+  static const bool has = [] {
+    if (::access(kPython, X_OK) != 0) return false;
+    TempDir dir;
+    Child c({kPython, "-c", "import torch.distributed"}, {}, dir.file("out"));
+    return c.wait(60s).code == 0;
+  }();
+  return has;
+}
+
+std::vector<Child> start_job(const std::vector<std::string>& argv, int n, uint16_t port, const TempDir& dir,
+                             std::map<std::string, std::string> extra = {}) {
+  std::vector<Child> ranks;
+  for (int r = 0; r < n; ++r) {
+    auto env = lspawn::test::contract_env(r, n, port, "examples");
+    env["LSPAWN_RDZV_TIMEOUT"] = "60";
+    env["LSPAWN_PG_TIMEOUT"] = "60";
+    for (const auto& [k, v] : extra) env[k] = v;
+    if (env.count("TORCHELASTIC_ERROR_FILE")) env["TORCHELASTIC_ERROR_FILE"] += std::to_string(r);
+    ranks.emplace_back(argv, env, dir.file("rank" + std::to_string(r)));
+  }
+  return ranks;
+}
+
+}  // namespace
+
+TEST_CASE("hello_allreduce: 2 ranks all-reduce, broadcast, all-gather and exit 0", "[examples]") {
+  TempDir dir;
+  ReservedPort reserved;
+  auto ranks = start_job({LSPAWN_HELLO_ALLREDUCE, "--size", "1000", "--iters", "3"}, 2, reserved.port(), dir);
+  for (int r = 0; r < 2; ++r) {
+    const auto st = ranks[r].wait(60s);
+    INFO("rank " << r << ": " << st.describe() << "\n" << ranks[r].output());
+    CHECK(st.code == 0);
+    CHECK_THAT(ranks[r].output(), Contains("rank " + std::to_string(r) + "/2: allreduce sum = 3"));
+  }
+  CHECK_THAT(ranks[0].output(), Contains("broadcast, all_gather, barrier ok"));
+}
+
+TEST_CASE("hello_allreduce: --throw-rank writes an error report; the peer fails instead of hanging", "[examples]") {
+  TempDir dir;
+  ReservedPort reserved;
+  auto ranks = start_job({LSPAWN_HELLO_ALLREDUCE, "--throw-rank", "1"}, 2, reserved.port(), dir,
+                         {{"TORCHELASTIC_ERROR_FILE", dir.file("error")}});
+  const auto st1 = ranks[1].wait(60s);
+  INFO("rank 1: " << st1.describe() << "\n" << ranks[1].output());
+  CHECK(st1.code == 1);
+  CHECK_THAT(ranks[1].output(), Contains("[lspawn] rank 1: uncaught std::runtime_error: rank 1 throws on purpose"));
+  lspawn::proto::ErrorReport report;
+  lspawn::wire::read_json_file(dir.file("error1"), report);
+  CHECK(report.rank() == 1);
+  CHECK(report.message() == "rank 1 throws on purpose");
+  // Rank 0 was in all_reduce with rank 1: gloo sees the closed connection and rank 0 fails too.
+  const auto st0 = ranks[0].wait(60s);
+  INFO("rank 0: " << st0.describe() << "\n" << ranks[0].output());
+  CHECK_FALSE(st0.timed_out);
+  CHECK(st0.code == 1);
+}
+
+TEST_CASE("hello_allreduce: --fail-rank exits with the requested code", "[examples]") {
+  TempDir dir;
+  Child c({LSPAWN_HELLO_ALLREDUCE, "--fail-rank", "0", "--exit-code", "7"},
+          lspawn::test::contract_env(0, 1, 0), dir.file("out"));
+  const auto st = c.wait(60s);
+  INFO(st.describe() << "\n" << c.output());
+  CHECK(st.code == 7);
+  CHECK_THAT(c.output(), Contains("rank 0: failing on purpose with exit code 7"));
+}
+
+TEST_CASE("hello_allreduce: a bad environment is reported with the variable's name", "[examples]") {
+  TempDir dir;
+  auto env = lspawn::test::contract_env(0, 2, 1);
+  env["RANK"] = "x";
+  Child c({LSPAWN_HELLO_ALLREDUCE}, env, dir.file("out"));
+  const auto st = c.wait(60s);
+  INFO(st.describe() << "\n" << c.output());
+  CHECK(st.code == 1);
+  CHECK_THAT(c.output(), Contains("[lspawn] rank ?: uncaught lspawn::EnvError: RANK='x' is not an integer"));
+}
+
+TEST_CASE("ddp_python.py: an unmodified PyTorch script runs on the env contract and a reserved port", "[examples][python]") {
+  if (!python_has_torch()) {
+    WARN("skipped: /usr/bin/python3 has no torch.distributed");
+    return;
+  }
+  TempDir dir;
+  ReservedPort reserved;
+  auto ranks = start_job({kPython, LSPAWN_SOURCE_DIR "/examples/ddp_python.py"}, 2, reserved.port(), dir);
+  for (int r = 0; r < 2; ++r) {
+    const auto st = ranks[r].wait(120s);
+    INFO("rank " << r << ": " << st.describe() << "\n" << ranks[r].output());
+    CHECK(st.code == 0);
+    CHECK_THAT(ranks[r].output(), Contains("python rank " + std::to_string(r) + "/2 (local " +
+                                           std::to_string(r) + "): allreduce sum = 3 ok"));
+  }
+}
+
+TEST_CASE("scripts/torchrun.py runs hello_allreduce with --no_python (lspawn worker under torchrun)", "[examples][python]") {
+  if (!python_has_torch()) {
+    WARN("skipped: /usr/bin/python3 has no torch.distributed");
+    return;
+  }
+  TempDir dir;
+  ReservedPort reserved;  // torchrun's agent hosts its store here (static rendezvous)
+  Child c({kPython, LSPAWN_SOURCE_DIR "/scripts/torchrun.py", "--nproc_per_node", "2", "--master_addr",
+           "127.0.0.1", "--master_port", std::to_string(reserved.port()), "--max_restarts", "0", "--no_python",
+           LSPAWN_HELLO_ALLREDUCE},
+          {{"OMP_NUM_THREADS", "1"}, {"LSPAWN_RDZV_TIMEOUT", "60"}}, dir.file("out"));
+  const auto st = c.wait(180s);
+  INFO(st.describe() << "\n" << c.output());
+  CHECK(st.code == 0);
+  CHECK_THAT(c.output(), Contains("rank 0/2: allreduce sum = 3"));
+  CHECK_THAT(c.output(), Contains("rank 1/2: allreduce sum = 3"));
+}
+
+#endif  // LSPAWN_HELLO_ALLREDUCE

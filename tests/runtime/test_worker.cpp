@@ -1,0 +1,138 @@
+// A worker for the runtime tests, started by exec with the env contract set by the test.
+//   test_worker rendezvous    rendezvous(); prints "peers <n> pids <p0> <p1> ..."; exit 0,
+//                             3 on RendezvousTimeout, 4 on another RendezvousError
+//   test_worker collectives   init_process_group(); checks all_reduce (sum, mean, min, max,
+//                             product), broadcast, all_gather, barrier; exit 0, 5 on a wrong value
+//   test_worker throw         run_main() around a throw of std::runtime_error
+//   test_worker throw-custom  run_main() around a throw of lspawn_test::CustomError
+//   test_worker throw-c10     run_main() around a TORCH_CHECK failure (c10::Error)
+//   test_worker terminate     install_error_handler(); main throws with no handler (terminate)
+//   test_worker terminate-thread  same from a std::thread (stack unwound to its noexcept frame)
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <unistd.h>
+
+#include "runtime/error_report.hpp"
+#include "runtime/process_group.hpp"
+#include "runtime/rendezvous.hpp"
+
+namespace lspawn_test {
+struct CustomError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+}  // namespace lspawn_test
+
+// Outside any anonymous namespace (and the binary linked with -rdynamic) so that backtrace
+// symbols name them.
+extern "C" __attribute__((noinline)) void lspawn_test_throw_uncaught() {
+  throw std::runtime_error("uncaught in main, rank " + std::string(std::getenv("RANK") ? std::getenv("RANK") : "?"));
+}
+
+extern "C" __attribute__((noinline)) void lspawn_test_throw_in_thread() {
+  throw std::runtime_error("thrown in a thread of rank " + std::string(std::getenv("RANK") ? std::getenv("RANK") : "?"));
+}
+
+namespace {
+
+int rank_from_env() {
+  const char* r = std::getenv("RANK");
+  return r ? std::atoi(r) : -1;
+}
+
+int do_rendezvous() {
+  const auto env = lspawn::WorkerEnv::from_environment();
+  try {
+    auto rdzv = lspawn::rendezvous(env);
+    std::printf("rank %d: port %u peers %zu pids", env.rank, rdzv.port, rdzv.peers.size());
+    for (const auto& p : rdzv.peers) std::printf(" %lld", static_cast<long long>(p.pid));
+    std::printf("\n");
+    return 0;
+  } catch (const lspawn::RendezvousTimeout& e) {
+    std::printf("RendezvousTimeout: %s\n", e.what());
+    return 3;
+  } catch (const lspawn::RendezvousError& e) {
+    std::printf("RendezvousError: %s\n", e.what());
+    return 4;
+  }
+}
+
+bool close_to(const at::Tensor& t, double want) {
+  return t.allclose(at::full_like(t, want));
+}
+
+int do_collectives() {
+  auto w = lspawn::init_process_group();
+  const int r = w.rank(), n = w.size();
+  int bad = 0;
+  auto check = [&](const char* what, const at::Tensor& got, double want) {
+    if (!close_to(got, want)) {
+      std::printf("rank %d/%d: %s: got %s want %g\n", r, n, what, got.toString().c_str(), want);
+      std::printf("values: %f\n", got.flatten()[0].item<double>());
+      ++bad;
+    }
+  };
+  auto allreduce = [&](c10d::ReduceOp op) {
+    std::vector<at::Tensor> ts{at::full({4}, double(r + 1), at::kDouble)};
+    c10d::AllreduceOptions o;
+    o.reduceOp = op;
+    w.pg->allreduce(ts, o)->wait();
+    return ts[0];
+  };
+  double fact = 1;
+  for (int i = 1; i <= n; ++i) fact *= i;
+  check("allreduce sum", allreduce(c10d::ReduceOp::SUM), n * (n + 1) / 2.0);
+  check("allreduce mean", allreduce(c10d::ReduceOp::SUM) / n, (n + 1) / 2.0);
+  check("allreduce min", allreduce(c10d::ReduceOp::MIN), 1);
+  check("allreduce max", allreduce(c10d::ReduceOp::MAX), n);
+  check("allreduce product", allreduce(c10d::ReduceOp::PRODUCT), fact);
+
+  std::vector<at::Tensor> b{at::full({3}, r == n - 1 ? 42.0 : -1.0, at::kFloat)};
+  c10d::BroadcastOptions bo;
+  bo.rootRank = n - 1;
+  w.pg->broadcast(b, bo)->wait();
+  check("broadcast from last rank", b[0], 42);
+
+  std::vector<at::Tensor> in{at::full({2}, double(10 * r), at::kFloat)};
+  std::vector<std::vector<at::Tensor>> out(1);
+  for (int i = 0; i < n; ++i) out[0].push_back(at::empty({2}, at::kFloat));
+  w.pg->allgather(out, in)->wait();
+  for (int i = 0; i < n; ++i) check("all_gather", out[0][i], 10.0 * i);
+
+  w.pg->barrier()->wait();
+  std::printf("rank %d/%d: collectives %s\n", r, n, bad ? "WRONG" : "ok");
+  return bad ? 5 : 0;
+}
+
+int worker_main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "rendezvous") return do_rendezvous();
+  if (mode == "collectives") return do_collectives();
+  if (mode == "throw") throw std::runtime_error("boom from rank " + std::to_string(rank_from_env()));
+  if (mode == "throw-custom") throw lspawn_test::CustomError("custom failure");
+  if (mode == "throw-c10") TORCH_CHECK(false, "c10 check failed on purpose");
+  if (mode == "terminate-thread") {
+    std::thread t(lspawn_test_throw_in_thread);
+    t.join();
+    return 0;
+  }
+  std::fprintf(stderr, "test_worker: unknown mode '%s'\n", mode.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "terminate") == 0) {
+    // No handler anywhere: std::terminate runs before any unwinding.
+    lspawn::install_error_handler();
+    lspawn_test_throw_uncaught();
+    return 0;
+  }
+  return lspawn::run_main(argc, argv, worker_main);
+}
