@@ -284,6 +284,16 @@ pid_t Supervisor::start_fork(int rank, ForkSpec spec) {
       rank,
       [&] {
         for (int fd : close_fds) ::close(fd);
+        // Signal dispositions as an exec would leave them: handlers inherited from the
+        // parent (a test framework's, the application's) are reset; ignored stays ignored.
+        for (int sig = 1; sig < NSIG; ++sig) {
+          struct sigaction old {};
+          if (::sigaction(sig, nullptr, &old) != 0) continue;
+          if (old.sa_handler == SIG_IGN || old.sa_handler == SIG_DFL) continue;
+          struct sigaction dfl {};
+          dfl.sa_handler = SIG_DFL;
+          ::sigaction(sig, &dfl, nullptr);
+        }
         int code = 1;
         try {
           code = spec.fn() & 0xff;

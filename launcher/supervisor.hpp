@@ -83,7 +83,9 @@ struct ExecSpec {
 // How a worker is started by fork without exec (spawn()'s Fork method). In the child, after
 // the standard setup, `fn` runs; its return value (& 0xff) is the exit code; an uncaught
 // exception writes an ErrorReport to error_file (when set) and exits 1. The child never
-// returns into the caller's code: it ends with _exit after flushing stdio.
+// returns into the caller's code: it ends with _exit after flushing stdio. Before fn runs, the
+// child closes the supervisor's fds (owned_fds()) and resets caught signals to SIG_DFL, as
+// an exec would (ignored signals stay ignored); fn may install its own handlers.
 struct ForkSpec {
   std::function<int()> fn;
   std::string error_file;

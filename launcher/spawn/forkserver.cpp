@@ -16,6 +16,7 @@
 #include <map>
 
 #include "launcher/spawn/errors.hpp"
+#include "launcher/spawn/init.hpp"
 #include "launcher/spawn/registry.hpp"
 #include "launcher/spawn/threads.hpp"
 #include "launcher/spawn/worker.hpp"
@@ -246,10 +247,10 @@ Forkserver::Forkserver(pid_t pid, sys::Fd requests, sys::Fd exits)
 
 std::unique_ptr<Forkserver> Forkserver::start() {
   const int threads = count_threads();
-  if (threads > 1) {
+  if (threads > init_detail::thread_baseline()) {
     std::fprintf(stderr,
                  "lspawn: warning: starting the forkserver while %d threads run; start it "
-                 "first thing in main (lspawn::init with InitOptions::start_forkserver)\n",
+                 "first thing in main (lspawn::init with StartupOptions::start_forkserver)\n",
                  threads);
   }
   int sv[2];

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include "launcher/spawn/errors.hpp"
 #include "launcher/spawn/forkserver.hpp"
 #include "launcher/spawn/registry.hpp"
+#include "launcher/spawn/threads.hpp"
 #include "launcher/spawn/worker.hpp"
 #include "proto/wire.hpp"
 
@@ -21,6 +23,7 @@ namespace {
 
 struct ProgramImage {
   bool initialized = false;
+  int thread_baseline = 1;
   std::string exe;
   std::vector<std::string> args;
   std::vector<char*> argv;  // into args, null-terminated
@@ -62,7 +65,7 @@ ProgramImage& image() {
 
 }  // namespace
 
-void init(int argc, char** argv, const InitOptions& opts) {
+void init(int argc, char** argv, const StartupOptions& opts) {
   if (const char* call = std::getenv(kSpawnCallEnv)) {
     const std::string path = call;
     ::unsetenv(kSpawnCallEnv);  // the worker's own children are callers, not workers
@@ -78,6 +81,7 @@ void init(int argc, char** argv, const InitOptions& opts) {
   for (auto& a : img.args) img.argv.push_back(a.data());
   img.argv.push_back(nullptr);
   img.initialized = true;
+  img.thread_baseline = std::max(1, count_threads());
   if (opts.start_forkserver) img.forkserver = Forkserver::start();
 }
 
@@ -86,6 +90,7 @@ bool initialized() { return image().initialized; }
 const char* executable() { return image().exe.c_str(); }
 int argc() { return static_cast<int>(image().args.size()); }
 char* const* argv() { return image().argv.data(); }
+int thread_baseline() { return image().thread_baseline; }
 Forkserver* default_forkserver() {
   Forkserver* fs = image().forkserver.get();
   return fs && fs->owner() == ::getpid() ? fs : nullptr;  // not in a forked copy of the owner

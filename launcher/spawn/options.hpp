@@ -27,7 +27,7 @@ enum class StartMethod {
   // (LSPAWN_REGISTER) and its arguments (lspawn::Codec) travel through proto/ as a SpawnCall.
   // Safe whatever the caller runs; pays the program's start-up cost per worker.
   Spawn,
-  // A server forked early (lspawn::init with InitOptions::start_forkserver, or
+  // A server forked early (lspawn::init with StartupOptions::start_forkserver, or
   // SpawnOptions::forkserver) forks each worker from its single-threaded state. Safe after
   // LibTorch has started threads; workers start in parallel. Function must be registered.
   Forkserver,

@@ -82,10 +82,12 @@ void ProcessContext::Impl::start(const SpawnPlan& plan) {
                            start_method_name(method) + ")";
   if (method == StartMethod::Fork) {
     const int threads = count_threads();
-    if (threads > 1) {
+    const int baseline = init_detail::thread_baseline();
+    if (threads > baseline) {
       const std::string why =
-          what + ": this process runs " + std::to_string(threads) +
-          " threads (LibTorch's thread pools and a process group start some); a forked child "
+          what + ": this process runs " + std::to_string(threads) + " threads (" +
+          std::to_string(baseline) +
+          " when it started; LibTorch's thread pools and a process group start more); a forked child "
           "keeps only the calling thread and may deadlock on locks the others held. Use "
           "StartMethod::Forkserver (start it first thing in main: lspawn::init(argc, argv, "
           "{.start_forkserver = true})) or StartMethod::Spawn";

@@ -1,0 +1,76 @@
+#include <catch2/catch.hpp>
+
+#include "launcher/cli_options.hpp"
+
+using lspawn::CliOptions;
+using lspawn::parse_cli;
+using lspawn::UsageError;
+
+TEST_CASE("parse_cli: defaults", "[cli]") {
+  CliOptions o = parse_cli({"prog"});
+  CHECK(o.nproc_per_node == 1);
+  CHECK(o.nnodes == 1);
+  CHECK(o.node_rank == 0);
+  CHECK(o.master_addr == "127.0.0.1");
+  CHECK(o.master_port == 0);
+  CHECK(o.run_id.empty());
+  CHECK(o.grace_period_s == 5.0);
+  CHECK(o.prefix);
+  CHECK_FALSE(o.quiet);
+  CHECK(o.program == std::vector<std::string>{"prog"});
+}
+
+TEST_CASE("parse_cli: both spellings, torchrun's underscores, program args untouched", "[cli]") {
+  CliOptions o = parse_cli({"--nprocs=4", "--master-port", "1234", "--grace-period=0.5", "--run_id", "r",
+                            "--nproc_per_node", "3", "--no-prefix", "--quiet", "--log-dir", "/x", "--tee",
+                            "--max-restarts=0", "prog", "--nprocs", "9", "-h"});
+  CHECK(o.nproc_per_node == 3);
+  CHECK(o.master_port == 1234);
+  CHECK(o.grace_period_s == 0.5);
+  CHECK(o.run_id == "r");
+  CHECK_FALSE(o.prefix);
+  CHECK(o.quiet);
+  CHECK(o.log_dir == "/x");
+  CHECK(o.tee);
+  CHECK_FALSE(o.help);
+  CHECK(o.program == std::vector<std::string>{"prog", "--nprocs", "9", "-h"});
+}
+
+TEST_CASE("parse_cli: -- ends the options", "[cli]") {
+  CliOptions o = parse_cli({"--nprocs", "2", "--", "--weird-program", "a"});
+  CHECK(o.program == std::vector<std::string>{"--weird-program", "a"});
+}
+
+TEST_CASE("parse_cli: help and version need no program", "[cli]") {
+  CHECK(parse_cli({"--help"}).help);
+  CHECK(parse_cli({"-h"}).help);
+  CHECK(parse_cli({"--version"}).version);
+}
+
+TEST_CASE("parse_cli: malformed options name the option and the accepted form", "[cli]") {
+  auto msg = [](std::vector<std::string> args) -> std::string {
+    try {
+      parse_cli(args);
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  CHECK(msg({"--nprocs", "abc", "p"}) == "--nprocs: expected a positive integer (--nprocs N), got 'abc'");
+  CHECK(msg({"--nprocs", "0", "p"}) == "--nprocs: 0 is out of range 1..4096 (--nprocs N)");
+  CHECK(msg({"--nprocs", "99999999999", "p"}).find("--nprocs: expected a positive integer") == 0);
+  CHECK(msg({"--nprocs"}) == "--nprocs: missing value (--nprocs N)");
+  CHECK(msg({"--grace-period", "-1", "p"}).find("--grace-period: expected a number of seconds >= 0") == 0);
+  CHECK(msg({"--grace-period", "1e3", "p"}).find("--grace-period") == 0);
+  CHECK(msg({"--grace-period", "nan", "p"}).find("--grace-period") == 0);
+  CHECK(msg({"--master-port", "65536", "p"}) == "--master-port: 65536 is out of range 0..65535 (--master-port PORT)");
+  CHECK(msg({"--max-restarts", "1", "p"}) == "--max-restarts: only 0 is supported (restarts are not implemented), got 1");
+  CHECK(msg({"--frobnicate", "p"}) == "--frobnicate: unknown option (see lspawn --help)");
+  CHECK(msg({"-x", "p"}).find("-x: unknown option") == 0);
+  CHECK(msg({"--tee=1", "p"}) == "--tee: takes no value (--tee), got '1'");
+  CHECK(msg({}) == "missing program (lspawn [options] [--] program [args...])");
+  CHECK(msg({"--nprocs", "2"}) == "missing program (lspawn [options] [--] program [args...])");
+  CHECK(msg({"--nnodes", "2", "--node-rank", "2", "--master-port", "5", "p"}).find("--node-rank: 2 must be less than --nnodes 2") == 0);
+  CHECK(msg({"--nnodes", "2", "p"}).find("--master-port: required when --nnodes > 1") == 0);
+  CHECK(msg({"--master-addr=", "p"}) == "--master-addr: empty address (--master-addr ADDR)");
+}
