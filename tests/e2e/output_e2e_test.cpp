@@ -5,6 +5,7 @@
 #include <regex>
 #include <sstream>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include "harness.hpp"
@@ -112,4 +113,17 @@ TEST_CASE("--log-dir that cannot be created: exit 2 and the reason", "[e2e][outp
   auto r = run_lspawn({"--log-dir", file + "/sub", "/bin/true"});
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--log-dir " + file + "/sub: cannot create it") != std::string::npos);
+}
+
+TEST_CASE("a process that left the worker's group and holds its pipes does not hang lspawn", "[e2e][output]") {
+  // setsid: the sleep escapes the worker's process group (so lspawn cannot kill it) and keeps
+  // the stdout pipe open; lspawn gives up on the pipes after its drain timeout (2 s).
+  auto r = run_lspawn({"/bin/sh", "-c", "setsid sleep 4 & sleep 0.2; echo escaped $!"});
+  const auto p = r.out.find("escaped ");
+  if (p != std::string::npos) kill(std::stoi(r.out.substr(p + 8)), SIGKILL);
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(p != std::string::npos);
+  CHECK(r.err.find("output pipes are still open") != std::string::npos);
+  CHECK(r.seconds < 3.9);
 }
