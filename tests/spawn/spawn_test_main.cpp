@@ -7,7 +7,7 @@
 #include "launcher/spawn/init.hpp"
 
 int main(int argc, char** argv) {
-  lspawn::InitOptions opts;
+  lspawn::StartupOptions opts;
   opts.start_forkserver = true;
   lspawn::init(argc, argv, opts);
   return Catch::Session().run(argc, argv);

@@ -1,0 +1,122 @@
+// spawn() with LibTorch values: tensor arguments and results, ModelWrapper, a gloo process
+// group inside the workers, for every start method.
+#include <catch2/catch.hpp>
+
+#include <ATen/ATen.h>
+#include <torch/nn/modules/linear.h>
+
+#include <lspawn/model_wrapper.hpp>
+#include <lspawn/spawn.hpp>
+#include <lspawn/tensor_codec.hpp>
+
+#include "runtime/process_group.hpp"
+
+using lspawn::SpawnOptions;
+using lspawn::StartMethod;
+
+namespace {
+
+struct Net : torch::nn::Module {
+  Net() {
+    fc = register_module("fc", torch::nn::Linear(64, 32));
+    register_buffer("steps", at::zeros({1}, at::kLong));
+  }
+  torch::nn::Linear fc{nullptr};
+};
+
+at::Tensor t_scale(int index, at::Tensor x, double factor) { return x * factor + index; }
+LSPAWN_REGISTER(t_scale);
+
+// Returns the sum of the weights the worker sees, whether they require grad, and whether the
+// parameter memory is the parent's (Fork) — by comparing data pointers passed in.
+std::vector<double> t_model(int, lspawn::ModelWrapper<Net> model, int64_t parent_ptr) {
+  auto& net = *model;
+  const bool same_memory = reinterpret_cast<int64_t>(net.fc->weight.data_ptr()) == parent_ptr;
+  // The worker can still train it: a write goes to its own copy of the page.
+  at::Tensor out = net.fc->forward(at::ones({2, 64}));
+  return {net.fc->weight.sum().item<double>() + net.fc->bias.sum().item<double>(),
+          net.fc->weight.requires_grad() ? 1.0 : 0.0, same_memory ? 1.0 : 0.0,
+          static_cast<double>(out.size(1))};
+}
+LSPAWN_REGISTER(t_model);
+
+double t_allreduce(int index) {
+  lspawn::World world = lspawn::init_process_group();
+  std::vector<at::Tensor> t{at::full({4}, static_cast<double>(index + 1))};
+  world.pg->allreduce(t)->wait();
+  return t[0][0].item<double>();
+}
+LSPAWN_REGISTER(t_allreduce);
+
+const StartMethod kMethods[] = {StartMethod::Fork, StartMethod::Spawn, StartMethod::Forkserver};
+
+SpawnOptions quiet(StartMethod m, int nprocs) {
+  SpawnOptions o;
+  o.start_method = m;
+  o.nprocs = nprocs;
+  o.on_info = [](const std::string&) {};
+  // Fork after LibTorch ran an op: its intra-op pool may have started (at::set_num_threads(1)
+  // in main keeps it single-threaded, so Fork is allowed).
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("tensor codec round-trips dtype, shape and values") {
+  const at::Tensor x = at::arange(12, at::kFloat).reshape({3, 4});
+  const at::Tensor y = lspawn::Codec<at::Tensor>::decode(lspawn::Codec<at::Tensor>::encode(x));
+  CHECK(y.scalar_type() == at::kFloat);
+  CHECK(y.sizes() == x.sizes());
+  CHECK(at::equal(x, y));
+  lspawn::proto::Value garbage;
+  garbage.set_tensor("not a pickle");
+  CHECK_THROWS_AS(lspawn::Codec<at::Tensor>::decode(garbage), lspawn::CodecError);
+  CHECK_THROWS_WITH(lspawn::Codec<at::Tensor>::decode(lspawn::Codec<int>::encode(1)),
+                    Catch::Contains("expected a value of kind tensor"));
+}
+
+TEST_CASE("tensors travel as spawn arguments and results") {
+  const StartMethod m = GENERATE(from_range(std::begin(kMethods), std::end(kMethods)));
+  INFO("start method " << lspawn::start_method_name(m));
+  const at::Tensor x = at::arange(6, at::kDouble);
+  auto ctx = lspawn::spawn(t_scale, std::make_tuple(x, 2.0), quiet(m, 2));
+  const auto r = ctx.results<at::Tensor>();
+  REQUIRE(r.size() == 2);
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE(r[i]);
+    CHECK(at::equal(*r[i], x * 2.0 + i));
+  }
+}
+
+TEST_CASE("ModelWrapper hands the parent's model to every worker") {
+  const StartMethod m = GENERATE(from_range(std::begin(kMethods), std::end(kMethods)));
+  INFO("start method " << lspawn::start_method_name(m));
+  auto net = std::make_shared<Net>();
+  const double expected = net->fc->weight.sum().item<double>() + net->fc->bias.sum().item<double>();
+  lspawn::ModelWrapper<Net> wrapped(net);
+  const auto ptr = reinterpret_cast<int64_t>(net->fc->weight.data_ptr());
+  auto ctx = lspawn::spawn(t_model, std::make_tuple(wrapped, ptr), quiet(m, 2));
+  for (const auto& r : ctx.results<std::vector<double>>()) {
+    REQUIRE(r);
+    CHECK((*r)[0] == Approx(expected));
+    CHECK((*r)[1] == 1.0);                                   // still a trainable parameter
+    CHECK((*r)[2] == (m == StartMethod::Fork ? 1.0 : 0.0));  // Fork: the very same memory
+    CHECK((*r)[3] == 32.0);
+  }
+}
+
+TEST_CASE("ModelWrapper refuses a worker model of another shape") {
+  auto other = std::make_shared<torch::nn::Module>();
+  other->register_parameter("w", at::zeros({3}));
+  lspawn::ModuleSnapshot snap(*other);
+  Net net;
+  CHECK_THROWS_WITH(lspawn::ModuleSnapshot::load_into(net, snap.value()),
+                    Catch::Contains("parameters and buffers"));
+}
+
+TEST_CASE("workers form a gloo process group with the env contract spawn() gives them") {
+  const StartMethod m = GENERATE(from_range(std::begin(kMethods), std::end(kMethods)));
+  INFO("start method " << lspawn::start_method_name(m));
+  auto ctx = lspawn::spawn(t_allreduce, quiet(m, 3));
+  for (const auto& r : ctx.results<double>()) CHECK(r == 6.0);  // 1 + 2 + 3
+}
