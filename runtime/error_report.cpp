@@ -14,6 +14,7 @@
 #include <c10/util/Exception.h>
 
 #include "proto/wire.hpp"
+#include "runtime/throw_trace.hpp"
 
 namespace lspawn {
 namespace {
@@ -95,12 +96,14 @@ std::atomic<bool> g_terminating{false};
 
 [[noreturn]] void on_terminate() {
   if (!g_terminating.exchange(true)) {
-    // Still inside the throw: the stack below is the throw site (no unwinding happened).
-    const std::string bt = current_backtrace(2);
     if (std::exception_ptr e = std::current_exception()) {
+      // The recorded throw site; else this stack, which is the throw site when nothing was
+      // unwound (no handler at all) or the noexcept frame that stopped the exception.
+      std::string bt = detail::throw_site_backtrace(e);
+      if (bt.empty()) bt = current_backtrace(2);
       emit(make_error_report(e, bt), "uncaught");
     } else {
-      proto::ErrorReport r = make_error_report(nullptr, bt);
+      proto::ErrorReport r = make_error_report(nullptr, current_backtrace(2));
       emit(r, "terminate:");
     }
   }
@@ -113,20 +116,7 @@ std::string current_backtrace(int skip) {
   constexpr int kMaxFrames = 64;
   void* frames[kMaxFrames];
   const int n = ::backtrace(frames, kMaxFrames);
-  std::unique_ptr<char*, void (*)(void*)> symbols(::backtrace_symbols(frames, n), std::free);
-  std::string out;
-  for (int i = skip + 1; i < n; ++i) {  // +1: this function
-    std::string line = symbols ? symbols.get()[i] : "?";
-    // "binary(mangled+0x1f) [0xaddr]" → "binary(demangled+0x1f) [0xaddr]"
-    const auto open = line.find('(');
-    const auto plus = line.find('+', open == std::string::npos ? 0 : open);
-    if (open != std::string::npos && plus != std::string::npos && plus > open + 1) {
-      const std::string mangled = line.substr(open + 1, plus - open - 1);
-      line = line.substr(0, open + 1) + demangle(mangled.c_str()) + line.substr(plus);
-    }
-    out += "#" + std::to_string(i - skip - 1) + " " + line + "\n";
-  }
-  return out;
+  return detail::symbolize(frames, n, skip + 1);  // +1: this function
 }
 
 proto::ErrorReport make_error_report(std::exception_ptr error, const std::string& backtrace) {
@@ -167,7 +157,9 @@ proto::ErrorReport make_error_report(std::exception_ptr error, const std::string
 
 std::string write_error_report(std::exception_ptr error) {
   try {
-    return emit(make_error_report(error, kCaughtHere + current_backtrace(1)), "uncaught");
+    std::string bt = detail::throw_site_backtrace(error);
+    if (bt.empty()) bt = kCaughtHere + current_backtrace(1);
+    return emit(make_error_report(error, bt), "uncaught");
   } catch (...) {
     return "";
   }

@@ -55,7 +55,9 @@ TEST_CASE("error report: an uncaught exception in run_main writes the JSON repor
   CHECK_FALSE(r.host().empty());
   CHECK(r.exception_type() == "std::runtime_error");
   CHECK(r.message() == "boom from rank 3");
-  CHECK_FALSE(r.backtrace().empty());
+  // The throw site, recorded when it was thrown (runtime/throw_trace.hpp), not the catch site.
+  CHECK_THAT(r.backtrace(), Contains("lspawn_test_throw_runtime_error"));
+  CHECK_THAT(r.backtrace(), !Contains("caught, not where it was thrown"));
   CHECK(r.timestamp_us() >= before);
   CHECK(r.timestamp_us() <= now_us());
 }
@@ -114,7 +116,22 @@ TEST_CASE("error report: an exception escaping a thread is reported by the termi
   CHECK(r.rank() == 3);
   CHECK(r.exception_type() == "std::runtime_error");
   CHECK(r.message() == "thrown in a thread of rank 3");
-  CHECK_FALSE(r.backtrace().empty());
+  // The thread's stack was unwound to its noexcept frame; the recorded throw site survives.
+  CHECK_THAT(r.backtrace(), Contains("lspawn_test_throw_in_thread"));
+}
+
+TEST_CASE("error report: LSPAWN_THROW_TRACE=0 falls back to the catch site", "[error_report]") {
+  TempDir dir;
+  const std::string report = dir.file("error.json");
+  auto env = env_with_error_file("TORCHELASTIC_ERROR_FILE", report);
+  env["LSPAWN_THROW_TRACE"] = "0";
+  Child c({LSPAWN_TEST_WORKER, "throw"}, env, dir.file("out"));
+  const auto st = c.wait(30s);
+  INFO(st.describe() << "\n" << c.output());
+  CHECK(st.code == 1);
+  const auto r = read_report(report);
+  CHECK_THAT(r.backtrace(), StartsWith("(stack where the exception was caught, not where it was thrown)"));
+  CHECK_THAT(r.backtrace(), !Contains("lspawn_test_throw_runtime_error"));
 }
 
 TEST_CASE("error report: without an error file only the stderr line is printed", "[error_report]") {

@@ -34,16 +34,15 @@ extern "C" __attribute__((noinline)) void lspawn_test_throw_uncaught() {
   throw std::runtime_error("uncaught in main, rank " + std::string(std::getenv("RANK") ? std::getenv("RANK") : "?"));
 }
 
+extern "C" __attribute__((noinline)) void lspawn_test_throw_runtime_error() {
+  throw std::runtime_error("boom from rank " + std::string(std::getenv("RANK") ? std::getenv("RANK") : "?"));
+}
+
 extern "C" __attribute__((noinline)) void lspawn_test_throw_in_thread() {
   throw std::runtime_error("thrown in a thread of rank " + std::string(std::getenv("RANK") ? std::getenv("RANK") : "?"));
 }
 
 namespace {
-
-int rank_from_env() {
-  const char* r = std::getenv("RANK");
-  return r ? std::atoi(r) : -1;
-}
 
 int do_rendezvous() {
   const auto env = lspawn::WorkerEnv::from_environment();
@@ -113,7 +112,7 @@ int worker_main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "rendezvous") return do_rendezvous();
   if (mode == "collectives") return do_collectives();
-  if (mode == "throw") throw std::runtime_error("boom from rank " + std::to_string(rank_from_env()));
+  if (mode == "throw") lspawn_test_throw_runtime_error();
   if (mode == "throw-custom") throw lspawn_test::CustomError("custom failure");
   if (mode == "throw-c10") TORCH_CHECK(false, "c10 check failed on purpose");
   if (mode == "terminate-thread") {
