@@ -5,6 +5,10 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#ifdef LSPAWN_HAVE_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,8 +43,9 @@ GroupOptions resolve(GroupOptions o) {
     if (b == "auto") o.backend = Backend::Auto;
     else if (b == "gloo") o.backend = Backend::Gloo;
     else if (b == "shm") o.backend = Backend::Shm;
+    else if (b == "nccl") o.backend = Backend::Nccl;
     else
-      throw std::invalid_argument("LSPAWN_BACKEND='" + b + "' is not one of shm, gloo, auto");
+      throw std::invalid_argument("LSPAWN_BACKEND='" + b + "' is not one of shm, gloo, auto, nccl");
   }
   if (o.timeout.count() <= 0) {
     o.timeout = std::chrono::minutes(30);
@@ -60,12 +65,21 @@ GroupOptions resolve(GroupOptions o) {
 
 }  // namespace
 
+bool have_nccl_backend() {
+#ifdef LSPAWN_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
 const char* to_string(Backend b) {
   switch (b) {
     case Backend::Default: return "default";
     case Backend::Auto: return "auto";
     case Backend::Gloo: return "gloo";
     case Backend::Shm: return "shm";
+    case Backend::Nccl: return "nccl";
   }
   return "?";
 }
@@ -114,6 +128,24 @@ std::shared_ptr<Group> Group::build(c10::intrusive_ptr<c10d::Store> store, int r
     throw CollectiveError("create", g->options_.name, {},
                           "lspawn: " + who + ": backend shm needs all ranks on one node, but they are on: " + nodes);
   }
+  if (g->options_.backend == Backend::Nccl) {
+#ifdef LSPAWN_HAVE_NCCL
+    try {
+      auto nopts = c10d::ProcessGroupNCCL::Options::create();
+      nopts->timeout = g->options_.timeout;
+      g->gloo_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(
+          c10::make_intrusive<c10d::PrefixStore>("nccl", g->store_), rank, size, nopts);
+    } catch (const std::exception& e) {
+      throw CollectiveError("create", g->options_.name, {}, "lspawn: " + who + ": NCCL setup failed: " + e.what());
+    }
+    g->nccl_ = true;
+    return g;
+#else
+    throw CollectiveError("create", g->options_.name, {},
+                          "lspawn: " + who + ": backend nccl is not built in (configure with "
+                          "-DLSPAWN_WITH_NCCL=ON against a CUDA LibTorch with NCCL)");
+#endif
+  }
   try {
     auto gopts = c10d::ProcessGroupGloo::Options::create(g->options_.timeout);
     if (!g->options_.gloo_host.empty())
@@ -154,7 +186,7 @@ std::shared_ptr<Group> Group::build(c10::intrusive_ptr<c10d::Store> store, int r
 
 Group::~Group() = default;
 
-std::string Group::backend() const { return shm_ ? "shm+gloo" : "gloo"; }
+std::string Group::backend() const { return nccl_ ? "nccl" : shm_ ? "shm+gloo" : "gloo"; }
 
 std::string Group::describe() const {
   std::ostringstream s;

@@ -41,7 +41,11 @@ enum class Backend {
   Auto,     // shm among ranks of one node, gloo otherwise
   Gloo,     // gloo only (loopback TCP on one node)
   Shm,      // shm for what it implements; creation fails if the members span several nodes
+  Nccl,     // c10d ProcessGroupNCCL for every op (CUDA tensors). Only in builds configured with
+            // LSPAWN_WITH_NCCL against a CUDA LibTorch (have_nccl_backend()); else creation throws.
 };
+// True when this build can create Backend::Nccl groups.
+bool have_nccl_backend();
 const char* to_string(Backend b);
 
 struct GroupOptions {
@@ -87,7 +91,7 @@ class Group {
   const std::string& name() const { return options_.name; }
   std::chrono::milliseconds timeout() const { return options_.timeout; }
   bool checked() const { return options_.checked; }
-  // "gloo" or "shm+gloo" (shm for the ops it implements, gloo for the rest).
+  // "gloo", "shm+gloo" (shm for the ops it implements, gloo for the rest) or "nccl".
   std::string backend() const;
   // Ranks of the members in the root group, indexed by this group's rank.
   const std::vector<int>& root_ranks() const { return root_ranks_; }
@@ -98,7 +102,8 @@ class Group {
   std::shared_ptr<Group> new_group(const std::vector<int>& ranks, GroupOptions options);
   std::shared_ptr<Group> new_group(const std::vector<int>& ranks);
 
-  // The gloo process group: for code that wants c10d itself (e.g. torch's DDP Reducer).
+  // The c10d process group (gloo; NCCL for Backend::Nccl): for code that wants c10d itself
+  // (e.g. torch's DDP Reducer).
   const c10::intrusive_ptr<c10d::ProcessGroup>& process_group() const { return gloo_; }
   // The shm communicator, or nullptr when this group does not use shm.
   shm::Communicator* shm() { return shm_.get(); }
@@ -130,7 +135,8 @@ class Group {
   std::vector<std::string> node_ids_;  // per group rank: host identity
   std::vector<int> root_ranks_;
   std::uint64_t sequence_ = 0;
-  int subgroups_ = 0;  // new_group() calls so far: names the next one
+  int subgroups_ = 0;
+  bool nccl_ = false;  // gloo_ holds a ProcessGroupNCCL  // new_group() calls so far: names the next one
 };
 
 }  // namespace lspawn

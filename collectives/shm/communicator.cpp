@@ -265,7 +265,7 @@ void Communicator::wait_all(std::uint32_t target, const char* what) {
     if (reached(word->load(std::memory_order_acquire))) continue;
     bool done = false;
     if (!oversubscribed_) {
-      for (int i = 0; i < 4000 && !done; ++i) {
+      for (int i = 0; i < 1000 && !done; ++i) {
         LSPAWN_CPU_RELAX();
         done = reached(word->load(std::memory_order_acquire));
       }

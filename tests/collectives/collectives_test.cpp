@@ -100,3 +100,15 @@ TEST_CASE("mismatched calls fail with CollectiveMismatch naming the ranks", "[co
     CHECK_THAT(r.ranks[q].output, Catch::Contains("mismatch") && Catch::Contains("rank 1 called"));
   }
 }
+
+TEST_CASE("backend nccl without NCCL built in fails at creation with a clear message", "[collectives][processes][failure]") {
+  auto r = run_ranks(1, "suite", "nccl", {}, std::chrono::seconds(60));
+  INFO(r.all_output());
+  REQUIRE_FALSE(r.timed_out);
+  if (r.ranks[0].exit_code == 2) {
+    CHECK_THAT(r.ranks[0].output, Catch::Contains("backend nccl is not built in"));
+  } else {
+    // A CUDA build with NCCL: the group exists; the CPU suite is not meant for it.
+    CHECK(r.ranks[0].signal == 0);
+  }
+}

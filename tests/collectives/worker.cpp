@@ -381,7 +381,10 @@ int main(int argc, char** argv) {
     so.timeout = std::chrono::seconds(30);
     auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
     lspawn::GroupOptions go;
-    go.backend = backend == "gloo" ? lspawn::Backend::Gloo : backend == "shm" ? lspawn::Backend::Shm : lspawn::Backend::Auto;
+    go.backend = backend == "gloo"   ? lspawn::Backend::Gloo
+                 : backend == "shm"  ? lspawn::Backend::Shm
+                 : backend == "nccl" ? lspawn::Backend::Nccl
+                                     : lspawn::Backend::Auto;
     go.timeout = std::chrono::milliseconds(env_int("LSPAWN_TEST_TIMEOUT_MS", 30000));
     auto g = Group::create(store, rank, size, go);
     if (scenario == "suite") scenario_suite(*g);
