@@ -25,10 +25,13 @@ int64_t now_ns() {
       .count();
 }
 
-int64_t barrier_rank(int) {
+// Returns {entered fn, process group ready, past the barrier} (CLOCK_MONOTONIC ns).
+std::vector<int64_t> barrier_rank(int) {
+  const int64_t entered = now_ns();
   lspawn::World world = lspawn::init_process_group();
+  const int64_t ready = now_ns();
   world.pg->barrier()->wait();
-  return now_ns();
+  return {entered, ready, now_ns()};
 }
 LSPAWN_REGISTER(barrier_rank);
 
@@ -66,19 +69,28 @@ int main(int argc, char** argv) {
   o.nprocs = nprocs;
   o.start_method = method;
   o.on_info = [](const std::string&) {};
-  std::vector<double> to_barrier, total;
+  std::vector<double> to_barrier, total, to_started, to_group;
   for (int r = 0; r < runs; ++r) {
     const int64_t t0 = now_ns();
     auto ctx = lspawn::spawn(barrier_rank, o);
     const int64_t t1 = now_ns();
-    int64_t last = 0;
-    for (const auto& v : ctx.results<int64_t>()) last = std::max(last, v.value_or(0));
+    int64_t started = 0, grouped = 0, last = 0;
+    for (const auto& v : ctx.results<std::vector<int64_t>>()) {
+      started = std::max(started, v->at(0));
+      grouped = std::max(grouped, v->at(1));
+      last = std::max(last, v->at(2));
+    }
+    to_started.push_back((started - t0) / 1e6);
+    to_group.push_back((grouped - t0) / 1e6);
     to_barrier.push_back((last - t0) / 1e6);
     total.push_back((t1 - t0) / 1e6);
-    std::printf("run %d: %.1f ms to all ranks past the barrier, %.1f ms until spawn() returned\n", r,
-                to_barrier.back(), total.back());
+    std::printf("run %d: all ranks running after %.1f ms, process group ready %.1f ms, past the "
+                "barrier %.1f ms; spawn() returned after %.1f ms\n",
+                r, to_started.back(), to_group.back(), to_barrier.back(), total.back());
   }
-  std::printf("lspawn.spawn method=%s nprocs=%d runs=%d median_ms_to_barrier=%.1f median_ms_total=%.1f\n",
-              lspawn::start_method_name(method), nprocs, runs, median(to_barrier), median(total));
+  std::printf("lspawn.spawn method=%s nprocs=%d runs=%d median_ms_to_barrier=%.1f "
+              "median_ms_total=%.1f median_ms_to_running=%.1f median_ms_to_group=%.1f\n",
+              lspawn::start_method_name(method), nprocs, runs, median(to_barrier), median(total),
+              median(to_started), median(to_group));
   return 0;
 }

@@ -16,6 +16,7 @@
 #include "launcher/spawn/registry.hpp"
 #include "launcher/spawn/worker.hpp"
 #include "launcher/sys.hpp"
+#include "proto/wire.hpp"
 
 namespace {
 int fs_echo(int index, std::string text) {
@@ -207,4 +208,55 @@ TEST_CASE("the forkserver and its workers die when the owner is SIGKILLed") {
   }
   CHECK_FALSE(alive(pids[0]));
   CHECK_FALSE(alive(pids[1]));
+}
+
+TEST_CASE("result files: garbage, truncation and oversize frames are rejected with the path") {
+  TempDir dir;
+  const std::string path = dir.path + "/result";
+  lspawn::proto::SpawnResult r;
+  {
+    std::FILE* f = std::fopen(path.c_str(), "we");
+    std::fputs("\xff\xff\xff\x7fgarbage", f);  // a length of 2 GiB
+    std::fclose(f);
+  }
+  CHECK_THROWS_WITH(lspawn::read_frame_file(path, r, 1 << 20),
+                    Catch::Contains(path) && Catch::Contains("exceeds the bound"));
+  {
+    std::FILE* f = std::fopen(path.c_str(), "we");
+    std::fputs("\x10\x00", f);  // a truncated header
+    std::fclose(f);
+  }
+  CHECK_THROWS_AS(lspawn::read_frame_file(path, r, 1 << 20), lspawn::wire::WireError);
+  {
+    std::FILE* f = std::fopen(path.c_str(), "we");
+    const char frame[] = {3, 0, 0, 0, '\x0a', '\x0b', '\x0c'};  // 3 bytes that do not parse
+    std::fwrite(frame, 1, sizeof frame, f);
+    std::fclose(f);
+  }
+  CHECK_THROWS_WITH(lspawn::read_frame_file(path, r, 1 << 20), Catch::Contains("malformed"));
+  CHECK_THROWS_WITH(lspawn::read_frame_file(dir.path + "/missing", r, 1 << 20),
+                    Catch::Contains("missing"));
+}
+
+TEST_CASE("run_worker writes the result, or the error report and returns 1") {
+  TempDir dir;
+  lspawn::WorkerBody ok;
+  ok.index = 2;
+  ok.result_path = dir.path + "/r";
+  ok.call = [] { return std::optional<lspawn::proto::Value>(lspawn::Codec<int>::encode(5)); };
+  CHECK(lspawn::run_worker(ok) == 0);
+  lspawn::proto::SpawnResult r;
+  lspawn::read_frame_file(ok.result_path, r, 1 << 20);
+  CHECK(r.index() == 2);
+  CHECK(lspawn::Codec<int>::decode(r.value()) == 5);
+
+  lspawn::WorkerBody bad;
+  bad.index = 1;
+  bad.error_file = dir.path + "/err.json";
+  bad.call = []() -> std::optional<lspawn::proto::Value> { throw 42; };  // not a std::exception
+  CHECK(lspawn::run_worker(bad) == 1);
+  const auto report = lspawn::read_error_file(bad.error_file);
+  REQUIRE(report.report);
+  CHECK(report.report->exception_type() == "int");
+  CHECK(report.report->rank() == 1);
 }

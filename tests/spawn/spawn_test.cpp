@@ -403,3 +403,25 @@ TEST_CASE("spawn Fork refuses a process that runs threads, naming the count") {
   cv.notify_one();
   t.join();
 }
+
+TEST_CASE("spawn nprocs unset: one process per visible accelerator, else one in-process") {
+  const char* saved = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string keep = saved ? saved : "";
+  SpawnOptions o = quiet(StartMethod::Fork, 1);
+  o.nprocs.reset();
+  ::setenv("CUDA_VISIBLE_DEVICES", "0,1", 1);
+  CHECK(lspawn::local_accelerator_count() == 2);
+  auto two = lspawn::spawn([](int index) { return index; }, o);
+  CHECK(two.pids().size() == 2);
+  ::setenv("CUDA_VISIBLE_DEVICES", "", 1);
+  CHECK(lspawn::local_accelerator_count() == 0);
+  auto one = lspawn::spawn([](int index) { return index; }, o);
+  CHECK(one.pids().empty());  // ran in the calling process
+  ::setenv("CUDA_VISIBLE_DEVICES", "-1", 1);
+  CHECK(lspawn::local_accelerator_count() == 0);
+  if (saved) {
+    ::setenv("CUDA_VISIBLE_DEVICES", keep.c_str(), 1);
+  } else {
+    ::unsetenv("CUDA_VISIBLE_DEVICES");
+  }
+}
