@@ -330,10 +330,16 @@ void scenario_subgroups(Group& g) {
   check(w.eq(n).all().item<bool>(), "world after subgroups");
 }
 
-// The last rank never calls the all_reduce; it stays alive past the others' timeout.
+// Set by main() when this rank's scenario threw: lets a rank that stays out on purpose wait until
+// the others have failed (instead of guessing a sleep).
+c10::intrusive_ptr<c10d::Store> g_test_store;
+
+// The last rank never calls the all_reduce; it stays alive until the others have failed.
 void scenario_timeout(Group& g) {
   if (g.rank() == g.size() - 1) {
-    std::this_thread::sleep_for(g.timeout() + std::chrono::seconds(4));
+    std::vector<std::string> keys;
+    for (int r = 0; r < g.size() - 1; ++r) keys.push_back("test/failed/" + std::to_string(r));
+    g_test_store->wait(keys, std::chrono::seconds(120));
     return;
   }
   auto t = at::ones({10});
@@ -365,6 +371,8 @@ void scenario_mismatch_shape(Group& g) {
   check(false, "mismatched shapes completed");
 }
 
+int report(int rank);  // maps the exception being handled to the exit status
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -380,6 +388,7 @@ int main(int argc, char** argv) {
     so.isServer = false;
     so.timeout = std::chrono::seconds(30);
     auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+    g_test_store = store;
     lspawn::GroupOptions go;
     go.backend = backend == "gloo"   ? lspawn::Backend::Gloo
                  : backend == "shm"  ? lspawn::Backend::Shm
@@ -400,6 +409,21 @@ int main(int argc, char** argv) {
     if (scenario == "suite" || scenario == "objects" || scenario == "subgroups") lspawn::barrier(*g);
     std::cout << "rank " << rank << ": OK" << std::endl;
     return 0;
+  } catch (...) {
+    if (g_test_store) {
+      try {
+        g_test_store->set("test/failed/" + std::to_string(rank), std::vector<uint8_t>{1});
+      } catch (...) {
+      }
+    }
+    return report(rank);
+  }
+}
+
+namespace {
+int report(int rank) {
+  try {
+    throw;
   } catch (const lspawn::CollectiveMismatch& e) {
     std::cerr << "rank " << rank << ": CollectiveMismatch: " << e.what() << std::endl;
     return 4;
@@ -417,3 +441,4 @@ int main(int argc, char** argv) {
     return 5;
   }
 }
+}  // namespace
