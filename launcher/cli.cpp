@@ -124,6 +124,7 @@ int run(const CliOptions& o) {
   sopts.grace_period = std::chrono::milliseconds(static_cast<long long>(o.grace_period_s * 1000));
   sopts.forward_signals = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
   if (!o.quiet) sopts.on_info = say;
+  sopts.world_size = o.nnodes * o.nproc_per_node;
 
   Supervisor sup(std::move(sopts));
   if (!o.quiet) {

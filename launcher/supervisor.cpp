@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <iomanip>
 #include <iostream>
 #include <sstream>
 #include <typeinfo>
@@ -135,6 +136,17 @@ void Supervisor::info(const std::string& line) {
   if (opts_.on_info) opts_.on_info(line);
 }
 
+void Supervisor::guard(pid_t pgid) {
+  try {
+    guardian_.register_group(pgid);
+  } catch (const sys::SysError& e) {
+    // The child exists already and must stay supervised; only the SIGKILL-of-lspawn
+    // guarantee is lost for it.
+    info(std::string("guardian unavailable, process group ") + std::to_string(pgid) +
+         " is not protected against lspawn's death: " + e.what());
+  }
+}
+
 Supervisor::Worker& Supervisor::worker(int rank) {
   auto it = by_rank_.find(rank);
   if (it == by_rank_.end()) throw std::out_of_range("lspawn: no worker with rank " + std::to_string(rank));
@@ -257,7 +269,7 @@ pid_t Supervisor::start_exec(int rank, const ExecSpec& spec) {
       },
       out, err);
   status_pipe.write.reset();
-  guardian_.register_group(pid);
+  guard(pid);
   // EOF: exec succeeded (the pipe closed on exec). An int: exec's errno.
   int exec_errno = 0;
   ssize_t n;
@@ -330,7 +342,7 @@ pid_t Supervisor::start_fork(int rank, ForkSpec spec) {
         ::_exit(code);
       },
       out, err);
-  guardian_.register_group(pid);
+  guard(pid);
   Worker& w = add_worker(rank, pid, pid, std::move(out.read), std::move(err.read), spec.error_file);
   w.group_registered = true;
   w.pidfd = sys::pidfd_open(pid, ctx);
@@ -339,7 +351,7 @@ pid_t Supervisor::start_fork(int rank, ForkSpec spec) {
 
 void Supervisor::adopt(int rank, pid_t pid, pid_t pgid, sys::Fd out, sys::Fd err,
                        std::string error_file) {
-  if (pgid > 0) guardian_.register_group(pgid);
+  if (pgid > 0) guard(pgid);
   Worker& w = add_worker(rank, pid, pgid, std::move(out), std::move(err), std::move(error_file));
   w.adopted = true;
   w.group_registered = pgid > 0;
@@ -658,11 +670,12 @@ int Supervisor::exit_code() const {
 
 std::string Supervisor::summary() const {
   std::ostringstream os;
-  const size_t world = results_.size();
+  const size_t world = opts_.world_size > 0 ? static_cast<size_t>(opts_.world_size) : results_.size();
   auto detail = [&](const WorkerResult& r, const char* head) {
     os << "lspawn: " << head << r.describe() << "\n";
     os << "lspawn:   rank " << r.rank << " of " << world << ", pid " << r.pid << ", host "
-       << opts_.host << ", after " << r.seconds << " s\n";
+       << opts_.host << ", after " << std::fixed << std::setprecision(3) << r.seconds
+       << std::defaultfloat << " s\n";
     if (!r.exec_error.empty()) os << "lspawn:   " << r.exec_error << "\n";
     if (r.report) {
       const auto& rep = *r.report;

@@ -70,6 +70,7 @@ struct SupervisorOptions {
   std::function<void(const std::string&)> on_info;
   // Used in reports and summaries.
   std::string host;  // default: gethostname()
+  int world_size = 0;  // "rank R of W" in the summary; 0: the number of workers started
 };
 
 // How a worker is started by exec. Build `env` with env::worker_environment().
@@ -198,6 +199,7 @@ class Supervisor {
   void signal_running(int sig);
   void advance();
   void info(const std::string& line);
+  void guard(pid_t pgid);  // registers with the guardian; a dead guardian is reported, not fatal
 
   SupervisorOptions opts_;
   Guardian guardian_;

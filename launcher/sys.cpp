@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -59,6 +60,12 @@ void write_all(int fd, std::string_view data, const std::string& context) {
     ssize_t w = ::write(fd, p, n);
     if (w < 0) {
       if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        // Someone made this fd non-blocking (a shared terminal or pipe): wait until writable.
+        pollfd pfd{fd, POLLOUT, 0};
+        if (::poll(&pfd, 1, -1) < 0 && errno != EINTR) throw_errno("poll", context);
+        continue;
+      }
       throw_errno("write", context);
     }
     p += w;

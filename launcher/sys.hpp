@@ -75,7 +75,8 @@ void close(int fd);
 // Sets O_NONBLOCK on fd.
 void set_nonblocking(int fd, const std::string& context);
 
-// write(2) of all of `data`, retrying EINTR and short writes. Throws SysError (EPIPE included).
+// write(2) of all of `data`, retrying EINTR and short writes (and waiting with poll when the fd
+// is non-blocking and full). Throws SysError (EPIPE included).
 void write_all(int fd, std::string_view data, const std::string& context);
 
 // read(2) once, retrying EINTR. Returns bytes read (0 = EOF), or -1 with errno EAGAIN when a

@@ -64,6 +64,7 @@ struct ProcessContext::Impl {
   std::vector<std::string> result_paths;  // "" when not wanted
   std::vector<std::optional<proto::Value>> results;
   std::vector<WorkerResult> no_workers;
+  std::shared_ptr<void> arguments;  // SpawnPlan::arguments, released once all workers are gone
   bool done = false;            // every worker gone; results read or failure recorded
   bool terminated = false;      // terminate() was called
   std::exception_ptr failure;   // what join() throws
@@ -106,6 +107,10 @@ void ProcessContext::Impl::start(const SpawnPlan& plan) {
                             "re-executes this program, whose main() must call it first");
   }
   if (method == StartMethod::Forkserver) {
+    if (opts.forkserver && opts.forkserver->owner() != ::getpid()) {
+      throw SpawnError(what + ": SpawnOptions::forkserver was started by process " +
+                       std::to_string(opts.forkserver->owner()) + ", not by this one");
+    }
     forkserver = opts.forkserver ? opts.forkserver : init_detail::default_forkserver();
     if (!forkserver) {
       own_forkserver = lspawn::Forkserver::start();
@@ -306,6 +311,7 @@ void ProcessContext::Impl::cleanup() noexcept {
     forkserver = nullptr;
   }
   port.reset();
+  arguments.reset();
   if (!run_dir.empty()) {
     sys::remove_tree(run_dir);
     run_dir.clear();
@@ -316,6 +322,7 @@ ProcessContext::ProcessContext(const SpawnPlan& plan, const SpawnOptions& opts)
     : impl_(std::make_unique<Impl>()) {
   impl_->opts = opts;
   impl_->nprocs = plan.nprocs;
+  impl_->arguments = plan.arguments;
   try {
     impl_->start(plan);
   } catch (const SpawnError&) {
@@ -335,9 +342,18 @@ ProcessContext::ProcessContext(std::vector<std::optional<proto::Value>> local_re
 }
 
 ProcessContext::ProcessContext(ProcessContext&&) noexcept = default;
-ProcessContext& ProcessContext::operator=(ProcessContext&&) noexcept = default;
 
-ProcessContext::~ProcessContext() {
+ProcessContext& ProcessContext::operator=(ProcessContext&& other) noexcept {
+  if (this != &other) {
+    release();
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+
+ProcessContext::~ProcessContext() { release(); }
+
+void ProcessContext::release() noexcept {
   if (!impl_ || impl_->done || !impl_->sup) return;
   try {
     if (impl_->opts.daemon) {
@@ -346,7 +362,7 @@ ProcessContext::~ProcessContext() {
       join();
     }
   } catch (...) {
-    // A destructor reports nothing; join() was the place to see the failure.
+    // Nothing to report from here; join() was the place to see the failure.
   }
 }
 

@@ -12,7 +12,8 @@
 //     every one is gone, and throws ProcessRaisedException / ProcessExitedException for the
 //     first failure (the root cause); it throws the same again if called again.
 //   - terminate() stops every worker the same way and waits until all are gone.
-//   - destroying an unfinished context terminates its workers (daemon) or joins them (!daemon).
+//   - destroying an unfinished context (or move-assigning over it) terminates its workers
+//     (daemon) or joins them (!daemon).
 // Thread-safety: none; use it from the thread that called spawn() (the supervisor's poll loop
 // runs inside join()).
 #pragma once
@@ -44,6 +45,9 @@ struct SpawnPlan {
   std::function<proto::ValueList()> encode_args;
   // Runs the function in a forked child (StartMethod::Fork) and returns its encoded result.
   std::function<std::optional<proto::Value>(int index)> run_in_child;
+  // The arguments, kept alive by the ProcessContext until every worker has finished (what
+  // they reference, e.g. a ModelWrapper's snapshot file, must outlive the workers' start).
+  std::shared_ptr<void> arguments;
 };
 
 class ProcessContext {
@@ -91,6 +95,8 @@ class ProcessContext {
 
  private:
   explicit ProcessContext(std::vector<std::optional<proto::Value>> local_results);
+  // What the destructor does (terminate when daemon, else join), errors swallowed.
+  void release() noexcept;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -106,6 +106,7 @@ ProcessContext spawn(Fn fn, std::tuple<A...> args, const SpawnOptions& opts = {}
       plan.function = *name;
     }
   }
+  plan.arguments = params;
   plan.encode_args = [params] { return encode_args(*params); };
   plan.run_in_child = [fn, params](int index) mutable {
     return spawn_detail::call_encoded<R>(fn, index, *params);
