@@ -13,7 +13,7 @@
 
 using namespace lspawn::test;
 
-TEST_CASE("usage errors exit 2, name the option and start nothing", "[e2e][cli]") {
+TEST_CASE("usage errors exit 2 - name the option and start nothing", "[e2e][cli]") {
   TempDir dir;
   const std::string marker = dir.path + "/started";
   struct Case {
@@ -53,13 +53,13 @@ TEST_CASE("usage errors exit 2, name the option and start nothing", "[e2e][cli]"
   }
 }
 
-TEST_CASE("both --opt value and --opt=value, and args after the program are the program's", "[e2e][cli]") {
+TEST_CASE("both --opt value and --opt=value - and args after the program are the program's", "[e2e][cli]") {
   auto r2 = run_lspawn({"--nprocs=2", "--grace-period", "1", "--quiet", "--", "/bin/echo", "--nprocs", "7"});
   CHECK(r2.exit_code == 0);
   CHECK(count(r2.out, "--nprocs 7\n") == 2);
 }
 
-TEST_CASE("--help and --version", "[e2e][cli]") {
+TEST_CASE("option --help and --version", "[e2e][cli]") {
   auto r = run_lspawn({"--help"});
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("usage: lspawn") != std::string::npos);
@@ -69,7 +69,7 @@ TEST_CASE("--help and --version", "[e2e][cli]") {
   CHECK(r.out.rfind("lspawn ", 0) == 0);
 }
 
-TEST_CASE("a missing program: 127 and its name, nothing started", "[e2e][cli]") {
+TEST_CASE("a missing program: 127 and its name - nothing started", "[e2e][cli]") {
   auto r = run_lspawn({"--nprocs", "2", "lspawn-no-such-program-xyz"});
   CHECK(r.exit_code == 127);
   CHECK(r.err.find("lspawn: cannot execute 'lspawn-no-such-program-xyz': No such file or directory") !=
@@ -94,7 +94,7 @@ TEST_CASE("a program that is not executable: 126", "[e2e][cli]") {
   CHECK(r.exit_code == 126);
 }
 
-TEST_CASE("--master-port already in use: message and exit 2 before anything starts", "[e2e][cli]") {
+TEST_CASE("option --master-port already in use: message and exit 2 before anything starts", "[e2e][cli]") {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   REQUIRE(fd >= 0);
   sockaddr_in sa{};

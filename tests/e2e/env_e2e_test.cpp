@@ -65,7 +65,7 @@ TEST_CASE("each worker gets torchrun's environment contract", "[e2e][env]") {
   CHECK(access(env[0]["LSPAWN_RUN_DIR"].c_str(), F_OK) != 0);
 }
 
-TEST_CASE("OMP_NUM_THREADS set by the user is kept; one worker gets no default", "[e2e][env]") {
+TEST_CASE("OMP_NUM_THREADS set by the user is kept - one worker gets no default", "[e2e][env]") {
   auto r = run_lspawn({"--nprocs", "2", worker_bin(), "env"}, {"OMP_NUM_THREADS=3"});
   REQUIRE(r.exit_code == 0);
   auto env = parse_env(r.out);
@@ -79,7 +79,7 @@ TEST_CASE("OMP_NUM_THREADS set by the user is kept; one worker gets no default",
   if (!getenv("OMP_NUM_THREADS")) CHECK(env[0]["OMP_NUM_THREADS"] == "<unset>");
 }
 
-TEST_CASE("--nnodes/--node-rank give global ranks, group rank and world size", "[e2e][env]") {
+TEST_CASE("option --nnodes/--node-rank give global ranks - group rank and world size", "[e2e][env]") {
   auto r = run_lspawn({"--nnodes", "2", "--node-rank=1", "--nproc-per-node", "2", "--master-port", "29999",
                        "--master-addr", "10.1.2.3", worker_bin(), "env"});
   INFO(r.err);

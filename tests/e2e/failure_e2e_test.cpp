@@ -5,7 +5,7 @@
 
 using namespace lspawn::test;
 
-TEST_CASE("exit code 3 of rank 1 is lspawn's exit code; the others are terminated by lspawn", "[e2e][failure]") {
+TEST_CASE("exit code 3 of rank 1 is lspawn's exit code - the others are terminated by lspawn", "[e2e][failure]") {
   auto r = run_lspawn({"--nprocs", "4", worker_bin(), "exit-rank", "1", "3", "300"});
   INFO(r.err);
   CHECK(r.exit_code == 3);

@@ -44,7 +44,7 @@ TEST_CASE("every line is prefixed with its rank and never interleaved mid-line",
   CHECK(r.err.empty());  // --quiet
 }
 
-TEST_CASE("--no-prefix writes lines as they are", "[e2e][output]") {
+TEST_CASE("option --no-prefix writes lines as they are", "[e2e][output]") {
   auto r = run_lspawn({"--nprocs", "2", "--quiet", "--no-prefix", "/bin/echo", "plain"});
   REQUIRE(r.exit_code == 0);
   CHECK(r.out == "plain\nplain\n");
@@ -71,7 +71,7 @@ TEST_CASE("the half line of a worker that dies mid-line is not lost", "[e2e][out
   CHECK(r.err.find("process 0 terminated with signal SIGKILL") != std::string::npos);
 }
 
-TEST_CASE("a line longer than 64 KiB arrives whole, in 64 KiB pieces", "[e2e][output]") {
+TEST_CASE("a line longer than 64 KiB arrives whole - in 64 KiB pieces", "[e2e][output]") {
   const size_t kBytes = 200000;
   auto r = run_lspawn({"--quiet", worker_bin(), "long-line", std::to_string(kBytes)});
   REQUIRE(r.exit_code == 0);
@@ -84,7 +84,7 @@ TEST_CASE("a line longer than 64 KiB arrives whole, in 64 KiB pieces", "[e2e][ou
   CHECK(joined == std::string(kBytes, 'x'));
 }
 
-TEST_CASE("--log-dir writes one file per rank and stream, exactly; --tee also to the console", "[e2e][output]") {
+TEST_CASE("option --log-dir writes one file per rank and stream - exactly --tee also to the console", "[e2e][output]") {
   TempDir dir;
   const std::string logs = dir.path + "/logs/nested";
   const std::vector<std::string> prog = {"/bin/sh", "-c", "echo out-$RANK; printf err-$RANK >&2"};
@@ -108,7 +108,7 @@ TEST_CASE("--log-dir writes one file per rank and stream, exactly; --tee also to
   CHECK(slurp(logs + "/rank1.stdout") == "out-1\n");
 }
 
-TEST_CASE("--log-dir that cannot be created: exit 2 and the reason", "[e2e][output]") {
+TEST_CASE("option --log-dir that cannot be created: exit 2 and the reason", "[e2e][output]") {
   TempDir dir;
   const std::string file = dir.path + "/file";
   std::ofstream(file) << "x";

@@ -27,7 +27,7 @@ TEST_CASE("SIGUSR1 is forwarded to every worker and the run continues", "[e2e][s
   CHECK(c.err().find("received SIGUSR1; forwarding it") != std::string::npos);
 }
 
-TEST_CASE("SIGTERM to lspawn: forwarded, exit 143", "[e2e][signals]") {
+TEST_CASE("SIGTERM to lspawn: forwarded - exit 143", "[e2e][signals]") {
   Child c({lspawn_bin(), "--nprocs", "2", worker_bin(), "exit-on-term"});
   REQUIRE(c.wait_stdout_count("ready", 2, 10s));
   c.signal(SIGTERM);
@@ -98,4 +98,19 @@ TEST_CASE("a worker's own children die with it after it exits", "[e2e][signals]"
   const auto t0 = std::chrono::steady_clock::now();
   while (alive(child) && std::chrono::steady_clock::now() - t0 < 1s) std::this_thread::sleep_for(5ms);
   CHECK_FALSE(alive(child));
+}
+
+TEST_CASE("SIGHUP - SIGQUIT - SIGINT to lspawn: forwarded and exit 128+N", "[e2e][signals]") {
+  for (int sig : {SIGHUP, SIGQUIT, SIGINT}) {
+    Child c({lspawn_bin(), "--nprocs", "2", worker_bin(), "exit-rank", "99", "0"});
+    REQUIRE(c.wait_stdout_count("ready", 2, 10s));
+    c.signal(sig);
+    const int st = c.wait();
+    INFO(c.err());
+    REQUIRE(WIFEXITED(st));
+    CHECK(WEXITSTATUS(st) == 128 + sig);
+    // The workers died of the forwarded signal itself: lspawn's doing, not a root cause.
+    CHECK(count(c.err(), "terminated by lspawn with " + lspawn::sys::signal_name(sig)) == 2);
+    CHECK(c.err().find("root cause") == std::string::npos);
+  }
 }

@@ -20,7 +20,7 @@ TEST_CASE("parse_cli: defaults", "[cli]") {
   CHECK(o.program == std::vector<std::string>{"prog"});
 }
 
-TEST_CASE("parse_cli: both spellings, torchrun's underscores, program args untouched", "[cli]") {
+TEST_CASE("parse_cli: both spellings - torchrun's underscores - program args untouched", "[cli]") {
   CliOptions o = parse_cli({"--nprocs=4", "--master-port", "1234", "--grace-period=0.5", "--run_id", "r",
                             "--nproc_per_node", "3", "--no-prefix", "--quiet", "--log-dir", "/x", "--tee",
                             "--max-restarts=0", "prog", "--nprocs", "9", "-h"});

@@ -60,7 +60,7 @@ TEST_CASE("error file: torchrun's @record format", "[error_file]") {
   CHECK(got.report->message() == "plain text, no type");
 }
 
-TEST_CASE("error file: missing is not a problem; garbage, oversize and newer versions are", "[error_file]") {
+TEST_CASE("error file: missing is not a problem - garbage - oversize and newer versions are", "[error_file]") {
   Dir d;
   auto got = read_error_file(d.path + "/absent.json");
   CHECK_FALSE(got.report);

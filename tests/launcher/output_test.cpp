@@ -27,7 +27,7 @@ struct Recorder : OutputSink {
 };
 }  // namespace
 
-TEST_CASE("LineSplitter: lines across reads, partial last line at EOF", "[output]") {
+TEST_CASE("LineSplitter: lines across reads - partial last line at EOF", "[output]") {
   Recorder r;
   LineSplitter s(2, Stream::Stderr, {&r});
   s.feed("ab");
@@ -42,7 +42,7 @@ TEST_CASE("LineSplitter: lines across reads, partial last line at EOF", "[output
   CHECK(r.closes == 1);
 }
 
-TEST_CASE("LineSplitter: lines over 64 KiB come in 64 KiB pieces, nothing lost", "[output]") {
+TEST_CASE("LineSplitter: lines over 64 KiB come in 64 KiB pieces - nothing lost", "[output]") {
   Recorder r;
   LineSplitter s(0, Stream::Stdout, {&r});
   const size_t k = LineSplitter::kMaxLine;
@@ -68,7 +68,7 @@ TEST_CASE("LineSplitter: lines over 64 KiB come in 64 KiB pieces, nothing lost",
   CHECK(r.lines[0].size() == 3 + k);
 }
 
-TEST_CASE("ConsoleSink: one write per prefixed line; LogDirSink: exact bytes", "[output]") {
+TEST_CASE("ConsoleSink: one write per prefixed line - LogDirSink: exact bytes", "[output]") {
   const std::string dir = lspawn::sys::make_temp_dir("lspawn-out-");
   int fd = ::open((dir + "/console").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   REQUIRE(fd >= 0);
@@ -99,7 +99,7 @@ TEST_CASE("ConsoleSink: one write per prefixed line; LogDirSink: exact bytes", "
   lspawn::sys::remove_tree(dir);
 }
 
-TEST_CASE("ConsoleSink: a closed console (EPIPE) is dropped, not fatal", "[output]") {
+TEST_CASE("ConsoleSink: a closed console (EPIPE) is dropped - not fatal", "[output]") {
   auto p = lspawn::sys::make_pipe("test");
   p.read.reset();
   signal(SIGPIPE, SIG_IGN);

@@ -31,7 +31,7 @@ int wait_forever() {
 }
 }  // namespace
 
-TEST_CASE("supervisor: fork workers, output captured, exit codes", "[supervisor]") {
+TEST_CASE("supervisor: fork workers - output captured - exit codes", "[supervisor]") {
   CaptureSink cap;
   Supervisor sup(opts(&cap));
   for (int r = 0; r < 3; ++r) {
@@ -58,7 +58,7 @@ TEST_CASE("supervisor: fork workers, output captured, exit codes", "[supervisor]
   }
 }
 
-TEST_CASE("supervisor: first failure is the root cause, the others are stopped", "[supervisor]") {
+TEST_CASE("supervisor: first failure is the root cause - the others are stopped", "[supervisor]") {
   Supervisor sup(opts(nullptr));
   sup.start_fork(0, ForkSpec{wait_forever, "", 0});
   sup.start_fork(1, ForkSpec{[] { return 3; }, "", 1});
@@ -137,7 +137,7 @@ TEST_CASE("supervisor: exec failure reported through the close-on-exec pipe", "[
   CHECK(sup2.exit_code() == 126);
 }
 
-TEST_CASE("supervisor: exec workers get argv, env and a clean signal mask", "[supervisor]") {
+TEST_CASE("supervisor: exec workers get argv - env and a clean signal mask", "[supervisor]") {
   CaptureSink cap;
   Supervisor sup(opts(&cap));
   ExecSpec spec;
@@ -167,7 +167,7 @@ TEST_CASE("supervisor: fail_fast=false lets the others finish", "[supervisor]") 
   CHECK(sup.result(1).stop_signal_sent == 0);
 }
 
-TEST_CASE("supervisor: adopted worker exits via notify_exit; watch_fd callbacks run in the loop", "[supervisor]") {
+TEST_CASE("supervisor: adopted worker exits via notify_exit - watch_fd callbacks run in the loop", "[supervisor]") {
   CaptureSink cap;
   Supervisor sup(opts(&cap));
   // An "external" worker: we create it, but tell the supervisor about it as if someone else did.
@@ -215,7 +215,7 @@ TEST_CASE("supervisor: destroying it before the end kills and reaps the workers"
   CHECK(errno == ESRCH);
 }
 
-TEST_CASE("supervisor: forwarded signals arrive as events (SIGUSR1 forwarded, run continues)", "[supervisor]") {
+TEST_CASE("supervisor: forwarded signals arrive as events (SIGUSR1 forwarded - run continues)", "[supervisor]") {
   auto o = opts(nullptr);
   o.forward_signals = {SIGUSR1, SIGTERM};
   std::vector<std::string> infos;

@@ -22,7 +22,7 @@ TEST_CASE("sys: wait status wording follows torch.multiprocessing", "[sys]") {
   CHECK(sys::signal_name(SIGRTMIN + 40) .find("signal ") == 0);
 }
 
-TEST_CASE("sys: errors name the call, the context and errno text", "[sys]") {
+TEST_CASE("sys: errors name the call - the context and errno text", "[sys]") {
   try {
     sys::waitpid(999999, nullptr, WNOHANG, "rank 7");
     FAIL();
@@ -33,7 +33,7 @@ TEST_CASE("sys: errors name the call, the context and errno text", "[sys]") {
   CHECK_FALSE(sys::kill(999999, 0, "probe"));  // ESRCH is an answer, not an error
 }
 
-TEST_CASE("sys: pipes are close-on-exec; Fd closes", "[sys]") {
+TEST_CASE("sys: pipes are close-on-exec - Fd closes", "[sys]") {
   int raw;
   {
     auto p = sys::make_pipe("t");
