@@ -381,9 +381,14 @@ void Supervisor::signal_running(int sig) {
     if (r.exited) continue;
     const std::string ctx = "stopping rank " + std::to_string(w->rank);
     const pid_t target = w->pgid > 0 ? -w->pgid : w->pid;
-    sys::kill(target, sig, ctx);
-    if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT) {
-      sys::kill(target, SIGCONT, ctx);  // a stopped worker must see the signal
+    try {
+      sys::kill(target, sig, ctx);
+      if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT) {
+        sys::kill(target, SIGCONT, ctx);  // a stopped worker must see the signal
+      }
+    } catch (const sys::SysError& e) {
+      // EPERM from a member that changed credentials: report it, keep stopping the others.
+      info(e.what());
     }
     if (sig != SIGUSR1 && sig != SIGUSR2 && sig != SIGCONT) {
       r.stop_signal_sent = sig;
