@@ -7,6 +7,8 @@ namespace lspawn {
 
 std::shared_ptr<Group> Group::from_world(const World& world, GroupOptions options) {
   if (options.timeout.count() <= 0 && world.timeout.count() > 0) options.timeout = world.timeout;
+  // A world on NCCL (CUDA tensors) keeps NCCL unless the caller chose otherwise.
+  if (options.backend == Backend::Default && world.backend == "nccl") options.backend = Backend::Nccl;
   // The world's store is shared with runtime; work under our own prefix inside it.
   if (options.name.empty()) options.name = "world";
   return create(world.store, world.rank(), world.size(), std::move(options));

@@ -111,13 +111,17 @@ TEST_CASE("reduce kernels fold left to right for every type and op", "[shm]") {
 
 TEST_CASE("threads as ranks: all_reduce, broadcast, all_gather agree bit for bit", "[shm]") {
   const int n = GENERATE(2, 3, 4);
+  const bool single_copy = GENERATE(false, true);
   CommOptions opts;
   opts.slot_bytes = 4096;  // many chunks
   opts.flat_max_bytes = 1024;
+  opts.single_copy = single_copy;
+  opts.single_copy_min_bytes = 512;  // exercised from 200 floats on
   opts.timeout = std::chrono::seconds(20);
   opts.label = "kerneltest" + std::to_string(::getpid());
   std::vector<std::vector<float>> results(n);
   auto errors = on_ranks(n, opts, [&](Communicator& c) {
+    expect(c.single_copy() == single_copy, "single copy probe (threads share one pid: always allowed)");
     c.barrier();  // rank 0 unlinks the name right after the first round, before this barrier
     expect(!shm_entry_exists(opts.label), "segment unlinked once everybody mapped it");
     for (std::size_t len : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{200}, std::size_t{10007}}) {
