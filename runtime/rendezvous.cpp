@@ -371,7 +371,19 @@ Rendezvous rendezvous(const WorkerEnv& env, const RendezvousOptions& options) {
       // go away after rendezvous() without cutting a slower rank off mid-read.
       std::vector<std::string> readers;
       for (int r = 1; r < n; ++r) readers.push_back(read_key(r));
-      store.wait(readers, std::max(remaining(deadline), kOutcomeGrace));
+      try {
+        store.wait(readers, std::max(remaining(deadline), kOutcomeGrace));
+      } catch (const std::exception& e) {
+        std::vector<int> silent;
+        for (int r = 1; r < n; ++r) {
+          if (!store.check({read_key(r)})) silent.push_back(r);
+        }
+        if (silent.empty()) throw;
+        throw RendezvousError("rendezvous '" + env.run_id + "' at " + where() + ": all " + std::to_string(n) +
+                              " ranks joined, but ranks " + rank_list(silent) +
+                              " did not confirm within " + seconds_text(since(t0), 1) +
+                              " (did they die?)");
+      }
     }
   } catch (const RendezvousError&) {
     throw;

@@ -17,8 +17,8 @@
 // Requirements: M derives from torch::nn::Module; for Spawn / Forkserver it is
 // default-constructible and builds the same parameter and buffer names and shapes as the
 // parent's instance (the usual case: the same constructor). Snapshot tensors are CPU.
-// Ownership: the snapshot file belongs to the wrapper (and its copies) in the parent and is
-// removed when the last of them is destroyed; keep the wrapper alive until join() returns.
+// Ownership: the snapshot file belongs to the wrapper and its copies in the parent (spawn()'s
+// ProcessContext holds one until its workers have finished) and is removed with the last.
 #pragma once
 
 #include <memory>
@@ -59,7 +59,8 @@ class ModelWrapper {
   static_assert(std::is_base_of_v<torch::nn::Module, M>,
                 "ModelWrapper<M>: M must derive from torch::nn::Module");
 
-  explicit ModelWrapper(std::shared_ptr<M> model) : model_(std::move(model)) {}
+  explicit ModelWrapper(std::shared_ptr<M> model)
+      : model_(std::move(model)), snapshot_(std::make_shared<std::shared_ptr<ModuleSnapshot>>()) {}
 
   // The model (in the parent: the one given; in a worker: see the class comment).
   const std::shared_ptr<M>& get() const { return model_; }
@@ -68,8 +69,8 @@ class ModelWrapper {
 
   // Codec support: the snapshot's description (written on first use).
   proto::Value encode() const {
-    if (!snapshot_) snapshot_ = std::make_shared<ModuleSnapshot>(*model_);
-    return snapshot_->value();
+    if (!*snapshot_) *snapshot_ = std::make_shared<ModuleSnapshot>(*model_);
+    return (*snapshot_)->value();
   }
   static ModelWrapper decode(const proto::Value& v) {
     if constexpr (std::is_default_constructible_v<M>) {
@@ -84,7 +85,9 @@ class ModelWrapper {
 
  private:
   std::shared_ptr<M> model_;
-  mutable std::shared_ptr<ModuleSnapshot> snapshot_;  // shared by the parent's copies
+  // One slot shared by every copy made in the parent (spawn() encodes a copy of the caller's
+  // wrapper): the snapshot lives while any of them does.
+  std::shared_ptr<std::shared_ptr<ModuleSnapshot>> snapshot_;
 };
 
 template <class M>
