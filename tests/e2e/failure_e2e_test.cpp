@@ -6,7 +6,8 @@
 using namespace lspawn::test;
 
 TEST_CASE("exit code 3 of rank 1 is lspawn's exit code - the others are terminated by lspawn", "[e2e][failure]") {
-  auto r = run_lspawn({"--nprocs", "4", worker_bin(), "exit-rank", "1", "3", "300"});
+  TempDir sync;
+  auto r = run_lspawn({"--nprocs", "4", worker_bin(), "exit-rank", "1", "3"}, {"LSPAWN_TEST_SYNC_DIR=" + sync.path});
   INFO(r.err);
   CHECK(r.exit_code == 3);
   CHECK(r.err.find("lspawn: root cause: process 1 terminated with exit code 3\n") != std::string::npos);
@@ -34,9 +35,12 @@ TEST_CASE("a crashed rank (SIGSEGV): 139 and the signal name", "[e2e][failure]")
 }
 
 TEST_CASE("a rank that ignores SIGTERM gets SIGKILL after the grace period", "[e2e][failure]") {
-  // Rank 0 fails once rank 1 had time to install its SIG_IGN.
+  // Rank 0 fails once rank 1 has installed its SIG_IGN.
+  TempDir sync;
   auto r = run_lspawn({"--nprocs", "2", "--grace-period", "0.3", "/bin/sh", "-c",
-                       "if [ $RANK = 1 ]; then exec " + worker_bin() + " ignore-term; fi; sleep 0.3; exit 5"});
+                       "if [ $RANK = 1 ]; then exec " + worker_bin() +
+                           " ignore-term; fi; until [ -e $LSPAWN_TEST_SYNC_DIR/ready-1 ]; do sleep 0.01; done; exit 5"},
+                      {"LSPAWN_TEST_SYNC_DIR=" + sync.path});
   INFO(r.err);
   CHECK(r.exit_code == 5);
   CHECK(r.err.find("root cause: process 0 terminated with exit code 5") != std::string::npos);
@@ -47,8 +51,11 @@ TEST_CASE("a rank that ignores SIGTERM gets SIGKILL after the grace period", "[e
 }
 
 TEST_CASE("a sibling that exits by itself within the grace period is not reported as killed", "[e2e][failure]") {
+  TempDir sync;
   auto r = run_lspawn({"--nprocs", "2", "--grace-period", "5", "/bin/sh", "-c",
-                       "if [ $RANK = 1 ]; then exec " + worker_bin() + " exit-on-term; fi; sleep 0.3; exit 4"});
+                       "if [ $RANK = 1 ]; then exec " + worker_bin() +
+                           " exit-on-term; fi; until [ -e $LSPAWN_TEST_SYNC_DIR/ready-1 ]; do sleep 0.01; done; exit 4"},
+                      {"LSPAWN_TEST_SYNC_DIR=" + sync.path});
   INFO(r.err);
   CHECK(r.exit_code == 4);
   CHECK(r.out.find("[rank 1] got SIGTERM") != std::string::npos);
