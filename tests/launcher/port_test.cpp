@@ -48,7 +48,7 @@ TEST_CASE("port reservation: bind(0) never hands out the reserved port", "[port]
     fds.push_back(fd);
   }
   for (int fd : fds) close(fd);
-  CHECK(fds.size() > 1000);
+  CHECK(fds.size() > 500);  // bounded by RLIMIT_NOFILE (often 1024)
   CHECK(clashes == 0);
 }
 
