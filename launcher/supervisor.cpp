@@ -10,9 +10,11 @@
 
 #include <cxxabi.h>
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -262,6 +264,10 @@ pid_t Supervisor::start_exec(int rank, const ExecSpec& spec) {
         struct sigaction sa {};
         sa.sa_handler = SIG_DFL;
         ::sigaction(SIGPIPE, &sa, nullptr);
+        // Only stdin/stdout/stderr cross the exec, whatever the caller's process had open
+        // without O_CLOEXEC (like Python's subprocess close_fds=True, which torchrun uses).
+        // CLOEXEC rather than close: the status pipe must stay open until execve.
+        ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
         ::execve(path, argv.data(), envp.data());
         int e = errno;
         (void)!::write(status_w, &e, sizeof e);

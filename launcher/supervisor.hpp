@@ -73,7 +73,9 @@ struct SupervisorOptions {
   int world_size = 0;  // "rank R of W" in the summary; 0: the number of workers started
 };
 
-// How a worker is started by exec. Build `env` with env::worker_environment().
+// How a worker is started by exec. Build `env` with env::worker_environment(). Only fds 0-2
+// cross the exec (every other fd is marked close-on-exec in the child, as Python's subprocess
+// does by default).
 struct ExecSpec {
   std::string path;               // executable to execve (resolve with sys::find_executable)
   std::vector<std::string> argv;  // argv[0] included

@@ -99,3 +99,11 @@ TEST_CASE("option --nnodes/--node-rank give global ranks - group rank and world 
   CHECK(env[3]["MASTER_ADDR"] == "10.1.2.3");
   CHECK(env[3]["MASTER_PORT"] == "29999");
 }
+
+TEST_CASE("workers inherit no fd but stdin - stdout and stderr", "[e2e][env]") {
+  // Not the port reservation, the guardian socket, other workers' pipes, pidfds or the signalfd.
+  auto r = run_lspawn({"--quiet", "--nprocs", "3", worker_bin(), "fds"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(count(r.out, "] fds 0 1 2\n") == 3);
+}
