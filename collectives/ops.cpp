@@ -171,16 +171,16 @@ Work run_gloo(const OpContext& c, Start&& start, std::function<void()> finish) {
 void check_call(const OpContext& c, OpCode code, const at::Tensor* t, int root, int rop) {
   Group& g = c.g;
   if (!g.checked() || g.size() == 1) return;
-  std::int64_t shape_hash = 1469598103934665603LL;
+  std::uint64_t shape_hash = 1469598103934665603ULL;  // FNV-1a over the sizes (unsigned: wraps)
   std::int64_t dtype = -1, numel = -1, ndim = -1;
   if (t && t->defined()) {
     dtype = static_cast<std::int64_t>(t->scalar_type());
     numel = t->numel();
     ndim = t->dim();
-    for (auto s : t->sizes()) shape_hash = (shape_hash ^ s) * 1099511628211LL;
+    for (auto s : t->sizes()) shape_hash = (shape_hash ^ static_cast<std::uint64_t>(s)) * 1099511628211ULL;
   }
   const std::int64_t mine[8] = {static_cast<std::int64_t>(code), static_cast<std::int64_t>(c.seq), dtype, numel,
-                                ndim, shape_hash, root, rop};
+                                ndim, static_cast<std::int64_t>(shape_hash), root, rop};
   auto in = at::from_blob(const_cast<std::int64_t*>(mine), {8}, at::kLong).clone();
   auto out = at::empty({g.size(), 8}, at::kLong);
   std::vector<std::vector<at::Tensor>> outs(1);
