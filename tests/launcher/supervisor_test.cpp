@@ -240,3 +240,28 @@ TEST_CASE("supervisor: forwarded signals arrive as events (SIGUSR1 forwarded - r
   REQUIRE_FALSE(infos.empty());
   CHECK(infos[0] == "received SIGUSR1; forwarding it to every worker");
 }
+
+TEST_CASE("supervisor: grace period 0 kills at once - kill_now() from the caller", "[supervisor]") {
+  {
+    Supervisor sup(opts(nullptr, 0ms));
+    sup.start_fork(0, ForkSpec{[] {
+                                 signal(SIGTERM, SIG_IGN);
+                                 return wait_forever();
+                               },
+                               "", 0});
+    sup.start_fork(1, ForkSpec{[] { return 9; }, "", 1});
+    CHECK(sup.run_until(Clock::now() + 5s));
+    CHECK(sup.exit_code() == 9);
+    CHECK(sup.result(0).term_signal == SIGKILL);
+    CHECK(sup.result(0).stop_signal_sent == SIGKILL);
+  }
+  {
+    Supervisor sup(opts(nullptr, 60000ms));
+    sup.start_fork(0, ForkSpec{wait_forever, "", 0});
+    sup.kill_now();
+    CHECK(sup.phase() == Phase::Killing);
+    CHECK(sup.run_until(Clock::now() + 5s));
+    CHECK(sup.result(0).term_signal == SIGKILL);
+    CHECK(sup.result(0).killed_by_supervisor());
+  }
+}
