@@ -66,7 +66,7 @@ class Tools:
             return [self.lspawn, "--quiet", "--nprocs", str(n), prog]
         if tool == "torchrun":
             return self.torchrun + ["--nproc_per_node", str(n), "--master_port", str(port),
-                                    "--no-python", prog]
+                                    "--no_python", prog]
         if tool == "mpirun":
             return self.mpirun + ["-np", str(n), "-x", "MASTER_ADDR=127.0.0.1",
                                   "-x", f"MASTER_PORT={port}", prog]
