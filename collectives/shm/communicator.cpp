@@ -364,7 +364,7 @@ void Communicator::wait_all(std::uint32_t target, const char* what) {
         done = reached(word->load(std::memory_order_acquire));
       }
     }
-    for (int i = 0; i < (oversubscribed_ ? 16 : 64) && !done; ++i) {
+    for (int i = 0; i < 4 && !done; ++i) {  // few: under load a yield can cost a whole time slice
       sched_yield();
       done = reached(word->load(std::memory_order_acquire));
     }
