@@ -120,3 +120,21 @@ TEST_CASE("workers form a gloo process group with the env contract spawn() gives
   auto ctx = lspawn::spawn(t_allreduce, quiet(m, 3));
   for (const auto& r : ctx.results<double>()) CHECK(r == 6.0);  // 1 + 2 + 3
 }
+
+TEST_CASE("a temporary ModelWrapper stays valid until join=false workers have started") {
+  for (StartMethod m : {StartMethod::Spawn, StartMethod::Forkserver}) {
+    INFO("start method " << lspawn::start_method_name(m));
+    SpawnOptions o = quiet(m, 2);
+    o.join = false;
+    auto net = std::make_shared<Net>();
+    const double expected =
+        net->fc->weight.sum().item<double>() + net->fc->bias.sum().item<double>();
+    // The wrapper is a temporary: only the ProcessContext keeps a copy (and the snapshot).
+    auto ctx = lspawn::spawn(t_model, std::make_tuple(lspawn::ModelWrapper<Net>(net), int64_t{0}), o);
+    CHECK(ctx.join());
+    for (const auto& r : ctx.results<std::vector<double>>()) {
+      REQUIRE(r);
+      CHECK((*r)[0] == Approx(expected));
+    }
+  }
+}
