@@ -62,7 +62,30 @@ void check_below(const char* a_name, int a, const char* b_name, int b) {
 
 }  // namespace
 
-WorkerEnv WorkerEnv::from_lookup(const Lookup& lookup) {
+namespace {
+
+// Under `mpirun` (Open MPI) the torchrun names are absent and Open MPI's own say where a process
+// is. They are read only when RANK is unset, so a worker under lspawn/torchrun (which set RANK)
+// never mixes the two. MASTER_ADDR/MASTER_PORT still come from the environment (`mpirun -x`).
+Lookup with_open_mpi_fallback(const Lookup& lookup) {
+  if (lookup("RANK") || !lookup("OMPI_COMM_WORLD_RANK")) return lookup;
+  return [lookup](const std::string& name) -> std::optional<std::string> {
+    static const std::map<std::string, std::string> kOpenMpi = {
+        {"RANK", "OMPI_COMM_WORLD_RANK"},
+        {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"},
+        {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"},
+        {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    };
+    if (auto v = lookup(name)) return v;
+    auto it = kOpenMpi.find(name);
+    return it == kOpenMpi.end() ? std::nullopt : lookup(it->second);
+  };
+}
+
+}  // namespace
+
+WorkerEnv WorkerEnv::from_lookup(const Lookup& plain_lookup) {
+  const Lookup lookup = with_open_mpi_fallback(plain_lookup);  // Reader keeps a reference
   const Reader r(lookup);
   WorkerEnv e;
   e.world_size = r.required_integer("WORLD_SIZE", 1);

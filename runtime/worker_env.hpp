@@ -48,6 +48,9 @@ struct WorkerEnv {
                                  // static rendezvous), so rank 0 connects as a client too
 
   // Reads the process environment. Throws EnvError on a missing required or malformed variable.
+  // When RANK is unset but OMPI_COMM_WORLD_RANK is set (started by Open MPI's mpirun), RANK,
+  // WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE are read from OMPI_COMM_WORLD_{RANK,SIZE,
+  // LOCAL_RANK,LOCAL_SIZE}; the other variables keep their usual names and defaults.
   static WorkerEnv from_environment();
 
   // Same rules, reading `vars` instead of the environment (tests, spawn hand-offs).

@@ -142,6 +142,26 @@ TEST_CASE("WorkerEnv: malformed values name the variable, the value and the form
                     Contains("TORCHELASTIC_USE_AGENT_STORE='maybe' is not a boolean"));
 }
 
+TEST_CASE("WorkerEnv: Open MPI's variables stand in when RANK is unset", "[worker_env]") {
+  const Vars ompi = {{"OMPI_COMM_WORLD_RANK", "3"},       {"OMPI_COMM_WORLD_SIZE", "4"},
+                     {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                     {"MASTER_PORT", "29501"}};
+  const WorkerEnv e = WorkerEnv::from_map(ompi);
+  CHECK(e.rank == 3);
+  CHECK(e.world_size == 4);
+  CHECK(e.local_rank == 1);
+  CHECK(e.local_world_size == 2);
+  // torchrun's names win: RANK set means Open MPI's are not read at all.
+  const WorkerEnv t = WorkerEnv::from_map(with(with(ompi, "RANK", "0"), "WORLD_SIZE", "2"));
+  CHECK(t.rank == 0);
+  CHECK(t.world_size == 2);
+  CHECK(t.local_rank == 0);
+  CHECK(t.local_world_size == 2);
+  // Malformed values are still named, under the name that was read.
+  CHECK_THROWS_WITH(WorkerEnv::from_map(with(ompi, "OMPI_COMM_WORLD_SIZE", "x")),
+                    Contains("WORLD_SIZE='x'"));
+}
+
 TEST_CASE("WorkerEnv: MASTER_PORT=0 is accepted for a one-worker job", "[worker_env]") {
   const WorkerEnv e = WorkerEnv::from_map({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_PORT", "0"}});
   CHECK(e.master_port == 0);
