@@ -493,6 +493,16 @@ void Communicator::broadcast(void* data, std::size_t bytes, int root) {
   d.root = root;
   d.count = bytes;
   auto* p = static_cast<unsigned char*>(data);
+  if (single_copy_ && bytes >= options_.single_copy_min_bytes) {
+    // Single copy: the others read the root's buffer directly; the second round keeps the root
+    // from returning (and reusing its buffer) while they read.
+    const int parity = static_cast<int>(round_ % 2);
+    LSPAWN_SEG_INFO(seg_, size_, rank_)->addr[parity] = reinterpret_cast<std::uint64_t>(p);
+    begin_round(d);
+    if (rank_ != root) read_peer(root, p, LSPAWN_SEG_INFO(seg_, size_, root)->addr[parity], bytes);
+    begin_round(d);
+    return;
+  }
   std::size_t off = 0;
   do {
     const std::size_t n = std::min(options_.slot_bytes, bytes - off);
@@ -515,6 +525,21 @@ void Communicator::all_gather(const void* in, std::size_t bytes, void* out) {
   Desc d;
   d.op = static_cast<std::uint32_t>(OpCode::AllGather);
   d.count = bytes;
+  if (single_copy_ && bytes >= options_.single_copy_min_bytes) {
+    // Single copy: everybody reads every peer's input straight into its output.
+    const int parity = static_cast<int>(round_ % 2);
+    LSPAWN_SEG_INFO(seg_, size_, rank_)->addr[parity] = reinterpret_cast<std::uint64_t>(i);
+    begin_round(d);
+    for (int q = 0; q < size_; ++q) {
+      if (q == rank_) {
+        if (o + q * bytes != i) std::memmove(o + q * bytes, i, bytes);
+      } else {
+        read_peer(q, o + q * bytes, LSPAWN_SEG_INFO(seg_, size_, q)->addr[parity], bytes);
+      }
+    }
+    begin_round(d);
+    return;
+  }
   std::size_t off = 0;
   do {
     const std::size_t n = std::min(options_.slot_bytes, bytes - off);

@@ -28,7 +28,8 @@
 //   all_reduce up to `flat_max_bytes`: one round, every rank folds all slots (lowest latency).
 //   Larger: per chunk of `slot_bytes`, a reduce-scatter round (rank q folds region q of every
 //   slot into slot 0) and an all-gather (everyone copies slot 0 out): two rounds per chunk.
-//   From `single_copy_min_bytes` on, when allowed: single copy (process_vm_readv), 3 rounds.
+//   From `single_copy_min_bytes` on, when allowed: single copy (process_vm_readv) for
+//   all_reduce (3 rounds), broadcast and all_gather (2 rounds), whatever the size.
 #pragma once
 
 #include "collectives/shm/reduce_kernels.hpp"
@@ -72,7 +73,8 @@ struct CommOptions {
   std::size_t flat_max_bytes = std::size_t{32} << 10;
   // A call that cannot complete throws Error{Timeout} after this long.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
-  // Single copy for all_reduce of at least `single_copy_min_bytes`: ranks read each other's
+  // Single copy for all_reduce / broadcast / all_gather of at least `single_copy_min_bytes`
+  // (per rank): ranks read each other's
   // buffers directly with process_vm_readv (Linux cross-memory attach) instead of staging
   // through the slots: half the memory traffic. Used only when every rank's probe at
   // construction succeeds (same user, ptrace allowed); env LSPAWN_SHM_SINGLE_COPY=0 disables it.
