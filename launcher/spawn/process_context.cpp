@@ -88,10 +88,10 @@ void ProcessContext::Impl::start(const SpawnPlan& plan) {
       const std::string why =
           what + ": this process runs " + std::to_string(threads) + " threads (" +
           std::to_string(baseline) +
-          " when it started; LibTorch's thread pools and a process group start more); a forked child "
-          "keeps only the calling thread and may deadlock on locks the others held. Use "
-          "StartMethod::Forkserver (start it first thing in main: lspawn::init(argc, argv, "
-          "{.start_forkserver = true})) or StartMethod::Spawn";
+          " when lspawn::init ran; LibTorch's thread pools and a process group start more); a "
+          "forked child keeps only the calling thread and may deadlock on locks the others held. "
+          "Use StartMethod::Forkserver (start it first thing in main: lspawn::init with "
+          "StartupOptions::start_forkserver) or StartMethod::Spawn";
       if (!opts.allow_fork_with_threads) {
         throw SpawnError(why + ", or set SpawnOptions::allow_fork_with_threads to fork anyway");
       }
