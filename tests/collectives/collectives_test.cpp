@@ -23,7 +23,7 @@ void require_all_ok(const RunResult& r) {
 
 }  // namespace
 
-TEST_CASE("every op matches a local reference, gloo and shm, N = 1..4", "[collectives][processes]") {
+TEST_CASE("every op matches a local reference on gloo and shm for N = 1 to 4", "[collectives][processes]") {
   const std::string backend = GENERATE(as<std::string>{}, "gloo", "shm");
   for (int n = 1; n <= 4; ++n) {
     std::map<std::string, std::string> env;
@@ -55,7 +55,7 @@ TEST_CASE("subgroups run in their own namespace", "[collectives][processes]") {
   require_all_ok(run_ranks(4, "subgroups", backend));
 }
 
-TEST_CASE("a rank that never joins: the others time out naming it", "[collectives][processes][failure]") {
+TEST_CASE("a rank that never joins makes the others time out naming it", "[collectives][processes][failure]") {
   const std::string backend = GENERATE(as<std::string>{}, "gloo", "shm");
   auto r = run_ranks(3, "timeout", backend, {{"LSPAWN_TEST_TIMEOUT_MS", "1000"}}, std::chrono::seconds(60));
   INFO("backend " << backend << "\n" << r.all_output());
@@ -70,7 +70,7 @@ TEST_CASE("a rank that never joins: the others time out naming it", "[collective
   CHECK(r.seconds < 30);
 }
 
-TEST_CASE("a rank SIGKILLed mid-collective: the others fail within the timeout", "[collectives][processes][failure]") {
+TEST_CASE("a rank SIGKILLed mid-collective makes the others fail within the timeout", "[collectives][processes][failure]") {
   const std::string backend = GENERATE(as<std::string>{}, "gloo", "shm");
   auto r = run_ranks(3, "kill", backend, {{"LSPAWN_TEST_TIMEOUT_MS", "10000"}}, std::chrono::seconds(60));
   INFO("backend " << backend << "\n" << r.all_output());

@@ -109,7 +109,7 @@ TEST_CASE("reduce kernels fold left to right for every type and op", "[shm]") {
   CHECK(kernel_supports(ElemType::Int8, KernelOp::BitwiseAnd));
 }
 
-TEST_CASE("threads as ranks: all_reduce, broadcast, all_gather agree bit for bit", "[shm]") {
+TEST_CASE("threads as ranks: all_reduce and broadcast and all_gather agree bit for bit", "[shm]") {
   const int n = GENERATE(2, 3, 4);
   const bool single_copy = GENERATE(false, true);
   CommOptions opts;
