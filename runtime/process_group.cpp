@@ -105,10 +105,13 @@ World init_process_group(const InitOptions& options) {
   const std::string who = "rank " + std::to_string(w.env.rank) + "/" + std::to_string(w.env.world_size);
 
   w.backend = !options.backend.empty() ? options.backend : getenv_or("LSPAWN_BACKEND", "gloo");
+  // shm and auto choose the collectives' transport (collectives/group.hpp); the world's process
+  // group under them, which carries what shm does not and everything across nodes, is gloo.
+  if (w.backend == "shm" || w.backend == "auto") w.backend = "gloo";
   if (w.backend != "gloo" && w.backend != "nccl") {
     throw ProcessGroupError(who + ": unknown backend '" + w.backend + "' (from " +
                             (options.backend.empty() ? "LSPAWN_BACKEND" : "InitOptions::backend") +
-                            "): expected gloo or nccl");
+                            "): expected gloo, nccl, shm or auto");
   }
   if (w.backend == "nccl" && !have_nccl()) {
     throw ProcessGroupError(who + ": backend 'nccl' requested but lspawn was built without NCCL "

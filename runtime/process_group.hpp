@@ -40,7 +40,8 @@ inline constexpr std::chrono::milliseconds kDefaultCollectiveTimeout{1'800'000};
 // Every field: an explicit value wins; a default/empty value falls back to the environment
 // variable named, then to the built-in default.
 struct InitOptions {
-  // "gloo" or "nccl" (only when lspawn was built with NCCL). "" → env LSPAWN_BACKEND, else "gloo".
+  // "gloo" or "nccl" (only when lspawn was built with NCCL); "shm"/"auto" (the collectives' choice,
+  // collectives/group.hpp) give a gloo process group here. "" → env LSPAWN_BACKEND, else "gloo".
   std::string backend;
   // Timeout of each collective. Zero → env LSPAWN_PG_TIMEOUT (seconds), else 30 min.
   std::chrono::milliseconds timeout{0};
@@ -61,7 +62,7 @@ struct World {
   WorkerEnv env;
   c10::intrusive_ptr<c10d::Store> store;      // the run's store (prefix "lspawn/<run_id>/<restart>")
   c10::intrusive_ptr<c10d::ProcessGroup> pg;  // the backend's process group over all ranks
-  std::string backend;                        // "gloo" or "nccl"
+  std::string backend;                        // "gloo" or "nccl" (shm/auto ask for gloo here)
   std::vector<PeerInfo> peers;                // host and pid of every rank, indexed by rank
   std::chrono::milliseconds timeout{0};       // collective timeout in effect
   std::chrono::milliseconds init_time{0};     // time spent in init_process_group()

@@ -46,6 +46,14 @@ TEST_CASE("init_process_group: a one-worker job on MASTER_PORT=0 works in-proces
   CHECK(w.size() == 1);
   CHECK(w.backend == "gloo");
   CHECK(w.timeout == 10s);
+  // shm/auto select the collectives' transport; the world's own process group is gloo.
+  for (const char* b : {"shm", "auto"}) {
+    ::setenv("LSPAWN_BACKEND", b, 1);
+    lspawn::InitOptions o2 = o;
+    o2.backend.clear();
+    CHECK(lspawn::init_process_group(o2).backend == "gloo");
+  }
+  ::unsetenv("LSPAWN_BACKEND");
   REQUIRE(w.peers.size() == 1);
   CHECK(w.peers[0].pid == ::getpid());
   std::vector<at::Tensor> t{at::ones({3})};
@@ -74,7 +82,7 @@ TEST_CASE("init_process_group: an unknown backend names the source of the choice
   o.env = lspawn::WorkerEnv::from_map({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}});
   ::setenv("LSPAWN_BACKEND", "mpi", 1);
   CHECK_THROWS_WITH(lspawn::init_process_group(o),
-                    Contains("unknown backend 'mpi' (from LSPAWN_BACKEND): expected gloo or nccl"));
+                    Contains("unknown backend 'mpi' (from LSPAWN_BACKEND): expected gloo, nccl, shm or auto"));
   ::unsetenv("LSPAWN_BACKEND");
   o.backend = "ucc";
   CHECK_THROWS_WITH(lspawn::init_process_group(o), Contains("unknown backend 'ucc' (from InitOptions::backend)"));
