@@ -47,8 +47,17 @@ bool WorkerResult::killed_by_supervisor() const {
          (term_signal == stop_signal_sent || term_signal == SIGKILL);
 }
 
+int64_t WorkerResult::failure_time_us() const {
+  return report && report->failed_at_us() > 0 ? report->failed_at_us() : exit_time_us;
+}
+
 std::string WorkerResult::describe() const {
   if (!exited) return "process " + std::to_string(rank) + " has not exited";
+  if (reported_then_stopped()) {
+    return "process " + std::to_string(rank) + " raised " +
+           (report->exception_type().empty() ? std::string("an exception") : report->exception_type()) +
+           " and was stopped by lspawn with " + sys::signal_name(term_signal) + " while exiting";
+  }
   return "process " + std::to_string(rank) + " " + sys::describe_wait_status(wait_status);
 }
 
@@ -516,6 +525,9 @@ void Supervisor::on_exit(Worker& w, int status) {
     r.exit_code = WEXITSTATUS(status);
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - w.started).count();
+  r.exit_time_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
   w.pidfd.reset();
   // Nothing of its process group may outlive it: its own children, if any, go now. The group
   // id cannot have been reused while it still has members, so this hits only ours.
@@ -557,7 +569,23 @@ void Supervisor::advance() {
     if (r.state == WorkerState::Draining && !w->pipe[0] && !w->pipe[1]) r.state = WorkerState::Done;
     all_done = all_done && r.state == WorkerState::Done;
   }
-  if (all_done) phase_ = Phase::Finished;
+  if (all_done) {
+    settle_root_cause();
+    phase_ = Phase::Finished;
+  }
+}
+
+void Supervisor::settle_root_cause() {
+  if (!root_cause_ || phase_ == Phase::Finished) return;
+  WorkerResult* first = &results_[by_rank_.at(*root_cause_)];
+  for (auto& r : results_) {
+    const bool own_failure = r.failed() && (!r.killed_by_supervisor() || r.reported_then_stopped());
+    if (own_failure && r.failure_time_us() < first->failure_time_us()) first = &r;
+  }
+  if (first->rank == *root_cause_) return;
+  results_[by_rank_.at(*root_cause_)].root_cause = false;
+  first->root_cause = true;
+  root_cause_ = first->rank;
 }
 
 bool Supervisor::step(Clock::time_point deadline) {
@@ -671,6 +699,7 @@ void Supervisor::run() { run_until(Clock::time_point::max()); }
 int Supervisor::exit_code() const {
   if (root_cause_) {
     const auto& r = result(*root_cause_);
+    if (r.reported_then_stopped()) return 1;  // what run_main returns for an uncaught exception
     return r.term_signal ? 128 + r.term_signal : r.exit_code;
   }
   if (stop_signal_) return 128 + stop_signal_;
@@ -716,14 +745,22 @@ std::string Supervisor::summary() const {
   for (const auto& r : results_) {
     if (root_cause_ && r.rank == *root_cause_) continue;
     if (!r.exited) continue;
-    if (r.killed_by_supervisor()) {
+    if (r.killed_by_supervisor() && !r.reported_then_stopped()) {
       os << "lspawn: process " << r.rank << " (pid " << r.pid << ") terminated by lspawn with "
          << sys::signal_name(r.term_signal) << "\n";
       any = true;
     } else if (r.failed()) {
-      if (r.stop_signal_sent || root_cause_ || stop_signal_) {
+      if (r.stop_signal_sent && !r.reported_then_stopped()) {
         os << "lspawn: " << r.describe() << " (pid " << r.pid << ") after lspawn sent "
-           << sys::signal_name(r.stop_signal_sent ? r.stop_signal_sent : SIGTERM) << "\n";
+           << sys::signal_name(r.stop_signal_sent) << "\n";
+      } else if (root_cause_ || stop_signal_) {
+        // Failed on its own after the root cause: one line, not a second full report.
+        os << "lspawn: also " << r.describe() << " (pid " << r.pid << ")";
+        if (r.report) {
+          os << ": " << (r.report->exception_type().empty() ? "" : r.report->exception_type() + ": ")
+             << r.report->message();
+        }
+        os << "\n";
       } else {
         detail(r, "");
       }

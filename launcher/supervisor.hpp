@@ -117,6 +117,12 @@ struct WorkerResult {
   std::string report_problem;  // an error file that existed but could not be read
   std::string error_file;
   double seconds = 0;          // start to exit
+  int64_t exit_time_us = 0;    // wall clock (µs since the epoch) when its exit was seen
+
+  // When it failed (wall clock, µs): its report's failed_at_us when set, else exit_time_us.
+  int64_t failure_time_us() const;
+  // It wrote an error report and was then stopped by lspawn while still exiting.
+  bool reported_then_stopped() const { return report && killed_by_supervisor(); }
 
   bool failed() const { return exited && (term_signal != 0 || exit_code != 0); }
   // Died of a signal lspawn sent it (not a root cause, not its own failure).
@@ -175,6 +181,8 @@ class Supervisor {
   const std::vector<WorkerResult>& results() const { return results_; }
   const WorkerResult& result(int rank) const;
   // Rank of the root cause, if any worker failed while the run was not stopping.
+  // Provisional while running (the first failure seen, which triggered fail-fast); once
+  // finished(), the failure that came first by failure_time_us() (docs/error-reports.md).
   std::optional<int> root_cause() const { return root_cause_; }
   // 0 when every worker exited 0; the root cause's exit code (128+N for signal N); else
   // 128+stop_signal() when stopped by a signal; 1 when workers failed otherwise.
@@ -200,6 +208,8 @@ class Supervisor {
   void begin_stop(int sig);
   void signal_running(int sig);
   void advance();
+  // At the end of the run: moves root_cause_ to the earliest failure (see root_cause()).
+  void settle_root_cause();
   void info(const std::string& line);
   void guard(pid_t pgid);  // registers with the guardian; a dead guardian is reported, not fatal
 

@@ -130,6 +130,7 @@ proto::ErrorReport make_error_report(std::exception_ptr error, const std::string
   r.set_timestamp_us(std::chrono::duration_cast<std::chrono::microseconds>(
                          std::chrono::system_clock::now().time_since_epoch())
                          .count());
+  r.set_failed_at_us(detail::throw_site_time_us(error));
   r.set_backtrace(utf8(backtrace));
   if (!error) {
     r.set_exception_type("std::terminate");

@@ -5,6 +5,8 @@
 #include <memory>
 #include <typeinfo>
 
+#include <ctime>
+
 #include <cxxabi.h>
 #include <dlfcn.h>
 #include <execinfo.h>
@@ -16,6 +18,7 @@ constexpr int kMaxFrames = 64;
 
 struct LastThrow {
   const void* object = nullptr;  // the thrown object (what std::exception_ptr points to)
+  int64_t time_us = 0;           // CLOCK_REALTIME at the throw
   int n = 0;
   void* frames[kMaxFrames];
 };
@@ -70,6 +73,12 @@ std::string throw_site_backtrace(const std::exception_ptr& error) {
   return symbolize(t.frames, t.n, 1);  // frame 0 is __cxa_throw below
 }
 
+int64_t throw_site_time_us(const std::exception_ptr& error) {
+  const LastThrow& t = t_last_throw;
+  if (!error || t.object != object_of(error)) return 0;
+  return t.time_us;
+}
+
 }  // namespace lspawn::detail
 
 namespace __cxxabiv1 {  // where <cxxabi.h> declares it (extern "C": the name is plain __cxa_throw)
@@ -83,6 +92,9 @@ extern "C" void __cxa_throw(void* object, std::type_info* type, void (*destroy)(
   if (lspawn::detail::capture_enabled()) {
     lspawn::detail::LastThrow& t = lspawn::detail::t_last_throw;
     t.object = object;
+    struct timespec now;
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    t.time_us = int64_t(now.tv_sec) * 1000000 + now.tv_nsec / 1000;
     t.n = ::backtrace(t.frames, lspawn::detail::kMaxFrames);
   }
   if (next == nullptr) std::abort();  // no C++ runtime after us: cannot happen with libstdc++

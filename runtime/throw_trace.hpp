@@ -5,6 +5,7 @@
 // capture off. Internal to runtime/ (error_report.cpp).
 #pragma once
 
+#include <cstdint>
 #include <exception>
 #include <string>
 
@@ -13,6 +14,10 @@ namespace lspawn::detail {
 // The symbolized stack of the throw of `error` when this thread recorded it (the last throw on
 // this thread was that very exception object), else "".
 std::string throw_site_backtrace(const std::exception_ptr& error);
+
+// Wall-clock time (µs since the epoch) of the throw of `error` when this thread recorded it,
+// else 0. The error report's failed_at_us: when the failure happened, before any unwinding.
+int64_t throw_site_time_us(const std::exception_ptr& error);
 
 // Frames as "#i binary(symbol+off) [addr]" lines, demangled; skips the first `skip`.
 std::string symbolize(void* const* frames, int n, int skip);

@@ -83,6 +83,22 @@ TEST_CASE("an ErrorReport written by the failing rank is in the summary", "[e2e]
   CHECK(r.err.find("reported from host fixture-host") != std::string::npos);
 }
 
+TEST_CASE("the root cause is the earliest failure - not the first exit", "[e2e][failure]") {
+  // Rank 1 raises first (its report carries the throw time) but is still unwinding when rank 0,
+  // failing because of it, exits first: rank 1 is the root cause, lspawn exits 1.
+  TempDir sync;
+  auto r = run_lspawn({"--nprocs", "2", "/bin/sh", "-c",
+                       "if [ $RANK = 1 ]; then exec " + worker_bin() +
+                           " report-then-wait 1; fi; until [ -e $LSPAWN_TEST_SYNC_DIR/ready-1 ]; do sleep 0.01; done; exit 3"},
+                      {"LSPAWN_TEST_SYNC_DIR=" + sync.path});
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("root cause: process 1 raised std::runtime_error and was stopped by lspawn with "
+                   "SIGTERM while exiting") != std::string::npos);
+  CHECK(r.err.find("error: std::runtime_error: first failure") != std::string::npos);
+  CHECK(r.err.find("also process 0 terminated with exit code 3") != std::string::npos);
+}
+
 TEST_CASE("a torchrun-format error file (Python @record) is in the summary too", "[e2e][failure]") {
   auto r = run_lspawn({"--nprocs", "2", worker_bin(), "torchrun-report-rank", "0"});
   INFO(r.err);

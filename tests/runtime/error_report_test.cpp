@@ -60,6 +60,9 @@ TEST_CASE("error report: an uncaught exception in run_main writes the JSON repor
   CHECK_THAT(r.backtrace(), !Contains("caught, not where it was thrown"));
   CHECK(r.timestamp_us() >= before);
   CHECK(r.timestamp_us() <= now_us());
+  // The failure time is the throw, before unwinding and writing: the launcher orders by it.
+  CHECK(r.failed_at_us() >= before);
+  CHECK(r.failed_at_us() <= r.timestamp_us());
 }
 
 TEST_CASE("error report: LSPAWN_ERROR_FILE is used when TORCHELASTIC_ERROR_FILE is unset", "[error_report]") {
