@@ -15,12 +15,12 @@ run_suite() {   # $1: build dir
 }
 
 start=$SECONDS
-bash scripts/build.sh "$root/build"
+bash scripts/build.sh "$root/build" -DLSPAWN_BUILD_TESTS=ON  # ON: run-example.sh may have cached OFF
 echo "test.sh: build took $((SECONDS - start)) s"
 run_suite "$root/build"
 if ((asan)); then
   start=$SECONDS
-  LSPAWN_SANITIZE=1 bash scripts/build.sh "$root/build-asan" -DLSPAWN_BUILD_BENCH=OFF
+  LSPAWN_SANITIZE=1 bash scripts/build.sh "$root/build-asan" -DLSPAWN_BUILD_TESTS=ON -DLSPAWN_BUILD_BENCH=OFF
   echo "test.sh: ASan build took $((SECONDS - start)) s"
   ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 run_suite "$root/build-asan"
 fi
