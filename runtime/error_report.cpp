@@ -19,13 +19,6 @@
 namespace lspawn {
 namespace {
 
-std::string demangle(const char* mangled) {
-  int status = 0;
-  std::unique_ptr<char, void (*)(void*)> out(abi::__cxa_demangle(mangled, nullptr, nullptr, &status),
-                                             std::free);
-  return (status == 0 && out) ? std::string(out.get()) : std::string(mangled);
-}
-
 // Protobuf strings must be UTF-8 (else JSON encoding fails): invalid bytes become '?'.
 std::string utf8(const std::string& in) {
   std::string out;
@@ -141,7 +134,7 @@ proto::ErrorReport make_error_report(std::exception_ptr error, const std::string
     std::rethrow_exception(error);
   } catch (...) {
     const std::type_info* t = abi::__cxa_current_exception_type();
-    r.set_exception_type(t != nullptr ? demangle(t->name()) : "unknown");
+    r.set_exception_type(t != nullptr ? detail::demangle(t->name()) : "unknown");
     try {
       throw;
     } catch (const c10::Error& e) {
@@ -170,7 +163,7 @@ std::string write_error_report(const std::exception& error) {
   try {
     // No exception_ptr of the dynamic type can be made from a reference: describe it directly.
     proto::ErrorReport r = make_error_report(nullptr, kCaughtHere + current_backtrace(1));
-    r.set_exception_type(demangle(typeid(error).name()));
+    r.set_exception_type(detail::demangle(typeid(error).name()));
     if (auto* c = dynamic_cast<const c10::Error*>(&error)) {
       r.set_message(utf8(c->what_without_backtrace()));
       if (!c->backtrace().empty()) r.set_backtrace(utf8(c->backtrace()));

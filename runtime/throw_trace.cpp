@@ -33,12 +33,6 @@ bool capture_enabled() {
   return enabled;
 }
 
-std::string demangle(const char* mangled) {
-  int status = 0;
-  std::unique_ptr<char, void (*)(void*)> out(abi::__cxa_demangle(mangled, nullptr, nullptr, &status),
-                                             std::free);
-  return (status == 0 && out) ? std::string(out.get()) : std::string(mangled);
-}
 
 // libstdc++'s std::exception_ptr is exactly a pointer to the thrown object.
 const void* object_of(const std::exception_ptr& e) {
@@ -49,6 +43,13 @@ const void* object_of(const std::exception_ptr& e) {
 }
 
 }  // namespace
+
+std::string demangle(const char* mangled) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> out(abi::__cxa_demangle(mangled, nullptr, nullptr, &status),
+                                             std::free);
+  return (status == 0 && out) ? std::string(out.get()) : std::string(mangled);
+}
 
 std::string symbolize(void* const* frames, int n, int skip) {
   std::unique_ptr<char*, void (*)(void*)> symbols(::backtrace_symbols(frames, n), std::free);

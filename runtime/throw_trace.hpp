@@ -19,6 +19,9 @@ std::string throw_site_backtrace(const std::exception_ptr& error);
 // else 0. The error report's failed_at_us: when the failure happened, before any unwinding.
 int64_t throw_site_time_us(const std::exception_ptr& error);
 
+// A C++ type name demangled (abi::__cxa_demangle), or `mangled` itself when it is not one.
+std::string demangle(const char* mangled);
+
 // Frames as "#i binary(symbol+off) [addr]" lines, demangled; skips the first `skip`.
 std::string symbolize(void* const* frames, int n, int skip);
 

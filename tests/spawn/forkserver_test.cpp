@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "launcher/error_file.hpp"
+#include "test_util.hpp"
 #include "launcher/spawn/errors.hpp"
 #include "launcher/spawn/forkserver.hpp"
 #include "launcher/spawn/registry.hpp"
@@ -67,17 +68,7 @@ std::vector<lspawn::proto::ChildExit> wait_exits(lspawn::Forkserver& fs, size_t 
   return out;
 }
 
-// Running (not a zombie): orphans may be reparented to a pid 1 that never reaps them.
-bool alive(pid_t pid) {
-  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "re");
-  if (!f) return false;
-  char buf[512] = {};
-  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  const std::string stat(buf, n);
-  const auto paren = stat.rfind(')');
-  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
-}
+using spawn_test::alive;
 }  // namespace
 
 TEST_CASE("forkserver runs a registered function with the given stdio and reports its exit") {
