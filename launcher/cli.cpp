@@ -1,19 +1,27 @@
 #include "launcher/cli.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 
 #include "launcher/cli_options.hpp"
+#include "launcher/elf.hpp"
 #include "launcher/env_contract.hpp"
 #include "launcher/output.hpp"
 #include "launcher/port.hpp"
+#include "launcher/spawn/errors.hpp"
+#include "launcher/spawn/forkserver.hpp"
+#include "launcher/spawn/forkserver_hook.hpp"
 #include "launcher/supervisor.hpp"
 #include "launcher/sys.hpp"
 #include "launcher/version.hpp"
@@ -44,6 +52,28 @@ struct RunDir {
   }
 };
 
+// How long an exec'd forkserver may take to load and initialise the program.
+constexpr std::chrono::seconds kForkserverReadyTimeout{120};
+
+// The variables every worker of this node shares, in the order of the first: the forkserver's
+// environment (what static initialisers see before a worker gets its own).
+std::vector<std::string> common_environment(const std::vector<std::vector<std::string>>& envs) {
+  std::vector<std::string> out;
+  for (const auto& kv : envs.front()) {
+    bool everywhere = true;
+    for (size_t i = 1; i < envs.size() && everywhere; ++i) {
+      everywhere = std::find(envs[i].begin(), envs[i].end(), kv) != envs[i].end();
+    }
+    if (everywhere) out.push_back(kv);
+  }
+  return out;
+}
+
+// A wait status as waitpid would have produced it, from a forkserver's ChildExit.
+int wait_status_of(const proto::ChildExit& e) {
+  return e.signal() != 0 ? (e.signal() & 0x7f) : ((e.exit_code() & 0xff) << 8);
+}
+
 void make_dirs(const std::string& dir) {
   std::string cur;
   size_t pos = 0;
@@ -65,6 +95,22 @@ int run(const CliOptions& o) {
   if (!path) {
     say("cannot execute '" + o.program[0] + "': " + std::strerror(err));
     return err == ENOENT ? exit_codes::kNotFound : exit_codes::kCannotExecute;
+  }
+  const bool use_forkserver = o.start_method == CliStartMethod::Forkserver;
+  if (use_forkserver) {
+    bool hooked = false;
+    try {
+      hooked = elf::has_section(*path, kForkserverNoteSection);
+    } catch (const sys::SysError& e) {
+      say(std::string("--start-method forkserver: cannot read '") + *path + "': " + e.what());
+      return exit_codes::kUsage;
+    }
+    if (!hooked) {
+      say("--start-method forkserver: '" + *path +
+          "' does not link lspawn's forkserver hook (lspawn::runtime or lspawn::forkserver_hook; "
+          "no " + kForkserverNoteSection + " section); use --start-method exec");
+      return exit_codes::kUsage;
+    }
   }
   // 2. The log directory.
   if (!o.log_dir.empty()) {
@@ -129,19 +175,79 @@ int run(const CliOptions& o) {
   Supervisor sup(std::move(sopts));
   if (!o.quiet) {
     say("starting " + std::to_string(o.nproc_per_node) + " worker" +
-        (o.nproc_per_node == 1 ? "" : "s") + " of '" + *path + "' (node " +
-        std::to_string(o.node_rank) + "/" + std::to_string(o.nnodes) + ", master " +
-        o.master_addr + ":" + std::to_string(master_port) + ", run id " + job.run_id + ")");
+        (o.nproc_per_node == 1 ? "" : "s") + " of '" + *path + "'" +
+        (use_forkserver ? " by forkserver" : "") + " (node " + std::to_string(o.node_rank) + "/" +
+        std::to_string(o.nnodes) + ", master " + o.master_addr + ":" +
+        std::to_string(master_port) + ", run id " + job.run_id + ")");
+  }
+  std::vector<ExecSpec> specs;
+  for (int lr = 0; lr < o.nproc_per_node; ++lr) {
+    env::WorkerPlace place{lr, o.nproc_per_node, o.node_rank, o.nnodes};
+    ExecSpec spec;
+    spec.path = *path;
+    spec.argv = o.program;
+    spec.env = env::worker_environment(job, place, base_env);
+    spec.error_file = env::error_file_path(job.run_dir, place.rank());
+    specs.push_back(std::move(spec));
+  }
+
+  // --start-method forkserver: the program, executed once, forks the workers (declared after
+  // the supervisor: destroyed first, it closes the server's socket and reaps it).
+  std::unique_ptr<Forkserver> forkserver;
+  std::map<pid_t, int> forked;  // worker pid -> rank, until its exit is reported
+  auto on_forkserver_exits = [&](short) {
+    bool gone = false;
+    for (const auto& e : forkserver->read_exits(&gone)) {
+      auto it = forked.find(static_cast<pid_t>(e.pid()));
+      if (it == forked.end()) continue;
+      const int rank = it->second;
+      forked.erase(it);
+      sup.notify_exit(rank, wait_status_of(e));
+    }
+    if (gone) {
+      sup.unwatch_fd(forkserver->exit_fd());
+      if (!forked.empty()) {
+        say("the forkserver (pid " + std::to_string(forkserver->pid()) +
+            ") died; its workers died with it (SIGKILL)");
+      }
+      for (const auto& [pid, rank] : forked) sup.notify_exit(rank, SIGKILL);
+      forked.clear();
+    }
+  };
+  if (use_forkserver) {
+    std::vector<std::vector<std::string>> envs;
+    for (const auto& spec : specs) envs.push_back(spec.env);
+    sigset_t stop;
+    sigemptyset(&stop);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&stop, sig);
+    try {
+      forkserver = Forkserver::exec(*path, o.program, common_environment(envs),
+                                    kForkserverReadyTimeout, &stop);
+    } catch (const ForkserverInterrupted& e) {
+      say(std::string("interrupted by ") + sys::signal_name(e.signal()) +
+          " while the forkserver started; no worker was started");
+      return 128 + e.signal();
+    } catch (const std::exception& e) {
+      say(std::string("--start-method forkserver: ") + e.what());
+      return 1;
+    }
   }
   try {
-    for (int lr = 0; lr < o.nproc_per_node; ++lr) {
-      env::WorkerPlace place{lr, o.nproc_per_node, o.node_rank, o.nnodes};
-      ExecSpec spec;
-      spec.path = *path;
-      spec.argv = o.program;
-      spec.env = env::worker_environment(job, place, base_env);
-      spec.error_file = env::error_file_path(job.run_dir, place.rank());
-      sup.start_exec(place.rank(), spec);
+    for (const auto& spec : specs) {
+      const int rank = static_cast<int>(&spec - specs.data()) + o.node_rank * o.nproc_per_node;
+      if (forkserver) {
+        const std::string ctx = "rank " + std::to_string(rank);
+        auto out = sys::make_pipe("stdout of " + ctx);
+        auto err = sys::make_pipe("stderr of " + ctx);
+        proto::SpawnCall call;
+        call.set_index(rank);
+        const pid_t pid = forkserver->fork_worker(call, spec.env, out.write.get(), err.write.get());
+        forked[pid] = rank;
+        sup.adopt(rank, pid, pid, std::move(out.read), std::move(err.read), spec.error_file);
+        if (forked.size() == 1) sup.watch_fd(forkserver->exit_fd(), POLLIN, on_forkserver_exits);
+      } else {
+        sup.start_exec(rank, spec);
+      }
       sup.step(Clock::now());  // handle events (signals, early exits) between starts
       // Stopping already (a signal, an early failure): start no more.
       if (sup.root_cause() || sup.stop_signal()) break;
@@ -149,6 +255,12 @@ int run(const CliOptions& o) {
   } catch (const std::exception& e) {
     say(std::string("internal error while starting workers: ") + e.what());
     sup.kill_now();
+    if (forkserver) {
+      sup.unwatch_fd(forkserver->exit_fd());
+      forkserver.reset();  // kills and reaps what it forked: report those exits now
+      for (const auto& [pid, rank] : forked) sup.notify_exit(rank, SIGKILL);
+      forked.clear();
+    }
     sup.run();
     return exit_codes::kInternal;
   }
@@ -160,6 +272,7 @@ int run(const CliOptions& o) {
         " not started: the run was already stopping");
   }
   sup.run();
+  if (forkserver) sup.unwatch_fd(forkserver->exit_fd());
   const std::string summary = sup.summary();
   if (!summary.empty()) {
     try {

@@ -58,6 +58,11 @@ options (--opt value and --opt=value are both accepted):
   --tee                           with --log-dir: also write to the console
   --no-prefix                     do not prefix console lines with "[rank N] "
   --quiet                         no lspawn info lines (errors and the failure summary still printed)
+  --start-method exec|forkserver  exec (default): each worker is a fresh exec of program (any
+                                  program); forkserver: program is executed once and forks every
+                                  worker after its static initialisation (LibTorch's loading and
+                                  init happen once, not per worker); program must link lspawn's
+                                  runtime (or lspawn::forkserver_hook). See docs/cli.md
   --max-restarts 0                accepted for torchrun compatibility; only 0 is supported
   -h, --help                      this text
   --version                       print the version
@@ -140,6 +145,15 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
     } else if (name == "--quiet") {
       flag();
       o.quiet = true;
+    } else if (name == "--start-method") {
+      const std::string m = take("exec|forkserver");
+      if (m == "exec") {
+        o.start_method = CliStartMethod::Exec;
+      } else if (m == "forkserver") {
+        o.start_method = CliStartMethod::Forkserver;
+      } else {
+        usage(name + ": expected exec or forkserver (" + name + " exec|forkserver), got '" + m + "'");
+      }
     } else if (name == "--max-restarts") {
       o.max_restarts = parse_int(name, take("0"), 0, 1 << 20, "0", "0");
       if (o.max_restarts != 0) {

@@ -19,6 +19,12 @@ inline constexpr int kCannotExecute = 126;    // program found but not executabl
 inline constexpr int kNotFound = 127;         // program not found
 }  // namespace exit_codes
 
+// How workers are started (--start-method).
+enum class CliStartMethod {
+  Exec,        // fork + exec of the program per worker (any program)
+  Forkserver,  // exec the program once; it forks the workers after its static initialisation
+};
+
 struct CliOptions {
   int nproc_per_node = 1;          // --nprocs / --nproc-per-node, >= 1
   int nnodes = 1;                  // --nnodes, >= 1
@@ -31,6 +37,7 @@ struct CliOptions {
   bool tee = false;                // --tee: with --log-dir, also to the console
   bool prefix = true;              // --no-prefix clears it
   bool quiet = false;              // --quiet: no info lines (errors still printed)
+  CliStartMethod start_method = CliStartMethod::Exec;  // --start-method exec|forkserver
   int max_restarts = 0;            // --max-restarts; only 0 is supported
   bool help = false;               // --help / -h
   bool version = false;            // --version

@@ -1,11 +1,14 @@
 #include "launcher/spawn/forkserver.hpp"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <linux/close_range.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,9 +16,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <map>
 
 #include "launcher/spawn/errors.hpp"
+#include "launcher/spawn/fork_loop.hpp"
 #include "launcher/spawn/init.hpp"
 #include "launcher/spawn/registry.hpp"
 #include "launcher/spawn/threads.hpp"
@@ -24,8 +29,6 @@
 
 namespace lspawn {
 namespace {
-
-constexpr uint32_t kMaxRequestBytes = 1u << 30;  // a request carries the arguments
 
 // ---- server side (runs in the forked server; single-threaded; never returns) ---------------
 
@@ -54,190 +57,30 @@ void reset_signal_handlers() {
   }
 }
 
-// Reads exactly n bytes; false on EOF before the first byte; throws on a truncated read.
-bool read_exact(int fd, char* p, size_t n, const char* what) {
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = sys::read_some(fd, p + got, n - got, what);
-    if (r == 0) {
-      if (got == 0) return false;
-      throw wire::WireError(std::string(what) + ": truncated frame");
-    }
-    got += static_cast<size_t>(r);
-  }
-  return true;
+std::string check_registered(const proto::ForkRequest& req) {
+  if (FunctionRegistry::global().find(req.call().function())) return {};
+  return "function '" + req.call().function() +
+         "' is not registered in the forkserver's program (LSPAWN_REGISTER); registered: " +
+         FunctionRegistry::global().names();
 }
 
-// Receives one ForkRequest frame with up to two SCM_RIGHTS fds. False on EOF.
-bool receive_request(int sock, proto::ForkRequest& req, int fds[2]) {
-  fds[0] = fds[1] = -1;
-  char hdr[4];
-  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))];
-  iovec iov{hdr, sizeof hdr};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  ssize_t r;
-  do {
-    r = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-  } while (r < 0 && errno == EINTR);
-  if (r < 0) sys::throw_errno("recvmsg", "forkserver request");
-  if (r == 0) return false;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-      const size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      std::memcpy(fds, CMSG_DATA(c), std::min<size_t>(n, 2) * sizeof(int));
-    }
-  }
-  if (r < 4 && !read_exact(sock, hdr + r, 4 - static_cast<size_t>(r), "forkserver request")) {
-    throw wire::WireError("forkserver request: truncated frame header");
-  }
-  std::string frame(hdr, 4);
-  const uint32_t len = uint32_t(uint8_t(hdr[0])) | uint32_t(uint8_t(hdr[1])) << 8 |
-                       uint32_t(uint8_t(hdr[2])) << 16 | uint32_t(uint8_t(hdr[3])) << 24;
-  if (len > kMaxRequestBytes) {
-    throw wire::WireError("forkserver request: frame of " + std::to_string(len) +
-                          " bytes exceeds the bound");
-  }
-  frame.resize(4 + size_t(len));
-  if (len > 0 && !read_exact(sock, frame.data() + 4, len, "forkserver request")) {
-    throw wire::WireError("forkserver request: truncated frame");
-  }
-  if (!wire::try_decode_frame(frame, req, "forkserver request", kMaxRequestBytes)) {
-    throw wire::WireError("forkserver request: incomplete frame");
-  }
-  wire::check_version(req.version(), "ForkRequest");
-  return true;
-}
-
-[[noreturn]] void run_forked_worker(const proto::ForkRequest& req, const Invoker& invoker,
-                                    pid_t server, int stdio[2], const sigset_t& old_mask) {
-  ::setpgid(0, 0);
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != server) ::_exit(1);  // the server died between fork and prctl
-  ::signal(SIGPIPE, SIG_DFL);
-  ::signal(SIGCHLD, SIG_DFL);
-  ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-  if (stdio[0] >= 0) ::dup2(stdio[0], 1);
-  if (stdio[1] >= 0) ::dup2(stdio[1], 2);
-  if (stdio[0] > 2) sys::close(stdio[0]);
-  if (stdio[1] > 2) sys::close(stdio[1]);
-  if (req.env_size() > 0) {
-    ::clearenv();
-    for (const auto& kv : req.env()) ::putenv(::strdup(kv.c_str()));  // owned by environ
-  }
+// The forked server of spawn(): serves requests; in each worker, runs the registered function.
+[[noreturn]] void serve(int sock, int exits, pid_t owner) noexcept {
+  close_all_fds_except({sock, exits});
+  reset_signal_handlers();  // the owner's handlers (e.g. a test framework's) are not ours
+  const proto::ForkRequest req = fork_loop::serve(sock, exits, owner, check_registered);
+  // A worker from here on.
   const proto::SpawnCall& call = req.call();
+  const Invoker* invoker = FunctionRegistry::global().find(call.function());
   WorkerBody body;
   body.index = call.index();
   body.nprocs = call.nprocs();
   body.result_path = call.want_result() ? call.result_path() : std::string();
   if (const char* ef = std::getenv("TORCHELASTIC_ERROR_FILE")) body.error_file = ef;
-  body.call = [&] { return invoker(call.index(), call.args()); };
+  body.call = [&] { return (*invoker)(call.index(), call.args()); };
   const int code = run_worker(body);
   std::fflush(nullptr);
   ::_exit(code);
-}
-
-[[noreturn]] void serve(int sock, int exits, pid_t owner) noexcept {
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != owner) ::_exit(0);
-  close_all_fds_except({sock, exits});
-  reset_signal_handlers();  // the owner's handlers (e.g. a test framework's) are not ours
-  ::signal(SIGPIPE, SIG_IGN);
-  sigset_t chld, old_mask;
-  sigemptyset(&chld);
-  sigaddset(&chld, SIGCHLD);
-  ::sigprocmask(SIG_BLOCK, &chld, &old_mask);
-  const int sigfd = ::signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
-  const pid_t self = ::getpid();
-  std::map<pid_t, int> live;  // worker pid -> index
-
-  auto report_exit = [&](pid_t pid, int status) {
-    proto::ChildExit e;
-    e.set_version(wire::kSchemaVersion);
-    e.set_pid(pid);
-    auto it = live.find(pid);
-    e.set_index(it == live.end() ? -1 : it->second);
-    if (it != live.end()) live.erase(it);
-    if (WIFSIGNALED(status)) {
-      e.set_signal(WTERMSIG(status));
-    } else {
-      e.set_exit_code(WEXITSTATUS(status));
-    }
-    try {
-      wire::write_frame(exits, e, "forkserver exit pipe");
-    } catch (...) {
-      // The owner is gone; shutdown follows on the request socket's EOF.
-    }
-  };
-  auto reap = [&] {
-    int status;
-    pid_t pid;
-    while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) report_exit(pid, status);
-  };
-  auto shutdown = [&]() {
-    for (const auto& [pid, index] : live) ::kill(-pid, SIGKILL);
-    int status;
-    pid_t pid;
-    while ((pid = ::waitpid(-1, &status, 0)) > 0 || (pid < 0 && errno == EINTR)) {
-      if (pid > 0) report_exit(pid, status);
-    }
-    ::_exit(0);
-  };
-
-  try {
-    for (;;) {
-      pollfd pfd[2] = {{sock, POLLIN, 0}, {sigfd, POLLIN, 0}};
-      const int n = ::poll(pfd, 2, -1);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) shutdown();
-      if (pfd[1].revents) {
-        signalfd_siginfo si;
-        while (::read(sigfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-        }
-        reap();
-      }
-      if (!pfd[0].revents) continue;
-      proto::ForkRequest req;
-      int stdio[2];
-      if (!receive_request(sock, req, stdio) || req.shutdown()) shutdown();
-      proto::ForkReply reply;
-      reply.set_version(wire::kSchemaVersion);
-      reply.set_index(req.index());
-      const Invoker* invoker = FunctionRegistry::global().find(req.call().function());
-      if (!invoker) {
-        reply.set_error("function '" + req.call().function() +
-                        "' is not registered in the forkserver's program (LSPAWN_REGISTER); "
-                        "registered: " + FunctionRegistry::global().names());
-      } else {
-        std::fflush(nullptr);
-        const pid_t pid = ::fork();
-        if (pid == 0) {
-          sys::close(sock);
-          sys::close(exits);
-          sys::close(sigfd);
-          run_forked_worker(req, *invoker, self, stdio, old_mask);
-        }
-        if (pid < 0) {
-          reply.set_error(std::string("fork: ") + std::strerror(errno));
-        } else {
-          ::setpgid(pid, pid);  // also in the child: whichever runs first, no window
-          live[pid] = req.index();
-          reply.set_pid(pid);
-        }
-      }
-      if (stdio[0] >= 0) sys::close(stdio[0]);
-      if (stdio[1] >= 0) sys::close(stdio[1]);
-      wire::write_frame(sock, reply, "forkserver reply");
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "lspawn forkserver (pid %d): %s; stopping its workers\n",
-                 static_cast<int>(self), e.what());
-    shutdown();
-  }
-  ::_exit(0);  // not reached: shutdown() exits
 }
 
 }  // namespace
@@ -267,6 +110,121 @@ std::unique_ptr<Forkserver> Forkserver::start() {
   server_end.reset();
   exits.write.reset();
   sys::set_nonblocking(exits.read.get(), "forkserver exit pipe");
+  return std::unique_ptr<Forkserver>(
+      new Forkserver(pid, std::move(parent_end), std::move(exits.read)));
+}
+
+std::unique_ptr<Forkserver> Forkserver::exec(const std::string& path,
+                                             const std::vector<std::string>& argv,
+                                             const std::vector<std::string>& env,
+                                             std::chrono::milliseconds ready_timeout,
+                                             const sigset_t* interrupt) {
+  if (argv.empty()) throw std::invalid_argument("lspawn: Forkserver::exec with an empty argv");
+  const std::string what = "forkserver '" + path + "'";
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    sys::throw_errno("socketpair", what + " request socket");
+  }
+  sys::Fd parent_end(sv[0]), server_end(sv[1]);
+  sys::Pipe exits = sys::make_pipe(what + " exit pipe");
+  sys::Pipe status = sys::make_pipe(what + " exec status");
+  sys::Fd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!devnull) sys::throw_errno("open", "/dev/null");
+  // Everything the child needs is built before fork: it only makes system calls.
+  std::vector<std::string> full_env = env;
+  full_env.push_back(std::string(kForkserverFdsEnv) + "=" + std::to_string(server_end.get()) +
+                     "," + std::to_string(exits.write.get()));
+  std::vector<char*> cargv, cenv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  for (const auto& e : full_env) cenv.push_back(const_cast<char*>(e.c_str()));
+  cenv.push_back(nullptr);
+  const int keep[2] = {server_end.get(), exits.write.get()};
+  const int status_w = status.write.get();
+  const pid_t owner = ::getpid();
+  sigset_t empty;
+  sigemptyset(&empty);
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) sys::throw_errno("fork", what);
+  if (pid == 0) {
+    ::setpgid(0, 0);  // terminal signals (^C) go to lspawn, which stops workers gracefully
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != owner) ::_exit(128 + SIGKILL);
+    ::sigprocmask(SIG_SETMASK, &empty, nullptr);
+    ::signal(SIGPIPE, SIG_DFL);
+    ::dup2(devnull.get(), 0);
+    ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
+    for (int fd : keep) ::fcntl(fd, F_SETFD, 0);
+    ::execve(path.c_str(), cargv.data(), cenv.data());
+    const int e = errno;
+    (void)!::write(status_w, &e, sizeof e);
+    ::_exit(e == ENOENT ? 127 : 126);
+  }
+  ::setpgid(pid, pid);
+  server_end.reset();
+  exits.write.reset();
+  status.write.reset();
+  auto reap = [&](const std::string& why) -> SpawnError {
+    ::kill(pid, SIGKILL);
+    int st = 0;
+    try {
+      sys::waitpid(pid, &st, 0, what);
+    } catch (...) {
+    }
+    return SpawnError(what + " (pid " + std::to_string(pid) + ") " + why);
+  };
+  int exec_errno = 0;
+  ssize_t n;
+  do {
+    n = ::read(status.read.get(), &exec_errno, sizeof exec_errno);
+  } while (n < 0 && errno == EINTR);
+  if (n == static_cast<ssize_t>(sizeof exec_errno)) {
+    throw reap(std::string("could not be executed: ") + std::strerror(exec_errno));
+  }
+  // Ready: one ForkReply with index -1 (pid = the server; error = why it refuses).
+  sys::Fd sigfd;
+  if (interrupt) {
+    sigfd = sys::Fd(::signalfd(-1, interrupt, SFD_CLOEXEC | SFD_NONBLOCK));
+    if (!sigfd) sys::throw_errno("signalfd", what);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + ready_timeout;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      throw reap("was not ready within " + std::to_string(ready_timeout.count() / 1000.0).substr(0, 5) +
+                 " s (its static initialisation did not finish, or it does not link lspawn's "
+                 "forkserver hook)");
+    }
+    pollfd pfd[2] = {{parent_end.get(), POLLIN, 0}, {sigfd.get(), POLLIN, 0}};
+    const int r = ::poll(pfd, sigfd ? 2 : 1, static_cast<int>(std::min<long long>(left.count(), 1 << 30)));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) sys::throw_errno("poll", what);
+    if (sigfd && pfd[1].revents) {
+      signalfd_siginfo si{};
+      const ssize_t got = ::read(sigfd.get(), &si, sizeof si);
+      (void)reap("interrupted");
+      throw ForkserverInterrupted(got == static_cast<ssize_t>(sizeof si) ? int(si.ssi_signo) : SIGINT);
+    }
+    if (pfd[0].revents) break;
+  }
+  proto::ForkReply ready;
+  try {
+    wire::read_frame(parent_end.get(), ready, what.c_str());
+  } catch (const std::exception&) {
+    int st = 0;
+    try {
+      sys::waitpid(pid, &st, 0, what);
+    } catch (...) {
+    }
+    std::string how = WIFSIGNALED(st) ? "was killed by signal " + std::to_string(WTERMSIG(st))
+                                      : "exited with code " + std::to_string(WEXITSTATUS(st));
+    throw SpawnError(what + " (pid " + std::to_string(pid) + ") " + how +
+                     " before it was ready (does it link lspawn's runtime?)");
+  }
+  wire::check_version(ready.version(), "ForkReply");
+  if (!ready.error().empty()) throw reap("refused: " + ready.error());
+  sys::set_nonblocking(exits.read.get(), what + " exit pipe");
   return std::unique_ptr<Forkserver>(
       new Forkserver(pid, std::move(parent_end), std::move(exits.read)));
 }

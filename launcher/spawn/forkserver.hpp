@@ -1,5 +1,10 @@
-// Forkserver: a small process, forked early (before threads exist), that forks spawn() workers
-// on request.
+// Forkserver: a process that forks workers on request. Two kinds:
+//   - start(): spawn()'s server, a fork of the calling program made early (before threads
+//     exist); each worker runs a function registered with LSPAWN_REGISTER.
+//   - exec(): `lspawn --start-method forkserver`'s server, the user's program executed once; its
+//     forkserver hook (forkserver_hook.hpp, linked in by lspawn_runtime) serves requests from a
+//     static constructor, after the dynamic loader and every library's static initialisation
+//     (LibTorch's ~0.5 s) ran once; each worker returns from the hook and runs main.
 //
 // Why: forking a process that runs threads (LibTorch's pools, a process group's gloo threads)
 // copies only the calling thread and whatever locks the others held; the child may deadlock.
@@ -7,7 +12,7 @@
 // forks each worker from that clean state. Workers then start in parallel: a request costs one
 // fork() in the server (~1 ms); the worker's own start-up runs concurrently with the next one.
 //
-// Protocol (proto/lspawn.proto): the owner writes ForkRequest frames on a unix stream socket,
+// Protocol (proto/lspawn.proto; server side in fork_loop.hpp): the owner writes ForkRequest frames on a unix stream socket,
 // optionally with the worker's stdout and stderr fds attached (SCM_RIGHTS); the server answers
 // each with one ForkReply (the worker's pid, or why the fork failed). The server is the parent
 // of every worker, so it alone can wait for them: it reports each exit as a ChildExit frame on a
@@ -25,7 +30,11 @@
 
 #include <sys/types.h>
 
+#include <signal.h>
+
+#include <chrono>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -34,12 +43,40 @@
 
 namespace lspawn {
 
+// Names the two fds an exec'd forkserver serves on: "REQUEST_SOCKET,EXIT_PIPE".
+inline constexpr const char* kForkserverFdsEnv = "LSPAWN_FORKSERVER_FDS";
+
+// Forkserver::exec() was interrupted by signal `sig` before the server was ready.
+class ForkserverInterrupted : public std::runtime_error {
+ public:
+  explicit ForkserverInterrupted(int sig)
+      : std::runtime_error("interrupted by signal " + std::to_string(sig)), sig_(sig) {}
+  int signal() const { return sig_; }
+
+ private:
+  int sig_;
+};
+
 class Forkserver {
  public:
   // Forks the server now. Call it while the process is single-threaded (first thing in main,
   // or via lspawn::init()); when other threads already run it still starts but warns on stderr
   // with their count. Throws sys::SysError when socketpair/pipe/fork fails.
   static std::unique_ptr<Forkserver> start();
+
+  // Executes `path` (argv with argv[0]; env "NAME=value", the whole environment) as a
+  // forkserver: in its own process group, stdin from /dev/null, the caller's stdout/stderr,
+  // only fds 0-2 and its two protocol fds (named by LSPAWN_FORKSERVER_FDS) open,
+  // PR_SET_PDEATHSIG(SIGKILL) on the caller. Returns once it said it is ready. Throws
+  // SpawnError naming the program when it cannot be executed, exits or refuses (its reason,
+  // e.g. threads running after static initialisation) before it is ready, or is not ready
+  // within `ready_timeout` (it is killed). A signal of `interrupt` (blocked by the caller)
+  // arriving while waiting kills it and throws ForkserverInterrupted.
+  static std::unique_ptr<Forkserver> exec(const std::string& path,
+                                          const std::vector<std::string>& argv,
+                                          const std::vector<std::string>& env,
+                                          std::chrono::milliseconds ready_timeout,
+                                          const sigset_t* interrupt = nullptr);
 
   // Closes the request socket (the server kills any worker still running and exits) and reaps
   // the server. Never throws.

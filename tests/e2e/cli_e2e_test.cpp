@@ -53,7 +53,7 @@ TEST_CASE("usage errors exit 2 - name the option and start nothing", "[e2e][cli]
   }
 }
 
-TEST_CASE("both --opt value and --opt=value - and args after the program are the program's", "[e2e][cli]") {
+TEST_CASE("both --opt value and --opt=value - and args after the program are the program's", "[e2e][cli][exec-only]") {
   auto r2 = run_lspawn({"--nprocs=2", "--grace-period", "1", "--quiet", "--", "/bin/echo", "--nprocs", "7"});
   CHECK(r2.exit_code == 0);
   CHECK(count(r2.out, "--nprocs 7\n") == 2);

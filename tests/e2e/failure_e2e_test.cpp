@@ -34,7 +34,7 @@ TEST_CASE("a crashed rank (SIGSEGV): 139 and the signal name", "[e2e][failure]")
   CHECK(r.err.find("root cause: process 0 terminated with signal SIGSEGV") != std::string::npos);
 }
 
-TEST_CASE("a rank that ignores SIGTERM gets SIGKILL after the grace period", "[e2e][failure]") {
+TEST_CASE("a rank that ignores SIGTERM gets SIGKILL after the grace period", "[e2e][failure][exec-only]") {
   // Rank 0 fails once rank 1 has installed its SIG_IGN.
   TempDir sync;
   auto r = run_lspawn({"--nprocs", "2", "--grace-period", "0.3", "/bin/sh", "-c",
@@ -50,7 +50,7 @@ TEST_CASE("a rank that ignores SIGTERM gets SIGKILL after the grace period", "[e
   CHECK(r.seconds < 5.0);
 }
 
-TEST_CASE("a sibling that exits by itself within the grace period is not reported as killed", "[e2e][failure]") {
+TEST_CASE("a sibling that exits by itself within the grace period is not reported as killed", "[e2e][failure][exec-only]") {
   TempDir sync;
   auto r = run_lspawn({"--nprocs", "2", "--grace-period", "5", "/bin/sh", "-c",
                        "if [ $RANK = 1 ]; then exec " + worker_bin() +
@@ -65,7 +65,7 @@ TEST_CASE("a sibling that exits by itself within the grace period is not reporte
   CHECK(r.seconds < 4.0);  // did not wait for the grace period
 }
 
-TEST_CASE("a worker that exits 0 early does not stop the others", "[e2e][failure]") {
+TEST_CASE("a worker that exits 0 early does not stop the others", "[e2e][failure][exec-only]") {
   auto r = run_lspawn({"--nprocs", "3", "--quiet", "/bin/sh", "-c",
                        "if [ $RANK = 0 ]; then exit 0; fi; sleep 0.3; echo done-$RANK"});
   CHECK(r.exit_code == 0);
@@ -83,7 +83,7 @@ TEST_CASE("an ErrorReport written by the failing rank is in the summary", "[e2e]
   CHECK(r.err.find("reported from host fixture-host") != std::string::npos);
 }
 
-TEST_CASE("the root cause is the earliest failure - not the first exit", "[e2e][failure]") {
+TEST_CASE("the root cause is the earliest failure - not the first exit", "[e2e][failure][exec-only]") {
   // Rank 1 raises first (its report carries the throw time) but is still unwinding when rank 0,
   // failing because of it, exits first: rank 1 is the root cause, lspawn exits 1.
   TempDir sync;
@@ -107,7 +107,7 @@ TEST_CASE("a torchrun-format error file (Python @record) is in the summary too",
   CHECK(r.err.find("lspawn:     Traceback (most recent call last):") != std::string::npos);
 }
 
-TEST_CASE("a failure without an error file says none was written", "[e2e][failure]") {
+TEST_CASE("a failure without an error file says none was written", "[e2e][failure][exec-only]") {
   auto r = run_lspawn({"/bin/sh", "-c", "exit 7"});
   CHECK(r.exit_code == 7);
   CHECK(r.err.find("error file: none written") != std::string::npos);

@@ -16,7 +16,16 @@ namespace lspawn::test {
 std::string lspawn_bin() { return LSPAWN_BIN; }
 std::string worker_bin() { return LSPAWN_TEST_WORKER; }
 
-Child::Child(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env) {
+std::vector<std::string> with_start_method(std::vector<std::string> argv) {
+  const char* m = std::getenv("LSPAWN_E2E_START_METHOD");
+  if (m && *m && !argv.empty() && argv[0] == lspawn_bin()) {
+    argv.insert(argv.begin() + 1, {"--start-method", m});
+  }
+  return argv;
+}
+
+Child::Child(const std::vector<std::string>& argv_in, const std::vector<std::string>& extra_env) {
+  const std::vector<std::string> argv = with_start_method(argv_in);
   auto out = sys::make_pipe("child stdout");
   auto err = sys::make_pipe("child stderr");
   std::vector<std::string> env = env::current_environment();

@@ -17,6 +17,11 @@ namespace lspawn::test {
 std::string lspawn_bin();
 std::string worker_bin();
 
+// argv of an lspawn run (argv[0] == lspawn_bin()) with "--start-method M" inserted when the
+// environment has LSPAWN_E2E_START_METHOD=M (how ctest runs the suite a second time, under
+// --start-method forkserver); any other argv unchanged.
+std::vector<std::string> with_start_method(std::vector<std::string> argv);
+
 class Child {
  public:
   // Starts `argv` (argv[0] a path) with the current environment plus `extra_env` ("K=V").

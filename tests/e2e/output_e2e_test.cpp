@@ -44,13 +44,13 @@ TEST_CASE("every line is prefixed with its rank and never interleaved mid-line",
   CHECK(r.err.empty());  // --quiet
 }
 
-TEST_CASE("option --no-prefix writes lines as they are", "[e2e][output]") {
+TEST_CASE("option --no-prefix writes lines as they are", "[e2e][output][exec-only]") {
   auto r = run_lspawn({"--nprocs", "2", "--quiet", "--no-prefix", "/bin/echo", "plain"});
   REQUIRE(r.exit_code == 0);
   CHECK(r.out == "plain\nplain\n");
 }
 
-TEST_CASE("stderr of a worker goes to lspawn's stderr", "[e2e][output]") {
+TEST_CASE("stderr of a worker goes to lspawn's stderr", "[e2e][output][exec-only]") {
   auto r = run_lspawn({"--quiet", "/bin/sh", "-c", "echo to-out; echo to-err >&2"});
   REQUIRE(r.exit_code == 0);
   CHECK(r.out == "[rank 0] to-out\n");
@@ -84,7 +84,7 @@ TEST_CASE("a line longer than 64 KiB arrives whole - in 64 KiB pieces", "[e2e][o
   CHECK(joined == std::string(kBytes, 'x'));
 }
 
-TEST_CASE("option --log-dir writes one file per rank and stream - exactly --tee also to the console", "[e2e][output]") {
+TEST_CASE("option --log-dir writes one file per rank and stream - exactly --tee also to the console", "[e2e][output][exec-only]") {
   TempDir dir;
   const std::string logs = dir.path + "/logs/nested";
   const std::vector<std::string> prog = {"/bin/sh", "-c", "echo out-$RANK; printf err-$RANK >&2"};
@@ -108,7 +108,7 @@ TEST_CASE("option --log-dir writes one file per rank and stream - exactly --tee 
   CHECK(slurp(logs + "/rank1.stdout") == "out-1\n");
 }
 
-TEST_CASE("option --log-dir that cannot be created: exit 2 and the reason", "[e2e][output]") {
+TEST_CASE("option --log-dir that cannot be created: exit 2 and the reason", "[e2e][output][exec-only]") {
   TempDir dir;
   const std::string file = dir.path + "/file";
   std::ofstream(file) << "x";
@@ -117,7 +117,7 @@ TEST_CASE("option --log-dir that cannot be created: exit 2 and the reason", "[e2
   CHECK(r.err.find("--log-dir " + file + "/sub: cannot create it") != std::string::npos);
 }
 
-TEST_CASE("a process that left the worker's group and holds its pipes does not hang lspawn", "[e2e][output]") {
+TEST_CASE("a process that left the worker's group and holds its pipes does not hang lspawn", "[e2e][output][exec-only]") {
   // setsid: the sleep escapes the worker's process group (so lspawn cannot kill it) and keeps
   // the stdout pipe open; lspawn gives up on the pipes after its drain timeout (2 s).
   auto r = run_lspawn({"/bin/sh", "-c", "setsid sleep 4 & sleep 0.2; echo escaped $!"});

@@ -39,7 +39,7 @@ TEST_CASE("SIGTERM to lspawn: forwarded - exit 143", "[e2e][signals]") {
   CHECK(c.err().find("stopped by SIGTERM") != std::string::npos);
 }
 
-TEST_CASE("SIGINT then a second SIGINT: workers that ignore it are killed at once", "[e2e][signals]") {
+TEST_CASE("SIGINT then a second SIGINT: workers that ignore it are killed at once", "[e2e][signals][exec-only]") {
   Child c({lspawn_bin(), "--nprocs", "2", "--grace-period", "60", "/bin/sh", "-c",
            "trap '' INT TERM; echo ready; while :; do sleep 1; done"});
   REQUIRE(c.wait_stdout_count("ready", 2, 10s));
@@ -57,7 +57,7 @@ TEST_CASE("SIGINT then a second SIGINT: workers that ignore it are killed at onc
   CHECK(std::chrono::steady_clock::now() - t0 < 10s);  // far less than the 60 s grace period
 }
 
-TEST_CASE("lspawn killed by SIGKILL leaves no worker and no grandchild within 1 s", "[e2e][signals]") {
+TEST_CASE("lspawn killed by SIGKILL leaves no worker and no grandchild within 1 s", "[e2e][signals][exec-only]") {
   // Orphans are reparented to us and reaped here, so a dead one is not mistaken for alive.
   REQUIRE(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
   Child c({lspawn_bin(), "--nprocs", "3", "/bin/sh", "-c",
@@ -89,7 +89,7 @@ TEST_CASE("lspawn killed by SIGKILL leaves no worker and no grandchild within 1 
   prctl(PR_SET_CHILD_SUBREAPER, 0);
 }
 
-TEST_CASE("a worker's own children die with it after it exits", "[e2e][signals]") {
+TEST_CASE("a worker's own children die with it after it exits", "[e2e][signals][exec-only]") {
   auto r = run_lspawn({"--quiet", "/bin/sh", "-c", "sleep 100 & echo child $!"});
   REQUIRE(r.exit_code == 0);
   const auto p = r.out.find("child ");

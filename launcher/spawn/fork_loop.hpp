@@ -1,0 +1,38 @@
+// The server side of the forkserver protocol: the loop that forks workers on request.
+//
+// Two programs run it. spawn()'s Forkserver forks itself early and runs it (then runs the
+// registered function in each worker); `lspawn --start-method forkserver` execs the user's
+// program once and the forkserver hook (forkserver_hook.hpp) runs it from a static
+// constructor, before main — each worker then returns from the hook and runs main.
+//
+// Protocol (proto/lspawn.proto): ForkRequest frames arrive on the unix stream socket `sock`,
+// optionally with the worker's stdout and stderr fds attached (SCM_RIGHTS); each is answered
+// by one ForkReply (the worker's pid, or why it was not forked). The server is the parent of
+// every worker, so it alone can wait for them: it writes a ChildExit frame on `exits` for each.
+//
+// The server: PR_SET_PDEATHSIG(SIGKILL) on `owner` (exits at once if the owner is already
+// gone), SIGPIPE ignored, SIGCHLD blocked and read through a signalfd, single-threaded. When
+// `sock` reaches EOF or carries a shutdown request, it SIGKILLs the process group of every
+// worker still running, reaps them (reporting their exits) and _exits(0).
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <string>
+
+#include "proto/lspawn.pb.h"
+
+namespace lspawn::fork_loop {
+
+// Checks a request in the server before it forks; returns why it cannot be served, or "".
+using RequestCheck = std::function<std::string(const proto::ForkRequest&)>;
+
+// Runs the server loop. In the server it never returns. It returns in each forked worker,
+// with the request that made it, already set up: its own process group (pgid == pid),
+// PR_SET_PDEATHSIG(SIGKILL) on the server, SIGPIPE and SIGCHLD at their defaults, the signal
+// mask the caller had, stdout/stderr from the request (when it carried them), the environment
+// replaced by the request's (when it has one), and sock, exits and the server's own fds closed.
+proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& check);
+
+}  // namespace lspawn::fork_loop

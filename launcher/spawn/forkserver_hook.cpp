@@ -1,0 +1,73 @@
+#include "launcher/spawn/forkserver_hook.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "launcher/spawn/fork_loop.hpp"
+#include "launcher/spawn/forkserver.hpp"
+#include "launcher/spawn/threads.hpp"
+#include "proto/wire.hpp"
+
+namespace {
+
+// An ELF note (name "lspawn", type 1): lspawn looks for its section in the program's file.
+struct ForkserverNote {
+  uint32_t namesz, descsz, type;
+  char name[8];
+  uint32_t desc;
+};
+
+[[noreturn]] void fail(const std::string& why) {
+  std::fprintf(stderr, "lspawn forkserver hook (pid %d): %s\n", static_cast<int>(::getpid()),
+               why.c_str());
+  std::fflush(stderr);
+  ::_exit(125);
+}
+
+}  // namespace
+
+extern "C" {
+__attribute__((section(".note.lspawn.forkserver"), used, aligned(4)))
+const ForkserverNote lspawn_forkserver_note = {7, 4, 1, {'l', 's', 'p', 'a', 'w', 'n', 0, 0}, 1};
+
+int lspawn_forkserver_hook_anchor = 0;
+}
+
+__attribute__((constructor)) static void lspawn_forkserver_hook() {
+  const char* v = std::getenv(lspawn::kForkserverFdsEnv);
+  if (!v) return;
+  const std::string fds = v;
+  ::unsetenv(lspawn::kForkserverFdsEnv);
+  int sock = -1, exits = -1;
+  char tail = 0;
+  if (std::sscanf(fds.c_str(), "%d,%d%c", &sock, &exits, &tail) != 2 || sock < 0 || exits < 0 ||
+      ::fcntl(sock, F_GETFD) < 0 || ::fcntl(exits, F_GETFD) < 0) {
+    fail(std::string(lspawn::kForkserverFdsEnv) + "='" + fds +
+         "': expected two open fds REQUEST_SOCKET,EXIT_PIPE (set only by lspawn)");
+  }
+  ::fcntl(sock, F_SETFD, FD_CLOEXEC);
+  ::fcntl(exits, F_SETFD, FD_CLOEXEC);
+  lspawn::proto::ForkReply ready;
+  ready.set_version(lspawn::wire::kSchemaVersion);
+  ready.set_index(-1);
+  ready.set_pid(::getpid());
+  const int threads = lspawn::count_threads();
+  if (threads != 1) {
+    ready.set_error(std::to_string(threads) +
+                    " threads run after the program's static initialisation; forking workers "
+                    "from it is unsafe (use --start-method exec)");
+  }
+  try {
+    lspawn::wire::write_frame(sock, ready, "forkserver ready");
+  } catch (const std::exception& e) {
+    fail(e.what());
+  }
+  if (threads != 1) ::_exit(125);
+  lspawn::fork_loop::serve(sock, exits, ::getppid(), nullptr);
+  // A worker from here on: the rest of static initialisation, then main().
+}
