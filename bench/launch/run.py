@@ -3,7 +3,9 @@
 worker binaries.
 
   1. launcher overhead: N x /bin/true, launch to exit
-  2. hello_allreduce job: launch -> rendezvous -> gloo process group -> all_reduce -> exit
+  2. hello_allreduce job: launch -> rendezvous -> gloo process group -> all_reduce -> exit;
+     lspawn twice: --start-method exec (one exec per worker, as torchrun and mpirun do) and
+     --start-method forkserver (one exec; workers forked after LibTorch is loaded)
   3. fail-fast: 4 workers, rank 1 exits 3 after 1 s, time from its exit to the launcher's exit,
      and the exit code each launcher reports
 
@@ -64,6 +66,8 @@ class Tools:
         port = port or free_port()
         if tool == "lspawn":
             return [self.lspawn, "--quiet", "--nprocs", str(n), prog]
+        if tool == "lspawn-fs":
+            return [self.lspawn, "--quiet", "--start-method", "forkserver", "--nprocs", str(n), prog]
         if tool == "torchrun":
             return self.torchrun + ["--nproc_per_node", str(n), "--master_port", str(port),
                                     "--no_python", prog]
@@ -88,7 +92,8 @@ def bench_hello(t, ns, reps, slow_reps):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     for n in ns:
         row = {"n": n}
-        for tool, r in (("lspawn", reps), ("mpirun", reps), ("torchrun", slow_reps)):
+        for tool, r in (("lspawn", reps), ("lspawn-fs", reps), ("mpirun", reps),
+                        ("torchrun", slow_reps)):
             try:
                 row[tool] = stats([timed(t.cmd(tool, n, t.hello), env=env) for _ in range(r)])
             except RuntimeError as e:
@@ -141,11 +146,16 @@ def main():
     sys.stdout.flush()
 
     print("\n## hello_allreduce (rendezvous + gloo process group + all_reduce + barrier), same binary\n")
-    print("| N | lspawn | mpirun | torchrun --no-python | torchrun / lspawn |")
-    print("|---|---|---|---|---|")
+    print("| N | lspawn (exec) | lspawn --start-method forkserver | mpirun | torchrun --no-python "
+          "| torchrun / lspawn (exec) | torchrun / lspawn (forkserver) |")
+    print("|---|---|---|---|---|---|---|")
+
+    def ratio(r, tool):
+        return f"{r['torchrun'][0] / r[tool][0]:.1f}x" if r["torchrun"] and r[tool] else "n/a"
+
     for r in bench_hello(t, ns, a.reps, a.slow_reps):
-        ratio = f"{r['torchrun'][0] / r['lspawn'][0]:.1f}x" if r["torchrun"] and r["lspawn"] else "n/a"
-        print(f"| {r['n']} | {fmt(r['lspawn'])} | {fmt(r['mpirun'])} | {fmt(r['torchrun'])} | {ratio} |")
+        print(f"| {r['n']} | {fmt(r['lspawn'])} | {fmt(r['lspawn-fs'])} | {fmt(r['mpirun'])} | "
+              f"{fmt(r['torchrun'])} | {ratio(r, 'lspawn')} | {ratio(r, 'lspawn-fs')} |")
     sys.stdout.flush()
 
     print("\n## Fail-fast: 4 workers, rank 1 exits 3 after 1 s, others stop on SIGTERM\n")

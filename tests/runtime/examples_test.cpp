@@ -104,6 +104,39 @@ TEST_CASE("hello_allreduce: a bad environment is reported with the variable's na
   CHECK_THAT(c.output(), Contains("[lspawn] rank ?: uncaught lspawn::EnvError: RANK='x' is not an integer"));
 }
 
+#ifdef LSPAWN_BIN
+// The main job of the README: lspawn starting hello_allreduce, by exec and by forkserver (the
+// program executed once; its workers forked after LibTorch's loading and static init).
+TEST_CASE("lspawn --nprocs 4 hello_allreduce: every rank all-reduces - by exec and by forkserver", "[examples][lspawn]") {
+  for (const char* method : {"exec", "forkserver"}) {
+    TempDir dir;
+    Child c({LSPAWN_BIN, "--start-method", method, "--nprocs", "4", LSPAWN_HELLO_ALLREDUCE,
+             "--size", "1000", "--iters", "3"},
+            {{"LSPAWN_RDZV_TIMEOUT", "60"}, {"LSPAWN_PG_TIMEOUT", "60"}}, dir.file("out"));
+    const auto st = c.wait(120s);
+    INFO(method << ": " << st.describe() << "\n" << c.output());
+    CHECK(st.code == 0);
+    for (int r = 0; r < 4; ++r) {
+      CHECK_THAT(c.output(), Contains("[rank " + std::to_string(r) + "] rank " + std::to_string(r) +
+                                      "/4: allreduce sum = 10"));
+    }
+    CHECK_THAT(c.output(), Contains("broadcast, all_gather, barrier ok"));
+  }
+}
+
+TEST_CASE("lspawn --start-method forkserver: a rank that throws is the root cause with its report", "[examples][lspawn]") {
+  TempDir dir;
+  Child c({LSPAWN_BIN, "--start-method", "forkserver", "--nprocs", "3", "--grace-period", "2",
+           LSPAWN_HELLO_ALLREDUCE, "--throw-rank", "2"},
+          {{"LSPAWN_RDZV_TIMEOUT", "60"}, {"LSPAWN_PG_TIMEOUT", "60"}}, dir.file("out"));
+  const auto st = c.wait(120s);
+  INFO(st.describe() << "\n" << c.output());
+  CHECK(st.code == 1);
+  CHECK_THAT(c.output(), Contains("root cause: process 2"));
+  CHECK_THAT(c.output(), Contains("std::runtime_error: rank 2 throws on purpose"));
+}
+#endif
+
 TEST_CASE("ddp_python.py: an unmodified PyTorch script runs on the env contract and a reserved port", "[examples][python]") {
   if (!python_has_torch()) {
     WARN("skipped: /usr/bin/python3 has no torch.distributed");
