@@ -13,11 +13,19 @@
 // the rest of the program's static initialisation and main() as an exec'd worker would.
 //
 // What differs from an exec'd worker: its parent is the forkserver (not lspawn), /proc/self
-// shows the same argv, and static initialisers of shared libraries saw the forkserver's
-// environment (the variables common to every worker; not RANK, LOCAL_RANK or the error file).
+// shows the same argv, static initialisers of shared libraries saw the forkserver's
+// environment (the variables common to every worker; not RANK, LOCAL_RANK or the error file),
+// and at exit (return from main, exit()) the destructors of the program's own static objects
+// and of function-local statics run, then stdio and iostreams are flushed and the worker
+// _exits: the shared libraries' static objects, built once in the forkserver, are not
+// destroyed (LibTorch's take ~0.2 s of CPU per process), as multiprocessing's forked children
+// skip them. LSPAWN_FORKSERVER_FAST_EXIT=0 keeps the full exit; so do ASan builds.
 #pragma once
 
 namespace lspawn {
+
+// Set to "0" in lspawn's environment: forked workers run every static destructor at exit.
+inline constexpr const char* kForkserverFastExitEnv = "LSPAWN_FORKSERVER_FAST_EXIT";
 
 // Name of the ELF section that marks a program linking the hook.
 inline constexpr const char* kForkserverNoteSection = ".note.lspawn.forkserver";

@@ -163,3 +163,15 @@ TEST_CASE("forkserver: SIGTERM to lspawn while the forkserver starts - exit 143 
   }
   prctl(PR_SET_CHILD_SUBREAPER, 0);
 }
+
+TEST_CASE("forkserver: at exit the program's static destructors run and buffered output is flushed", "[e2e][forkserver]") {
+  for (const char* full : {"1", "0"}) {  // the fast exit (default), and the full one
+    auto r = run_lspawn(args({"--quiet", worker_bin(), "exit-with-buffers", "5"}),
+                        {std::string("LSPAWN_FORKSERVER_FAST_EXIT=") + full});
+    INFO(r.err);
+    CHECK(r.exit_code == 5);
+    CHECK(count(r.out, "[rank 0] buffered, no newline") == 1);
+    CHECK(count(r.out, "[rank 0] function-local static destructor ran") == 1);
+    CHECK(count(r.out, "[rank 0] global destructor ran") == 1);
+  }
+}
