@@ -92,13 +92,7 @@ TEST_CASE("forkserver: workers are children of one forkserver - which is gone af
   // lspawn reaped the forkserver before exiting; the workers and their children are gone.
   CHECK_FALSE(alive(server));
   for (pid_t w : p.workers) CHECK_FALSE(alive(w));
-  const auto t0 = std::chrono::steady_clock::now();
-  std::set<pid_t> left = p.children;
-  while (!left.empty() && std::chrono::steady_clock::now() - t0 < 1s) {
-    for (auto it = left.begin(); it != left.end();) it = alive(*it) ? std::next(it) : left.erase(it);
-    std::this_thread::sleep_for(5ms);
-  }
-  CHECK(left.empty());
+  CHECK(alive_after(p.children, 1s).empty());
 }
 
 TEST_CASE("forkserver: lspawn killed by SIGKILL leaves no forkserver - worker or grandchild within 1 s", "[e2e][forkserver]") {
@@ -113,14 +107,7 @@ TEST_CASE("forkserver: lspawn killed by SIGKILL leaves no forkserver - worker or
   REQUIRE(pids.size() == 7);
   for (pid_t x : pids) REQUIRE(alive(x));
   c.signal(SIGKILL);
-  const auto t0 = std::chrono::steady_clock::now();
-  std::set<pid_t> left = pids;
-  while (!left.empty() && std::chrono::steady_clock::now() - t0 < 1s) {
-    for (pid_t x : pids) waitpid(x, nullptr, WNOHANG);
-    for (auto it = left.begin(); it != left.end();) it = alive(*it) ? std::next(it) : left.erase(it);
-    std::this_thread::sleep_for(5ms);
-  }
-  CHECK(left.empty());
+  CHECK(alive_after(pids, 1s).empty());
   c.wait(5s);
   while (waitpid(-1, nullptr, WNOHANG) > 0) {
   }

@@ -1,6 +1,7 @@
 #include "harness.hpp"
 
 #include <fstream>
+#include <thread>
 #include <sstream>
 
 #include <fcntl.h>
@@ -154,6 +155,17 @@ bool alive(pid_t pid) {
   if (close == std::string::npos || close + 2 >= s.size()) return false;
   const char state = s[close + 2];
   return state != 'Z' && state != 'X';
+}
+
+std::set<pid_t> alive_after(const std::set<pid_t>& pids, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  std::set<pid_t> left = pids;
+  for (;;) {
+    for (pid_t p : pids) ::waitpid(p, nullptr, WNOHANG);
+    for (auto it = left.begin(); it != left.end();) it = alive(*it) ? std::next(it) : left.erase(it);
+    if (left.empty() || std::chrono::steady_clock::now() >= end) return left;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 }  // namespace lspawn::test

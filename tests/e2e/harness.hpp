@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -86,5 +87,9 @@ struct TempDir {
 
 // True while `pid` exists and is not a zombie (reads /proc/<pid>/stat).
 bool alive(pid_t pid);
+
+// Waits up to `limit` for every pid of `pids` to be gone (reaping those that are our children,
+// e.g. orphans reparented to a subreaper test); returns the ones still alive.
+std::set<pid_t> alive_after(const std::set<pid_t>& pids, std::chrono::milliseconds limit);
 
 }  // namespace lspawn::test

@@ -75,14 +75,7 @@ TEST_CASE("lspawn killed by SIGKILL leaves no worker and no grandchild within 1 
   REQUIRE(pids.size() == 6);
   for (pid_t p : pids) REQUIRE(alive(p));
   c.signal(SIGKILL);
-  const auto t0 = std::chrono::steady_clock::now();
-  std::set<pid_t> left = pids;
-  while (!left.empty() && std::chrono::steady_clock::now() - t0 < 1s) {
-    for (pid_t p : pids) waitpid(p, nullptr, WNOHANG);  // reparented to us: reap
-    for (auto it = left.begin(); it != left.end();) it = alive(*it) ? std::next(it) : left.erase(it);
-    std::this_thread::sleep_for(5ms);
-  }
-  CHECK(left.empty());
+  CHECK(alive_after(pids, 1s).empty());
   c.wait(5s);
   while (waitpid(-1, nullptr, WNOHANG) > 0) {
   }
