@@ -1,77 +1,85 @@
 #include "launcher/guardian.hpp"
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 
 #include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <unistd.h>
+
+#include "launcher/guardian_loop.hpp"
+
+extern char** environ;
 
 namespace lspawn {
 namespace {
 
-// Protocol: int32 values. >0 register pgid, <0 unregister -pgid, 0 clean shutdown.
-constexpr int32_t kShutdown = 0;
+constexpr int32_t kShutdown = 0;  // protocol: guardian_loop.hpp
 
-// Runs in the forked guardian child. Only async-signal-safe calls, no allocation: the group
-// table was mapped before fork.
-[[noreturn]] void guardian_main(int rfd, pid_t* groups) {
-  ::setpgid(0, 0);
-  // Ignore the job-control and terminal signals a user may send to lspawn's session; the
-  // guardian ends only by EOF or a clean-shutdown message (or SIGKILL).
-  struct sigaction sa {};
-  sa.sa_handler = SIG_IGN;
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGTSTP, SIGTTIN,
-                SIGTTOU}) {
-    ::sigaction(s, &sa, nullptr);
+// posix_spawn of `program` with `channel` as its fd 3, in a new process group. Returns the pid,
+// or -1 (errno set) when it could not be started.
+pid_t spawn_program(const std::string& program, int channel) {
+  // adddup2(fd, fd) would leave O_CLOEXEC set on older C libraries: make sure they differ.
+  sys::Fd moved;
+  if (channel == 3) {
+    const int fd = ::fcntl(channel, F_DUPFD_CLOEXEC, 4);
+    if (fd < 0) return -1;
+    moved.reset(fd);
+    channel = fd;
   }
-  sigset_t none;
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  if (posix_spawn_file_actions_init(&fa) != 0) return -1;
+  if (posix_spawnattr_init(&attr) != 0) {
+    posix_spawn_file_actions_destroy(&fa);
+    return -1;
+  }
+  int rc = posix_spawn_file_actions_adddup2(&fa, channel, 3);
+  // A new process group, an empty signal mask (the owner may have everything blocked while it
+  // forks workers) and default dispositions; guardian_main then ignores what it must.
+  sigset_t none, all;
   sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  // Do not hold the owner's stdin/stdout: a reader waiting for EOF on them must not wait on us.
-  int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (devnull >= 0) {
-    ::dup2(devnull, 0);
-    ::dup2(devnull, 1);
-    ::close(devnull);
+  sigfillset(&all);
+  sigdelset(&all, SIGKILL);
+  sigdelset(&all, SIGSTOP);
+  if (rc == 0) rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+                                                        POSIX_SPAWN_SETSIGDEF);
+  if (rc == 0) rc = posix_spawnattr_setpgroup(&attr, 0);
+  if (rc == 0) rc = posix_spawnattr_setsigmask(&attr, &none);
+  if (rc == 0) rc = posix_spawnattr_setsigdefault(&attr, &all);
+  pid_t pid = -1;
+  if (rc == 0) {
+    char* const argv[] = {const_cast<char*>("lspawn-guardian"), nullptr};
+    rc = ::posix_spawn(&pid, program.c_str(), &fa, &attr, argv, environ);
   }
-  // Hold nothing else of the owner's: only stderr (diagnostics) and our end of the channel.
-  if (rfd != 3) {
-    ::dup2(rfd, 3);
-    rfd = 3;
+  posix_spawnattr_destroy(&attr);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) {
+    errno = rc;
+    return -1;
   }
-  ::syscall(SYS_close_range, 4u, ~0u, 0u);
-  int n = 0;
-  for (;;) {
-    int32_t v;
-    size_t got = 0;
-    while (got < sizeof v) {
-      ssize_t r = ::read(rfd, reinterpret_cast<char*>(&v) + got, sizeof v - got);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) goto owner_died;
-      got += static_cast<size_t>(r);
-    }
-    if (v == kShutdown) ::_exit(0);
-    if (v > 0) {
-      if (n < Guardian::kMaxGroups) groups[n++] = v;
-    } else {
-      for (int i = 0; i < n; ++i) {
-        if (groups[i] == -v) {
-          groups[i] = groups[--n];
-          break;
-        }
-      }
-    }
-  }
-owner_died:
-  for (int i = 0; i < n; ++i) ::kill(-groups[i], SIGKILL);
-  ::_exit(0);
+  return pid;
 }
 
+bool executable(const char* path) { return path && *path && ::access(path, X_OK) == 0; }
+
 }  // namespace
+
+std::string Guardian::find_program() {
+  if (const char* env = std::getenv("LSPAWN_GUARDIAN")) return executable(env) ? env : "";
+#ifdef LSPAWN_GUARDIAN_BUILD_PATH
+  if (executable(LSPAWN_GUARDIAN_BUILD_PATH)) return LSPAWN_GUARDIAN_BUILD_PATH;
+#endif
+#ifdef LSPAWN_GUARDIAN_INSTALL_PATH
+  if (executable(LSPAWN_GUARDIAN_INSTALL_PATH)) return LSPAWN_GUARDIAN_INSTALL_PATH;
+#endif
+  return "";
+}
 
 Guardian::Guardian() {
   // A socketpair rather than a pipe: send(MSG_NOSIGNAL) never raises SIGPIPE in the owner.
@@ -80,22 +88,31 @@ Guardian::Guardian() {
     sys::throw_errno("socketpair", "guardian channel");
   }
   sys::Pipe p{sys::Fd(sv[0]), sys::Fd(sv[1])};
-  const size_t bytes = sizeof(pid_t) * kMaxGroups;
-  void* table = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (table == MAP_FAILED) sys::throw_errno("mmap", "guardian group table");
-  std::fflush(nullptr);
-  pid_t pid = ::fork();
-  if (pid < 0) {
+
+  const std::string program = find_program();
+  pid_t pid = program.empty() ? -1 : spawn_program(program, p.read.get());
+  if (pid > 0) {
+    program_ = program;
+  } else {
+    // Fork fallback: the group table is mapped before fork, so the child never allocates.
+    const size_t bytes = sizeof(pid_t) * kMaxGroups;
+    void* table = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (table == MAP_FAILED) sys::throw_errno("mmap", "guardian group table");
+    std::fflush(nullptr);
+    pid = ::fork();
+    if (pid < 0) {
+      ::munmap(table, bytes);
+      sys::throw_errno("fork", "guardian");
+    }
+    if (pid == 0) {
+      p.write.reset();
+      const int rfd = guardian_detail::become_guardian(p.read.get());
+      guardian_detail::guardian_loop(rfd, static_cast<pid_t*>(table), kMaxGroups);
+    }
     ::munmap(table, bytes);
-    sys::throw_errno("fork", "guardian");
+    // Also set it from here so the guardian is out of our group before we return.
+    ::setpgid(pid, pid);
   }
-  if (pid == 0) {
-    p.write.reset();
-    guardian_main(p.read.get(), static_cast<pid_t*>(table));
-  }
-  ::munmap(table, bytes);
-  // Also set it from here so the guardian is out of our group before we return.
-  ::setpgid(pid, pid);
   pid_ = pid;
   pipe_ = std::move(p.write);
 }

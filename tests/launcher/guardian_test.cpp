@@ -2,6 +2,9 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <string>
 #include <thread>
 
 #include <signal.h>
@@ -79,4 +82,84 @@ TEST_CASE("guardian: lives in its own process group", "[guardian]") {
   g.shutdown();
   CHECK(g.write_fd() < 0);
   g.shutdown();  // idempotent
+}
+
+namespace {
+std::string exe_of(pid_t pid) {
+  char buf[PATH_MAX] = {};
+  const ssize_t n = readlink(("/proc/" + std::to_string(pid) + "/exe").c_str(), buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// Sets LSPAWN_GUARDIAN for the scope (nullptr: unset), restoring what was there.
+struct GuardianEnv {
+  std::string saved;
+  bool had = false;
+  explicit GuardianEnv(const char* value) {
+    if (const char* v = std::getenv("LSPAWN_GUARDIAN")) {
+      saved = v;
+      had = true;
+    }
+    if (value) {
+      setenv("LSPAWN_GUARDIAN", value, 1);
+    } else {
+      unsetenv("LSPAWN_GUARDIAN");
+    }
+  }
+  ~GuardianEnv() {
+    if (had) {
+      setenv("LSPAWN_GUARDIAN", saved.c_str(), 1);
+    } else {
+      unsetenv("LSPAWN_GUARDIAN");
+    }
+  }
+};
+}  // namespace
+
+TEST_CASE("guardian: runs the small lspawn-guardian program, not a fork of its owner", "[guardian]") {
+  GuardianEnv env(nullptr);
+  const std::string program = lspawn::Guardian::find_program();
+  REQUIRE(ends_with(program, "/lspawn-guardian"));  // the build tree's
+  lspawn::Guardian g;
+  CHECK(g.program() == program);
+  // posix_spawn returns once the exec happened.
+  CHECK(ends_with(exe_of(g.pid()), "/lspawn-guardian"));
+  CHECK(exe_of(g.pid()) != exe_of(getpid()));
+  CHECK(getpgid(g.pid()) == g.pid());
+  g.shutdown();
+}
+
+TEST_CASE("guardian: the lspawn-guardian program kills registered groups when its owner is SIGKILLed", "[guardian]") {
+  GuardianEnv env(nullptr);
+  REQUIRE_FALSE(lspawn::Guardian::find_program().empty());
+  const pid_t s = start_sleeper();
+  owner_dies(s, true, false, false);
+  CHECK(exited_within(s, 2s));
+}
+
+TEST_CASE("guardian: without the program (LSPAWN_GUARDIAN empty or not executable) it forks, same contract", "[guardian]") {
+  for (const char* value : {"", "/nonexistent/lspawn-guardian"}) {
+    GuardianEnv env(value);
+    INFO("LSPAWN_GUARDIAN='" << value << "'");
+    CHECK(lspawn::Guardian::find_program().empty());
+    {
+      lspawn::Guardian g;
+      CHECK(g.program().empty());
+      CHECK(exe_of(g.pid()) == exe_of(getpid()));  // a fork of this test
+      CHECK(getpgid(g.pid()) == g.pid());
+      g.shutdown();
+    }
+    const pid_t killed = start_sleeper();
+    owner_dies(killed, true, false, false);
+    CHECK(exited_within(killed, 2s));
+    const pid_t kept = start_sleeper();
+    owner_dies(kept, true, false, true);
+    CHECK_FALSE(exited_within(kept, 200ms));
+    kill(kept, SIGKILL);
+    CHECK(exited_within(kept, 2s));
+  }
 }
