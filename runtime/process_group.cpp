@@ -6,11 +6,20 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <system_error>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/tcp/loop.h>
 #ifdef LSPAWN_HAVE_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
@@ -88,7 +97,164 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const InitOptions& option
   }
 }
 
+// The store ProcessGroupGloo connects through. gloo's connectFullMesh reads each peer's pair
+// addresses with wait(key) then get(key) — three round trips to the TCPStore, TCPStore::get()
+// waiting for the key again — and its host-name check get()s keys without waiting. Here wait()
+// also fetches the value of each key already set (try_get: one round trip for both) and the get()
+// that follows is answered from it; a get() of a key already set is one round trip. With 8 ranks
+// that is about 100 round trips to rank 0's store instead of about 240. The fetched values are
+// kept only until the next call (gloo's keys are written once; nothing stale is served later).
+class GlooConnectStore final : public c10d::Store {
+ public:
+  explicit GlooConnectStore(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    forget();
+    store_->set(key, value);
+  }
+  std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
+                                  const std::vector<uint8_t>& desired) override {
+    forget();
+    return store_->compareSet(key, expected, desired);
+  }
+  std::vector<uint8_t> get(const std::string& key) override {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      auto it = fetched_.find(key);
+      if (it != fetched_.end()) {
+        std::vector<uint8_t> v = std::move(it->second);
+        fetched_.clear();
+        return v;
+      }
+      fetched_.clear();
+    }
+    if (auto v = try_get(*store_, key)) return std::move(*v);
+    return store_->get(key);
+  }
+  int64_t add(const std::string& key, int64_t value) override {
+    forget();
+    return store_->add(key, value);
+  }
+  bool deleteKey(const std::string& key) override {
+    forget();
+    return store_->deleteKey(key);
+  }
+  bool check(const std::vector<std::string>& keys) override { return store_->check(keys); }
+  int64_t getNumKeys() override { return store_->getNumKeys(); }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, store_->getTimeout()); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    forget();
+    std::map<std::string, std::vector<uint8_t>> fetched;
+    std::vector<std::string> missing;
+    for (const auto& k : keys) {
+      if (auto v = try_get(*store_, k)) {
+        fetched[k] = std::move(*v);
+      } else {
+        missing.push_back(k);
+      }
+    }
+    if (!missing.empty()) store_->wait(missing, timeout);
+    std::lock_guard<std::mutex> lock(m_);
+    fetched_ = std::move(fetched);
+  }
+  const std::chrono::milliseconds& getTimeout() const noexcept override { return store_->getTimeout(); }
+  void setTimeout(const std::chrono::milliseconds& timeout) override { store_->setTimeout(timeout); }
+
+ private:
+  void forget() {
+    std::lock_guard<std::mutex> lock(m_);
+    fetched_.clear();
+  }
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::mutex m_;                                         // guards fetched_
+  std::map<std::string, std::vector<uint8_t>> fetched_;  // by the last wait(), for the next get()
+};
+
+// ProcessGroupGloo whose devices' loops tick fast (GlooLoopTicker) while it connects and while it
+// is destroyed; in between (the whole training run) they are left as gloo made them.
+// TickingSlot is the first base: it is constructed before ProcessGroupGloo (so the ticker runs
+// during its constructor, which connects the full mesh) and destroyed after it (so it runs
+// during its destructor, which closes every pair).
+struct TickingSlot {
+  std::vector<std::shared_ptr<::gloo::transport::Device>> devices;
+  std::vector<std::unique_ptr<GlooLoopTicker>> tickers;
+  explicit TickingSlot(std::vector<std::shared_ptr<::gloo::transport::Device>> d) : devices(std::move(d)) {
+    start();
+  }
+  // Without a ticker (no timerfd left, say) gloo only runs at its own pace: not an error.
+  void start() noexcept {
+    try {
+      for (const auto& d : devices) tickers.push_back(std::make_unique<GlooLoopTicker>(d));
+    } catch (const std::exception&) {
+    }
+  }
+  void stop() { tickers.clear(); }
+};
+
+class TickingProcessGroupGloo : private TickingSlot, public c10d::ProcessGroupGloo {
+ public:
+  TickingProcessGroupGloo(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                          c10::intrusive_ptr<Options> options)
+      : TickingSlot(options->devices), c10d::ProcessGroupGloo(store, rank, size, options) {
+    stop();
+  }
+  ~TickingProcessGroupGloo() override { start(); }
+};
+
 }  // namespace
+
+struct GlooLoopTicker::Impl final : ::gloo::transport::tcp::Handler {
+  std::shared_ptr<::gloo::transport::tcp::Device> device;
+  int fd = -1;
+  std::atomic<uint64_t> ticks{0};
+  // Runs on the loop thread: drain the timer (level-triggered, so it must be read).
+  void handleEvents(int) override {
+    uint64_t expirations = 0;
+    if (::read(fd, &expirations, sizeof expirations) == static_cast<ssize_t>(sizeof expirations)) {
+      ticks.fetch_add(expirations, std::memory_order_relaxed);
+    }
+  }
+};
+
+GlooLoopTicker::GlooLoopTicker(std::shared_ptr<::gloo::transport::Device> device,
+                               std::chrono::microseconds period) {
+  auto tcp = std::dynamic_pointer_cast<::gloo::transport::tcp::Device>(device);
+  if (!tcp) return;
+  auto impl = std::make_unique<Impl>();
+  impl->device = std::move(tcp);
+  impl->fd = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (impl->fd < 0) throw std::system_error(errno, std::generic_category(), "timerfd_create (gloo loop ticker)");
+  itimerspec its{};
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::max(period, std::chrono::microseconds(1)));
+  its.it_interval.tv_sec = static_cast<time_t>(ns.count() / 1'000'000'000);
+  its.it_interval.tv_nsec = static_cast<long>(ns.count() % 1'000'000'000);
+  its.it_value = its.it_interval;
+  if (::timerfd_settime(impl->fd, 0, &its, nullptr) != 0) {
+    const int e = errno;
+    ::close(impl->fd);
+    throw std::system_error(e, std::generic_category(), "timerfd_settime (gloo loop ticker)");
+  }
+  try {
+    impl->device->registerDescriptor(impl->fd, EPOLLIN, impl.get());
+  } catch (...) {
+    ::close(impl->fd);
+    throw;
+  }
+  impl_ = std::move(impl);
+}
+
+GlooLoopTicker::~GlooLoopTicker() {
+  if (!impl_) return;
+  try {
+    // Waits for one more loop tick (ours: at most one period), after which the loop never calls
+    // the handler again.
+    impl_->device->unregisterDescriptor(impl_->fd, impl_.get());
+  } catch (...) {
+    // epoll_ctl failed: the fd was never or is no longer registered.
+  }
+  ::close(impl_->fd);
+}
+
+uint64_t GlooLoopTicker::ticks() const { return impl_ ? impl_->ticks.load(std::memory_order_relaxed) : 0; }
 
 bool have_nccl() {
 #ifdef LSPAWN_HAVE_NCCL
@@ -130,13 +296,14 @@ World init_process_group(const InitOptions& options) {
   w.peers = std::move(rdzv.peers);
 
   // The backend keeps its own keys apart from the run's other users of the store.
-  auto pg_store = c10::make_intrusive<c10d::PrefixStore>(w.backend, w.store);
+  c10::intrusive_ptr<c10d::Store> pg_store = c10::make_intrusive<c10d::PrefixStore>(w.backend, w.store);
+  if (w.backend == "gloo") pg_store = c10::make_intrusive<GlooConnectStore>(pg_store);
   try {
     if (w.backend == "gloo") {
       auto opts = c10d::ProcessGroupGloo::Options::create(w.timeout);
       opts->devices.push_back(gloo_device(options, w.env, who));
       opts->threads = options.gloo_threads > 0 ? options.gloo_threads : 2;
-      w.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(pg_store, w.env.rank, w.env.world_size, opts);
+      w.pg = c10::make_intrusive<TickingProcessGroupGloo>(pg_store, w.env.rank, w.env.world_size, opts);
     } else {
 #ifdef LSPAWN_HAVE_NCCL
       auto opts = c10d::ProcessGroupNCCL::Options::create();

@@ -138,19 +138,47 @@ struct Outcome {
   bool ok = false;
   int joined = 0;
   std::vector<int> missing;
+  std::vector<std::string> records;  // ok: every rank's announcement, by rank (or none)
 };
 
+// "ok" then, per rank, "\n<length> <record>"; or "timeout <joined> <missing...>".
 std::string encode_outcome(const Outcome& o) {
-  if (o.ok) return "ok";
+  if (o.ok) {
+    std::string s = "ok";
+    for (const auto& r : o.records) s += "\n" + std::to_string(r.size()) + " " + r;
+    return s;
+  }
   std::string s = "timeout " + std::to_string(o.joined);
   for (int r : o.missing) s += " " + std::to_string(r);
   return s;
 }
 
-Outcome decode_outcome(const std::string& s) {
+// Records of an "ok" outcome; empty when there are none or they do not parse (the caller then
+// reads each rank's key).
+std::vector<std::string> decode_records(const std::string& s, size_t n) {
+  std::vector<std::string> out;
+  size_t pos = 2;  // after "ok"
+  while (pos < s.size() && out.size() < n) {
+    if (s[pos] != '\n') return {};
+    char* end = nullptr;
+    const unsigned long len = std::strtoul(s.c_str() + pos + 1, &end, 10);
+    const size_t at = static_cast<size_t>(end - s.c_str());
+    if (end == s.c_str() + pos + 1 || at >= s.size() || s[at] != ' ' || len > 1024 ||
+        len > s.size() - at - 1) {
+      return {};
+    }
+    out.push_back(s.substr(at + 1, len));
+    pos = at + 1 + len;
+  }
+  if (out.size() != n || pos != s.size()) return {};
+  return out;
+}
+
+Outcome decode_outcome(const std::string& s, size_t n) {
   Outcome o;
-  if (s == "ok") {
+  if (s.compare(0, 2, "ok") == 0 && (s.size() == 2 || s[2] == '\n')) {
     o.ok = true;
+    o.records = decode_records(s, n);
     return o;
   }
   const char* p = s.c_str();
@@ -176,7 +204,36 @@ std::vector<int> find_missing(c10d::Store& store, int world_size) {
   return missing;
 }
 
+// Value of a key known to be set: one round trip when the store has compareSet.
+std::vector<uint8_t> get_set_key(c10d::Store& store, const std::string& key) {
+  if (auto v = try_get(store, key)) return std::move(*v);
+  return store.get(key);
+}
+
 }  // namespace
+
+std::optional<std::vector<uint8_t>> try_get(c10d::Store& store, const std::string& key) {
+  // compareSet(key, expected, desired) on a set key returns its value and changes it only when it
+  // equals `expected`; on a missing key it returns `expected` (and sets nothing, `expected` being
+  // non-empty). desired == expected: even a key that holds the probe keeps its value.
+  static const std::vector<uint8_t> kProbe = bytes("\x01lspawn-try-get-probe\x01");
+  std::vector<uint8_t> v;
+  try {
+    v = store.compareSet(key, kProbe, kProbe);
+  } catch (const c10::Error&) {
+    // A store without compareSet (c10d's default throws "Not implemented.").
+    if (!store.check({key})) return std::nullopt;
+    return store.get(key);
+  }
+  if (v == kProbe) return std::nullopt;
+  if (v.empty()) {
+    // Not what TCPStore answers for a missing key (it echoes `expected`), but a store that did
+    // would look like an empty value: ask again the slow way.
+    if (!store.check({key})) return std::nullopt;
+    return store.get(key);
+  }
+  return v;
+}
 
 milliseconds resolve_rendezvous_timeout(milliseconds requested) {
   if (requested.count() > 0) return requested;
@@ -298,6 +355,7 @@ Rendezvous rendezvous(const WorkerEnv& env, const RendezvousOptions& options) {
     throw lost(e);
   }
 
+  std::vector<std::string> records;  // every rank's announcement, from the outcome
   if (env.rank == 0) {
     // The arbiter: wait for everyone, then publish the outcome.
     bool all_joined = true;
@@ -328,17 +386,20 @@ Rendezvous rendezvous(const WorkerEnv& env, const RendezvousOptions& options) {
       }
       throw timed_out(o.joined, o.missing);
     }
+    Outcome ok{true, n, {}, {}};
     try {
-      store.set(kOutcomeKey, bytes(encode_outcome(Outcome{true, n, {}})));
+      for (int r = 0; r < n; ++r) ok.records.push_back(text(get_set_key(store, rank_key(r))));
+      store.set(kOutcomeKey, bytes(encode_outcome(ok)));
     } catch (const std::exception& e) {
       throw lost(e);
     }
+    records = std::move(ok.records);
   } else {
     // Wait for the arbiter's outcome; allow it the grace to publish after its own deadline.
     std::string outcome_text;
     try {
       store.wait({kOutcomeKey}, remaining(deadline) + kOutcomeGrace);
-      outcome_text = text(store.get(kOutcomeKey));
+      outcome_text = text(get_set_key(store, kOutcomeKey));
     } catch (const std::exception& e) {
       if (Clock::now() < deadline) throw lost(e);
       // No word from rank 0 (hung, or under an agent store, never arrived): judge ourselves.
@@ -350,7 +411,8 @@ Rendezvous rendezvous(const WorkerEnv& env, const RendezvousOptions& options) {
       }
       throw timed_out(n - static_cast<int>(missing.size()), missing);
     }
-    const Outcome o = decode_outcome(outcome_text);
+    Outcome o = decode_outcome(outcome_text, static_cast<size_t>(n));
+    records = std::move(o.records);
     if (!o.ok) {
       try {
         store.set(read_key(env.rank), bytes("1"));
@@ -364,7 +426,10 @@ Rendezvous rendezvous(const WorkerEnv& env, const RendezvousOptions& options) {
   // Everyone joined: read the announcements, then acknowledge (rank 0 waits for that).
   out.peers.resize(n);
   try {
-    for (int r = 0; r < n; ++r) out.peers[r] = parse_peer(r, text(store.get(rank_key(r))), where());
+    for (int r = 0; r < n; ++r) {
+      const std::string record = records.empty() ? text(store.get(rank_key(r))) : records[r];
+      out.peers[r] = parse_peer(r, record, where());
+    }
     if (env.rank != 0) store.set(read_key(env.rank), bytes("1"));
     if (env.rank == 0 && n > 1) {
       // Return only once every rank has read the outcome, so that rank 0 (the store's host) may

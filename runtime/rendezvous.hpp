@@ -5,6 +5,11 @@
 // SO_REUSEADDR, so it can bind and listen on it). Under torchrun's static rendezvous
 // (TORCHELASTIC_USE_AGENT_STORE=True) the launcher hosts it and every rank is a client.
 //
+// Protocol (keys under the run's prefix): each rank sets rdzv/rank/<r> = "<host>\n<pid>"; rank 0
+// waits for all of them and sets rdzv/outcome = "ok" followed by every rank's record (or
+// "timeout <joined> <missing...>"), so that the other ranks learn every peer in one read; each
+// other rank then sets rdzv/read/<r>, and rank 0 returns once all have.
+//
 // What rendezvous() guarantees on return: every rank of the job has announced itself (host, pid)
 // under the run's prefix "lspawn/<run_id>/<restart_count>/", and the returned store is that
 // prefixed view. It does not guarantee that the other ranks are still alive.
@@ -19,6 +24,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -92,6 +98,11 @@ c10::intrusive_ptr<c10d::TCPStore> host_store(const std::string& host, uint16_t 
 // naming host:port and the elapsed time.
 c10::intrusive_ptr<c10d::TCPStore> connect_store(const std::string& host, uint16_t port,
                                                  std::chrono::milliseconds timeout);
+
+// Lower level: the value of `key` if it is set, else nullopt, in one round trip to the store
+// (TCPStore::get() waits for the key first: two). It is a compareSet() against a value no caller
+// stores; a store without compareSet falls back to check() + get().
+std::optional<std::vector<uint8_t>> try_get(c10d::Store& store, const std::string& key);
 
 // The rendezvous timeout after applying env overrides (see RendezvousOptions::timeout).
 std::chrono::milliseconds resolve_rendezvous_timeout(std::chrono::milliseconds requested);

@@ -1,7 +1,14 @@
 #include <chrono>
 #include <vector>
 
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
 #include <ATen/ATen.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/tcp/loop.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include "runtime/process_group.hpp"
 #include "tests/runtime/child.hpp"
@@ -86,6 +93,82 @@ TEST_CASE("init_process_group: an unknown backend names the source of the choice
   ::unsetenv("LSPAWN_BACKEND");
   o.backend = "ucc";
   CHECK_THROWS_WITH(lspawn::init_process_group(o), Contains("unknown backend 'ucc' (from InitOptions::backend)"));
+}
+
+namespace {
+struct IgnoreEvents : gloo::transport::tcp::Handler {
+  void handleEvents(int) override {}
+};
+
+// Total time of `rounds` register + unregister of a pipe on the device's loop: unregistering
+// waits until the loop has gone round once.
+std::chrono::microseconds unregister_waits(gloo::transport::tcp::Device& device, int rounds) {
+  IgnoreEvents handler;
+  std::chrono::microseconds total{0};
+  for (int i = 0; i < rounds; ++i) {
+    int fds[2];
+    REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
+    device.registerDescriptor(fds[0], EPOLLIN, &handler);
+    const auto t0 = std::chrono::steady_clock::now();
+    device.unregisterDescriptor(fds[0], &handler);
+    total += std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0);
+    ::close(fds[0]);
+    ::close(fds[1]);
+  }
+  return total;
+}
+}  // namespace
+
+TEST_CASE("GlooLoopTicker: gloo's tcp loop goes round every period instead of every 10 ms", "[process_group]") {
+  auto device = c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  auto tcp = std::dynamic_pointer_cast<gloo::transport::tcp::Device>(device);
+  REQUIRE(tcp);
+  const int rounds = 40;
+  // Without a ticker each unregister waits for gloo's epoll_wait timeout: ~5 ms on average.
+  const auto without = unregister_waits(*tcp, rounds);
+  std::chrono::microseconds with{0};
+  uint64_t ticks = 0;
+  {
+    lspawn::GlooLoopTicker ticker(device, std::chrono::microseconds(200));
+    CHECK(ticker.active());
+    with = unregister_waits(*tcp, rounds);
+    ticks = ticker.ticks();
+  }
+  INFO("unregister waits: " << without.count() << " us without the ticker, " << with.count() << " us with it, "
+                            << ticks << " ticks");
+  CHECK(ticks > 0);
+  CHECK(without > std::chrono::milliseconds(rounds));  // > 1 ms each: gloo's own 10 ms timeout
+  CHECK(with * 4 < without);
+  // Once destroyed, the ticker's timer is off the loop: back to gloo's own pace.
+  CHECK(unregister_waits(*tcp, 10) > std::chrono::milliseconds(10));
+}
+
+TEST_CASE("GlooLoopTicker: a device that is not gloo's tcp one is left alone", "[process_group]") {
+  lspawn::GlooLoopTicker ticker(nullptr);
+  CHECK_FALSE(ticker.active());
+  CHECK(ticker.ticks() == 0);
+}
+
+TEST_CASE("init_process_group: 8 real processes form a gloo group and pass a barrier", "[process_group]") {
+  // 28 pairs: the mesh that GlooLoopTicker and GlooConnectStore speed up.
+  const int n = 8;
+  TempDir dir;
+  ReservedPort reserved;
+  std::vector<Child> ranks;
+  for (int r = 0; r < n; ++r) {
+    auto env = lspawn::test::contract_env(r, n, reserved.port(), "mesh8");
+    env["LSPAWN_RDZV_TIMEOUT"] = "60";
+    env["LSPAWN_PG_TIMEOUT"] = "60";
+    ranks.emplace_back(std::vector<std::string>{LSPAWN_TEST_WORKER, "collectives"}, env,
+                       dir.file("rank" + std::to_string(r)));
+  }
+  for (int r = 0; r < n; ++r) {
+    const auto st = ranks[r].wait(120s);
+    INFO("rank " << r << "/" << n << ": " << st.describe() << "\n" << ranks[r].output());
+    CHECK(st.code == 0);
+    CHECK_THAT(ranks[r].output(),
+               Contains("rank " + std::to_string(r) + "/" + std::to_string(n) + ": collectives ok"));
+  }
 }
 
 // c10's glog headers also define CHECK; if theirs won, a failing CHECK would abort the whole test

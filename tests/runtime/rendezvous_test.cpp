@@ -5,6 +5,9 @@
 #include <vector>
 
 
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
 #include "runtime/rendezvous.hpp"
 #include "tests/runtime/child.hpp"
 // Last: c10's glog headers define CHECK too; Catch's must win.
@@ -180,4 +183,36 @@ TEST_CASE("resolve_rendezvous_timeout: option, then LSPAWN_RDZV_TIMEOUT, then 30
   ::setenv("LSPAWN_RDZV_TIMEOUT", "soon", 1);
   CHECK_THROWS_AS(lspawn::resolve_rendezvous_timeout(0ms), lspawn::EnvError);
   ::unsetenv("LSPAWN_RDZV_TIMEOUT");
+}
+
+namespace {
+// A store without compareSet (c10d's default implementation throws).
+struct StoreWithoutCompareSet : c10d::HashStore {
+  std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
+                                  const std::vector<uint8_t>& desired) override {
+    return c10d::Store::compareSet(key, expected, desired);
+  }
+};
+using Bytes = std::vector<uint8_t>;
+}  // namespace
+
+TEST_CASE("try_get: the value of a set key, nullopt for a missing one, nothing created", "[rendezvous]") {
+  auto server = lspawn::host_store("127.0.0.1", 0, 5s);
+  auto client = lspawn::connect_store("127.0.0.1", server->getPort(), 5s);
+  client->set("k", Bytes{'v'});
+  client->set("empty", Bytes{});
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("pre", client);
+  prefixed->set("p", Bytes{'1', '2'});
+  auto fallback = c10::make_intrusive<StoreWithoutCompareSet>();
+  fallback->set("f", Bytes{'x'});
+  for (c10d::Store* s : {static_cast<c10d::Store*>(client.get()), static_cast<c10d::Store*>(prefixed.get()),
+                         static_cast<c10d::Store*>(fallback.get())}) {
+    CHECK_FALSE(lspawn::try_get(*s, "missing").has_value());
+    CHECK_FALSE(s->check({"missing"}));  // probing did not create the key
+  }
+  CHECK(lspawn::try_get(*client, "k") == std::optional<Bytes>(Bytes{'v'}));
+  CHECK(lspawn::try_get(*client, "empty") == std::optional<Bytes>(Bytes{}));
+  CHECK(lspawn::try_get(*prefixed, "p") == std::optional<Bytes>(Bytes{'1', '2'}));
+  CHECK(lspawn::try_get(*fallback, "f") == std::optional<Bytes>(Bytes{'x'}));
+  CHECK(client->get("k") == Bytes{'v'});  // unchanged by the probe
 }
