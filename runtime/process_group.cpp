@@ -169,35 +169,39 @@ class GlooConnectStore final : public c10d::Store {
   std::map<std::string, std::vector<uint8_t>> fetched_;  // by the last wait(), for the next get()
 };
 
-// ProcessGroupGloo whose devices' loops tick fast (GlooLoopTicker) while it connects and while it
-// is destroyed; in between (the whole training run) they are left as gloo made them.
-// TickingSlot is the first base: it is constructed before ProcessGroupGloo (so the ticker runs
-// during its constructor, which connects the full mesh) and destroyed after it (so it runs
-// during its destructor, which closes every pair).
+// ProcessGroupGloo whose devices' loops tick fast (GlooLoopTicker) while it connects, until
+// pause_ticking() (init_process_group: after its first barrier), and again while it is destroyed;
+// in between (the whole training run) they are left as gloo made them.
+// TickingSlot is the first base: it is constructed before ProcessGroupGloo (so the tickers run
+// during its constructor, which connects the full mesh) and destroyed after it (so they run
+// during its destructor, which closes every pair, and while the devices go).
 struct TickingSlot {
-  std::vector<std::shared_ptr<::gloo::transport::Device>> devices;
-  std::vector<std::unique_ptr<GlooLoopTicker>> tickers;
-  explicit TickingSlot(std::vector<std::shared_ptr<::gloo::transport::Device>> d) : devices(std::move(d)) {
-    start();
-  }
   // Without a ticker (no timerfd left, say) gloo only runs at its own pace: not an error.
-  void start() noexcept {
+  explicit TickingSlot(const std::vector<std::shared_ptr<::gloo::transport::Device>>& devices) noexcept {
     try {
       for (const auto& d : devices) tickers.push_back(std::make_unique<GlooLoopTicker>(d));
     } catch (const std::exception&) {
     }
   }
-  void stop() { tickers.clear(); }
+  void set_ticking(bool on) noexcept {
+    for (auto& t : tickers) {
+      try {
+        on ? t->resume() : t->pause();
+      } catch (const std::exception&) {
+      }
+    }
+  }
+  // Destroyed after ProcessGroupGloo: the tickers then hold the last references to the devices.
+  std::vector<std::unique_ptr<GlooLoopTicker>> tickers;
 };
 
 class TickingProcessGroupGloo : private TickingSlot, public c10d::ProcessGroupGloo {
  public:
   TickingProcessGroupGloo(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                           c10::intrusive_ptr<Options> options)
-      : TickingSlot(options->devices), c10d::ProcessGroupGloo(store, rank, size, options) {
-    stop();
-  }
-  ~TickingProcessGroupGloo() override { start(); }
+      : TickingSlot(options->devices), c10d::ProcessGroupGloo(store, rank, size, options) {}
+  ~TickingProcessGroupGloo() override { set_ticking(true); }
+  void pause_ticking() { set_ticking(false); }
 };
 
 }  // namespace
@@ -205,6 +209,12 @@ class TickingProcessGroupGloo : private TickingSlot, public c10d::ProcessGroupGl
 struct GlooLoopTicker::Impl final : ::gloo::transport::tcp::Handler {
   std::shared_ptr<::gloo::transport::tcp::Device> device;
   int fd = -1;
+  itimerspec armed{};  // the period, for resume()
+  void set_timer(const itimerspec& its) {
+    if (::timerfd_settime(fd, 0, &its, nullptr) != 0) {
+      throw std::system_error(errno, std::generic_category(), "timerfd_settime (gloo loop ticker)");
+    }
+  }
   std::atomic<uint64_t> ticks{0};
   // Runs on the loop thread: drain the timer (level-triggered, so it must be read).
   void handleEvents(int) override {
@@ -223,17 +233,12 @@ GlooLoopTicker::GlooLoopTicker(std::shared_ptr<::gloo::transport::Device> device
   impl->device = std::move(tcp);
   impl->fd = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   if (impl->fd < 0) throw std::system_error(errno, std::generic_category(), "timerfd_create (gloo loop ticker)");
-  itimerspec its{};
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::max(period, std::chrono::microseconds(1)));
-  its.it_interval.tv_sec = static_cast<time_t>(ns.count() / 1'000'000'000);
-  its.it_interval.tv_nsec = static_cast<long>(ns.count() % 1'000'000'000);
-  its.it_value = its.it_interval;
-  if (::timerfd_settime(impl->fd, 0, &its, nullptr) != 0) {
-    const int e = errno;
-    ::close(impl->fd);
-    throw std::system_error(e, std::generic_category(), "timerfd_settime (gloo loop ticker)");
-  }
+  impl->armed.it_interval.tv_sec = static_cast<time_t>(ns.count() / 1'000'000'000);
+  impl->armed.it_interval.tv_nsec = static_cast<long>(ns.count() % 1'000'000'000);
+  impl->armed.it_value = impl->armed.it_interval;
   try {
+    impl->set_timer(impl->armed);
     impl->device->registerDescriptor(impl->fd, EPOLLIN, impl.get());
   } catch (...) {
     ::close(impl->fd);
@@ -242,14 +247,35 @@ GlooLoopTicker::GlooLoopTicker(std::shared_ptr<::gloo::transport::Device> device
   impl_ = std::move(impl);
 }
 
+void GlooLoopTicker::pause() {
+  if (impl_) impl_->set_timer(itimerspec{});
+}
+
+void GlooLoopTicker::resume() {
+  if (impl_) impl_->set_timer(impl_->armed);
+}
+
 GlooLoopTicker::~GlooLoopTicker() {
   if (!impl_) return;
-  try {
-    // Waits for one more loop tick (ours: at most one period), after which the loop never calls
-    // the handler again.
-    impl_->device->unregisterDescriptor(impl_->fd, impl_.get());
-  } catch (...) {
-    // epoll_ctl failed: the fd was never or is no longer registered.
+  if (impl_->device.use_count() == 1) {
+    // The last reference: the device (and its loop, which only the device holds) goes now.
+    // Loop::~Loop joins the loop thread, which our armed timer wakes within one period; after
+    // that nothing calls the handler.
+    try {
+      resume();
+    } catch (const std::exception&) {
+      // Only slower: the loop thread then ends on gloo's own 10 ms timeout.
+    }
+    impl_->device.reset();
+  } else {
+    try {
+      // The device lives on: take the timer off its loop. This waits for the loop's next tick,
+      // which the timer no longer causes (up to gloo's 10 ms); after it the loop never calls
+      // the handler again.
+      impl_->device->unregisterDescriptor(impl_->fd, impl_.get());
+    } catch (...) {
+      // epoll_ctl failed: the fd was never or is no longer registered.
+    }
   }
   ::close(impl_->fd);
 }
@@ -313,6 +339,7 @@ World init_process_group(const InitOptions& options) {
     }
     // Nobody leaves before everyone has connected (rank 0 hosts the store others may still read).
     w.pg->barrier()->wait(w.timeout);
+    if (auto* ticking = dynamic_cast<TickingProcessGroupGloo*>(w.pg.get())) ticking->pause_ticking();
   } catch (const ProcessGroupError&) {
     throw;
   } catch (const std::exception& e) {

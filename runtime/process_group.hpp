@@ -91,11 +91,16 @@ bool have_nccl();
 // at that moment, so each such step waits up to 10 ms; an 8-rank connectFullMesh (28 pairs,
 // connected one after another by each rank) spent ~90 ms in those waits here. A periodic
 // timerfd registered with the loop bounds each wait by `period` instead. init_process_group()
-// holds one while it constructs the process group and while the World destroys it.
+// runs one while it constructs the process group and its first barrier, pauses it for the
+// process group's life (no wake-ups during training), and resumes it while the process group is
+// destroyed (each pair's close waits for a tick too).
 //
-// Devices other than gloo's tcp one are left alone (the ticker does nothing). Destroying the
-// ticker unregisters its timer from the loop (one more tick, at most `period`). Throws
-// std::system_error when the timer cannot be created.
+// Devices other than gloo's tcp one are left alone (the ticker does nothing). The timer stays
+// registered while paused (an fd without events). On destruction: when the ticker holds the
+// last reference to the device, the device goes first, with the timer armed (its loop thread,
+// told to stop, wakes within one period instead of 10 ms); otherwise the timer is unregistered
+// (which waits for gloo's next tick, up to 10 ms). Throws std::system_error when the timer
+// cannot be created.
 class GlooLoopTicker {
  public:
   static constexpr std::chrono::microseconds kDefaultPeriod{500};
@@ -106,6 +111,9 @@ class GlooLoopTicker {
   GlooLoopTicker& operator=(const GlooLoopTicker&) = delete;
   // False when the device is not gloo's tcp device (nothing is done then).
   bool active() const { return impl_ != nullptr; }
+  // Stops / restarts the wake-ups (the timer stays registered). Throws std::system_error.
+  void pause();
+  void resume();
   // How many times the loop woke up for the timer (for tests).
   uint64_t ticks() const;
 

@@ -126,21 +126,49 @@ TEST_CASE("GlooLoopTicker: gloo's tcp loop goes round every period instead of ev
   const int rounds = 40;
   // Without a ticker each unregister waits for gloo's epoll_wait timeout: ~5 ms on average.
   const auto without = unregister_waits(*tcp, rounds);
-  std::chrono::microseconds with{0};
-  uint64_t ticks = 0;
+  std::chrono::microseconds with{0}, paused{0}, resumed{0};
+  uint64_t ticks = 0, ticks_paused = 0;
   {
     lspawn::GlooLoopTicker ticker(device, std::chrono::microseconds(200));
     CHECK(ticker.active());
     with = unregister_waits(*tcp, rounds);
     ticks = ticker.ticks();
+    ticker.pause();
+    const uint64_t before = ticker.ticks();
+    paused = unregister_waits(*tcp, rounds);
+    ticks_paused = ticker.ticks() - before;
+    ticker.resume();
+    resumed = unregister_waits(*tcp, rounds);
   }
   INFO("unregister waits: " << without.count() << " us without the ticker, " << with.count() << " us with it, "
-                            << ticks << " ticks");
+                            << paused.count() << " us paused, " << resumed.count() << " us resumed; " << ticks
+                            << " ticks, " << ticks_paused << " while paused");
   CHECK(ticks > 0);
+  CHECK(ticks_paused <= 1);  // at most one expiration already pending when paused
   CHECK(without > std::chrono::milliseconds(rounds));  // > 1 ms each: gloo's own 10 ms timeout
   CHECK(with * 4 < without);
-  // Once destroyed, the ticker's timer is off the loop: back to gloo's own pace.
+  CHECK(paused > std::chrono::milliseconds(rounds));   // paused: gloo's own pace
+  CHECK(resumed * 4 < paused);
+  // Destroyed while the device lives on: the timer is off the loop, back to gloo's own pace.
   CHECK(unregister_waits(*tcp, 10) > std::chrono::milliseconds(10));
+}
+
+TEST_CASE("GlooLoopTicker: holding the last reference, the device's loop stops within a period", "[process_group]") {
+  // Loop::~Loop joins a thread that sleeps in epoll_wait(10 ms); the armed timer wakes it.
+  using Clock = std::chrono::steady_clock;
+  std::chrono::microseconds total{0};
+  const int rounds = 20;
+  for (int i = 0; i < rounds; ++i) {
+    auto ticker = std::make_unique<lspawn::GlooLoopTicker>(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"),
+                                                           std::chrono::microseconds(200));
+    REQUIRE(ticker->active());
+    ticker->pause();  // as during training: destruction re-arms it
+    const auto t0 = Clock::now();
+    ticker.reset();
+    total += std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0);
+  }
+  INFO("device destruction: " << total.count() / rounds << " us on average");
+  CHECK(total < std::chrono::milliseconds(2 * rounds));  // gloo alone: ~5 ms each
 }
 
 TEST_CASE("GlooLoopTicker: a device that is not gloo's tcp one is left alone", "[process_group]") {
