@@ -74,3 +74,14 @@ TEST_CASE("parse_cli: malformed options name the option and the accepted form", 
   CHECK(msg({"--nnodes", "2", "p"}).find("--master-port: required when --nnodes > 1") == 0);
   CHECK(msg({"--master-addr=", "p"}) == "--master-addr: empty address (--master-addr ADDR)");
 }
+
+TEST_CASE("parse_cli: --start-method exec or forkserver", "[cli]") {
+  CHECK(parse_cli({"prog"}).start_method == lspawn::CliStartMethod::Exec);
+  CHECK(parse_cli({"--start-method", "forkserver", "prog"}).start_method ==
+        lspawn::CliStartMethod::Forkserver);
+  CHECK(parse_cli({"--start_method=exec", "prog"}).start_method == lspawn::CliStartMethod::Exec);
+  CHECK_THROWS_WITH(parse_cli({"--start-method", "fork", "prog"}),
+                    "--start-method: expected exec or forkserver (--start-method exec|forkserver), got 'fork'");
+  CHECK_THROWS_WITH(parse_cli({"--start-method"}),
+                    "--start-method: missing value (--start-method exec|forkserver)");
+}
