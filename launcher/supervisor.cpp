@@ -78,9 +78,6 @@ struct Supervisor::Worker {
 
 namespace {
 
-// Exit code a shell gives for an execve errno.
-int exec_failure_code(int err) { return err == ENOENT ? 127 : 126; }
-
 std::string plural(size_t n, const char* word) {
   return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
 }
@@ -277,24 +274,16 @@ pid_t Supervisor::start_exec(int rank, const ExecSpec& spec) {
         // without O_CLOEXEC (like Python's subprocess close_fds=True, which torchrun uses).
         // CLOEXEC rather than close: the status pipe must stay open until execve.
         ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
-        ::execve(path, argv.data(), envp.data());
-        int e = errno;
-        (void)!::write(status_w, &e, sizeof e);
-        ::_exit(exec_failure_code(e));
+        sys::execve_or_report(path, argv.data(), envp.data(), status_w);
       },
       out, err);
   status_pipe.write.reset();
   guard(pid);
-  // EOF: exec succeeded (the pipe closed on exec). An int: exec's errno.
-  int exec_errno = 0;
-  ssize_t n;
-  do {
-    n = ::read(status_pipe.read.get(), &exec_errno, sizeof exec_errno);
-  } while (n < 0 && errno == EINTR);
+  const int exec_errno = sys::read_exec_errno(status_pipe.read.get());
   Worker& w = add_worker(rank, pid, pid, std::move(out.read), std::move(err.read), spec.error_file);
   w.group_registered = true;
   w.pidfd = sys::pidfd_open(pid, ctx);
-  if (n == static_cast<ssize_t>(sizeof exec_errno)) {
+  if (exec_errno != 0) {
     results_[w.index].exec_error =
         "cannot execute '" + spec.path + "': " + std::strerror(exec_errno);
   }

@@ -43,6 +43,23 @@ Pipe make_pipe(const std::string& context, int extra_flags) {
   return Pipe{Fd(fds[0]), Fd(fds[1])};
 }
 
+void execve_or_report(const char* path, char* const argv[], char* const envp[],
+                      int status_fd) noexcept {
+  ::execve(path, argv, envp);
+  const int e = errno;
+  (void)!::write(status_fd, &e, sizeof e);
+  ::_exit(e == ENOENT ? 127 : 126);
+}
+
+int read_exec_errno(int status_read_fd) {
+  int exec_errno = 0;
+  ssize_t n;
+  do {
+    n = ::read(status_read_fd, &exec_errno, sizeof exec_errno);
+  } while (n < 0 && errno == EINTR);
+  return n == static_cast<ssize_t>(sizeof exec_errno) ? exec_errno : 0;
+}
+
 void close(int fd) {
   if (fd >= 0) ::close(fd);
 }

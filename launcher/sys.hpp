@@ -104,6 +104,16 @@ std::string describe_wait_status(int status);
 // Exit status a shell would report for a wait status: the code, or 128+signal.
 int shell_exit_code(int status);
 
+// The exec handshake of a forked child, so that the parent knows the exec's outcome when it
+// returns. In the child: execve(path, argv, envp); when that fails, writes its errno to
+// `status_fd` (the write end of a close-on-exec pipe: on success the parent reads EOF) and
+// _exits with the code a shell gives (127 not found, 126 otherwise). Async-signal-safe.
+[[noreturn]] void execve_or_report(const char* path, char* const argv[], char* const envp[],
+                                   int status_fd) noexcept;
+// In the parent, after closing its copy of the write end: reads the pipe to EOF. Returns 0
+// when the exec succeeded, else the child's execve errno.
+int read_exec_errno(int status_read_fd);
+
 // mkdtemp under $TMPDIR (or /tmp) with the given name prefix. Returns the directory path.
 std::string make_temp_dir(const std::string& prefix);
 

@@ -156,10 +156,7 @@ std::unique_ptr<Forkserver> Forkserver::exec(const std::string& path,
     ::dup2(devnull.get(), 0);
     ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
     for (int fd : keep) ::fcntl(fd, F_SETFD, 0);
-    ::execve(path.c_str(), cargv.data(), cenv.data());
-    const int e = errno;
-    (void)!::write(status_w, &e, sizeof e);
-    ::_exit(e == ENOENT ? 127 : 126);
+    sys::execve_or_report(path.c_str(), cargv.data(), cenv.data(), status_w);
   }
   ::setpgid(pid, pid);
   server_end.reset();
@@ -174,12 +171,7 @@ std::unique_ptr<Forkserver> Forkserver::exec(const std::string& path,
     }
     return SpawnError(what + " (pid " + std::to_string(pid) + ") " + why);
   };
-  int exec_errno = 0;
-  ssize_t n;
-  do {
-    n = ::read(status.read.get(), &exec_errno, sizeof exec_errno);
-  } while (n < 0 && errno == EINTR);
-  if (n == static_cast<ssize_t>(sizeof exec_errno)) {
+  if (const int exec_errno = sys::read_exec_errno(status.read.get()); exec_errno != 0) {
     throw reap(std::string("could not be executed: ") + std::strerror(exec_errno));
   }
   // Ready: one ForkReply with index -1 (pid = the server; error = why it refuses).
