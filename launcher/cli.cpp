@@ -4,13 +4,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <optional>
 #include <random>
 #include <set>
 
-#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -20,6 +18,7 @@
 #include "launcher/output.hpp"
 #include "launcher/port.hpp"
 #include "launcher/spawn/errors.hpp"
+#include "launcher/spawn/forked_workers.hpp"
 #include "launcher/spawn/forkserver.hpp"
 #include "launcher/spawn/forkserver_hook.hpp"
 #include "launcher/supervisor.hpp"
@@ -67,11 +66,6 @@ std::vector<std::string> common_environment(const std::vector<std::vector<std::s
     if (everywhere) out.push_back(kv);
   }
   return out;
-}
-
-// A wait status as waitpid would have produced it, from a forkserver's ChildExit.
-int wait_status_of(const proto::ChildExit& e) {
-  return e.signal() != 0 ? (e.signal() & 0x7f) : ((e.exit_code() & 0xff) << 8);
 }
 
 void make_dirs(const std::string& dir) {
@@ -194,26 +188,7 @@ int run(const CliOptions& o) {
   // --start-method forkserver: the program, executed once, forks the workers (declared after
   // the supervisor: destroyed first, it closes the server's socket and reaps it).
   std::unique_ptr<Forkserver> forkserver;
-  std::map<pid_t, int> forked;  // worker pid -> rank, until its exit is reported
-  auto on_forkserver_exits = [&](short) {
-    bool gone = false;
-    for (const auto& e : forkserver->read_exits(&gone)) {
-      auto it = forked.find(static_cast<pid_t>(e.pid()));
-      if (it == forked.end()) continue;
-      const int rank = it->second;
-      forked.erase(it);
-      sup.notify_exit(rank, wait_status_of(e));
-    }
-    if (gone) {
-      sup.unwatch_fd(forkserver->exit_fd());
-      if (!forked.empty()) {
-        say("the forkserver (pid " + std::to_string(forkserver->pid()) +
-            ") died; its workers died with it (SIGKILL)");
-      }
-      for (const auto& [pid, rank] : forked) sup.notify_exit(rank, SIGKILL);
-      forked.clear();
-    }
-  };
+  std::optional<ForkedWorkers> forked;
   if (use_forkserver) {
     std::vector<std::vector<std::string>> envs;
     for (const auto& spec : specs) envs.push_back(spec.env);
@@ -223,6 +198,7 @@ int run(const CliOptions& o) {
     try {
       forkserver = Forkserver::exec(*path, o.program, common_environment(envs),
                                     kForkserverReadyTimeout, &stop);
+      forked.emplace(*forkserver, sup, "rank", say);
     } catch (const ForkserverInterrupted& e) {
       say(std::string("interrupted by ") + sys::signal_name(e.signal()) +
           " while the forkserver started; no worker was started");
@@ -233,18 +209,13 @@ int run(const CliOptions& o) {
     }
   }
   try {
-    for (const auto& spec : specs) {
-      const int rank = static_cast<int>(&spec - specs.data()) + o.node_rank * o.nproc_per_node;
-      if (forkserver) {
-        const std::string ctx = "rank " + std::to_string(rank);
-        auto out = sys::make_pipe("stdout of " + ctx);
-        auto err = sys::make_pipe("stderr of " + ctx);
+    for (size_t lr = 0; lr < specs.size(); ++lr) {
+      const ExecSpec& spec = specs[lr];
+      const int rank = o.node_rank * o.nproc_per_node + static_cast<int>(lr);
+      if (forked) {
         proto::SpawnCall call;
         call.set_index(rank);
-        const pid_t pid = forkserver->fork_worker(call, spec.env, out.write.get(), err.write.get());
-        forked[pid] = rank;
-        sup.adopt(rank, pid, pid, std::move(out.read), std::move(err.read), spec.error_file);
-        if (forked.size() == 1) sup.watch_fd(forkserver->exit_fd(), POLLIN, on_forkserver_exits);
+        forked->start(rank, call, spec.env, spec.error_file);
       } else {
         sup.start_exec(rank, spec);
       }
@@ -255,11 +226,10 @@ int run(const CliOptions& o) {
   } catch (const std::exception& e) {
     say(std::string("internal error while starting workers: ") + e.what());
     sup.kill_now();
-    if (forkserver) {
-      sup.unwatch_fd(forkserver->exit_fd());
+    if (forked) {
+      forked->unwatch();
       forkserver.reset();  // kills and reaps what it forked: report those exits now
-      for (const auto& [pid, rank] : forked) sup.notify_exit(rank, SIGKILL);
-      forked.clear();
+      forked->report_all_killed();
     }
     sup.run();
     return exit_codes::kInternal;
@@ -272,7 +242,7 @@ int run(const CliOptions& o) {
         " not started: the run was already stopping");
   }
   sup.run();
-  if (forkserver) sup.unwatch_fd(forkserver->exit_fd());
+  if (forked) forked->unwatch();
   const std::string summary = sup.summary();
   if (!summary.empty()) {
     try {

@@ -1,6 +1,5 @@
 #include "launcher/spawn/process_context.hpp"
 
-#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +12,7 @@
 #include "launcher/env_contract.hpp"
 #include "launcher/port.hpp"
 #include "launcher/spawn/errors.hpp"
+#include "launcher/spawn/forked_workers.hpp"
 #include "launcher/spawn/forkserver.hpp"
 #include "launcher/spawn/init.hpp"
 #include "launcher/spawn/threads.hpp"
@@ -43,11 +43,6 @@ std::vector<std::string> base_environment(const std::map<std::string, std::strin
   return out;
 }
 
-// A wait status as waitpid would have produced it, from a forkserver's ChildExit.
-int wait_status_of(const proto::ChildExit& e) {
-  return e.signal() != 0 ? (e.signal() & 0x7f) : ((e.exit_code() & 0xff) << 8);
-}
-
 }  // namespace
 
 struct ProcessContext::Impl {
@@ -59,7 +54,7 @@ struct ProcessContext::Impl {
   std::unique_ptr<lspawn::Forkserver> own_forkserver;  // destroyed after the supervisor
   lspawn::Forkserver* forkserver = nullptr;
   std::unique_ptr<Supervisor> sup;
-  std::map<pid_t, int> adopted;  // forkserver worker pid -> index
+  std::optional<ForkedWorkers> forked;  // with StartMethod::Forkserver
   std::vector<pid_t> pids;
   std::vector<std::string> result_paths;  // "" when not wanted
   std::vector<std::optional<proto::Value>> results;
@@ -70,7 +65,6 @@ struct ProcessContext::Impl {
   std::exception_ptr failure;   // what join() throws
 
   void start(const SpawnPlan& plan);
-  void on_forkserver_exits();
   void finish();
   void cleanup() noexcept;
   ~Impl() { cleanup(); }
@@ -233,36 +227,9 @@ void ProcessContext::Impl::start(const SpawnPlan& plan) {
       spec.error_file = error_file;
       pids[i] = sup->start_exec(i, spec);
     } else {
-      const std::string ctx = "process " + std::to_string(i);
-      sys::Pipe out = sys::make_pipe("stdout of " + ctx);
-      sys::Pipe err = sys::make_pipe("stderr of " + ctx);
-      const pid_t pid = forkserver->fork_worker(call, wenv, out.write.get(), err.write.get());
-      out.write.reset();
-      err.write.reset();
-      adopted[pid] = i;
-      pids[i] = pid;
-      sup->adopt(i, pid, pid, std::move(out.read), std::move(err.read), error_file);
-      if (i == 0) {
-        sup->watch_fd(forkserver->exit_fd(), POLLIN, [this](short) { on_forkserver_exits(); });
-      }
+      if (!forked) forked.emplace(*forkserver, *sup, "process");
+      pids[i] = forked->start(i, call, wenv, error_file);
     }
-  }
-}
-
-void ProcessContext::Impl::on_forkserver_exits() {
-  bool gone = false;
-  for (const auto& e : forkserver->read_exits(&gone)) {
-    auto it = adopted.find(static_cast<pid_t>(e.pid()));
-    if (it == adopted.end()) continue;  // a worker of an earlier spawn() on this server
-    const int index = it->second;
-    adopted.erase(it);
-    sup->notify_exit(index, wait_status_of(e));
-  }
-  if (gone) {
-    // The server died, and its workers with it (PR_SET_PDEATHSIG).
-    sup->unwatch_fd(forkserver->exit_fd());
-    for (const auto& [pid, index] : adopted) sup->notify_exit(index, SIGKILL);
-    adopted.clear();
   }
 }
 
@@ -306,7 +273,7 @@ void ProcessContext::Impl::finish() {
 
 void ProcessContext::Impl::cleanup() noexcept {
   if (forkserver) {
-    if (sup) sup->unwatch_fd(forkserver->exit_fd());
+    if (forked) forked->unwatch();
     forkserver->end_lease();
     forkserver = nullptr;
   }
