@@ -31,6 +31,12 @@ struct ForkserverNote {
   ::_exit(125);
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAlwaysFullExit = true;  // LeakSanitizer's check runs at exit
+#else
+constexpr bool kAlwaysFullExit = false;
+#endif
+
 // Set in each forked worker when its exit skips the libraries' static destructors.
 bool g_fast_exit = false;
 
@@ -52,12 +58,11 @@ void fast_exit(int status, void*) {
 
 // Priority 101: before the program's (default-priority) static constructors.
 __attribute__((constructor(101))) static void lspawn_forkserver_register_fast_exit() {
-#if !defined(__SANITIZE_ADDRESS__)  // LeakSanitizer's check runs at exit: keep the full exit
+  if (kAlwaysFullExit) return;
   const char* fast = std::getenv(lspawn::kForkserverFastExitEnv);
   if (std::getenv(lspawn::kForkserverFdsEnv) && !(fast && std::strcmp(fast, "0") == 0)) {
     ::on_exit(fast_exit, nullptr);
   }
-#endif
 }
 
 extern "C" {
