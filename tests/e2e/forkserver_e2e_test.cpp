@@ -3,12 +3,12 @@
 // tests.) These cases pin what is specific to it.
 #include <catch2/catch.hpp>
 
+#include <fstream>
 #include <set>
 #include <sstream>
 #include <thread>
 
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -96,7 +96,7 @@ TEST_CASE("forkserver: workers are children of one forkserver - which is gone af
 }
 
 TEST_CASE("forkserver: lspawn killed by SIGKILL leaves no forkserver - worker or grandchild within 1 s", "[e2e][forkserver]") {
-  REQUIRE(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);  // orphans come to us: reaped, not "alive"
+  Subreaper reaper;  // orphans come to us: reaped, not "alive"
   Child c({lspawn_bin(), "--start-method", "forkserver", "--nprocs", "3", worker_bin(),
            "child-then-wait"});
   REQUIRE(c.wait_stdout_count("pids ", 3, 10s));
@@ -109,9 +109,6 @@ TEST_CASE("forkserver: lspawn killed by SIGKILL leaves no forkserver - worker or
   c.signal(SIGKILL);
   CHECK(alive_after(pids, 1s).empty());
   c.wait(5s);
-  while (waitpid(-1, nullptr, WNOHANG) > 0) {
-  }
-  prctl(PR_SET_CHILD_SUBREAPER, 0);
 }
 
 TEST_CASE("forkserver: a program that exits during static initialisation is reported", "[e2e][forkserver]") {
@@ -133,7 +130,7 @@ TEST_CASE("forkserver: threads running after static initialisation make it refus
 }
 
 TEST_CASE("forkserver: SIGTERM to lspawn while the forkserver starts - exit 143 and nothing left", "[e2e][forkserver]") {
-  REQUIRE(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
+  Subreaper reaper;  // orphans come to us: reaped, not "alive"
   // The program's static initialisation never ends (it waits in a constructor before the hook).
   Child c({lspawn_bin(), "--start-method", "forkserver", worker_bin(), "env"},
           {"LSPAWN_TEST_EXIT_IN_INIT=", "LSPAWN_TEST_SLEEP_IN_INIT=1"});
@@ -141,14 +138,20 @@ TEST_CASE("forkserver: SIGTERM to lspawn while the forkserver starts - exit 143 
     return err.find("starting 1 worker") != std::string::npos;
   }, 10s));
   std::this_thread::sleep_for(200ms);
+  // lspawn's children now: the guardian and the forkserver that never gets ready.
+  std::set<pid_t> children;
+  {
+    const std::string id = std::to_string(c.pid());
+    std::ifstream f("/proc/" + id + "/task/" + id + "/children");
+    for (pid_t p; f >> p;) children.insert(p);
+  }
+  REQUIRE(children.size() == 2);
   c.signal(SIGTERM);
   const int st = c.wait(10s);
   REQUIRE(st != -1);
   CHECK(WEXITSTATUS(st) == 128 + SIGTERM);
   CHECK(c.err().find("while the forkserver started") != std::string::npos);
-  while (waitpid(-1, nullptr, WNOHANG) > 0) {
-  }
-  prctl(PR_SET_CHILD_SUBREAPER, 0);
+  CHECK(alive_after(children, 1s).empty());
 }
 
 TEST_CASE("forkserver: at exit the program's static destructors run and buffered output is flushed", "[e2e][forkserver]") {

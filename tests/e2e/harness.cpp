@@ -1,12 +1,14 @@
 #include "harness.hpp"
 
 #include <fstream>
+#include <system_error>
 #include <thread>
 #include <sstream>
 
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -155,6 +157,18 @@ bool alive(pid_t pid) {
   if (close == std::string::npos || close + 2 >= s.size()) return false;
   const char state = s[close + 2];
   return state != 'Z' && state != 'X';
+}
+
+Subreaper::Subreaper() {
+  if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+    throw std::system_error(errno, std::generic_category(), "prctl(PR_SET_CHILD_SUBREAPER)");
+  }
+}
+
+Subreaper::~Subreaper() {
+  while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+  ::prctl(PR_SET_CHILD_SUBREAPER, 0);
 }
 
 std::set<pid_t> alive_after(const std::set<pid_t>& pids, std::chrono::milliseconds limit) {

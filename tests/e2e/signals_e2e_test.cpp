@@ -6,7 +6,6 @@
 #include <thread>
 
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -59,7 +58,7 @@ TEST_CASE("SIGINT then a second SIGINT: workers that ignore it are killed at onc
 
 TEST_CASE("lspawn killed by SIGKILL leaves no worker and no grandchild within 1 s", "[e2e][signals][exec-only]") {
   // Orphans are reparented to us and reaped here, so a dead one is not mistaken for alive.
-  REQUIRE(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
+  Subreaper reaper;
   Child c({lspawn_bin(), "--nprocs", "3", "/bin/sh", "-c",
            "sleep 100 & echo pids $$ $!; wait"});
   REQUIRE(c.wait_stdout_count("pids ", 3, 10s));
@@ -77,9 +76,6 @@ TEST_CASE("lspawn killed by SIGKILL leaves no worker and no grandchild within 1 
   c.signal(SIGKILL);
   CHECK(alive_after(pids, 1s).empty());
   c.wait(5s);
-  while (waitpid(-1, nullptr, WNOHANG) > 0) {
-  }
-  prctl(PR_SET_CHILD_SUBREAPER, 0);
 }
 
 TEST_CASE("a worker's own children die with it after it exits", "[e2e][signals][exec-only]") {
