@@ -14,7 +14,7 @@ set(LSPAWN_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/lspawn)
 set(LSPAWN_INSTALL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/lspawn)
 
 set(_lspawn_exported)
-foreach(_t lspawn_proto lspawn_launcher lspawn_spawn lspawn_forkserver_hook lspawn_runtime lspawn_spawn_torch
+foreach(_t lspawn_gloo_headers lspawn_proto lspawn_launcher lspawn_spawn lspawn_forkserver_hook lspawn_runtime lspawn_spawn_torch
            lspawn_collectives_shm lspawn_collectives)
   if(TARGET ${_t})
     string(REGEX REPLACE "^lspawn_" "" _name ${_t})

@@ -1,6 +1,7 @@
 #include "collectives/group.hpp"
 
 #include "collectives/error.hpp"
+#include "runtime/torch_compat.hpp"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -133,8 +134,9 @@ std::shared_ptr<Group> Group::build(c10::intrusive_ptr<c10d::Store> store, int r
     try {
       auto nopts = c10d::ProcessGroupNCCL::Options::create();
       nopts->timeout = g->options_.timeout;
-      g->gloo_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(
-          c10::make_intrusive<c10d::PrefixStore>("nccl", g->store_), rank, size, nopts);
+      auto nstore = c10::make_intrusive<c10d::PrefixStore>("nccl", g->store_);
+      g->gloo_ = compat::wrap_backend(c10::make_intrusive<c10d::ProcessGroupNCCL>(nstore, rank, size, nopts), nstore,
+                                      "nccl");
     } catch (const std::exception& e) {
       throw CollectiveError("create", g->options_.name, {}, "lspawn: " + who + ": NCCL setup failed: " + e.what());
     }
@@ -155,8 +157,9 @@ std::shared_ptr<Group> Group::build(c10::intrusive_ptr<c10d::Store> store, int r
     else
       gopts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     gopts->threads = 2;
-    g->gloo_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
-        c10::make_intrusive<c10d::PrefixStore>("gloo", g->store_), rank, size, gopts);
+    auto gstore = c10::make_intrusive<c10d::PrefixStore>("gloo", g->store_);
+    g->gloo_ = compat::wrap_backend(c10::make_intrusive<c10d::ProcessGroupGloo>(gstore, rank, size, gopts), gstore,
+                                    "gloo");
   } catch (const std::exception& e) {
     throw CollectiveError("create", g->options_.name, {}, "lspawn: " + who + ": gloo setup failed: " + e.what());
   }

@@ -15,6 +15,7 @@
 
 #include "proto/wire.hpp"
 #include "runtime/throw_trace.hpp"
+#include "runtime/torch_compat.hpp"
 
 namespace lspawn {
 namespace {
@@ -139,7 +140,7 @@ proto::ErrorReport make_error_report(std::exception_ptr error, const std::string
       throw;
     } catch (const c10::Error& e) {
       r.set_message(utf8(e.what_without_backtrace()));
-      if (!e.backtrace().empty()) r.set_backtrace(utf8(e.backtrace()));
+      if (const std::string bt = compat::backtrace_of(e); !bt.empty()) r.set_backtrace(utf8(bt));
     } catch (const std::exception& e) {
       r.set_message(utf8(e.what()));
     } catch (...) {
@@ -166,7 +167,7 @@ std::string write_error_report(const std::exception& error) {
     r.set_exception_type(detail::demangle(typeid(error).name()));
     if (auto* c = dynamic_cast<const c10::Error*>(&error)) {
       r.set_message(utf8(c->what_without_backtrace()));
-      if (!c->backtrace().empty()) r.set_backtrace(utf8(c->backtrace()));
+      if (const std::string bt = compat::backtrace_of(*c); !bt.empty()) r.set_backtrace(utf8(bt));
     } else {
       r.set_message(utf8(error.what()));
     }

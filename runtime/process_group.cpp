@@ -1,4 +1,6 @@
 #include "runtime/process_group.hpp"
+#include "runtime/cuda_device.hpp"
+#include "runtime/torch_compat.hpp"
 
 #include <cerrno>
 #include <cstdlib>
@@ -104,17 +106,17 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const InitOptions& option
 // that follows is answered from it; a get() of a key already set is one round trip. With 8 ranks
 // that is about 100 round trips to rank 0's store instead of about 240. The fetched values are
 // kept only until the next call (gloo's keys are written once; nothing stale is served later).
-class GlooConnectStore final : public c10d::Store {
+class GlooConnectStore final : public compat::ForwardingStore<GlooConnectStore> {
  public:
-  explicit GlooConnectStore(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
+  explicit GlooConnectStore(c10::intrusive_ptr<c10d::Store> store) : ForwardingStore(std::move(store)) {}
   void set(const std::string& key, const std::vector<uint8_t>& value) override {
     forget();
-    store_->set(key, value);
+    inner_->set(key, value);
   }
   std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
                                   const std::vector<uint8_t>& desired) override {
     forget();
-    return store_->compareSet(key, expected, desired);
+    return inner_->compareSet(key, expected, desired);
   }
   std::vector<uint8_t> get(const std::string& key) override {
     {
@@ -127,44 +129,43 @@ class GlooConnectStore final : public c10d::Store {
       }
       fetched_.clear();
     }
-    if (auto v = try_get(*store_, key)) return std::move(*v);
-    return store_->get(key);
+    if (auto v = try_get(*inner_, key)) return std::move(*v);
+    return inner_->get(key);
   }
   int64_t add(const std::string& key, int64_t value) override {
     forget();
-    return store_->add(key, value);
+    return inner_->add(key, value);
   }
   bool deleteKey(const std::string& key) override {
     forget();
-    return store_->deleteKey(key);
+    return inner_->deleteKey(key);
   }
-  bool check(const std::vector<std::string>& keys) override { return store_->check(keys); }
-  int64_t getNumKeys() override { return store_->getNumKeys(); }
-  void wait(const std::vector<std::string>& keys) override { wait(keys, store_->getTimeout()); }
+  bool check(const std::vector<std::string>& keys) override { return inner_->check(keys); }
+  int64_t getNumKeys() override { return inner_->getNumKeys(); }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, inner_->getTimeout()); }
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
     forget();
     std::map<std::string, std::vector<uint8_t>> fetched;
     std::vector<std::string> missing;
     for (const auto& k : keys) {
-      if (auto v = try_get(*store_, k)) {
+      if (auto v = try_get(*inner_, k)) {
         fetched[k] = std::move(*v);
       } else {
         missing.push_back(k);
       }
     }
-    if (!missing.empty()) store_->wait(missing, timeout);
+    if (!missing.empty()) inner_->wait(missing, timeout);
     std::lock_guard<std::mutex> lock(m_);
     fetched_ = std::move(fetched);
   }
-  const std::chrono::milliseconds& getTimeout() const noexcept override { return store_->getTimeout(); }
-  void setTimeout(const std::chrono::milliseconds& timeout) override { store_->setTimeout(timeout); }
+  const std::chrono::milliseconds& getTimeout() const noexcept override { return inner_->getTimeout(); }
+  void setTimeout(const std::chrono::milliseconds& timeout) override { inner_->setTimeout(timeout); }
 
  private:
   void forget() {
     std::lock_guard<std::mutex> lock(m_);
     fetched_.clear();
   }
-  c10::intrusive_ptr<c10d::Store> store_;
   std::mutex m_;                                         // guards fetched_
   std::map<std::string, std::vector<uint8_t>> fetched_;  // by the last wait(), for the next get()
 };
@@ -314,6 +315,14 @@ World init_process_group(const InitOptions& options) {
                                                 kDefaultCollectiveTimeout);
   if (w.timeout.count() <= 0) w.timeout = kDefaultCollectiveTimeout;
 
+  if (w.backend == "nccl") {  // checked before the rendezvous: no peer waits for a worker that cannot start
+    try {
+      w.cuda_device = cuda_device_for(w.env.local_rank, cuda_device_count(), std::getenv("CUDA_VISIBLE_DEVICES"));
+    } catch (const ProcessGroupError& e) {
+      throw ProcessGroupError(who + ": backend nccl: " + e.what());
+    }
+  }
+
   RendezvousOptions ro;
   ro.timeout = options.rendezvous_timeout;
   ro.store_timeout = w.timeout;
@@ -329,17 +338,24 @@ World init_process_group(const InitOptions& options) {
       auto opts = c10d::ProcessGroupGloo::Options::create(w.timeout);
       opts->devices.push_back(gloo_device(options, w.env, who));
       opts->threads = options.gloo_threads > 0 ? options.gloo_threads : 2;
-      w.pg = c10::make_intrusive<TickingProcessGroupGloo>(pg_store, w.env.rank, w.env.world_size, opts);
+      w.pg = compat::wrap_backend(
+          c10::make_intrusive<TickingProcessGroupGloo>(pg_store, w.env.rank, w.env.world_size, opts), pg_store,
+          w.backend);
     } else {
 #ifdef LSPAWN_HAVE_NCCL
+      set_cuda_device(w.cuda_device);
       auto opts = c10d::ProcessGroupNCCL::Options::create();
       opts->timeout = w.timeout;
-      w.pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(pg_store, w.env.rank, w.env.world_size, opts);
+      w.pg = compat::wrap_backend(
+          c10::make_intrusive<c10d::ProcessGroupNCCL>(pg_store, w.env.rank, w.env.world_size, opts), pg_store,
+          w.backend);
 #endif
     }
     // Nobody leaves before everyone has connected (rank 0 hosts the store others may still read).
     w.pg->barrier()->wait(w.timeout);
-    if (auto* ticking = dynamic_cast<TickingProcessGroupGloo*>(w.pg.get())) ticking->pause_ticking();
+    if (auto* ticking = dynamic_cast<TickingProcessGroupGloo*>(compat::backend_of(w.pg).get())) {
+      ticking->pause_ticking();
+    }
   } catch (const ProcessGroupError&) {
     throw;
   } catch (const std::exception& e) {

@@ -69,6 +69,7 @@ struct World {
   c10::intrusive_ptr<c10d::Store> store;      // the run's store (prefix "lspawn/<run_id>/<restart>")
   c10::intrusive_ptr<c10d::ProcessGroup> pg;  // the backend's process group over all ranks
   std::string backend;                        // "gloo" or "nccl" (shm/auto ask for gloo here)
+  int cuda_device = -1;                       // nccl: cuda:LOCAL_RANK, made current; else -1
   std::vector<PeerInfo> peers;                // host and pid of every rank, indexed by rank
   std::chrono::milliseconds timeout{0};       // collective timeout in effect
   std::chrono::milliseconds init_time{0};     // time spent in init_process_group()

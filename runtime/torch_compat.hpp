@@ -1,14 +1,98 @@
 // The one place where lspawn meets the differences between the two LibTorch lines it builds
 // against: Debian's LibTorch 1.13 and PyPI's LibTorch 2.x. Everything else in the tree is written
-// once, against the functions here; no other file tests TORCH_VERSION_MAJOR.
+// once, against the names here; no other file tests TORCH_VERSION_MAJOR.
 //
-// What differs (and is handled here):
+// What differs, and how it is bridged:
 //   - 1.13: ProcessGroupGloo / ProcessGroupNCCL *are* c10d::ProcessGroups.
-//     2.x: they are c10d::Backends, and a c10d::ProcessGroup wraps one backend per device type.
-//   - c10d::Reducer's constructor takes other arguments (DDP's engine, strategies/).
+//     2.x: they are c10d::Backends, and a c10d::ProcessGroup dispatches each collective to the
+//     backend registered for the tensors' device type. compat::Backend names the base class of a
+//     backend; wrap_backend() turns one into the ProcessGroup users hold (1.13: itself);
+//     backend_of() finds the backend again (1.13: the process group itself).
+//   - 2.x's c10d::Store has a pure virtual clone(): ForwardingStore<T> supplies it for stores that
+//     wrap another one.
+//   - c10::Error::backtrace() is a string on 1.13, a lazily symbolised one on 2.x: backtrace_of().
+//   - c10d::Reducer's constructor (DDP's engine) takes other arguments: make_reducer().
 #pragma once
 
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <c10/util/Exception.h>
 #include <torch/version.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #define LSPAWN_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+namespace lspawn::compat {
+
+// "1.13.0" / "2.15.0": the LibTorch lspawn was compiled against.
+inline std::string torch_version() { return TORCH_VERSION; }
+
+#if TORCH_VERSION_MAJOR >= 2
+using Backend = ::c10d::Backend;
+#else
+using Backend = ::c10d::ProcessGroup;
+#endif
+
+// The process group over `backend`, which was constructed over `store` with `rank`/`size`.
+// `name` is "gloo" or "nccl": gloo serves CPU tensors (and CUDA tensors, staged through the host),
+// nccl serves CUDA tensors. On 1.13 the backend is returned as it is.
+inline c10::intrusive_ptr<::c10d::ProcessGroup> wrap_backend(c10::intrusive_ptr<Backend> backend,
+                                                             const c10::intrusive_ptr<::c10d::Store>& store,
+                                                             const std::string& name) {
+#if TORCH_VERSION_MAJOR >= 2
+  using BT = ::c10d::ProcessGroup::BackendType;
+  auto pg = c10::make_intrusive<::c10d::ProcessGroup>(store, backend->getRank(), backend->getSize());
+  const BT type = name == "nccl" ? BT::NCCL : BT::GLOO;
+  if (type == BT::GLOO) pg->setBackend(c10::DeviceType::CPU, type, backend);
+  pg->setBackend(c10::DeviceType::CUDA, type, backend);
+  pg->setDefaultBackend(type);
+  return pg;
+#else
+  (void)store;
+  (void)name;
+  return backend;
+#endif
+}
+
+// The backend under `pg` that serves tensors of `device` (gloo's for the CPU); null if none.
+inline c10::intrusive_ptr<Backend> backend_of(const c10::intrusive_ptr<::c10d::ProcessGroup>& pg,
+                                              c10::DeviceType device = c10::DeviceType::CPU) {
+#if TORCH_VERSION_MAJOR >= 2
+  if (!pg || !pg->hasBackendForDeviceType(device)) return {};
+  return pg->getBackend(device);
+#else
+  (void)device;
+  return pg;
+#endif
+}
+
+// The backtrace a c10::Error carries ("" when none was taken).
+inline std::string backtrace_of(const c10::Error& e) {
+#if TORCH_VERSION_MAJOR >= 2
+  return e.backtrace() ? e.backtrace()->get() : std::string();
+#else
+  return e.backtrace();
+#endif
+}
+
+// A store that forwards to another one (`inner_`). Derived must be constructible from the inner
+// store alone; 2.x's clone() then makes a Derived over a clone of the inner store.
+template <class Derived>
+class ForwardingStore : public ::c10d::Store {
+ public:
+#if TORCH_VERSION_MAJOR >= 2
+  c10::intrusive_ptr<::c10d::Store> clone() override { return c10::make_intrusive<Derived>(inner_->clone()); }
+#endif
+
+ protected:
+  explicit ForwardingStore(c10::intrusive_ptr<::c10d::Store> inner) : inner_(std::move(inner)) {}
+  c10::intrusive_ptr<::c10d::Store> inner_;
+};
+
+}  // namespace lspawn::compat

@@ -6,8 +6,7 @@ set -euo pipefail
 
 want=(
   cmake ninja-build g++ lld pkg-config ccache
-  libtorch-dev libgloo-dev libspdlog-dev catch2 libfmt-dev
-  libboost1.74-dev libboost-filesystem1.74-dev
+  libtorch-dev libgloo-dev catch2
   nlohmann-json3-dev libprotobuf-dev protobuf-compiler
   libopenblas0-pthread
   python3-torch openmpi-bin libopenmpi-dev procps

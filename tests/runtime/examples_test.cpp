@@ -22,7 +22,9 @@ using lspawn::test::TempDir;
 
 namespace {
 
-const char* kPython = "/usr/bin/python3";
+// The Python whose torch is of the LibTorch line under test (CMake: LSPAWN_TEST_PYTHON):
+// Debian's /usr/bin/python3 (torch 1.13) or the torch 2.x venv of scripts/setup-torch2.sh.
+const char* kPython = LSPAWN_TEST_PYTHON;
 
 bool python_has_torch() {
   static const bool has = [] {
@@ -139,7 +141,7 @@ TEST_CASE("lspawn --start-method forkserver: a rank that throws is the root caus
 
 TEST_CASE("ddp_python.py: an unmodified PyTorch script runs on the env contract and a reserved port", "[examples][python]") {
   if (!python_has_torch()) {
-    WARN("skipped: /usr/bin/python3 has no torch.distributed");
+    WARN("skipped: " << kPython << " has no torch.distributed");
     return;
   }
   TempDir dir;
@@ -154,9 +156,26 @@ TEST_CASE("ddp_python.py: an unmodified PyTorch script runs on the env contract 
   }
 }
 
+TEST_CASE("lspawn --nprocs 2 python ddp_python.py: an unmodified PyTorch script runs under lspawn", "[examples][python][lspawn]") {
+  if (!python_has_torch()) {
+    WARN("skipped: " << kPython << " has no torch.distributed");
+    return;
+  }
+  TempDir dir;
+  Child c({LSPAWN_BIN, "--nprocs", "2", kPython, LSPAWN_SOURCE_DIR "/examples/ddp_python.py"}, {},
+          dir.file("out"));
+  const auto st = c.wait(180s);
+  INFO(st.describe() << "\n" << c.output());
+  CHECK(st.code == 0);
+  for (int r = 0; r < 2; ++r) {
+    CHECK_THAT(c.output(), Contains("python rank " + std::to_string(r) + "/2 (local " + std::to_string(r) +
+                                    "): allreduce sum = 3 ok"));
+  }
+}
+
 TEST_CASE("scripts/torchrun.py runs hello_allreduce with --no_python (lspawn worker under torchrun)", "[examples][python]") {
   if (!python_has_torch()) {
-    WARN("skipped: /usr/bin/python3 has no torch.distributed");
+    WARN("skipped: " << kPython << " has no torch.distributed");
     return;
   }
   TempDir dir;

@@ -10,6 +10,7 @@
 #include <gloo/transport/tcp/loop.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include "runtime/cuda_device.hpp"
 #include "runtime/process_group.hpp"
 #include "tests/runtime/child.hpp"
 // Last: c10's glog headers define CHECK too; Catch's must win.
@@ -82,6 +83,34 @@ TEST_CASE("init_process_group: nccl without NCCL support is a clear error", "[pr
   CHECK_THROWS_AS(lspawn::init_process_group(o), lspawn::ProcessGroupError);
   CHECK_THROWS_WITH(lspawn::init_process_group(o),
                     Contains("rank 1/2") && Contains("lspawn was built without NCCL"));
+}
+
+TEST_CASE("init_process_group: nccl on a node without a CUDA device names LOCAL_RANK and CUDA_VISIBLE_DEVICES",
+          "[process_group][nccl]") {
+  if (!lspawn::have_nccl() || lspawn::cuda_device_count() > 0) {
+    SUCCEED("not an NCCL build on a machine without GPUs");
+    return;
+  }
+  lspawn::InitOptions o;
+  o.env = lspawn::WorkerEnv::from_map({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"MASTER_PORT", "1"}});
+  o.backend = "nccl";
+  ::setenv("CUDA_VISIBLE_DEVICES", "0,1", 1);
+  // Fails before the rendezvous (MASTER_PORT=1 is never dialled), naming what explains it.
+  CHECK_THROWS_WITH(lspawn::init_process_group(o), Contains("rank 1/2: backend nccl: LOCAL_RANK=1 needs a CUDA device") &&
+                                                        Contains("CUDA_VISIBLE_DEVICES '0,1'"));
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+}
+
+TEST_CASE("cuda_device_for: LOCAL_RANK indexes the visible devices; too few devices is a clear error",
+          "[process_group][nccl]") {
+  CHECK(lspawn::cuda_device_for(0, 1, nullptr) == 0);
+  CHECK(lspawn::cuda_device_for(3, 8, "4,5,6,7,0,1,2,3") == 3);  // CUDA renumbers the visible list from 0
+  CHECK_THROWS_WITH(lspawn::cuda_device_for(1, 1, "2"),
+                    Contains("LOCAL_RANK=1 has no CUDA device: 1 visible (CUDA_VISIBLE_DEVICES '2')") &&
+                        Contains("at most 1 workers per node"));
+  CHECK_THROWS_WITH(lspawn::cuda_device_for(0, 0, nullptr),
+                    Contains("needs a CUDA device, but none is visible (CUDA_VISIBLE_DEVICES unset"));
+  CHECK_THROWS_AS(lspawn::cuda_device_for(-1, 2, nullptr), lspawn::ProcessGroupError);
 }
 
 TEST_CASE("init_process_group: an unknown backend names the source of the choice", "[process_group]") {
