@@ -18,6 +18,10 @@ start=$SECONDS
 bash scripts/build.sh "$root/build" -DLSPAWN_BUILD_TESTS=ON  # ON: run-example.sh may have cached OFF
 echo "test.sh: build took $((SECONDS - start)) s"
 run_suite "$root/build"
+# libFuzzer smoke runs of the parsers of untrusted text (fuzz/), in a clang build of their own.
+start=$SECONDS
+bash scripts/fuzz.sh "${LSPAWN_FUZZ_SECONDS:-10}"
+echo "test.sh: fuzz build + runs took $((SECONDS - start)) s"
 if ((asan)); then
   start=$SECONDS
   LSPAWN_SANITIZE=1 bash scripts/build.sh "$root/build-asan" -DLSPAWN_BUILD_TESTS=ON -DLSPAWN_BUILD_BENCH=OFF
