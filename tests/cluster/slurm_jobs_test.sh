@@ -13,7 +13,8 @@
 # and every daemon dies with the namespace whatever happens to this script.
 set -uo pipefail
 SRC=${1:?usage: slurm_jobs_test.sh SOURCE_DIR LSPAWN HELLO_ALLREDUCE TEST_WORKER}
-export LSPAWN=${2:?} HELLO=${3:?} WORKER=${4:?}
+LSPAWN=$(realpath "${2:?}") HELLO=$(realpath "${3:?}") WORKER=$(realpath "${4:?}") SRC=$(realpath "$SRC")
+export LSPAWN HELLO WORKER
 if [[ ${LSPAWN_SLURM_TEST_INNER:-} != 1 ]]; then
   [[ $(id -u) == 0 ]] || { echo "SKIP: needs root (slurmd)"; exit 77; }
   for p in slurmctld slurmd sbatch munged unshare; do
@@ -56,11 +57,13 @@ wait_job() {
   done
   echo "TIMEOUT -"; scancel "$id" 2>/dev/null
 }
-# wait_count FILE PATTERN N SECONDS
+# wait_count FILE PATTERN N SECONDS JOB: until FILE has N lines matching, or JOB ended
 wait_count() {
-  local deadline=$((SECONDS + $4))
+  local deadline=$((SECONDS + $4)) n
   while ((SECONDS < deadline)); do
-    (($(grep -c -- "$2" "$D/$1" 2>/dev/null || true) >= $3)) && return 0
+    n=$(grep -c -- "$2" "$D/$1" 2>/dev/null)
+    ((${n:-0} >= $3)) && return 0
+    [[ -n $(squeue -h -j "$5" 2>/dev/null) ]] || return 1
     sleep 0.1
   done
   return 1
@@ -106,7 +109,7 @@ for sig in USR1 USR2; do
   t=$SECONDS
   id=$(submit "$sig.out" "$SRC/scripts/jobs/slurm-lspawn.sbatch" "$WORKER" usr-then-exit)
   ok=1
-  wait_count "$sig.out" "ready" 4 20 || ok=0
+  wait_count "$sig.out" "ready" 4 20 "$id" || ok=0
   scancel --signal="$sig" "$id" || ok=0
   read -r state code < <(wait_job "$id")
   [[ $state == COMPLETED && $code == 0:0 ]] || ok=0
