@@ -195,7 +195,16 @@ LaunchSettings resolve_launch(const CliOptions& f, const EnvLookup& env) {
   if (s.nnodes > 1 && s.master_port == 0) {
     usage("--master-port: required when --nnodes > 1 (every node must agree on it: --master-port PORT)");
   }
-  if (d) {
+  if (!d) {
+    // lspawn in a Slurm batch script but not under srun: one node only; say how to use them all.
+    const auto job = env("SLURM_JOB_ID");
+    const auto nodes = first_set(env, {"SLURM_JOB_NUM_NODES", "SLURM_NNODES"});
+    if (job && nodes && nodes->second != "1" && !f.was_given("--nnodes")) {
+      s.detected = "Slurm job " + *job + " has " + nodes->second + " nodes but this lspawn is not a task "
+                   "of a job step (no SLURM_STEP_ID): running on this node only; start one lspawn per "
+                   "node with srun --ntasks-per-node=1 (docs/multi-node.md)";
+    }
+  } else {
     s.detected = d->what + ": node " + std::to_string(s.node_rank) + " of " + std::to_string(s.nnodes) +
                  ", master " + s.master_addr + ":" + std::to_string(s.master_port) + ", " +
                  std::to_string(s.nproc_per_node) + " worker" + (s.nproc_per_node == 1 ? "" : "s") +

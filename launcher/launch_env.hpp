@@ -55,7 +55,8 @@ struct LaunchSettings {
   std::string run_id;                    // empty: the CLI draws a random one (single node)
   Scheduler scheduler = Scheduler::None;
   // One line for the user, e.g. "Slurm job 42: node 1 of 2, master n01:29500, 2 workers per
-  // node"; empty when nothing was detected.
+  // node"; or a hint when lspawn runs in a multi-node Slurm batch script without srun; empty
+  // otherwise.
   std::string detected;
 };
 

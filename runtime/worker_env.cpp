@@ -178,7 +178,7 @@ Lookup slurm_task(const Lookup& lookup) {
 Lookup with_cluster_fallback(const Lookup& lookup) {
   if (lookup("RANK")) return lookup;
   if (lookup("OMPI_COMM_WORLD_RANK")) return open_mpi(lookup);
-  if (lookup("SLURM_STEP_ID") && lookup("SLURM_PROCID")) return slurm_task(lookup);
+  if (lookup("SLURM_STEP_ID")) return slurm_task(lookup);
   if (lookup("SLURM_PROCID")) {
     throw EnvError("RANK missing: SLURM_PROCID is set but SLURM_STEP_ID is not, so this is a Slurm "
                    "batch script, not one of the job's tasks; start the program with srun "

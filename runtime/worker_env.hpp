@@ -56,7 +56,7 @@ struct WorkerEnv {
   //   OMPI_MCA_orte_num_nodes and GROUP_RANK = RANK / LOCAL_SIZE when the slots are even;
   //   MASTER_PORT = 15000 + OMPI_MCA_ess_base_jobid % 10000, TORCHELASTIC_RUN_ID "ompi-<jobid>";
   //   MASTER_ADDR required (mpirun -x) when the ranks span nodes, else 127.0.0.1.
-  // - A task of a Slurm job step (SLURM_STEP_ID and SLURM_PROCID set; `srun prog`): RANK =
+  // - A task of a Slurm job step (SLURM_STEP_ID set; `srun prog`): RANK =
   //   SLURM_PROCID, WORLD_SIZE = SLURM_STEP_NUM_TASKS (else SLURM_NTASKS), LOCAL_RANK =
   //   SLURM_LOCALID, LOCAL_WORLD_SIZE = this node's entry of SLURM_STEP_TASKS_PER_NODE (else
   //   SLURM_TASKS_PER_NODE), GROUP_RANK = SLURM_NODEID, GROUP_WORLD_SIZE = SLURM_STEP_NUM_NODES

@@ -84,3 +84,14 @@ TEST_CASE("parse_cli: --start-method exec or forkserver", "[cli]") {
   CHECK_THROWS_WITH(parse_cli({"--start-method"}),
                     "--start-method: missing value (--start-method exec|forkserver)");
 }
+
+TEST_CASE("parse_cli: records which options were given, by canonical name", "[cli]") {
+  const CliOptions o = parse_cli({"--nproc_per_node=2", "--master-port", "5", "--run_id", "r", "prog"});
+  CHECK(o.was_given("--nprocs"));
+  CHECK(o.was_given("--master-port"));
+  CHECK(o.was_given("--run-id"));
+  CHECK_FALSE(o.was_given("--nnodes"));
+  CHECK_FALSE(o.was_given("--master-addr"));
+  // --node-rank alone is checked against the detected node count later (resolve_launch)
+  CHECK(parse_cli({"--node-rank", "1", "prog"}).node_rank == 1);
+}

@@ -127,6 +127,7 @@ TEST_CASE("resolve_launch: Slurm variations", "[launch-env][slurm]") {
     const LaunchSettings s = resolve({}, cluster_env("slurm-sbatch-script-N2-tpn2.env"));
     CHECK(s.scheduler == Scheduler::None);
     CHECK(s.nnodes == 1);
+    CHECK(s.detected.find("Slurm job 5 has 2 nodes but this lspawn is not a task of a job step") == 0);
   }
 }
 
