@@ -5,7 +5,9 @@
 #      each lspawn says what it detected (node N of 2, master sl01:<15000 + job id % 10000>)
 #   2. the same with rank 3 (on the second node) exiting 7 → FAILED with ExitCode 7
 #   3. slurm-tasks.sbatch (srun starts 4 tasks, no lspawn) → COMPLETED, ranks 0..3 all-reduce
-#   4. scancel -s USR1 / -s USR2 (pre-emption notices) on a slurm-lspawn.sbatch job → every worker
+#   4. slurm-mpirun.sbatch (mpirun inside the allocation, ranks carry OMPI_* and orted's SLURM_*)
+#      → COMPLETED, ranks 0..3 from OMPI_COMM_WORLD_* (skipped without mpirun)
+#   5. scancel -s USR1 / -s USR2 (pre-emption notices) on a slurm-lspawn.sbatch job → every worker
 #      gets the signal (through lspawn) and the job COMPLETES
 # usage: slurm_jobs_test.sh SOURCE_DIR LSPAWN HELLO_ALLREDUCE TEST_WORKER
 # Exit 0 all passed, 1 a check failed, 77 skipped (not root, or no slurm-wlm / unshare).
@@ -104,7 +106,21 @@ for r in 0 1 2 3; do grep -q "^rank $r/4: allreduce sum = 10" c.out || ok=0; don
 ((ok)) && pass "slurm-tasks.sbatch: job $id COMPLETED, 4 tasks = ranks 0..3 ($((SECONDS - t)) s)" ||
   { fail "slurm-tasks.sbatch: job $id $state $code"; show c.out; }
 
-# 4. pre-emption notices: scancel -s USR1/USR2 reaches lspawn, lspawn forwards it to the workers
+# 4. mpirun inside the allocation: the runtime prefers OMPI_* over the SLURM_* of orted's step
+if command -v mpirun >/dev/null; then
+  t=$SECONDS
+  id=$(submit m.out "$SRC/scripts/jobs/slurm-mpirun.sbatch" "$HELLO")
+  read -r state code < <(wait_job "$id")
+  ok=1
+  [[ $state == COMPLETED && $code == 0:0 ]] || ok=0
+  for r in 0 1 2 3; do grep -q "^rank $r/4: allreduce sum = 10" m.out || ok=0; done
+  ((ok)) && pass "slurm-mpirun.sbatch: job $id COMPLETED, mpirun -np 4 over 2 nodes, ranks 0..3 ($((SECONDS - t)) s)" ||
+    { fail "slurm-mpirun.sbatch: job $id $state $code"; show m.out; }
+else
+  echo "skipped: slurm-mpirun.sbatch (no mpirun)"
+fi
+
+# 5. pre-emption notices: scancel -s USR1/USR2 reaches lspawn, lspawn forwards it to the workers
 for sig in USR1 USR2; do
   t=$SECONDS
   id=$(submit "$sig.out" "$SRC/scripts/jobs/slurm-lspawn.sbatch" "$WORKER" usr-then-exit)
