@@ -15,6 +15,7 @@
 #include "launcher/cli_options.hpp"
 #include "launcher/elf.hpp"
 #include "launcher/env_contract.hpp"
+#include "launcher/launch_env.hpp"
 #include "launcher/output.hpp"
 #include "launcher/port.hpp"
 #include "launcher/spawn/errors.hpp"
@@ -273,6 +274,23 @@ int run_cli(const std::vector<std::string>& args) {
     std::printf("lspawn %s\n", kVersion);
     std::fflush(stdout);
     return exit_codes::kSuccess;
+  }
+  // Flags + what Slurm / a PyTorchJob say about this node (explicit flags win).
+  try {
+    const LaunchSettings s = resolve_launch(o, process_environment());
+    o.nproc_per_node = s.nproc_per_node;
+    o.nnodes = s.nnodes;
+    o.node_rank = s.node_rank;
+    o.master_addr = s.master_addr;
+    o.master_port = s.master_port;
+    o.run_id = s.run_id;
+    if (!s.detected.empty() && !o.quiet) say(s.detected);
+  } catch (const UsageError& e) {
+    say(e.what());
+    return exit_codes::kUsage;
+  } catch (const EnvSyntaxError& e) {
+    say(e.what());
+    return exit_codes::kUsage;
   }
   try {
     return run(o);

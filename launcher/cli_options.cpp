@@ -53,6 +53,9 @@ options (--opt value and --opt=value are both accepted):
   --master-addr ADDR              rendezvous address (default 127.0.0.1)
   --master-port PORT              rendezvous port; absent or 0: a free port, reserved for the run
   --run-id ID                     TORCHELASTIC_RUN_ID (default: random)
+  Under Slurm (srun, one lspawn per node) and in a Kubernetes PyTorchJob the node count, node rank,
+  master address/port and run id are detected from the environment; these flags override it
+  (docs/multi-node.md).
   --grace-period SECONDS          SIGTERM -> SIGKILL delay when stopping workers (default 5)
   --log-dir DIR                   write DIR/rank<N>.stdout and DIR/rank<N>.stderr instead of the console
   --tee                           with --log-dir: also write to the console
@@ -75,7 +78,6 @@ exit status: 0 all workers succeeded; the failing worker's code (128+N for signa
 
 CliOptions parse_cli(const std::vector<std::string>& args) {
   CliOptions o;
-  bool port_given = false;
   size_t i = 0;
   for (; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -127,7 +129,6 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
       if (o.master_addr.empty()) usage(name + ": empty address (" + name + " ADDR)");
     } else if (name == "--master-port") {
       o.master_port = parse_int(name, take("PORT"), 0, 65535, "PORT", "an integer 0..65535");
-      port_given = o.master_port != 0;
     } else if (name == "--run-id") {
       o.run_id = take("ID");
       if (o.run_id.empty()) usage(name + ": empty run id (" + name + " ID)");
@@ -163,16 +164,14 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
     } else {
       usage(name + ": unknown option (see lspawn --help)");
     }
+    o.given.insert(name == "--nproc-per-node" ? "--nprocs" : name);
   }
   for (; i < args.size(); ++i) o.program.push_back(args[i]);
   if (o.help || o.version) return o;
   if (o.program.empty()) usage("missing program (lspawn [options] [--] program [args...])");
-  if (o.node_rank >= o.nnodes) {
+  if (o.was_given("--node-rank") && o.was_given("--nnodes") && o.node_rank >= o.nnodes) {
     usage("--node-rank: " + std::to_string(o.node_rank) + " must be less than --nnodes " +
           std::to_string(o.nnodes) + " (--node-rank R with 0 <= R < N)");
-  }
-  if (o.nnodes > 1 && !port_given) {
-    usage("--master-port: required when --nnodes > 1 (every node must agree on it: --master-port PORT)");
   }
   if (o.tee && o.log_dir.empty()) usage("--tee: needs --log-dir DIR (--log-dir DIR --tee)");
   return o;

@@ -3,6 +3,7 @@
 // parse_cli() only parses and validates; it starts nothing and touches no file or socket.
 #pragma once
 
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -42,6 +43,10 @@ struct CliOptions {
   bool help = false;               // --help / -h
   bool version = false;            // --version
   std::vector<std::string> program;  // program and its arguments (non-empty unless help/version)
+  // Options given on the command line, by their canonical name ("--nprocs" for both spellings,
+  // "--node-rank", ...): what the user said explicitly wins over what is detected (launch_env.hpp).
+  std::set<std::string> given;
+  bool was_given(const std::string& option) const { return given.count(option) != 0; }
 };
 
 // A command line lspawn cannot accept. what() names the option and the accepted form.
@@ -50,7 +55,9 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Parses args (argv without argv[0]). Throws UsageError.
+// Parses args (argv without argv[0]). Throws UsageError. Checks what the flags alone decide;
+// what depends on the environment too (e.g. --nnodes > 1 needs a port) is checked by
+// resolve_launch() (launch_env.hpp).
 CliOptions parse_cli(const std::vector<std::string>& args);
 
 // The --help text.

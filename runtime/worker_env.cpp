@@ -4,6 +4,11 @@
 #include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <vector>
+
+#include "launcher/launch_env.hpp"
+#include "launcher/slurm_hostlist.hpp"
+#include "launcher/slurm_tasks_per_node.hpp"
 
 namespace lspawn {
 namespace {
@@ -64,28 +69,133 @@ void check_below(const char* a_name, int a, const char* b_name, int b) {
 
 namespace {
 
-// Under `mpirun` (Open MPI) the torchrun names are absent and Open MPI's own say where a process
-// is. They are read only when RANK is unset, so a worker under lspawn/torchrun (which set RANK)
-// never mixes the two. MASTER_ADDR/MASTER_PORT still come from the environment (`mpirun -x`).
-Lookup with_open_mpi_fallback(const Lookup& lookup) {
-  if (lookup("RANK") || !lookup("OMPI_COMM_WORLD_RANK")) return lookup;
-  return [lookup](const std::string& name) -> std::optional<std::string> {
-    static const std::map<std::string, std::string> kOpenMpi = {
-        {"RANK", "OMPI_COMM_WORLD_RANK"},
-        {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"},
-        {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"},
-        {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"},
-    };
-    if (auto v = lookup(name)) return v;
-    auto it = kOpenMpi.find(name);
-    return it == kOpenMpi.end() ? std::nullopt : lookup(it->second);
+// A lookup that answers `derived` first, then the real environment.
+Lookup overlay(const Lookup& lookup, std::map<std::string, std::string> derived) {
+  return [lookup, derived = std::move(derived)](const std::string& name) -> std::optional<std::string> {
+    if (auto v = lookup(name)) return v;  // what the user exported always wins
+    auto it = derived.find(name);
+    if (it == derived.end()) return std::nullopt;
+    return it->second;
   };
+}
+
+std::optional<std::pair<std::string, std::string>> first_set(const Lookup& lookup,
+                                                             std::initializer_list<const char*> names) {
+  for (const char* n : names) {
+    if (auto v = lookup(n)) return std::make_pair(std::string(n), *v);
+  }
+  return std::nullopt;
+}
+
+// Under `mpirun` (Open MPI) the torchrun names are absent and Open MPI's own say where a process
+// is. MASTER_ADDR/MASTER_PORT may come from `mpirun -x`; absent, the port is derived from the
+// job id every rank shares (OMPI_MCA_ess_base_jobid) and the address is 127.0.0.1 when every
+// rank is on this node (required otherwise).
+Lookup open_mpi(const Lookup& lookup) {
+  std::map<std::string, std::string> d = {
+      {"RANK", *lookup("OMPI_COMM_WORLD_RANK")},
+  };
+  auto copy = [&](const char* to, const char* from) {
+    if (auto v = lookup(from)) d[to] = *v;
+  };
+  copy("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE");
+  copy("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK");
+  copy("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE");
+  const long rank = parse_integer("OMPI_COMM_WORLD_RANK", d["RANK"], 0, INT_MAX);
+  const auto size = lookup("OMPI_COMM_WORLD_SIZE");
+  const auto local_size = lookup("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (size && local_size) {
+    const long n = parse_integer("OMPI_COMM_WORLD_SIZE", *size, 1, INT_MAX);
+    const long l = parse_integer("OMPI_COMM_WORLD_LOCAL_SIZE", *local_size, 1, INT_MAX);
+    // Node index and count: exact for mpirun's default by-slot mapping with equal slots per node.
+    if (auto nodes = lookup("OMPI_MCA_orte_num_nodes")) {
+      const long nn = parse_integer("OMPI_MCA_orte_num_nodes", *nodes, 1, INT_MAX);
+      if (nn * l == n) {
+        d["GROUP_WORLD_SIZE"] = std::to_string(nn);
+        d["GROUP_RANK"] = std::to_string(rank / l);
+      }
+    }
+    if (l < n && !lookup("MASTER_ADDR")) {
+      throw EnvError("MASTER_ADDR missing: the ranks of this mpirun span several nodes "
+                     "(OMPI_COMM_WORLD_LOCAL_SIZE=" + *local_size + " < OMPI_COMM_WORLD_SIZE=" + *size +
+                     "); pass the host of rank 0: mpirun -x MASTER_ADDR=<host> ...");
+    }
+  }
+  if (auto job = lookup("OMPI_MCA_ess_base_jobid")) {
+    const long long id = parse_integer("OMPI_MCA_ess_base_jobid", *job, 0, LONG_MAX);
+    d["MASTER_PORT"] = std::to_string(15000 + id % 10000);
+    d["TORCHELASTIC_RUN_ID"] = "ompi-" + *job;
+  }
+  return overlay(lookup, std::move(d));
+}
+
+// A task of a Slurm job step started directly by srun (`srun --ntasks-per-node=K prog`, no
+// lspawn): SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID/SLURM_NODEID say where it is.
+Lookup slurm_task(const Lookup& lookup) {
+  std::map<std::string, std::string> d;
+  auto need = [&](const char* name) {
+    auto v = lookup(name);
+    if (!v) throw EnvError(std::string(name) + " missing in a Slurm job step (SLURM_STEP_ID is set)");
+    return *v;
+  };
+  const auto job = first_set(lookup, {"SLURM_JOB_ID", "SLURM_JOBID"});
+  if (!job) throw EnvError("SLURM_JOB_ID missing in a Slurm job step (SLURM_STEP_ID is set)");
+  d["RANK"] = need("SLURM_PROCID");
+  const auto ntasks = first_set(lookup, {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"});
+  if (!ntasks) throw EnvError("SLURM_NTASKS missing in a Slurm job step (SLURM_STEP_ID is set)");
+  d["WORLD_SIZE"] = ntasks->second;
+  d["LOCAL_RANK"] = need("SLURM_LOCALID");
+  const std::string nodeid = need("SLURM_NODEID");
+  d["GROUP_RANK"] = nodeid;
+  const auto nnodes = first_set(lookup, {"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"});
+  if (!nnodes) throw EnvError("SLURM_NNODES missing in a Slurm job step (SLURM_STEP_ID is set)");
+  d["GROUP_WORLD_SIZE"] = nnodes->second;
+  const long node = parse_integer("SLURM_NODEID", nodeid, 0, INT_MAX);
+  const long nodes = parse_integer(nnodes->first, nnodes->second, 1, INT_MAX);
+  if (const auto tpn = first_set(lookup, {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"})) {
+    const std::vector<int> counts = slurm::expand_tasks_per_node(tpn->second, tpn->first);
+    if (static_cast<long>(counts.size()) != nodes) {
+      throw EnvError(tpn->first + "='" + tpn->second + "' describes " + std::to_string(counts.size()) +
+                     " nodes but " + nnodes->first + "=" + nnodes->second);
+    }
+    if (node >= nodes) {
+      throw EnvError("SLURM_NODEID=" + nodeid + " is not below " + nnodes->first + "=" + nnodes->second);
+    }
+    d["LOCAL_WORLD_SIZE"] = std::to_string(counts[static_cast<size_t>(node)]);
+  }
+  if (const auto nl = first_set(lookup, {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"})) {
+    d["MASTER_ADDR"] = slurm::first_host(nl->second, nl->first);
+  }
+  d["MASTER_PORT"] = std::to_string(slurm_default_port(parse_integer(job->first, job->second, 0, LONG_MAX)));
+  d["TORCHELASTIC_RUN_ID"] = job->second;
+  return overlay(lookup, std::move(d));
+}
+
+// Which names to read: torchrun's when RANK is set (lspawn, torchrun); else Open MPI's (mpirun,
+// also inside a Slurm job, where orted's SLURM_* describe the daemons, not the ranks); else
+// Slurm's for a task of a job step. The batch script itself (SLURM_PROCID but no SLURM_STEP_ID)
+// is not one of the job's tasks.
+Lookup with_cluster_fallback(const Lookup& lookup) {
+  if (lookup("RANK")) return lookup;
+  if (lookup("OMPI_COMM_WORLD_RANK")) return open_mpi(lookup);
+  if (lookup("SLURM_STEP_ID")) return slurm_task(lookup);
+  if (lookup("SLURM_PROCID")) {
+    throw EnvError("RANK missing: SLURM_PROCID is set but SLURM_STEP_ID is not, so this is a Slurm "
+                   "batch script, not one of the job's tasks; start the program with srun "
+                   "(srun --ntasks-per-node=K prog) or lspawn");
+  }
+  return lookup;
 }
 
 }  // namespace
 
 WorkerEnv WorkerEnv::from_lookup(const Lookup& plain_lookup) {
-  const Lookup lookup = with_open_mpi_fallback(plain_lookup);  // Reader keeps a reference
+  Lookup lookup;
+  try {
+    lookup = with_cluster_fallback(plain_lookup);  // Reader keeps a reference
+  } catch (const EnvSyntaxError& e) {
+    throw EnvError(e.what());
+  }
   const Reader r(lookup);
   WorkerEnv e;
   e.world_size = r.required_integer("WORLD_SIZE", 1);

@@ -48,9 +48,22 @@ struct WorkerEnv {
                                  // static rendezvous), so rank 0 connects as a client too
 
   // Reads the process environment. Throws EnvError on a missing required or malformed variable.
-  // When RANK is unset but OMPI_COMM_WORLD_RANK is set (started by Open MPI's mpirun), RANK,
-  // WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE are read from OMPI_COMM_WORLD_{RANK,SIZE,
-  // LOCAL_RANK,LOCAL_SIZE}; the other variables keep their usual names and defaults.
+  // Workers started without lspawn/torchrun (RANK unset) read their cluster manager's names
+  // instead; a torchrun name that is set (e.g. MASTER_ADDR exported) still wins over a derived one:
+  // - Open MPI's mpirun (OMPI_COMM_WORLD_RANK set; preferred over SLURM_*, which under mpirun in
+  //   a Slurm job describe orted, not the ranks): RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE
+  //   from OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE}; GROUP_WORLD_SIZE from
+  //   OMPI_MCA_orte_num_nodes and GROUP_RANK = RANK / LOCAL_SIZE when the slots are even;
+  //   MASTER_PORT = 15000 + OMPI_MCA_ess_base_jobid % 10000, TORCHELASTIC_RUN_ID "ompi-<jobid>";
+  //   MASTER_ADDR required (mpirun -x) when the ranks span nodes, else 127.0.0.1.
+  // - A task of a Slurm job step (SLURM_STEP_ID set; `srun prog`): RANK =
+  //   SLURM_PROCID, WORLD_SIZE = SLURM_STEP_NUM_TASKS (else SLURM_NTASKS), LOCAL_RANK =
+  //   SLURM_LOCALID, LOCAL_WORLD_SIZE = this node's entry of SLURM_STEP_TASKS_PER_NODE (else
+  //   SLURM_TASKS_PER_NODE), GROUP_RANK = SLURM_NODEID, GROUP_WORLD_SIZE = SLURM_STEP_NUM_NODES
+  //   (else SLURM_NNODES), MASTER_ADDR = first host of SLURM_STEP_NODELIST (else
+  //   SLURM_JOB_NODELIST), MASTER_PORT = 15000 + SLURM_JOB_ID % 10000 (slurm_default_port),
+  //   TORCHELASTIC_RUN_ID = SLURM_JOB_ID. A Slurm batch script (SLURM_PROCID without
+  //   SLURM_STEP_ID) is not a task: EnvError saying so.
   static WorkerEnv from_environment();
 
   // Same rules, reading `vars` instead of the environment (tests, spawn hand-offs).

@@ -10,6 +10,8 @@ want=(
   nlohmann-json3-dev libprotobuf-dev protobuf-compiler
   libopenblas0-pthread
   python3-torch openmpi-bin libopenmpi-dev procps
+  slurmctld slurmd slurm-client munge   # tests/cluster: a private two-node Slurm 22.05 cluster
+  clang libclang-rt-14-dev              # fuzz/: libFuzzer targets (scripts/fuzz.sh)
 )
 [[ "${1:-}" == "--bench" ]] && want+=(hyperfine python3-matplotlib)
 

@@ -48,6 +48,10 @@ for line in "${lines[@]}"; do
   run_suite "$dir"
   echo "test.sh: LibTorch $line: tests took $((SECONDS - start)) s"
 done
+# libFuzzer smoke runs of the parsers of untrusted text (fuzz/), in a clang build of their own.
+start=$SECONDS
+bash scripts/fuzz.sh "${LSPAWN_FUZZ_SECONDS:-10}"
+echo "test.sh: fuzz build + runs took $((SECONDS - start)) s"
 if ((asan)); then
   start=$SECONDS
   LSPAWN_SANITIZE=1 bash scripts/build.sh "$root/build-asan" -DLSPAWN_BUILD_TESTS=ON -DLSPAWN_BUILD_BENCH=OFF

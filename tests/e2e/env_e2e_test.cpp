@@ -108,3 +108,45 @@ TEST_CASE("workers inherit no fd but stdin - stdout and stderr", "[e2e][env]") {
   REQUIRE(r.exit_code == 0);
   CHECK(count(r.out, "] fds 0 1 2\n") == 3);
 }
+
+TEST_CASE("under srun, lspawn takes node rank, nodes, master, port and run id from Slurm", "[e2e][env][slurm]") {
+  // Node 1 of a 2-node step (node 1 reserves no port, so nothing is bound to n07 here).
+  const std::vector<std::string> slurm = {
+      "SLURM_JOB_ID=4242", "SLURM_STEP_ID=0", "SLURM_NODEID=1", "SLURM_STEP_NUM_NODES=2",
+      "SLURM_STEP_NODELIST=n[07-08]", "SLURM_STEP_TASKS_PER_NODE=1(x2)", "SLURM_PROCID=1"};
+  auto r = run_lspawn({"--nprocs", "2", worker_bin(), "env"}, slurm);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("lspawn: Slurm job 4242: node 1 of 2, master n07:19242, 2 workers per node") != std::string::npos);
+  auto env = parse_env(r.out);
+  REQUIRE(env.count(3));
+  CHECK(env[3]["RANK"] == "3");
+  CHECK(env[3]["WORLD_SIZE"] == "4");
+  CHECK(env[3]["GROUP_RANK"] == "1");
+  CHECK(env[3]["GROUP_WORLD_SIZE"] == "2");
+  CHECK(env[3]["MASTER_ADDR"] == "n07");
+  CHECK(env[3]["MASTER_PORT"] == "19242");
+  CHECK(env[3]["TORCHELASTIC_RUN_ID"] == "4242");
+  // Several lspawn per node would start the job twice: refused with exit 2.
+  std::vector<std::string> two = slurm;
+  two[5] = "SLURM_STEP_TASKS_PER_NODE=2(x2)";
+  r = run_lspawn({worker_bin(), "env"}, two);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("SLURM_STEP_TASKS_PER_NODE=2(x2): lspawn must run once per node") != std::string::npos);
+}
+
+TEST_CASE("in a PyTorchJob pod, lspawn takes the node from PET_*", "[e2e][env][k8s]") {
+  auto r = run_lspawn({worker_bin(), "env"},
+                      {"MASTER_ADDR=job-master-0", "MASTER_PORT=23456", "WORLD_SIZE=4", "RANK=1",
+                       "PET_NNODES=2", "PET_NODE_RANK=1", "PET_NPROC_PER_NODE=2"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("lspawn: Kubernetes PyTorchJob: node 1 of 2, master job-master-0:23456, 2 workers per node") !=
+        std::string::npos);
+  auto env = parse_env(r.out);
+  REQUIRE(env.count(2));
+  CHECK(env[2]["RANK"] == "2");
+  CHECK(env[2]["WORLD_SIZE"] == "4");
+  CHECK(env[2]["LOCAL_RANK"] == "0");
+  CHECK(env[2]["MASTER_PORT"] == "23456");
+}

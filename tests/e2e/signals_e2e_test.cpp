@@ -26,6 +26,18 @@ TEST_CASE("SIGUSR1 is forwarded to every worker and the run continues", "[e2e][s
   CHECK(c.err().find("received SIGUSR1; forwarding it") != std::string::npos);
 }
 
+TEST_CASE("SIGUSR2 (a pre-emption notice) is forwarded to every worker", "[e2e][signals]") {
+  Child c({lspawn_bin(), "--nprocs", "2", worker_bin(), "usr-then-exit"});
+  REQUIRE(c.wait_stdout_count("ready", 2, 10s));
+  c.signal(SIGUSR2);
+  const int st = c.wait();
+  INFO(c.err());
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);
+  CHECK(count(c.out(), "got SIGUSR2") == 2);
+  CHECK(c.err().find("received SIGUSR2; forwarding it") != std::string::npos);
+}
+
 TEST_CASE("SIGTERM to lspawn: forwarded - exit 143", "[e2e][signals]") {
   Child c({lspawn_bin(), "--nprocs", "2", worker_bin(), "exit-on-term"});
   REQUIRE(c.wait_stdout_count("ready", 2, 10s));

@@ -2,6 +2,7 @@
 
 
 #include "runtime/worker_env.hpp"
+#include "support/cluster_env.hpp"
 // Last: c10's glog headers define CHECK too; Catch's must win.
 #include <catch2/catch.hpp>
 
@@ -145,7 +146,7 @@ TEST_CASE("WorkerEnv: malformed values name the variable, the value and the form
 TEST_CASE("WorkerEnv: Open MPI's variables stand in when RANK is unset", "[worker_env]") {
   const Vars ompi = {{"OMPI_COMM_WORLD_RANK", "3"},       {"OMPI_COMM_WORLD_SIZE", "4"},
                      {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
-                     {"MASTER_PORT", "29501"}};
+                     {"MASTER_PORT", "29501"}, {"MASTER_ADDR", "h0"}};
   const WorkerEnv e = WorkerEnv::from_map(ompi);
   CHECK(e.rank == 3);
   CHECK(e.world_size == 4);
@@ -197,4 +198,120 @@ TEST_CASE("duration_from_environment parses seconds", "[worker_env]") {
   ::setenv(name, "-1", 1);
   CHECK_THROWS_WITH(lspawn::duration_from_environment(name), Contains("out of range"));
   ::unsetenv(name);
+}
+
+TEST_CASE("WorkerEnv: Open MPI completes the group, port and run id", "[worker_env][ompi]") {
+  // mpirun -np 4 on one node (tests/data: OMPI 4.1.4's variables of rank 2).
+  Vars ompi = {{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+               {"OMPI_COMM_WORLD_LOCAL_RANK", "2"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+               {"OMPI_COMM_WORLD_NODE_RANK", "2"}, {"OMPI_MCA_ess_base_jobid", "1546256385"},
+               {"OMPI_MCA_orte_num_nodes", "1"}, {"PMIX_RANK", "2"}};
+  WorkerEnv e = WorkerEnv::from_map(ompi);
+  CHECK(e.rank == 2);
+  CHECK(e.world_size == 4);
+  CHECK(e.local_rank == 2);
+  CHECK(e.local_world_size == 4);
+  CHECK(e.group_rank == 0);
+  CHECK(e.group_world_size == 1);
+  CHECK(e.master_addr == "127.0.0.1");
+  CHECK(e.master_port == 15000 + 1546256385 % 10000);
+  CHECK(e.run_id == "ompi-1546256385");
+  // mpirun -x MASTER_PORT / TORCHELASTIC_RUN_ID win over the derived ones
+  e = WorkerEnv::from_map(with(with(ompi, "MASTER_PORT", "29999"), "TORCHELASTIC_RUN_ID", "r"));
+  CHECK(e.master_port == 29999);
+  CHECK(e.run_id == "r");
+  // Two nodes, two slots each: node rank derived; MASTER_ADDR required.
+  ompi["OMPI_COMM_WORLD_LOCAL_SIZE"] = "2";
+  ompi["OMPI_COMM_WORLD_LOCAL_RANK"] = "0";
+  ompi["OMPI_MCA_orte_num_nodes"] = "2";
+  CHECK_THROWS_WITH(WorkerEnv::from_map(ompi),
+                    Contains("MASTER_ADDR missing: the ranks of this mpirun span several nodes "
+                             "(OMPI_COMM_WORLD_LOCAL_SIZE=2 < OMPI_COMM_WORLD_SIZE=4)"));
+  e = WorkerEnv::from_map(with(ompi, "MASTER_ADDR", "h0"));
+  CHECK(e.group_rank == 1);
+  CHECK(e.group_world_size == 2);
+  CHECK(e.master_addr == "h0");
+}
+
+TEST_CASE("WorkerEnv: srun -N2 -n4 prog, one task per worker (captured env)", "[worker_env][slurm]") {
+  for (int task = 0; task < 4; ++task) {
+    INFO("task " << task);
+    const WorkerEnv e = WorkerEnv::from_map(lspawn::test::cluster_env("slurm-srun-N2-n4-loopback.env", task));
+    CHECK(e.rank == task);                 // SLURM_PROCID
+    CHECK(e.world_size == 4);              // SLURM_STEP_NUM_TASKS / SLURM_NTASKS
+    CHECK(e.local_rank == task % 2);       // SLURM_LOCALID
+    CHECK(e.local_world_size == 2);        // 2(x2)[SLURM_NODEID]
+    CHECK(e.group_rank == task / 2);       // SLURM_NODEID
+    CHECK(e.group_world_size == 2);
+    CHECK(e.master_addr == "n1");          // first host of n[1-2]
+    CHECK(e.master_port == 15003);         // 15000 + job 3
+    CHECK(e.run_id == "3");
+  }
+}
+
+TEST_CASE("WorkerEnv: Slurm variations and errors", "[worker_env][slurm]") {
+  Vars env = lspawn::test::cluster_env("slurm-srun-N2-n4-loopback.env", 3);
+  SECTION("uneven packing 3,1: the node's own count") {
+    env["SLURM_STEP_TASKS_PER_NODE"] = "3,1";
+    env["SLURM_LOCALID"] = "0";
+    const WorkerEnv e = WorkerEnv::from_map(env);
+    CHECK(e.local_world_size == 1);
+    CHECK(e.local_rank == 0);
+  }
+  SECTION("MASTER_ADDR / MASTER_PORT exported win") {
+    env["MASTER_ADDR"] = "head";
+    env["MASTER_PORT"] = "24000";
+    const WorkerEnv e = WorkerEnv::from_map(env);
+    CHECK(e.master_addr == "head");
+    CHECK(e.master_port == 24000);
+  }
+  SECTION("full hostlist syntax") {
+    env["SLURM_STEP_NODELIST"] = "gpu-a[07-08]";
+    CHECK(WorkerEnv::from_map(env).master_addr == "gpu-a07");
+  }
+  SECTION("errors name the variable") {
+    env["SLURM_STEP_NODELIST"] = "n[1-";
+    CHECK_THROWS_WITH(WorkerEnv::from_map(env), Equals("SLURM_STEP_NODELIST='n[1-': '[' at offset 1 is never closed"));
+    env["SLURM_STEP_NODELIST"] = "n[1-2]";
+    env["SLURM_STEP_TASKS_PER_NODE"] = "2(x";
+    CHECK_THROWS_WITH(WorkerEnv::from_map(env), Contains("SLURM_STEP_TASKS_PER_NODE='2(x'"));
+    env["SLURM_STEP_TASKS_PER_NODE"] = "2(x3)";
+    CHECK_THROWS_WITH(WorkerEnv::from_map(env), Equals("SLURM_STEP_TASKS_PER_NODE='2(x3)' describes 3 nodes but SLURM_STEP_NUM_NODES=2"));
+    env["SLURM_STEP_TASKS_PER_NODE"] = "2(x2)";
+    env["SLURM_PROCID"] = "x";
+    CHECK_THROWS_WITH(WorkerEnv::from_map(env), Equals("RANK='x' is not an integer"));
+    env.erase("SLURM_PROCID");
+    CHECK_THROWS_WITH(WorkerEnv::from_map(env), Equals("SLURM_PROCID missing in a Slurm job step (SLURM_STEP_ID is set)"));
+  }
+  SECTION("the batch script is not a task") {
+    CHECK_THROWS_WITH(WorkerEnv::from_map(lspawn::test::cluster_env("slurm-sbatch-script-N2-tpn2.env")),
+                      Contains("SLURM_PROCID is set but SLURM_STEP_ID is not"));
+  }
+  SECTION("torchrun's names win: lspawn under srun sets RANK for its workers") {
+    env["RANK"] = "1";
+    env["WORLD_SIZE"] = "2";
+    env["LOCAL_WORLD_SIZE"] = "2";
+    env["LOCAL_RANK"] = "1";
+    env["MASTER_PORT"] = "5";
+    const WorkerEnv e = WorkerEnv::from_map(env);
+    CHECK(e.rank == 1);
+    CHECK(e.world_size == 2);
+    CHECK(e.master_port == 5);
+  }
+}
+
+TEST_CASE("WorkerEnv: mpirun inside sbatch prefers OMPI over orted's SLURM_*", "[worker_env][ompi][slurm]") {
+  // Rank 3 of `mpirun -np 4` in a 2-node job: orted was started by srun, so SLURM_PROCID is the
+  // node index and SLURM_NTASKS the node count (tests/data/cluster-env/ompi-mpirun-inside-sbatch.env).
+  const Vars env = {{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                    {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                    {"PMIX_RANK", "3"}, {"SLURMD_NODENAME", "n2"}, {"SLURM_PROCID", "1"},
+                    {"SLURM_LOCALID", "0"}, {"SLURM_NODEID", "1"}, {"SLURM_NTASKS", "2"},
+                    {"SLURM_STEP_ID", "0"}, {"SLURM_JOB_NUM_NODES", "2"}, {"SLURM_JOB_ID", "9"},
+                    {"MASTER_ADDR", "n1"}, {"MASTER_PORT", "29500"}};
+  const WorkerEnv e = WorkerEnv::from_map(env);
+  CHECK(e.rank == 3);
+  CHECK(e.world_size == 4);
+  CHECK(e.local_rank == 1);
+  CHECK(e.local_world_size == 2);
 }

@@ -1,0 +1,23 @@
+// EnvSyntaxError: a variable set by a cluster manager (Slurm, Open MPI, Kubernetes) whose value
+// does not have the documented form. Thrown by the torch-free parsers of launcher/ and read by
+// both the launcher's detection (launch_env.hpp) and the worker runtime (runtime/worker_env.hpp).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace lspawn {
+
+// what() names the variable, quotes the whole value and says what is wrong where, e.g.
+// "SLURM_JOB_NODELIST='n[01-': '[' at offset 1 is never closed".
+class EnvSyntaxError : public std::runtime_error {
+ public:
+  EnvSyntaxError(const std::string& variable, const std::string& value, const std::string& problem)
+      : std::runtime_error(variable + "='" + value + "': " + problem), variable_(variable) {}
+  const std::string& variable() const { return variable_; }
+
+ private:
+  std::string variable_;
+};
+
+}  // namespace lspawn
