@@ -8,7 +8,7 @@ want=(
   cmake ninja-build g++ lld pkg-config ccache
   libtorch-dev libgloo-dev libspdlog-dev catch2 libfmt-dev
   libboost1.74-dev libboost-filesystem1.74-dev
-  nlohmann-json3-dev libprotobuf-dev protobuf-compiler
+  nlohmann-json3-dev
   libopenblas0-pthread
   python3-torch openmpi-bin libopenmpi-dev procps
 )
