@@ -1,6 +1,6 @@
 # Install and export of every lspawn library as lspawn::<name>, plus the lspawn binary, the
 # headers (under <prefix>/include/lspawn, so that <lspawn/spawn.hpp>, "launcher/...",
-# "runtime/...", "proto/lspawn.pb.h" resolve) and a CMake package config:
+# "runtime/...", "proto/messages.hpp" resolve) and a CMake package config:
 #
 #   find_package(lspawn CONFIG REQUIRED)
 #   target_link_libraries(app PRIVATE lspawn::spawn)        # or spawn_torch, runtime, ...
@@ -43,8 +43,6 @@ foreach(_dir lspawn launcher runtime collectives proto)
       FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h")
   endif()
 endforeach()
-install(FILES ${PROJECT_BINARY_DIR}/proto/lspawn.pb.h ${PROJECT_SOURCE_DIR}/proto/lspawn.proto
-  DESTINATION ${LSPAWN_INSTALL_INCLUDEDIR}/proto)
 
 install(EXPORT lspawnTargets
   NAMESPACE lspawn::

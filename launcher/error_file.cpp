@@ -7,12 +7,14 @@
 
 #include <sys/stat.h>
 
-#include <google/protobuf/struct.pb.h>
+#include <nlohmann/json.hpp>
 
 #include "proto/wire.hpp"
 
 namespace lspawn {
 namespace {
+
+constexpr uint32_t kMaxErrorFile = 1u << 20;  // as error_file.hpp says
 
 // "RuntimeError", "torch.distributed.DistBackendError", "std::runtime_error".
 bool looks_like_type_name(const std::string& s) {
@@ -26,43 +28,41 @@ bool looks_like_type_name(const std::string& s) {
   return true;
 }
 
+using json = nlohmann::json;
+
 void split_type_and_message(const std::string& text, proto::ErrorReport& r) {
   const auto colon = text.find(": ");
   if (colon != std::string::npos && looks_like_type_name(text.substr(0, colon))) {
-    r.set_exception_type(text.substr(0, colon));
-    r.set_message(text.substr(colon + 2));
+    r.exception_type = text.substr(0, colon);
+    r.message = text.substr(colon + 2);
   } else {
-    r.set_message(text);
+    r.message = text;
   }
 }
 
-// Returns true when `s` is torchrun's format and fills r.
-bool from_torchrun(const google::protobuf::Struct& s, proto::ErrorReport& r) {
-  auto it = s.fields().find("message");
-  if (it == s.fields().end()) return false;
-  const auto& m = it->second;
-  r.set_rank(-1);
-  r.set_local_rank(-1);
-  if (m.kind_case() == google::protobuf::Value::kStringValue) {
-    split_type_and_message(m.string_value(), r);
+// The string member `key` of object `j`, or nullptr.
+const std::string* string_member(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? &it->get_ref<const std::string&>() : nullptr;
+}
+
+// Returns true when `doc` (an object) is torchrun's format and fills r.
+bool from_torchrun(const json& doc, proto::ErrorReport& r) {
+  auto it = doc.find("message");
+  if (it == doc.end()) return false;
+  const json& m = *it;
+  r.rank = -1;
+  r.local_rank = -1;
+  if (m.is_string()) {
+    split_type_and_message(m.get_ref<const std::string&>(), r);
     return true;
   }
-  if (m.kind_case() != google::protobuf::Value::kStructValue) return false;
-  const auto& inner = m.struct_value().fields();
-  if (auto mm = inner.find("message");
-      mm != inner.end() && mm->second.kind_case() == google::protobuf::Value::kStringValue) {
-    split_type_and_message(mm->second.string_value(), r);
-  }
-  if (auto ei = inner.find("extraInfo");
-      ei != inner.end() && ei->second.kind_case() == google::protobuf::Value::kStructValue) {
-    const auto& extra = ei->second.struct_value().fields();
-    if (auto cs = extra.find("py_callstack");
-        cs != extra.end() && cs->second.kind_case() == google::protobuf::Value::kStringValue) {
-      r.set_backtrace(cs->second.string_value());
-    }
-    if (auto ts = extra.find("timestamp");
-        ts != extra.end() && ts->second.kind_case() == google::protobuf::Value::kStringValue) {
-      r.set_timestamp_us(std::strtoll(ts->second.string_value().c_str(), nullptr, 10) * 1000000);
+  if (!m.is_object()) return false;
+  if (const std::string* text = string_member(m, "message")) split_type_and_message(*text, r);
+  if (auto ei = m.find("extraInfo"); ei != m.end() && ei->is_object()) {
+    if (const std::string* cs = string_member(*ei, "py_callstack")) r.backtrace = *cs;
+    if (const std::string* ts = string_member(*ei, "timestamp")) {
+      r.timestamp_us = std::strtoll(ts->c_str(), nullptr, 10) * 1000000;
     }
   }
   return true;
@@ -78,23 +78,24 @@ ErrorFileResult read_error_file(const std::string& path) {
     return out;
   }
   try {
-    google::protobuf::Struct s;
-    wire::read_json_file(path, s);
+    // nlohmann's JSON parser is iterative: a deeply nested file cannot exhaust the stack.
+    const json doc = json::parse(wire::read_bounded_file(path, kMaxErrorFile), nullptr,
+                                 /*allow_exceptions=*/false);
+    if (doc.is_discarded()) throw wire::WireError(path + ": not valid JSON");
     proto::ErrorReport r;
     // lspawn's own format has "exception_type" / "message" as strings at top level; torchrun's
     // has "message" as an object.
-    const auto& f = s.fields();
-    const bool torchrun_like =
-        f.count("exception_type") == 0 && f.count("exceptionType") == 0 && f.count("message") &&
-        f.at("message").kind_case() == google::protobuf::Value::kStructValue;
-    if (torchrun_like || (f.count("message") && f.size() == 1)) {
-      if (from_torchrun(s, r)) {
-        out.report = std::move(r);
-        return out;
+    if (doc.is_object()) {
+      const bool torchrun_like = !doc.contains("exception_type") && doc.contains("message") &&
+                                 doc["message"].is_object();
+      if (torchrun_like || (doc.contains("message") && doc.size() == 1)) {
+        if (from_torchrun(doc, r)) {
+          out.report = std::move(r);
+          return out;
+        }
       }
     }
-    wire::read_json_file(path, r);
-    wire::check_version(r.version(), ("error file " + path).c_str());
+    wire::read_json_file(path, r, kMaxErrorFile);
     out.report = std::move(r);
   } catch (const std::exception& e) {
     out.problem = e.what();
@@ -103,7 +104,7 @@ ErrorFileResult read_error_file(const std::string& path) {
 }
 
 void write_error_file(const std::string& path, proto::ErrorReport report) {
-  report.set_version(wire::kSchemaVersion);
+  report.version = wire::kSchemaVersion;
   wire::write_json_file(path, report);
 }
 

@@ -1,8 +1,8 @@
 // Reading the error file a failed worker left at TORCHELASTIC_ERROR_FILE.
 //
 // Two formats are accepted:
-//   - lspawn's own: proto/lspawn.proto ErrorReport in protobuf JSON (runtime/ and spawn()
-//     children write it with lspawn::wire::write_json_file);
+//   - lspawn's own: proto/messages.hpp ErrorReport as JSON (runtime/ and spawn() children write
+//     it with lspawn::wire::write_json_file; files of older builds, int64 fields as strings, too);
 //   - torchrun's: what Python's torch.distributed.elastic `@record` writes,
 //     {"message": {"message": "RuntimeError: boom",
 //                  "extraInfo": {"py_callstack": "...", "timestamp": "1700000000"}}}
@@ -13,7 +13,7 @@
 #include <optional>
 #include <string>
 
-#include "proto/lspawn.pb.h"
+#include "proto/messages.hpp"
 
 namespace lspawn {
 

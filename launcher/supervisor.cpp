@@ -48,14 +48,14 @@ bool WorkerResult::killed_by_supervisor() const {
 }
 
 int64_t WorkerResult::failure_time_us() const {
-  return report && report->failed_at_us() > 0 ? report->failed_at_us() : exit_time_us;
+  return report && report->failed_at_us > 0 ? report->failed_at_us : exit_time_us;
 }
 
 std::string WorkerResult::describe() const {
   if (!exited) return "process " + std::to_string(rank) + " has not exited";
   if (reported_then_stopped()) {
     return "process " + std::to_string(rank) + " raised " +
-           (report->exception_type().empty() ? std::string("an exception") : report->exception_type()) +
+           (report->exception_type.empty() ? std::string("an exception") : report->exception_type) +
            " and was stopped by lspawn with " + sys::signal_name(term_signal) + " while exiting";
   }
   return "process " + std::to_string(rank) + " " + sys::describe_wait_status(wait_status);
@@ -315,22 +315,22 @@ pid_t Supervisor::start_fork(int rank, ForkSpec spec) {
           code = spec.fn() & 0xff;
         } catch (...) {
           proto::ErrorReport rep;
-          rep.set_rank(rank);
-          rep.set_local_rank(spec.local_rank);
-          rep.set_pid(::getpid());
-          rep.set_host(host);
-          rep.set_exception_type(demangled_current_exception_type());
+          rep.rank = rank;
+          rep.local_rank = spec.local_rank;
+          rep.pid = ::getpid();
+          rep.host = host;
+          rep.exception_type = demangled_current_exception_type();
           try {
             throw;
           } catch (const std::exception& e) {
-            rep.set_message(e.what());
+            rep.message = e.what();
           } catch (...) {
-            rep.set_message("(not a std::exception)");
+            rep.message = "(not a std::exception)";
           }
-          rep.set_timestamp_us(std::chrono::duration_cast<std::chrono::microseconds>(
-                                   std::chrono::system_clock::now().time_since_epoch())
-                                   .count());
-          std::fprintf(stderr, "%s: %s\n", rep.exception_type().c_str(), rep.message().c_str());
+          rep.timestamp_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
+          std::fprintf(stderr, "%s: %s\n", rep.exception_type.c_str(), rep.message.c_str());
           if (!spec.error_file.empty()) {
             try {
               write_error_file(spec.error_file, rep);
@@ -708,12 +708,12 @@ std::string Supervisor::summary() const {
     if (!r.exec_error.empty()) os << "lspawn:   " << r.exec_error << "\n";
     if (r.report) {
       const auto& rep = *r.report;
-      os << "lspawn:   error: " << (rep.exception_type().empty() ? "" : rep.exception_type() + ": ")
-         << rep.message() << "\n";
-      if (!rep.host().empty() && rep.host() != opts_.host) os << "lspawn:   reported from host " << rep.host() << "\n";
-      if (!rep.backtrace().empty()) {
+      os << "lspawn:   error: " << (rep.exception_type.empty() ? "" : rep.exception_type + ": ")
+         << rep.message << "\n";
+      if (!rep.host.empty() && rep.host != opts_.host) os << "lspawn:   reported from host " << rep.host << "\n";
+      if (!rep.backtrace.empty()) {
         os << "lspawn:   backtrace:\n";
-        std::istringstream bt(rep.backtrace());
+        std::istringstream bt(rep.backtrace);
         for (std::string line; std::getline(bt, line);) os << "lspawn:     " << line << "\n";
       }
     } else if (!r.report_problem.empty()) {
@@ -746,8 +746,8 @@ std::string Supervisor::summary() const {
         // Failed on its own after the root cause: one line, not a second full report.
         os << "lspawn: also " << r.describe() << " (pid " << r.pid << ")";
         if (r.report) {
-          os << ": " << (r.report->exception_type().empty() ? "" : r.report->exception_type() + ": ")
-             << r.report->message();
+          os << ": " << (r.report->exception_type.empty() ? "" : r.report->exception_type + ": ")
+             << r.report->message;
         }
         os << "\n";
       } else {

@@ -44,7 +44,7 @@
 #include "launcher/guardian.hpp"
 #include "launcher/output.hpp"
 #include "launcher/sys.hpp"
-#include "proto/lspawn.pb.h"
+#include "proto/messages.hpp"
 
 namespace lspawn {
 

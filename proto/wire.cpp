@@ -1,16 +1,418 @@
 #include "proto/wire.hpp"
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <limits>
+#include <type_traits>
 #include <unistd.h>
+#include <utility>
+#include <vector>
 
-#include <google/protobuf/descriptor.h>
-#include <google/protobuf/message.h>
-#include <google/protobuf/util/json_util.h>
+#include <nlohmann/json.hpp>
 
 namespace lspawn::wire {
 namespace {
+
+using json = nlohmann::json;
+using proto::ChildExit;
+using proto::ErrorReport;
+using proto::ForkReply;
+using proto::ForkRequest;
+using proto::SpawnCall;
+using proto::SpawnResult;
+using proto::Value;
+using proto::ValueList;
+
+template <class T>
+inline constexpr bool kAlwaysFalse = false;
+
+// ---- the schema: each message's fields, by name, in one place ------------------------------
+
+template <class M>
+const char* type_name() {
+  using T = std::remove_const_t<M>;
+  if constexpr (std::is_same_v<T, ErrorReport>) return "ErrorReport";
+  else if constexpr (std::is_same_v<T, SpawnCall>) return "SpawnCall";
+  else if constexpr (std::is_same_v<T, SpawnResult>) return "SpawnResult";
+  else if constexpr (std::is_same_v<T, ForkRequest>) return "ForkRequest";
+  else if constexpr (std::is_same_v<T, ForkReply>) return "ForkReply";
+  else if constexpr (std::is_same_v<T, ChildExit>) return "ChildExit";
+  else static_assert(kAlwaysFalse<T>, "not a top-level message of proto/messages.hpp");
+}
+
+// Calls f(name, member) for every field of message `m` (const or not).
+template <class M, class F>
+void each_field(M& m, F&& f) {
+  using T = std::remove_const_t<M>;
+  if constexpr (std::is_same_v<T, ErrorReport>) {
+    f("version", m.version);
+    f("rank", m.rank);
+    f("local_rank", m.local_rank);
+    f("pid", m.pid);
+    f("host", m.host);
+    f("exception_type", m.exception_type);
+    f("message", m.message);
+    f("backtrace", m.backtrace);
+    f("timestamp_us", m.timestamp_us);
+    f("failed_at_us", m.failed_at_us);
+  } else if constexpr (std::is_same_v<T, SpawnCall>) {
+    f("version", m.version);
+    f("function", m.function);
+    f("index", m.index);
+    f("nprocs", m.nprocs);
+    f("args", m.args);
+    f("want_result", m.want_result);
+    f("result_path", m.result_path);
+  } else if constexpr (std::is_same_v<T, SpawnResult>) {
+    f("version", m.version);
+    f("index", m.index);
+    f("value", m.value);
+    f("returned", m.returned);
+  } else if constexpr (std::is_same_v<T, ForkRequest>) {
+    f("version", m.version);
+    f("index", m.index);
+    f("shutdown", m.shutdown);
+    f("call", m.call);
+    f("env", m.env);
+    f("has_stdio", m.has_stdio);
+  } else if constexpr (std::is_same_v<T, ForkReply>) {
+    f("version", m.version);
+    f("index", m.index);
+    f("pid", m.pid);
+    f("error", m.error);
+  } else if constexpr (std::is_same_v<T, ChildExit>) {
+    f("version", m.version);
+    f("index", m.index);
+    f("pid", m.pid);
+    f("exit_code", m.exit_code);
+    f("signal", m.signal);
+  } else {
+    static_assert(kAlwaysFalse<T>, "not a message of proto/messages.hpp");
+  }
+}
+
+template <class T>
+inline constexpr bool kIsMessage =
+    std::is_same_v<T, ErrorReport> || std::is_same_v<T, SpawnCall> ||
+    std::is_same_v<T, SpawnResult> || std::is_same_v<T, ForkRequest> ||
+    std::is_same_v<T, ForkReply> || std::is_same_v<T, ChildExit>;
+
+// Value kinds on the wire: a map with one entry named after the kind (the field names of the
+// former protobuf oneof); an empty map is kNone, an unknown name (a newer writer) too.
+constexpr struct {
+  const char* name;
+  Value::Kind kind;
+} kValueKeys[] = {
+    {"i", Value::Kind::kInt},       {"f", Value::Kind::kDouble}, {"b", Value::Kind::kBool},
+    {"s", Value::Kind::kString},    {"tensor", Value::Kind::kTensor},
+    {"list", Value::Kind::kList},   {"blob", Value::Kind::kBlob},
+};
+
+const char* value_key(Value::Kind kind) {
+  for (const auto& k : kValueKeys) {
+    if (k.kind == kind) return k.name;
+  }
+  return nullptr;
+}
+
+// ---- encoding ------------------------------------------------------------------------------
+
+json to_doc(const Value& v);
+
+json bytes_doc(const std::string& s) {
+  return json::binary(std::vector<std::uint8_t>(s.begin(), s.end()));
+}
+
+template <class T>
+json to_doc(const T& x) {
+  if constexpr (kIsMessage<T>) {
+    json j = json::object();
+    each_field(x, [&](const char* name, const auto& member) { j[name] = to_doc(member); });
+    return j;
+  } else if constexpr (std::is_same_v<T, ValueList>) {
+    json j = json::array();
+    for (const Value& item : x) j.push_back(to_doc(item));
+    return j;
+  } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+    return json(x);
+  } else {
+    static_assert(std::is_arithmetic_v<T> || std::is_same_v<T, std::string>);
+    return json(x);
+  }
+}
+
+json to_doc(const Value& v) {
+  json j = json::object();
+  const char* key = value_key(v.kind);
+  switch (v.kind) {
+    case Value::Kind::kNone: break;
+    case Value::Kind::kInt: j[key] = v.i; break;
+    case Value::Kind::kDouble: j[key] = v.f; break;
+    case Value::Kind::kBool: j[key] = v.b; break;
+    case Value::Kind::kString: j[key] = v.s; break;
+    case Value::Kind::kTensor:
+    case Value::Kind::kBlob: j[key] = bytes_doc(v.s); break;
+    case Value::Kind::kList: j[key] = to_doc(v.list); break;
+  }
+  return j;
+}
+
+// ---- decoding: every type checked, nothing trusted -----------------------------------------
+
+// A document that parsed but does not fit the schema; decode() adds what and the message type.
+class SchemaError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] void wrong_type(const std::string& field, const char* expected, const json& got) {
+  throw SchemaError(field + ": expected " + expected + ", got " + got.type_name());
+}
+
+// "123", "-5": how protobuf's JSON mapping wrote 64-bit integers ("pid": "123").
+bool is_decimal(const std::string& s) {
+  const size_t first = !s.empty() && s[0] == '-' ? 1 : 0;
+  if (s.size() == first || s.size() - first > 20) return false;
+  for (size_t k = first; k < s.size(); ++k) {
+    if (s[k] < '0' || s[k] > '9') return false;
+  }
+  return true;
+}
+
+[[noreturn]] void out_of_range(const std::string& field, const std::string& value) {
+  throw SchemaError(field + ": " + value + " is out of the field's range");
+}
+
+// An integer field: a CBOR/JSON integer, or a string of decimal digits; range-checked into Int.
+template <class Int>
+std::enable_if_t<std::is_integral_v<Int> && !std::is_same_v<Int, bool>> from_doc(
+    const json& j, Int& out, const std::string& field) {
+  constexpr Int lo = std::numeric_limits<Int>::min();
+  constexpr Int hi = std::numeric_limits<Int>::max();
+  if (j.is_null()) return;
+  int64_t si = 0;
+  uint64_t ui = 0;
+  bool is_unsigned = false;
+  if (j.is_number_unsigned()) {
+    ui = j.get<uint64_t>();
+    is_unsigned = true;
+  } else if (j.is_number_integer()) {
+    si = j.get<int64_t>();
+  } else if (j.is_string()) {
+    const std::string& s = j.get_ref<const std::string&>();
+    if (!is_decimal(s)) wrong_type(field, "an integer", j);
+    errno = 0;
+    if (s[0] == '-') {
+      si = std::strtoll(s.c_str(), nullptr, 10);
+    } else {
+      ui = std::strtoull(s.c_str(), nullptr, 10);
+      is_unsigned = true;
+    }
+    if (errno == ERANGE) out_of_range(field, s);
+  } else {
+    wrong_type(field, "an integer", j);
+  }
+  if (is_unsigned) {
+    if (ui > static_cast<uint64_t>(hi)) out_of_range(field, std::to_string(ui));
+    out = static_cast<Int>(ui);
+  } else {
+    if (si < static_cast<int64_t>(lo) || (si > 0 && static_cast<uint64_t>(si) > static_cast<uint64_t>(hi))) {
+      out_of_range(field, std::to_string(si));
+    }
+    out = static_cast<Int>(si);
+  }
+}
+
+void from_doc(const json& j, bool& out, const std::string& field) {
+  if (j.is_null()) return;
+  if (!j.is_boolean()) wrong_type(field, "a boolean", j);
+  out = j.get<bool>();
+}
+
+void from_doc(const json& j, double& out, const std::string& field) {
+  if (j.is_null()) return;
+  if (!j.is_number()) wrong_type(field, "a number", j);
+  out = j.get<double>();
+}
+
+void from_doc(const json& j, std::string& out, const std::string& field) {
+  if (j.is_null()) return;
+  if (!j.is_string()) wrong_type(field, "a string", j);
+  out = j.get_ref<const std::string&>();
+}
+
+void from_doc(const json& j, std::vector<std::string>& out, const std::string& field) {
+  if (j.is_null()) return;
+  if (!j.is_array()) wrong_type(field, "an array of strings", j);
+  out.clear();
+  for (size_t k = 0; k < j.size(); ++k) {
+    out.emplace_back();
+    from_doc(j[k], out.back(), field + "[" + std::to_string(k) + "]");
+  }
+}
+
+void from_doc(const json& j, Value& out, const std::string& field);
+
+void from_doc(const json& j, ValueList& out, const std::string& field) {
+  if (j.is_null()) return;
+  if (!j.is_array()) wrong_type(field, "an array of values", j);
+  out.clear();
+  for (size_t k = 0; k < j.size(); ++k) {
+    out.emplace_back();
+    from_doc(j[k], out.back(), field + "[" + std::to_string(k) + "]");
+  }
+}
+
+void bytes_from_doc(const json& j, std::string& out, const std::string& field) {
+  if (!j.is_binary()) wrong_type(field, "a byte string", j);
+  const auto& b = j.get_binary();
+  out.assign(b.begin(), b.end());
+}
+
+void from_doc(const json& j, Value& out, const std::string& field) {
+  out = Value();
+  if (j.is_null()) return;
+  if (!j.is_object()) wrong_type(field, "a value (a map of one entry)", j);
+  const char* found = nullptr;
+  for (const auto& k : kValueKeys) {
+    auto it = j.find(k.name);
+    if (it == j.end()) continue;
+    if (found != nullptr) {
+      throw SchemaError(field + ": a value of two kinds, " + found + " and " + k.name);
+    }
+    found = k.name;
+    const std::string where = field + "." + k.name;
+    out.kind = k.kind;
+    switch (k.kind) {
+      case Value::Kind::kNone: break;
+      case Value::Kind::kInt: from_doc(*it, out.i, where); break;
+      case Value::Kind::kDouble: from_doc(*it, out.f, where); break;
+      case Value::Kind::kBool: from_doc(*it, out.b, where); break;
+      case Value::Kind::kString: from_doc(*it, out.s, where); break;
+      case Value::Kind::kTensor:
+      case Value::Kind::kBlob: bytes_from_doc(*it, out.s, where); break;
+      case Value::Kind::kList: from_doc(*it, out.list, where); break;
+    }
+  }
+}
+
+template <class M>
+std::enable_if_t<kIsMessage<M>> from_doc(const json& j, M& out, const std::string& field) {
+  out = M();
+  if (j.is_null()) return;
+  if (!j.is_object()) wrong_type(field, "a map", j);
+  each_field(out, [&](const char* name, auto& member) {
+    auto it = j.find(name);
+    if (it != j.end()) from_doc(*it, member, field + "." + name);
+  });
+}
+
+// SAX handler building the document, refusing nesting deeper than kMaxNesting (nlohmann's CBOR
+// reader recurses once per level: without a bound, a frame of 0x81 bytes overflows the stack).
+// The sizes announced by the input are never used to reserve memory.
+class BoundedDocument {
+ public:
+  explicit BoundedDocument(json& root) : root_(root) {}
+
+  bool null() { return put(json(nullptr)); }
+  bool boolean(bool v) { return put(json(v)); }
+  bool number_integer(json::number_integer_t v) { return put(json(v)); }
+  bool number_unsigned(json::number_unsigned_t v) { return put(json(v)); }
+  bool number_float(json::number_float_t v, const json::string_t&) { return put(json(v)); }
+  bool string(json::string_t& v) { return put(json(std::move(v))); }
+  bool binary(json::binary_t& v) {
+    return put(json::binary(std::move(static_cast<json::binary_t::container_type&>(v))));
+  }
+  bool start_object(std::size_t) { return open(json::object()); }
+  bool key(json::string_t& k) {
+    key_ = std::move(k);
+    return true;
+  }
+  bool end_object() { return close(); }
+  bool start_array(std::size_t) { return open(json::array()); }
+  bool end_array() { return close(); }
+  bool parse_error(std::size_t, const std::string&, const json::exception& e) {
+    error_ = e.what();
+    return false;
+  }
+
+  const std::string& error() const { return error_; }
+
+ private:
+  json* place(json&& v) {
+    if (open_.empty()) {
+      root_ = std::move(v);
+      return &root_;
+    }
+    json& parent = *open_.back();
+    if (parent.is_array()) {
+      parent.push_back(std::move(v));
+      return &parent.back();
+    }
+    json& slot = parent[key_];
+    slot = std::move(v);
+    return &slot;
+  }
+  bool put(json&& v) {
+    place(std::move(v));
+    return true;
+  }
+  bool open(json&& container) {
+    if (open_.size() >= kMaxNesting) {
+      error_ = "nested deeper than " + std::to_string(kMaxNesting) + " levels";
+      return false;
+    }
+    open_.push_back(place(std::move(container)));
+    return true;
+  }
+  bool close() {
+    open_.pop_back();
+    return true;
+  }
+
+  json& root_;
+  std::vector<json*> open_;  // the containers being filled, outermost first
+  std::string key_;
+  std::string error_;
+};
+
+// Parses CBOR or JSON text into a document; throws SchemaError with the parser's reason.
+json parse_document(const char* data, size_t n, json::input_format_t format) {
+  json doc;
+  BoundedDocument sax(doc);
+  bool ok = false;
+  try {
+    ok = json::sax_parse(data, data + n, &sax, format, /*strict=*/true);
+  } catch (const json::exception& e) {
+    throw SchemaError(e.what());
+  }
+  if (!ok) throw SchemaError(sax.error().empty() ? "unparsable" : sax.error());
+  return doc;
+}
+
+template <class Msg>
+void decode(const char* data, size_t n, Msg& msg, json::input_format_t format,
+            const std::string& what, const char* failure) {
+  std::string problem;
+  try {
+    const json doc = parse_document(data, n, format);
+    from_doc(doc, msg, type_name<Msg>());
+  } catch (const SchemaError& e) {
+    problem = e.what();
+  } catch (const json::exception& e) {  // a type error the checks above did not foresee
+    problem = e.what();
+  }
+  if (!problem.empty()) {
+    msg = Msg();  // never half filled
+    throw WireError(what + ": " + failure + " " + type_name<Msg>() + " (" + std::to_string(n) +
+                    " bytes): " + problem);
+  }
+  check_version(msg.version, (what + ": " + type_name<Msg>()).c_str());
+}
+
+// ---- bytes on fds --------------------------------------------------------------------------
 
 std::string errno_text(const char* call, const char* what, int err) {
   return std::string(call) + " (" + what + "): " + std::strerror(err);
@@ -54,27 +456,6 @@ void check_len(uint32_t len, uint32_t max_bytes, const char* what) {
   }
 }
 
-void check_message_version(const google::protobuf::MessageLite& msg, const char* what);
-
-void parse(google::protobuf::MessageLite& msg, const char* data, size_t n, const char* what) {
-  if (!msg.ParseFromArray(data, static_cast<int>(n))) {
-    throw WireError(std::string(what) + ": malformed " + msg.GetTypeName() + " (" +
-                    std::to_string(n) + " bytes)");
-  }
-  check_message_version(msg, what);
-}
-
-// Every top-level message of lspawn.proto has `uint32 version = 1`; messages without one (Value,
-// ValueList) are nested only and pass.
-void check_message_version(const google::protobuf::MessageLite& msg, const char* what) {
-  const auto* full = dynamic_cast<const google::protobuf::Message*>(&msg);
-  if (full == nullptr) return;
-  const auto* field = full->GetDescriptor()->FindFieldByName("version");
-  if (field == nullptr || field->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_UINT32) return;
-  check_version(full->GetReflection()->GetUInt32(*full, field),
-                (std::string(what) + ": " + msg.GetTypeName()).c_str());
-}
-
 }  // namespace
 
 void check_version(uint32_t version, const char* what) {
@@ -84,25 +465,25 @@ void check_version(uint32_t version, const char* what) {
   }
 }
 
-std::string encode_frame(const google::protobuf::MessageLite& msg) {
-  std::string body;
-  if (!msg.SerializeToString(&body)) {
-    throw WireError("cannot serialize " + msg.GetTypeName());
-  }
-  if (body.size() > UINT32_MAX) throw WireError("message too large: " + msg.GetTypeName());
-  const auto len = static_cast<uint32_t>(body.size());
+template <class Msg>
+std::string encode_frame(const Msg& msg) {
   std::string out(4, '\0');
+  json::to_cbor(to_doc(msg), out);  // appends
+  const size_t body = out.size() - 4;
+  if (body > UINT32_MAX) throw WireError(std::string("message too large: ") + type_name<Msg>());
+  const auto len = static_cast<uint32_t>(body);
   for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((len >> (8 * i)) & 0xff);
-  out += body;
   return out;
 }
 
-void write_frame(int fd, const google::protobuf::MessageLite& msg, const char* what) {
+template <class Msg>
+void write_frame(int fd, const Msg& msg, const char* what) {
   const std::string frame = encode_frame(msg);
   write_all(fd, frame.data(), frame.size(), what);
 }
 
-void read_frame(int fd, google::protobuf::MessageLite& msg, const char* what, uint32_t max_bytes) {
+template <class Msg>
+void read_frame(int fd, Msg& msg, const char* what, uint32_t max_bytes) {
   unsigned char hdr[4];
   const size_t h = read_all(fd, reinterpret_cast<char*>(hdr), 4, what);
   if (h == 0) throw EndOfStream(std::string(what) + ": end of stream");
@@ -114,33 +495,41 @@ void read_frame(int fd, google::protobuf::MessageLite& msg, const char* what, ui
     throw WireError(std::string(what) + ": truncated frame (expected " + std::to_string(len) +
                     " bytes)");
   }
-  parse(msg, body.data(), len, what);
+  decode(body.data(), len, msg, json::input_format_t::cbor, what, "malformed");
 }
 
-bool try_decode_frame(std::string& buf, google::protobuf::MessageLite& msg, const char* what,
-                      uint32_t max_bytes) {
+template <class Msg>
+bool try_decode_frame(std::string& buf, Msg& msg, const char* what, uint32_t max_bytes) {
   if (buf.size() < 4) return false;
   const uint32_t len = decode_len(reinterpret_cast<const unsigned char*>(buf.data()));
   check_len(len, max_bytes, what);
   if (buf.size() < 4 + size_t(len)) return false;
-  parse(msg, buf.data() + 4, len, what);
+  decode(buf.data() + 4, len, msg, json::input_format_t::cbor, what, "malformed");
   buf.erase(0, 4 + size_t(len));
   return true;
 }
 
-void write_json_file(const std::string& path, const google::protobuf::Message& msg) {
-  std::string json;
-  google::protobuf::util::JsonPrintOptions opts;
-  opts.preserve_proto_field_names = true;
-  opts.always_print_primitive_fields = true;
-  opts.add_whitespace = true;
-  auto st = google::protobuf::util::MessageToJsonString(msg, &json, opts);
-  if (!st.ok()) throw WireError("cannot encode " + path + " as JSON: " + st.ToString());
+#define LSPAWN_WIRE_INSTANTIATE(Msg)                                                          \
+  template std::string encode_frame<Msg>(const Msg&);                                         \
+  template void write_frame<Msg>(int, const Msg&, const char*);                               \
+  template void read_frame<Msg>(int, Msg&, const char*, uint32_t);                            \
+  template bool try_decode_frame<Msg>(std::string&, Msg&, const char*, uint32_t);
+LSPAWN_WIRE_INSTANTIATE(proto::ErrorReport)
+LSPAWN_WIRE_INSTANTIATE(proto::SpawnCall)
+LSPAWN_WIRE_INSTANTIATE(proto::SpawnResult)
+LSPAWN_WIRE_INSTANTIATE(proto::ForkRequest)
+LSPAWN_WIRE_INSTANTIATE(proto::ForkReply)
+LSPAWN_WIRE_INSTANTIATE(proto::ChildExit)
+#undef LSPAWN_WIRE_INSTANTIATE
+
+void write_json_file(const std::string& path, const proto::ErrorReport& msg) {
+  const std::string text =
+      to_doc(msg).dump(2, ' ', /*ensure_ascii=*/false, json::error_handler_t::replace) + "\n";
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw WireError(errno_text("open", tmp.c_str(), errno));
   try {
-    write_all(fd, json.data(), json.size(), tmp.c_str());
+    write_all(fd, text.data(), text.size(), tmp.c_str());
   } catch (...) {
     ::close(fd);
     ::unlink(tmp.c_str());
@@ -154,7 +543,7 @@ void write_json_file(const std::string& path, const google::protobuf::Message& m
   }
 }
 
-void read_json_file(const std::string& path, google::protobuf::Message& msg, uint32_t max_bytes) {
+std::string read_bounded_file(const std::string& path, uint32_t max_bytes) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw WireError(errno_text("open", path.c_str(), errno));
   std::string data(size_t(max_bytes) + 1, '\0');
@@ -170,11 +559,12 @@ void read_json_file(const std::string& path, google::protobuf::Message& msg, uin
     throw WireError(path + ": larger than the bound of " + std::to_string(max_bytes) + " bytes");
   }
   data.resize(n);
-  google::protobuf::util::JsonParseOptions opts;
-  opts.ignore_unknown_fields = true;
-  auto st = google::protobuf::util::JsonStringToMessage(data, &msg, opts);
-  if (!st.ok()) throw WireError(path + ": not a valid " + msg.GetTypeName() + ": " + st.ToString());
-  check_message_version(msg, path.c_str());
+  return data;
+}
+
+void read_json_file(const std::string& path, proto::ErrorReport& msg, uint32_t max_bytes) {
+  const std::string text = read_bounded_file(path, max_bytes);
+  decode(text.data(), text.size(), msg, json::input_format_t::json, path, "not a valid");
 }
 
 }  // namespace lspawn::wire

@@ -20,7 +20,7 @@
 namespace lspawn {
 namespace {
 
-// Protobuf strings must be UTF-8 (else JSON encoding fails): invalid bytes become '?'.
+// Report text goes into JSON, which must be UTF-8: invalid bytes become '?'.
 std::string utf8(const std::string& in) {
   std::string out;
   out.reserve(in.size());
@@ -64,8 +64,8 @@ std::string rank_text(int rank) { return rank < 0 ? std::string("?") : std::to_s
 
 // Prints the one-line summary and writes the file; never throws.
 std::string emit(const proto::ErrorReport& report, const char* verb) {
-  std::fprintf(stderr, "[lspawn] rank %s: %s %s: %s\n", rank_text(report.rank()).c_str(), verb,
-               report.exception_type().c_str(), report.message().c_str());
+  std::fprintf(stderr, "[lspawn] rank %s: %s %s: %s\n", rank_text(report.rank).c_str(), verb,
+               report.exception_type.c_str(), report.message.c_str());
   std::fflush(stderr);
   const std::string path = error_file_path();
   if (path.empty()) return "";
@@ -74,10 +74,10 @@ std::string emit(const proto::ErrorReport& report, const char* verb) {
     return path;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[lspawn] rank %s: could not write the error report: %s\n",
-                 rank_text(report.rank()).c_str(), e.what());
+                 rank_text(report.rank).c_str(), e.what());
   } catch (...) {
     std::fprintf(stderr, "[lspawn] rank %s: could not write the error report to %s\n",
-                 rank_text(report.rank()).c_str(), path.c_str());
+                 rank_text(report.rank).c_str(), path.c_str());
   }
   std::fflush(stderr);
   return "";
@@ -115,36 +115,36 @@ std::string current_backtrace(int skip) {
 
 proto::ErrorReport make_error_report(std::exception_ptr error, const std::string& backtrace) {
   proto::ErrorReport r;
-  r.set_version(wire::kSchemaVersion);
-  r.set_rank(env_int("RANK"));
-  r.set_local_rank(env_int("LOCAL_RANK"));
-  r.set_pid(::getpid());
+  r.version = wire::kSchemaVersion;
+  r.rank = env_int("RANK");
+  r.local_rank = env_int("LOCAL_RANK");
+  r.pid = ::getpid();
   char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) == 0) r.set_host(utf8(host));
-  r.set_timestamp_us(std::chrono::duration_cast<std::chrono::microseconds>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count());
-  r.set_failed_at_us(detail::throw_site_time_us(error));
-  r.set_backtrace(utf8(backtrace));
+  if (::gethostname(host, sizeof host - 1) == 0) r.host = utf8(host);
+  r.timestamp_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+  r.failed_at_us = detail::throw_site_time_us(error);
+  r.backtrace = utf8(backtrace);
   if (!error) {
-    r.set_exception_type("std::terminate");
-    r.set_message("std::terminate called without an active exception");
+    r.exception_type = "std::terminate";
+    r.message = "std::terminate called without an active exception";
     return r;
   }
   try {
     std::rethrow_exception(error);
   } catch (...) {
     const std::type_info* t = abi::__cxa_current_exception_type();
-    r.set_exception_type(t != nullptr ? detail::demangle(t->name()) : "unknown");
+    r.exception_type = t != nullptr ? detail::demangle(t->name()) : "unknown";
     try {
       throw;
     } catch (const c10::Error& e) {
-      r.set_message(utf8(e.what_without_backtrace()));
-      if (const std::string bt = compat::backtrace_of(e); !bt.empty()) r.set_backtrace(utf8(bt));
+      r.message = utf8(e.what_without_backtrace());
+      if (const std::string bt = compat::backtrace_of(e); !bt.empty()) r.backtrace = utf8(bt);
     } catch (const std::exception& e) {
-      r.set_message(utf8(e.what()));
+      r.message = utf8(e.what());
     } catch (...) {
-      r.set_message("(not a std::exception)");
+      r.message = "(not a std::exception)";
     }
   }
   return r;
@@ -164,12 +164,12 @@ std::string write_error_report(const std::exception& error) {
   try {
     // No exception_ptr of the dynamic type can be made from a reference: describe it directly.
     proto::ErrorReport r = make_error_report(nullptr, kCaughtHere + current_backtrace(1));
-    r.set_exception_type(detail::demangle(typeid(error).name()));
+    r.exception_type = detail::demangle(typeid(error).name());
     if (auto* c = dynamic_cast<const c10::Error*>(&error)) {
-      r.set_message(utf8(c->what_without_backtrace()));
-      if (const std::string bt = compat::backtrace_of(*c); !bt.empty()) r.set_backtrace(utf8(bt));
+      r.message = utf8(c->what_without_backtrace());
+      if (const std::string bt = compat::backtrace_of(*c); !bt.empty()) r.backtrace = utf8(bt);
     } else {
-      r.set_message(utf8(error.what()));
+      r.message = utf8(error.what());
     }
     return emit(r, "uncaught");
   } catch (...) {

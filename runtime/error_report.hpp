@@ -20,7 +20,7 @@
 #include <functional>
 #include <string>
 
-#include "proto/lspawn.pb.h"
+#include "proto/messages.hpp"
 
 namespace lspawn {
 

@@ -27,7 +27,7 @@
 #include <utility>
 #include <vector>
 
-#include "proto/lspawn.pb.h"
+#include "proto/messages.hpp"
 
 namespace lspawn {
 
@@ -40,8 +40,6 @@ class CodecError : public std::runtime_error {
 namespace codec_detail {
 template <class T>
 inline constexpr bool kAlwaysFalse = false;
-// "int64", "string", ... for error messages.
-const char* kind_name(const proto::Value& v);
 [[noreturn]] void throw_kind_mismatch(const char* expected, const proto::Value& got);
 [[noreturn]] void throw_out_of_range(const char* type, const std::string& value);
 void expect_list_size(const proto::Value& v, size_t expected, const char* what);
@@ -78,13 +76,11 @@ template <>
 struct Codec<bool> {
   using is_lspawn_codec = void;
   static proto::Value encode(bool b) {
-    proto::Value v;
-    v.set_b(b);
-    return v;
+    return proto::Value::of_bool(b);
   }
   static bool decode(const proto::Value& v) {
-    if (v.kind_case() != proto::Value::kB) codec_detail::throw_kind_mismatch("bool", v);
-    return v.b();
+    if (v.kind != proto::Value::Kind::kBool) codec_detail::throw_kind_mismatch("bool", v);
+    return v.b;
   }
 };
 
@@ -92,18 +88,16 @@ template <class T>
 struct Codec<T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>>> {
   using is_lspawn_codec = void;
   static proto::Value encode(T x) {
-    proto::Value v;
     if constexpr (std::is_unsigned_v<T> && sizeof(T) >= sizeof(int64_t)) {
       if (x > static_cast<T>(std::numeric_limits<int64_t>::max())) {
         codec_detail::throw_out_of_range("int64", std::to_string(x));
       }
     }
-    v.set_i(static_cast<int64_t>(x));
-    return v;
+    return proto::Value::of_int(static_cast<int64_t>(x));
   }
   static T decode(const proto::Value& v) {
-    if (v.kind_case() != proto::Value::kI) codec_detail::throw_kind_mismatch("int64", v);
-    const int64_t i = v.i();
+    if (v.kind != proto::Value::Kind::kInt) codec_detail::throw_kind_mismatch("int64", v);
+    const int64_t i = v.i;
     if constexpr (std::is_signed_v<T>) {
       if (i < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
           i > static_cast<int64_t>(std::numeric_limits<T>::max())) {
@@ -130,13 +124,11 @@ template <class T>
 struct Codec<T, std::enable_if_t<std::is_floating_point_v<T>>> {
   using is_lspawn_codec = void;
   static proto::Value encode(T x) {
-    proto::Value v;
-    v.set_f(static_cast<double>(x));
-    return v;
+    return proto::Value::of_double(static_cast<double>(x));
   }
   static T decode(const proto::Value& v) {
-    if (v.kind_case() != proto::Value::kF) codec_detail::throw_kind_mismatch("double", v);
-    return static_cast<T>(v.f());
+    if (v.kind != proto::Value::Kind::kDouble) codec_detail::throw_kind_mismatch("double", v);
+    return static_cast<T>(v.f);
   }
 };
 
@@ -144,13 +136,11 @@ template <>
 struct Codec<std::string> {
   using is_lspawn_codec = void;
   static proto::Value encode(const std::string& s) {
-    proto::Value v;
-    v.set_s(s);
-    return v;
+    return proto::Value::of_string(s);
   }
   static std::string decode(const proto::Value& v) {
-    if (v.kind_case() != proto::Value::kS) codec_detail::throw_kind_mismatch("string", v);
-    return v.s();
+    if (v.kind != proto::Value::Kind::kString) codec_detail::throw_kind_mismatch("string", v);
+    return v.s;
   }
 };
 
@@ -158,16 +148,16 @@ template <class T>
 struct Codec<std::vector<T>> {
   using is_lspawn_codec = void;
   static proto::Value encode(const std::vector<T>& xs) {
-    proto::Value v;
-    auto* list = v.mutable_list();
-    for (const auto& x : xs) *list->add_items() = Codec<T>::encode(x);
+    proto::Value v = proto::Value::of_list();
+    v.list.reserve(xs.size());
+    for (const auto& x : xs) v.list.push_back(Codec<T>::encode(x));
     return v;
   }
   static std::vector<T> decode(const proto::Value& v) {
-    if (v.kind_case() != proto::Value::kList) codec_detail::throw_kind_mismatch("list", v);
+    if (v.kind != proto::Value::Kind::kList) codec_detail::throw_kind_mismatch("list", v);
     std::vector<T> out;
-    out.reserve(static_cast<size_t>(v.list().items_size()));
-    for (const auto& item : v.list().items()) out.push_back(Codec<T>::decode(item));
+    out.reserve(v.list.size());
+    for (const auto& item : v.list) out.push_back(Codec<T>::decode(item));
     return out;
   }
 };
@@ -176,9 +166,8 @@ template <class... Ts>
 struct Codec<std::tuple<Ts...>> {
   using is_lspawn_codec = void;
   static proto::Value encode(const std::tuple<Ts...>& t) {
-    proto::Value v;
-    auto* list = v.mutable_list();
-    std::apply([&](const auto&... x) { ((*list->add_items() = Codec<Ts>::encode(x)), ...); }, t);
+    proto::Value v = proto::Value::of_list();
+    std::apply([&](const auto&... x) { (v.list.push_back(Codec<Ts>::encode(x)), ...); }, t);
     return v;
   }
   static std::tuple<Ts...> decode(const proto::Value& v) {
@@ -189,7 +178,7 @@ struct Codec<std::tuple<Ts...>> {
  private:
   template <size_t... I>
   static std::tuple<Ts...> decode_at(const proto::Value& v, std::index_sequence<I...>) {
-    return std::tuple<Ts...>(Codec<Ts>::decode(v.list().items(static_cast<int>(I)))...);
+    return std::tuple<Ts...>(Codec<Ts>::decode(v.list[I])...);
   }
 };
 
@@ -210,16 +199,15 @@ template <class T>
 struct Codec<std::optional<T>> {
   using is_lspawn_codec = void;
   static proto::Value encode(const std::optional<T>& o) {
-    proto::Value v;
-    auto* list = v.mutable_list();
-    if (o) *list->add_items() = Codec<T>::encode(*o);
+    proto::Value v = proto::Value::of_list();
+    if (o) v.list.push_back(Codec<T>::encode(*o));
     return v;
   }
   static std::optional<T> decode(const proto::Value& v) {
-    if (v.kind_case() != proto::Value::kList) codec_detail::throw_kind_mismatch("list", v);
-    if (v.list().items_size() == 0) return std::nullopt;
+    if (v.kind != proto::Value::Kind::kList) codec_detail::throw_kind_mismatch("list", v);
+    if (v.list.empty()) return std::nullopt;
     codec_detail::expect_list_size(v, 1, "optional");
-    return Codec<T>::decode(v.list().items(0));
+    return Codec<T>::decode(v.list[0]);
   }
 };
 
@@ -227,15 +215,14 @@ template <class T>
 struct Codec<std::map<std::string, T>> {
   using is_lspawn_codec = void;
   static proto::Value encode(const std::map<std::string, T>& m) {
-    proto::Value v;
-    auto* list = v.mutable_list();
-    for (const auto& [k, x] : m) *list->add_items() = Codec<std::pair<std::string, T>>::encode({k, x});
+    proto::Value v = proto::Value::of_list();
+    for (const auto& [k, x] : m) v.list.push_back(Codec<std::pair<std::string, T>>::encode({k, x}));
     return v;
   }
   static std::map<std::string, T> decode(const proto::Value& v) {
-    if (v.kind_case() != proto::Value::kList) codec_detail::throw_kind_mismatch("list", v);
+    if (v.kind != proto::Value::Kind::kList) codec_detail::throw_kind_mismatch("list", v);
     std::map<std::string, T> out;
-    for (const auto& item : v.list().items()) {
+    for (const auto& item : v.list) {
       out.insert(Codec<std::pair<std::string, T>>::decode(item));
     }
     return out;
@@ -246,8 +233,9 @@ struct Codec<std::map<std::string, T>> {
 template <class... Ts>
 proto::ValueList encode_args(const std::tuple<Ts...>& args) {
   proto::ValueList list;
+  list.reserve(sizeof...(Ts));
   std::apply([&](const auto&... x) {
-    ((*list.add_items() = Codec<std::decay_t<decltype(x)>>::encode(x)), ...);
+    (list.push_back(Codec<std::decay_t<decltype(x)>>::encode(x)), ...);
   }, args);
   return list;
 }

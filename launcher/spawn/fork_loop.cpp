@@ -77,7 +77,7 @@ bool receive_request(int sock, proto::ForkRequest& req, int fds[2]) {
   if (!wire::try_decode_frame(frame, req, "forkserver request", kMaxRequestBytes)) {
     throw wire::WireError("forkserver request: incomplete frame");
   }
-  wire::check_version(req.version(), "ForkRequest");
+  wire::check_version(req.version, "ForkRequest");
   return true;
 }
 
@@ -94,9 +94,9 @@ void set_up_worker(const proto::ForkRequest& req, pid_t server, const int stdio[
   if (stdio[1] >= 0) ::dup2(stdio[1], 2);
   if (stdio[0] > 2) sys::close(stdio[0]);
   if (stdio[1] > 2) sys::close(stdio[1]);
-  if (req.env_size() > 0) {
+  if (req.env.size() > 0) {
     ::clearenv();
-    for (const auto& kv : req.env()) ::putenv(::strdup(kv.c_str()));  // owned by environ
+    for (const auto& kv : req.env) ::putenv(::strdup(kv.c_str()));  // owned by environ
   }
 }
 
@@ -116,15 +116,15 @@ proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& c
 
   auto report_exit = [&](pid_t pid, int status) {
     proto::ChildExit e;
-    e.set_version(wire::kSchemaVersion);
-    e.set_pid(pid);
+    e.version = wire::kSchemaVersion;
+    e.pid = pid;
     auto it = live.find(pid);
-    e.set_index(it == live.end() ? -1 : it->second);
+    e.index = it == live.end() ? -1 : it->second;
     if (it != live.end()) live.erase(it);
     if (WIFSIGNALED(status)) {
-      e.set_signal(WTERMSIG(status));
+      e.signal = WTERMSIG(status);
     } else {
-      e.set_exit_code(WEXITSTATUS(status));
+      e.exit_code = WEXITSTATUS(status);
     }
     try {
       wire::write_frame(exits, e, "forkserver exit pipe");
@@ -162,13 +162,13 @@ proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& c
       if (!pfd[0].revents) continue;
       proto::ForkRequest req;
       int stdio[2];
-      if (!receive_request(sock, req, stdio) || req.shutdown()) shutdown();
+      if (!receive_request(sock, req, stdio) || req.shutdown) shutdown();
       proto::ForkReply reply;
-      reply.set_version(wire::kSchemaVersion);
-      reply.set_index(req.index());
+      reply.version = wire::kSchemaVersion;
+      reply.index = req.index;
       const std::string problem = check ? check(req) : std::string();
       if (!problem.empty()) {
-        reply.set_error(problem);
+        reply.error = problem;
       } else {
         std::fflush(nullptr);
         const pid_t pid = ::fork();
@@ -180,11 +180,11 @@ proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& c
           return req;
         }
         if (pid < 0) {
-          reply.set_error(std::string("fork: ") + std::strerror(errno));
+          reply.error = std::string("fork: ") + std::strerror(errno);
         } else {
           ::setpgid(pid, pid);  // also in the child: whichever runs first, no window
-          live[pid] = req.index();
-          reply.set_pid(pid);
+          live[pid] = req.index;
+          reply.pid = pid;
         }
       }
       if (stdio[0] >= 0) sys::close(stdio[0]);

@@ -5,7 +5,7 @@
 // program once and the forkserver hook (forkserver_hook.hpp) runs it from a static
 // constructor, before main — each worker then returns from the hook and runs main.
 //
-// Protocol (proto/lspawn.proto): ForkRequest frames arrive on the unix stream socket `sock`,
+// Protocol (proto/messages.hpp): ForkRequest frames arrive on the unix stream socket `sock`,
 // optionally with the worker's stdout and stderr fds attached (SCM_RIGHTS); each is answered
 // by one ForkReply (the worker's pid, or why it was not forked). The server is the parent of
 // every worker, so it alone can wait for them: it writes a ChildExit frame on `exits` for each.
@@ -21,7 +21,7 @@
 #include <functional>
 #include <string>
 
-#include "proto/lspawn.pb.h"
+#include "proto/messages.hpp"
 
 namespace lspawn::fork_loop {
 

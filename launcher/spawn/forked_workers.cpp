@@ -12,7 +12,7 @@ namespace {
 
 // A wait status as waitpid would have produced it, from a forkserver's ChildExit.
 int wait_status_of(const proto::ChildExit& e) {
-  return e.signal() != 0 ? (e.signal() & 0x7f) : ((e.exit_code() & 0xff) << 8);
+  return e.signal != 0 ? (e.signal & 0x7f) : ((e.exit_code & 0xff) << 8);
 }
 
 }  // namespace
@@ -53,7 +53,7 @@ void ForkedWorkers::report_all_killed() {
 void ForkedWorkers::on_exits() {
   bool gone = false;
   for (const auto& e : server_.read_exits(&gone)) {
-    auto it = unreported_.find(static_cast<pid_t>(e.pid()));
+    auto it = unreported_.find(static_cast<pid_t>(e.pid));
     if (it == unreported_.end()) continue;  // a worker of an earlier spawn() on this server
     const int id = it->second;
     unreported_.erase(it);

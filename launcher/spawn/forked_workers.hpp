@@ -21,7 +21,7 @@
 
 #include "launcher/spawn/forkserver.hpp"
 #include "launcher/supervisor.hpp"
-#include "proto/lspawn.pb.h"
+#include "proto/messages.hpp"
 
 namespace lspawn {
 

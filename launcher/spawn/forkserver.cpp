@@ -58,8 +58,8 @@ void reset_signal_handlers() {
 }
 
 std::string check_registered(const proto::ForkRequest& req) {
-  if (FunctionRegistry::global().find(req.call().function())) return {};
-  return "function '" + req.call().function() +
+  if (FunctionRegistry::global().find(req.call.function)) return {};
+  return "function '" + req.call.function +
          "' is not registered in the forkserver's program (LSPAWN_REGISTER); registered: " +
          FunctionRegistry::global().names();
 }
@@ -70,14 +70,14 @@ std::string check_registered(const proto::ForkRequest& req) {
   reset_signal_handlers();  // the owner's handlers (e.g. a test framework's) are not ours
   const proto::ForkRequest req = fork_loop::serve(sock, exits, owner, check_registered);
   // A worker from here on.
-  const proto::SpawnCall& call = req.call();
-  const Invoker* invoker = FunctionRegistry::global().find(call.function());
+  const proto::SpawnCall& call = req.call;
+  const Invoker* invoker = FunctionRegistry::global().find(call.function);
   WorkerBody body;
-  body.index = call.index();
-  body.nprocs = call.nprocs();
-  body.result_path = call.want_result() ? call.result_path() : std::string();
+  body.index = call.index;
+  body.nprocs = call.nprocs;
+  body.result_path = call.want_result ? call.result_path : std::string();
   if (const char* ef = std::getenv("TORCHELASTIC_ERROR_FILE")) body.error_file = ef;
-  body.call = [&] { return (*invoker)(call.index(), call.args()); };
+  body.call = [&] { return (*invoker)(call.index, call.args); };
   const int code = run_worker(body);
   std::fflush(nullptr);
   ::_exit(code);
@@ -214,8 +214,8 @@ std::unique_ptr<Forkserver> Forkserver::exec(const std::string& path,
     throw SpawnError(what + " (pid " + std::to_string(pid) + ") " + how +
                      " before it was ready (does it link lspawn's runtime?)");
   }
-  wire::check_version(ready.version(), "ForkReply");
-  if (!ready.error().empty()) throw reap("refused: " + ready.error());
+  wire::check_version(ready.version, "ForkReply");
+  if (!ready.error.empty()) throw reap("refused: " + ready.error);
   sys::set_nonblocking(exits.read.get(), what + " exit pipe");
   return std::unique_ptr<Forkserver>(
       new Forkserver(pid, std::move(parent_end), std::move(exits.read)));
@@ -234,15 +234,15 @@ Forkserver::~Forkserver() {
 pid_t Forkserver::fork_worker(const proto::SpawnCall& call, const std::vector<std::string>& env,
                               int stdout_fd, int stderr_fd) {
   proto::ForkRequest req;
-  req.set_version(wire::kSchemaVersion);
-  req.set_index(call.index());
-  *req.mutable_call() = call;
-  for (const auto& kv : env) req.add_env(kv);
+  req.version = wire::kSchemaVersion;
+  req.index = call.index;
+  req.call = call;
+  for (const auto& kv : env) req.env.push_back(kv);
   const bool has_stdio = stdout_fd >= 0 && stderr_fd >= 0;
-  req.set_has_stdio(has_stdio);
+  req.has_stdio = has_stdio;
   const std::string frame = wire::encode_frame(req);
   const std::string context = "forkserver (pid " + std::to_string(pid_) + ") request for process " +
-                              std::to_string(call.index());
+                              std::to_string(call.index);
 
   iovec iov{const_cast<char*>(frame.data()), frame.size()};
   msghdr msg{};
@@ -270,12 +270,12 @@ pid_t Forkserver::fork_worker(const proto::SpawnCall& call, const std::vector<st
   }
   proto::ForkReply reply;
   wire::read_frame(requests_.get(), reply, context.c_str());
-  wire::check_version(reply.version(), "ForkReply");
-  if (reply.pid() <= 0) {
+  wire::check_version(reply.version, "ForkReply");
+  if (reply.pid <= 0) {
     throw SpawnError(context + " failed: " +
-                     (reply.error().empty() ? std::string("no pid") : reply.error()));
+                     (reply.error.empty() ? std::string("no pid") : reply.error));
   }
-  return static_cast<pid_t>(reply.pid());
+  return static_cast<pid_t>(reply.pid);
 }
 
 std::vector<proto::ChildExit> Forkserver::read_exits(bool* server_gone) {

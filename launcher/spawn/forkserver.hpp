@@ -12,7 +12,7 @@
 // forks each worker from that clean state. Workers then start in parallel: a request costs one
 // fork() in the server (~1 ms); the worker's own start-up runs concurrently with the next one.
 //
-// Protocol (proto/lspawn.proto; server side in fork_loop.hpp): the owner writes ForkRequest frames on a unix stream socket,
+// Protocol (proto/messages.hpp; server side in fork_loop.hpp): the owner writes ForkRequest frames on a unix stream socket,
 // optionally with the worker's stdout and stderr fds attached (SCM_RIGHTS); the server answers
 // each with one ForkReply (the worker's pid, or why the fork failed). The server is the parent
 // of every worker, so it alone can wait for them: it reports each exit as a ChildExit frame on a
@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "launcher/sys.hpp"
-#include "proto/lspawn.pb.h"
+#include "proto/messages.hpp"
 
 namespace lspawn {
 

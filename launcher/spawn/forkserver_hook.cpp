@@ -87,14 +87,14 @@ __attribute__((constructor)) static void lspawn_forkserver_hook() {
   ::fcntl(sock, F_SETFD, FD_CLOEXEC);
   ::fcntl(exits, F_SETFD, FD_CLOEXEC);
   lspawn::proto::ForkReply ready;
-  ready.set_version(lspawn::wire::kSchemaVersion);
-  ready.set_index(-1);
-  ready.set_pid(::getpid());
+  ready.version = lspawn::wire::kSchemaVersion;
+  ready.index = -1;
+  ready.pid = ::getpid();
   const int threads = lspawn::count_threads();
   if (threads != 1) {
-    ready.set_error(std::to_string(threads) +
-                    " threads run after the program's static initialisation; forking workers "
-                    "from it is unsafe (use --start-method exec)");
+    ready.error = std::to_string(threads) +
+                  " threads run after the program's static initialisation; forking workers "
+                  "from it is unsafe (use --start-method exec)";
   }
   try {
     lspawn::wire::write_frame(sock, ready, "forkserver ready");

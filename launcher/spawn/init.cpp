@@ -46,17 +46,17 @@ ProgramImage& image() {
   // the SpawnCall is read, so a worker whose call cannot be read still writes a report.
   body.call = [&]() -> std::optional<proto::Value> {
     read_frame_file(call_path, call, 1u << 30);
-    wire::check_version(call.version(), "SpawnCall");
-    body.index = call.index();
-    body.nprocs = call.nprocs();
-    if (call.want_result()) body.result_path = call.result_path();
-    const Invoker* invoker = FunctionRegistry::global().find(call.function());
+    wire::check_version(call.version, "SpawnCall");
+    body.index = call.index;
+    body.nprocs = call.nprocs;
+    if (call.want_result) body.result_path = call.result_path;
+    const Invoker* invoker = FunctionRegistry::global().find(call.function);
     if (!invoker) {
-      throw SpawnError("function '" + call.function() +
+      throw SpawnError("function '" + call.function +
                        "' is not registered in this program (LSPAWN_REGISTER); registered: " +
                        FunctionRegistry::global().names());
     }
-    return (*invoker)(call.index(), call.args());
+    return (*invoker)(call.index, call.args);
   };
   const int code = run_worker(body);
   std::fflush(nullptr);

@@ -209,13 +209,13 @@ void ProcessContext::Impl::start(const SpawnPlan& plan) {
     }
 
     proto::SpawnCall call;
-    call.set_version(wire::kSchemaVersion);
-    call.set_function(plan.function);
-    call.set_index(i);
-    call.set_nprocs(nprocs);
-    *call.mutable_args() = args;
-    call.set_want_result(!result_path.empty());
-    call.set_result_path(result_path);
+    call.version = wire::kSchemaVersion;
+    call.function = plan.function;
+    call.index = i;
+    call.nprocs = nprocs;
+    call.args = args;
+    call.want_result = !result_path.empty();
+    call.result_path = result_path;
     if (method == StartMethod::Spawn) {
       const std::string call_path = run_dir + "/call-" + std::to_string(i);
       write_frame_file(call_path, call);
@@ -239,7 +239,7 @@ void ProcessContext::Impl::finish() {
     const WorkerResult& r = sup->result(*sup->root_cause());
     if (r.report) {
       failure = std::make_exception_ptr(ProcessRaisedException(
-          r.rank, r.pid, r.report->exception_type(), r.report->message(), r.report->backtrace()));
+          r.rank, r.pid, r.report->exception_type, r.report->message, r.report->backtrace));
     } else {
       failure = std::make_exception_ptr(
           ProcessExitedException(r.rank, r.pid, r.exit_code, r.term_signal));
@@ -264,7 +264,7 @@ void ProcessContext::Impl::finish() {
               e.what()));
           break;
         }
-        if (res.returned()) results[i] = res.value();
+        if (res.returned) results[i] = res.value;
       }
     }
   }

@@ -30,7 +30,7 @@
 #include "launcher/spawn/codec.hpp"
 #include "launcher/spawn/options.hpp"
 #include "launcher/supervisor.hpp"
-#include "proto/lspawn.pb.h"
+#include "proto/messages.hpp"
 
 namespace lspawn {
 

@@ -6,8 +6,8 @@ namespace lspawn {
 
 namespace registry_detail {
 void check_arity(const proto::ValueList& args, size_t expected) {
-  if (static_cast<size_t>(args.items_size()) != expected) {
-    throw CodecError("spawn call carries " + std::to_string(args.items_size()) +
+  if (args.size() != expected) {
+    throw CodecError("spawn call carries " + std::to_string(args.size()) +
                      " arguments, the registered function takes " + std::to_string(expected) +
                      " after the index");
   }

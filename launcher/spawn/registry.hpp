@@ -23,7 +23,7 @@
 #include <utility>
 
 #include "launcher/spawn/codec.hpp"
-#include "proto/lspawn.pb.h"
+#include "proto/messages.hpp"
 
 namespace lspawn {
 
@@ -43,7 +43,7 @@ std::optional<proto::Value> decode_and_call(F& call, const proto::ValueList& arg
                                             std::index_sequence<I...>) {
   // Braced init decodes left to right, so the first bad argument is the one reported.
   std::tuple<std::decay_t<P>...> decoded{
-      Codec<std::decay_t<P>>::decode(args.items(static_cast<int>(I)))...};
+      Codec<std::decay_t<P>>::decode(args[I])...};
   return std::apply(call, std::move(decoded));
 }
 }  // namespace registry_detail

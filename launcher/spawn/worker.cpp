@@ -40,28 +40,31 @@ std::string errno_text(const char* call, const std::string& path) {
 
 proto::ErrorReport report_current_exception(int index) {
   proto::ErrorReport r;
-  r.set_version(wire::kSchemaVersion);
-  r.set_rank(index);
-  r.set_local_rank(index);
-  r.set_pid(::getpid());
-  r.set_host(host_name());
-  r.set_timestamp_us(std::chrono::duration_cast<std::chrono::microseconds>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count());
+  r.version = wire::kSchemaVersion;
+  r.rank = index;
+  r.local_rank = index;
+  r.pid = ::getpid();
+  r.host = host_name();
+  r.timestamp_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
   try {
     throw;
   } catch (const std::exception& e) {
-    r.set_exception_type(demangle(typeid(e).name()));
-    r.set_message(e.what());
+    r.exception_type = demangle(typeid(e).name());
+    r.message = e.what();
   } catch (...) {
     const std::type_info* t = abi::__cxa_current_exception_type();
-    r.set_exception_type(t ? demangle(t->name()) : "unknown exception");
-    r.set_message("(not derived from std::exception)");
+    r.exception_type = t ? demangle(t->name()) : "unknown exception";
+    r.message = "(not derived from std::exception)";
   }
   return r;
 }
 
-void write_frame_file(const std::string& path, const google::protobuf::MessageLite& msg) {
+namespace {
+
+template <class Msg>
+void write_frame_file_of(const std::string& path, const Msg& msg) {
   const std::string frame = wire::encode_frame(msg);
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -81,8 +84,8 @@ void write_frame_file(const std::string& path, const google::protobuf::MessageLi
   if (::rename(tmp.c_str(), path.c_str()) != 0) throw wire::WireError(errno_text("rename", path));
 }
 
-void read_frame_file(const std::string& path, google::protobuf::MessageLite& msg,
-                     uint32_t max_bytes) {
+template <class Msg>
+void read_frame_file_of(const std::string& path, Msg& msg, uint32_t max_bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw wire::WireError(errno_text("open", path));
   try {
@@ -94,15 +97,30 @@ void read_frame_file(const std::string& path, google::protobuf::MessageLite& msg
   ::close(fd);
 }
 
+}  // namespace
+
+void write_frame_file(const std::string& path, const proto::SpawnCall& msg) {
+  write_frame_file_of(path, msg);
+}
+void write_frame_file(const std::string& path, const proto::SpawnResult& msg) {
+  write_frame_file_of(path, msg);
+}
+void read_frame_file(const std::string& path, proto::SpawnCall& msg, uint32_t max_bytes) {
+  read_frame_file_of(path, msg, max_bytes);
+}
+void read_frame_file(const std::string& path, proto::SpawnResult& msg, uint32_t max_bytes) {
+  read_frame_file_of(path, msg, max_bytes);
+}
+
 int run_worker(const WorkerBody& body) noexcept {
   try {
     std::optional<proto::Value> value = body.call();
     if (!body.result_path.empty()) {
       proto::SpawnResult result;
-      result.set_version(wire::kSchemaVersion);
-      result.set_index(body.index);
-      result.set_returned(value.has_value());
-      if (value) *result.mutable_value() = std::move(*value);
+      result.version = wire::kSchemaVersion;
+      result.index = body.index;
+      result.returned = value.has_value();
+      if (value) result.value = std::move(*value);
       write_frame_file(body.result_path, result);
     }
     return 0;
@@ -111,11 +129,11 @@ int run_worker(const WorkerBody& body) noexcept {
     try {
       report = report_current_exception(body.index);
     } catch (...) {
-      report.set_exception_type("unknown exception");
+      report.exception_type = "unknown exception";
     }
     std::fflush(stdout);
     std::fprintf(stderr, "lspawn: process %d of %d raised %s: %s\n", body.index, body.nprocs,
-                 report.exception_type().c_str(), report.message().c_str());
+                 report.exception_type.c_str(), report.message.c_str());
     std::fflush(stderr);
     if (!body.error_file.empty()) {
       try {

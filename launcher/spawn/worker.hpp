@@ -12,7 +12,7 @@
 #include <optional>
 #include <string>
 
-#include "proto/lspawn.pb.h"
+#include "proto/messages.hpp"
 
 namespace lspawn {
 
@@ -30,11 +30,13 @@ int run_worker(const WorkerBody& body) noexcept;
 
 // Writes `msg` as one frame into `path` atomically (temp file + rename): a reader never sees a
 // partial result. Throws wire::WireError naming the path and the syscall.
-void write_frame_file(const std::string& path, const google::protobuf::MessageLite& msg);
+// (SpawnCall: the call of an exec'd child; SpawnResult: what a child returns.)
+void write_frame_file(const std::string& path, const proto::SpawnCall& msg);
+void write_frame_file(const std::string& path, const proto::SpawnResult& msg);
 
 // Reads one frame from `path`, bounded by max_bytes. Throws wire::WireError.
-void read_frame_file(const std::string& path, google::protobuf::MessageLite& msg,
-                     uint32_t max_bytes);
+void read_frame_file(const std::string& path, proto::SpawnCall& msg, uint32_t max_bytes);
+void read_frame_file(const std::string& path, proto::SpawnResult& msg, uint32_t max_bytes);
 
 // Builds the ErrorReport of the exception being handled (call from inside a catch block):
 // demangled type, what(), pid, host, time. rank/local_rank are `index`.

@@ -51,20 +51,17 @@ ModuleSnapshot::ModuleSnapshot(const torch::nn::Module& module) {
   sys::Fd file(fd);
   path_ = tmpl;
   try {
-    proto::Value* path_value = value_.mutable_list()->add_items();
-    path_value->set_s(path_);
-    proto::ValueList* index = value_.mutable_list()->add_items()->mutable_list();
+    proto::ValueList index;
     int64_t offset = 0;
     for (const auto& [name, tensor] : named_state(module)) {
       const at::Tensor t = tensor.detach().to(at::kCPU).contiguous();
       const int64_t nbytes = static_cast<int64_t>(t.nbytes());
-      proto::ValueList* entry = index->add_items()->mutable_list();
-      entry->add_items()->set_s(name);
-      entry->add_items()->set_i(static_cast<int64_t>(t.scalar_type()));
-      proto::ValueList* sizes = entry->add_items()->mutable_list();
-      for (int64_t s : t.sizes()) sizes->add_items()->set_i(s);
-      entry->add_items()->set_i(offset);
-      entry->add_items()->set_i(nbytes);
+      proto::ValueList sizes;
+      for (int64_t s : t.sizes()) sizes.push_back(proto::Value::of_int(s));
+      index.push_back(proto::Value::of_list(
+          {proto::Value::of_string(name), proto::Value::of_int(static_cast<int64_t>(t.scalar_type())),
+           proto::Value::of_list(std::move(sizes)), proto::Value::of_int(offset),
+           proto::Value::of_int(nbytes)}));
       if (::pwrite(fd, "", 0, offset) < 0) sys::throw_errno("pwrite", path_);
       const char* p = static_cast<const char*>(t.data_ptr());
       int64_t done = 0;
@@ -77,6 +74,8 @@ ModuleSnapshot::ModuleSnapshot(const torch::nn::Module& module) {
       offset += (nbytes + kAlign - 1) / kAlign * kAlign;
     }
     if (::ftruncate(fd, offset) != 0) sys::throw_errno("ftruncate", path_);
+    value_ = proto::Value::of_list(
+        {proto::Value::of_string(path_), proto::Value::of_list(std::move(index))});
   } catch (...) {
     ::unlink(path_.c_str());
     throw;
@@ -87,9 +86,9 @@ ModuleSnapshot::~ModuleSnapshot() { ::unlink(path_.c_str()); }
 
 void ModuleSnapshot::load_into(torch::nn::Module& module, const proto::Value& v) {
   codec_detail::expect_list_size(v, 2, "ModelWrapper snapshot");
-  const std::string path = Codec<std::string>::decode(v.list().items(0));
-  const proto::Value& index = v.list().items(1);
-  if (index.kind_case() != proto::Value::kList) codec_detail::throw_kind_mismatch("list", index);
+  const std::string path = Codec<std::string>::decode(v.list[0]);
+  const proto::Value& index = v.list[1];
+  if (index.kind != proto::Value::Kind::kList) codec_detail::throw_kind_mismatch("list", index);
 
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) sys::throw_errno("open", "model snapshot " + path + " (is the ModelWrapper alive?)");
@@ -104,18 +103,18 @@ void ModuleSnapshot::load_into(torch::nn::Module& module, const proto::Value& v)
   }
 
   std::map<std::string, at::Tensor> state = named_state(module);
-  if (static_cast<size_t>(index.list().items_size()) != state.size()) {
-    throw CodecError("ModelWrapper: the snapshot has " + std::to_string(index.list().items_size()) +
+  if (index.list.size() != state.size()) {
+    throw CodecError("ModelWrapper: the snapshot has " + std::to_string(index.list.size()) +
                      " parameters and buffers, the worker's model " + std::to_string(state.size()));
   }
   at::NoGradGuard no_grad;
-  for (const auto& e : index.list().items()) {
+  for (const auto& e : index.list) {
     codec_detail::expect_list_size(e, 5, "ModelWrapper snapshot entry");
-    const std::string name = Codec<std::string>::decode(e.list().items(0));
-    const auto dtype = static_cast<at::ScalarType>(Codec<int>::decode(e.list().items(1)));
-    const std::vector<int64_t> sizes = Codec<std::vector<int64_t>>::decode(e.list().items(2));
-    const int64_t offset = Codec<int64_t>::decode(e.list().items(3));
-    const int64_t nbytes = Codec<int64_t>::decode(e.list().items(4));
+    const std::string name = Codec<std::string>::decode(e.list[0]);
+    const auto dtype = static_cast<at::ScalarType>(Codec<int>::decode(e.list[1]));
+    const std::vector<int64_t> sizes = Codec<std::vector<int64_t>>::decode(e.list[2]);
+    const int64_t offset = Codec<int64_t>::decode(e.list[3]);
+    const int64_t nbytes = Codec<int64_t>::decode(e.list[4]);
     auto it = state.find(name);
     if (it == state.end()) {
       throw CodecError("ModelWrapper: the worker's model has no parameter or buffer '" + name + "'");

@@ -6,14 +6,12 @@ namespace lspawn {
 
 proto::Value Codec<at::Tensor>::encode(const at::Tensor& t) {
   const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(t));
-  proto::Value v;
-  v.set_tensor(bytes.data(), bytes.size());
-  return v;
+  return proto::Value::of_tensor(std::string(bytes.data(), bytes.size()));
 }
 
 at::Tensor Codec<at::Tensor>::decode(const proto::Value& v) {
-  if (v.kind_case() != proto::Value::kTensor) codec_detail::throw_kind_mismatch("tensor", v);
-  const std::vector<char> bytes(v.tensor().begin(), v.tensor().end());
+  if (v.kind != proto::Value::Kind::kTensor) codec_detail::throw_kind_mismatch("tensor", v);
+  const std::vector<char> bytes(v.s.begin(), v.s.end());
   c10::IValue value;
   try {
     value = torch::jit::pickle_load(bytes);

@@ -21,24 +21,43 @@ struct Dir {
 TEST_CASE("error file: lspawn's ErrorReport round-trips", "[error_file]") {
   Dir d;
   lspawn::proto::ErrorReport r;
-  r.set_rank(3);
-  r.set_local_rank(1);
-  r.set_pid(777);
-  r.set_host("h");
-  r.set_exception_type("std::logic_error");
-  r.set_message("bad: thing");
-  r.set_backtrace("a\nb");
-  r.set_timestamp_us(12);
+  r.rank = 3;
+  r.local_rank = 1;
+  r.pid = 777;
+  r.host = "h";
+  r.exception_type = "std::logic_error";
+  r.message = "bad: thing";
+  r.backtrace = "a\nb";
+  r.timestamp_us = 12;
   lspawn::write_error_file(d.path + "/e.json", r);
   auto got = read_error_file(d.path + "/e.json");
   REQUIRE(got.report);
   CHECK(got.problem.empty());
-  CHECK(got.report->version() == 1);
-  CHECK(got.report->rank() == 3);
-  CHECK(got.report->pid() == 777);
-  CHECK(got.report->exception_type() == "std::logic_error");
-  CHECK(got.report->message() == "bad: thing");
-  CHECK(got.report->backtrace() == "a\nb");
+  CHECK(got.report->version == 1);
+  CHECK(got.report->rank == 3);
+  CHECK(got.report->pid == 777);
+  CHECK(got.report->exception_type == "std::logic_error");
+  CHECK(got.report->message == "bad: thing");
+  CHECK(got.report->backtrace == "a\nb");
+}
+
+TEST_CASE("error file: a report written through protobuf's JSON mapping (earlier lspawn builds) reads", "[error_file]") {
+  Dir d;
+  // int64 fields as JSON strings, as protobuf wrote them.
+  auto p = d.file("old.json", R"({
+ "version": 1, "rank": 2, "local_rank": 0, "pid": "31337", "host": "n1",
+ "exception_type": "std::runtime_error", "message": "old format", "backtrace": "",
+ "timestamp_us": "1763768001234567", "failed_at_us": "1763768001234012"
+})");
+  auto got = read_error_file(p);
+  REQUIRE(got.report);
+  CHECK(got.problem.empty());
+  CHECK(got.report->rank == 2);
+  CHECK(got.report->pid == 31337);
+  CHECK(got.report->exception_type == "std::runtime_error");
+  CHECK(got.report->message == "old format");
+  CHECK(got.report->timestamp_us == 1763768001234567);
+  CHECK(got.report->failed_at_us == 1763768001234012);
 }
 
 TEST_CASE("error file: torchrun's @record format", "[error_file]") {
@@ -47,17 +66,17 @@ TEST_CASE("error file: torchrun's @record format", "[error_file]") {
                   R"({"message": {"message": "RuntimeError: CUDA out of memory", "extraInfo": {"py_callstack": "Traceback...\nline", "timestamp": "1700000000"}}})");
   auto got = read_error_file(p);
   REQUIRE(got.report);
-  CHECK(got.report->exception_type() == "RuntimeError");
-  CHECK(got.report->message() == "CUDA out of memory");
-  CHECK(got.report->backtrace() == "Traceback...\nline");
-  CHECK(got.report->timestamp_us() == 1700000000LL * 1000000);
-  CHECK(got.report->rank() == -1);
+  CHECK(got.report->exception_type == "RuntimeError");
+  CHECK(got.report->message == "CUDA out of memory");
+  CHECK(got.report->backtrace == "Traceback...\nline");
+  CHECK(got.report->timestamp_us == 1700000000LL * 1000000);
+  CHECK(got.report->rank == -1);
 
   p = d.file("s.json", R"({"message": "plain text, no type"})");
   got = read_error_file(p);
   REQUIRE(got.report);
-  CHECK(got.report->exception_type().empty());
-  CHECK(got.report->message() == "plain text, no type");
+  CHECK(got.report->exception_type.empty());
+  CHECK(got.report->message == "plain text, no type");
 }
 
 TEST_CASE("error file: missing is not a problem - garbage - oversize and newer versions are", "[error_file]") {

@@ -87,10 +87,10 @@ TEST_CASE("supervisor: an uncaught exception in a fork worker writes an ErrorRep
   const auto& r = sup.result(0);
   CHECK(r.exit_code == 1);
   REQUIRE(r.report);
-  CHECK(r.report->exception_type() == "std::invalid_argument");
-  CHECK(r.report->message() == "bad shape [2, 3]");
-  CHECK(r.report->rank() == 0);
-  CHECK(r.report->pid() == r.pid);
+  CHECK(r.report->exception_type == "std::invalid_argument");
+  CHECK(r.report->message == "bad shape [2, 3]");
+  CHECK(r.report->rank == 0);
+  CHECK(r.report->pid == r.pid);
   CHECK(sup.summary().find("error: std::invalid_argument: bad shape [2, 3]") != std::string::npos);
   sys::remove_tree(dir);
 }

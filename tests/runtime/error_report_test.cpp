@@ -48,21 +48,21 @@ TEST_CASE("error report: an uncaught exception in run_main writes the JSON repor
   CHECK(st.code == 1);
   CHECK_THAT(c.output(), Contains("[lspawn] rank 3: uncaught std::runtime_error: boom from rank 3"));
   const auto r = read_report(report);
-  CHECK(r.version() == lspawn::wire::kSchemaVersion);
-  CHECK(r.rank() == 3);
-  CHECK(r.local_rank() == 1);
-  CHECK(r.pid() == pid);
-  CHECK_FALSE(r.host().empty());
-  CHECK(r.exception_type() == "std::runtime_error");
-  CHECK(r.message() == "boom from rank 3");
+  CHECK(r.version == lspawn::wire::kSchemaVersion);
+  CHECK(r.rank == 3);
+  CHECK(r.local_rank == 1);
+  CHECK(r.pid == pid);
+  CHECK_FALSE(r.host.empty());
+  CHECK(r.exception_type == "std::runtime_error");
+  CHECK(r.message == "boom from rank 3");
   // The throw site, recorded when it was thrown (runtime/throw_trace.hpp), not the catch site.
-  CHECK_THAT(r.backtrace(), Contains("lspawn_test_throw_runtime_error"));
-  CHECK_THAT(r.backtrace(), !Contains("caught, not where it was thrown"));
-  CHECK(r.timestamp_us() >= before);
-  CHECK(r.timestamp_us() <= now_us());
+  CHECK_THAT(r.backtrace, Contains("lspawn_test_throw_runtime_error"));
+  CHECK_THAT(r.backtrace, !Contains("caught, not where it was thrown"));
+  CHECK(r.timestamp_us >= before);
+  CHECK(r.timestamp_us <= now_us());
   // The failure time is the throw, before unwinding and writing: the launcher orders by it.
-  CHECK(r.failed_at_us() >= before);
-  CHECK(r.failed_at_us() <= r.timestamp_us());
+  CHECK(r.failed_at_us >= before);
+  CHECK(r.failed_at_us <= r.timestamp_us);
 }
 
 TEST_CASE("error report: LSPAWN_ERROR_FILE is used when TORCHELASTIC_ERROR_FILE is unset", "[error_report]") {
@@ -73,8 +73,8 @@ TEST_CASE("error report: LSPAWN_ERROR_FILE is used when TORCHELASTIC_ERROR_FILE 
   INFO(st.describe() << "\n" << c.output());
   CHECK(st.code == 1);
   const auto r = read_report(report);
-  CHECK(r.exception_type() == "lspawn_test::CustomError");  // demangled, namespaced
-  CHECK(r.message() == "custom failure");
+  CHECK(r.exception_type == "lspawn_test::CustomError");  // demangled, namespaced
+  CHECK(r.message == "custom failure");
 }
 
 TEST_CASE("error report: c10::Error keeps its message apart from its own backtrace", "[error_report]") {
@@ -85,10 +85,10 @@ TEST_CASE("error report: c10::Error keeps its message apart from its own backtra
   INFO(st.describe() << "\n" << c.output());
   CHECK(st.code == 1);
   const auto r = read_report(report);
-  CHECK(r.exception_type() == "c10::Error");
-  CHECK_THAT(r.message(), Contains("c10 check failed on purpose"));
-  CHECK_THAT(r.message(), !Contains("frame #"));
-  CHECK_THAT(r.backtrace(), Contains("frame #"));
+  CHECK(r.exception_type == "c10::Error");
+  CHECK_THAT(r.message, Contains("c10 check failed on purpose"));
+  CHECK_THAT(r.message, !Contains("frame #"));
+  CHECK_THAT(r.backtrace, Contains("frame #"));
 }
 
 TEST_CASE("error report: the terminate handler reports the throw site, then aborts", "[error_report]") {
@@ -101,10 +101,10 @@ TEST_CASE("error report: the terminate handler reports the throw site, then abor
   CHECK(st.signal == SIGABRT);
   CHECK_THAT(c.output(), Contains("[lspawn] rank 3: uncaught std::runtime_error: uncaught in main, rank 3"));
   const auto r = read_report(report);
-  CHECK(r.exception_type() == "std::runtime_error");
-  CHECK(r.message() == "uncaught in main, rank 3");
+  CHECK(r.exception_type == "std::runtime_error");
+  CHECK(r.message == "uncaught in main, rank 3");
   // The stack was not unwound: the throwing function is in the backtrace.
-  CHECK_THAT(r.backtrace(), Contains("lspawn_test_throw_uncaught"));
+  CHECK_THAT(r.backtrace, Contains("lspawn_test_throw_uncaught"));
 }
 
 TEST_CASE("error report: an exception escaping a thread is reported by the terminate handler", "[error_report]") {
@@ -116,11 +116,11 @@ TEST_CASE("error report: an exception escaping a thread is reported by the termi
   INFO(st.describe() << "\n" << c.output());
   CHECK(st.signal == SIGABRT);
   const auto r = read_report(report);
-  CHECK(r.rank() == 3);
-  CHECK(r.exception_type() == "std::runtime_error");
-  CHECK(r.message() == "thrown in a thread of rank 3");
+  CHECK(r.rank == 3);
+  CHECK(r.exception_type == "std::runtime_error");
+  CHECK(r.message == "thrown in a thread of rank 3");
   // The thread's stack was unwound to its noexcept frame; the recorded throw site survives.
-  CHECK_THAT(r.backtrace(), Contains("lspawn_test_throw_in_thread"));
+  CHECK_THAT(r.backtrace, Contains("lspawn_test_throw_in_thread"));
 }
 
 TEST_CASE("error report: LSPAWN_THROW_TRACE=0 falls back to the catch site", "[error_report]") {
@@ -133,8 +133,8 @@ TEST_CASE("error report: LSPAWN_THROW_TRACE=0 falls back to the catch site", "[e
   INFO(st.describe() << "\n" << c.output());
   CHECK(st.code == 1);
   const auto r = read_report(report);
-  CHECK_THAT(r.backtrace(), StartsWith("(stack where the exception was caught, not where it was thrown)"));
-  CHECK_THAT(r.backtrace(), !Contains("lspawn_test_throw_runtime_error"));
+  CHECK_THAT(r.backtrace, StartsWith("(stack where the exception was caught, not where it was thrown)"));
+  CHECK_THAT(r.backtrace, !Contains("lspawn_test_throw_runtime_error"));
 }
 
 TEST_CASE("error report: without an error file only the stderr line is printed", "[error_report]") {
@@ -166,18 +166,18 @@ TEST_CASE("make_error_report: fields of an exception_ptr, rank unknown without R
   ::setenv("LOCAL_RANK", "not-a-number", 1);
   const auto r = lspawn::make_error_report(std::make_exception_ptr(std::out_of_range("idx 9")), "bt");
   ::unsetenv("LOCAL_RANK");
-  CHECK(r.rank() == -1);
-  CHECK(r.local_rank() == -1);
-  CHECK(r.pid() == ::getpid());
-  CHECK(r.exception_type() == "std::out_of_range");
-  CHECK(r.message() == "idx 9");
-  CHECK(r.backtrace() == "bt");
-  // Bytes that are not UTF-8 cannot go into a protobuf string: they are replaced.
+  CHECK(r.rank == -1);
+  CHECK(r.local_rank == -1);
+  CHECK(r.pid == ::getpid());
+  CHECK(r.exception_type == "std::out_of_range");
+  CHECK(r.message == "idx 9");
+  CHECK(r.backtrace == "bt");
+  // Bytes that are not UTF-8 cannot go into a JSON string: they are replaced.
   const auto u = lspawn::make_error_report(std::make_exception_ptr(std::runtime_error("bad \xff\xfe byte é")));
-  CHECK(u.message() == "bad ?? byte é");
+  CHECK(u.message == "bad ?? byte é");
   const auto t = lspawn::make_error_report(std::make_exception_ptr(42));
-  CHECK(t.exception_type() == "int");
-  CHECK(t.message() == "(not a std::exception)");
+  CHECK(t.exception_type == "int");
+  CHECK(t.message == "(not a std::exception)");
 }
 
 TEST_CASE("write_error_report(const std::exception&) writes the dynamic type", "[error_report]") {
@@ -192,8 +192,8 @@ TEST_CASE("write_error_report(const std::exception&) writes the dynamic type", "
   ::unsetenv("RANK");
   CHECK(written == report);
   const auto r = read_report(report);
-  CHECK(r.rank() == 5);
-  CHECK(r.exception_type() == "std::invalid_argument");
-  CHECK(r.message() == "bad arg");
+  CHECK(r.rank == 5);
+  CHECK(r.exception_type == "std::invalid_argument");
+  CHECK(r.message == "bad arg");
   CHECK(lspawn::current_backtrace().find("#0 ") == 0);
 }

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "launcher/spawn/codec.hpp"
+#include "proto/wire.hpp"
 
 using lspawn::Codec;
 using lspawn::CodecError;
@@ -8,12 +9,13 @@ using lspawn::CodecError;
 namespace {
 template <class T>
 T round_trip(const T& x) {
-  const lspawn::proto::Value v = Codec<T>::encode(x);
-  std::string bytes;
-  REQUIRE(v.SerializeToString(&bytes));
-  lspawn::proto::Value back;
-  REQUIRE(back.ParseFromString(bytes));
-  return Codec<T>::decode(back);
+  // Through the wire, as a result frame: what a child sends back.
+  lspawn::proto::SpawnResult sent;
+  sent.value = Codec<T>::encode(x);
+  std::string frame = lspawn::wire::encode_frame(sent);
+  lspawn::proto::SpawnResult back;
+  REQUIRE(lspawn::wire::try_decode_frame(frame, back, "codec test"));
+  return Codec<T>::decode(back.value);
 }
 enum class Color : uint8_t { Red = 1, Blue = 200 };
 }  // namespace

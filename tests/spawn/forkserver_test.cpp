@@ -47,11 +47,11 @@ struct TempDir {
 template <class... A>
 lspawn::proto::SpawnCall make_call(const char* fn, int index, const std::tuple<A...>& args) {
   lspawn::proto::SpawnCall c;
-  c.set_version(1);
-  c.set_function(fn);
-  c.set_index(index);
-  c.set_nprocs(1);
-  *c.mutable_args() = lspawn::encode_args(args);
+  c.version = 1;
+  c.function = fn;
+  c.index = index;
+  c.nprocs = 1;
+  c.args = lspawn::encode_args(args);
   return c;
 }
 
@@ -76,8 +76,8 @@ TEST_CASE("forkserver runs a registered function with the given stdio and report
   auto fs = lspawn::Forkserver::start();
   auto out = lspawn::sys::make_pipe("test stdout");
   auto call = make_call("fs_echo", 3, std::make_tuple(std::string("hello")));
-  call.set_want_result(true);
-  call.set_result_path(dir.path + "/result");
+  call.want_result = true;
+  call.result_path = dir.path + "/result";
   const pid_t pid = fs->fork_worker(call, {}, out.write.get(), 2);
   CHECK(pid > 0);
   out.write.reset();
@@ -89,15 +89,15 @@ TEST_CASE("forkserver runs a registered function with the given stdio and report
   }
   CHECK(text == "hello from 3\n");
   const auto exits = wait_exits(*fs, 1);
-  CHECK(exits[0].pid() == pid);
-  CHECK(exits[0].index() == 3);
-  CHECK(exits[0].exit_code() == 0);
-  CHECK(exits[0].signal() == 0);
+  CHECK(exits[0].pid == pid);
+  CHECK(exits[0].index == 3);
+  CHECK(exits[0].exit_code == 0);
+  CHECK(exits[0].signal == 0);
   lspawn::proto::SpawnResult result;
   lspawn::read_frame_file(dir.path + "/result", result, 1 << 20);
-  CHECK(result.index() == 3);
-  CHECK(result.returned());
-  CHECK(lspawn::Codec<int>::decode(result.value()) == 30);
+  CHECK(result.index == 3);
+  CHECK(result.returned);
+  CHECK(lspawn::Codec<int>::decode(result.value) == 30);
 }
 
 TEST_CASE("forkserver reports exit codes and signals of its workers") {
@@ -106,12 +106,12 @@ TEST_CASE("forkserver reports exit codes and signals of its workers") {
   const pid_t b = fs->fork_worker(make_call("fs_abort", 1, std::tuple<>()), {});
   auto exits = wait_exits(*fs, 2);
   for (const auto& e : exits) {
-    if (e.pid() == a) {
-      CHECK(e.exit_code() == 123);
-      CHECK(e.signal() == 0);
+    if (e.pid == a) {
+      CHECK(e.exit_code == 123);
+      CHECK(e.signal == 0);
     } else {
-      CHECK(e.pid() == b);
-      CHECK(e.signal() == SIGABRT);
+      CHECK(e.pid == b);
+      CHECK(e.signal == SIGABRT);
     }
   }
 }
@@ -123,12 +123,12 @@ TEST_CASE("forkserver worker that throws writes an error report and exits 1") {
   fs->fork_worker(make_call("fs_throw", 2, std::make_tuple(std::string("bad input"))),
                   {"TORCHELASTIC_ERROR_FILE=" + ef, "PATH=/usr/bin:/bin"});
   const auto exits = wait_exits(*fs, 1);
-  CHECK(exits[0].exit_code() == 1);
+  CHECK(exits[0].exit_code == 1);
   const auto r = lspawn::read_error_file(ef);
   REQUIRE(r.report);
-  CHECK(r.report->rank() == 2);
-  CHECK(r.report->exception_type() == "std::invalid_argument");
-  CHECK(r.report->message() == "bad input");
+  CHECK(r.report->rank == 2);
+  CHECK(r.report->exception_type == "std::invalid_argument");
+  CHECK(r.report->message == "bad input");
 }
 
 TEST_CASE("forkserver refuses a function that is not registered") {
@@ -138,7 +138,7 @@ TEST_CASE("forkserver refuses a function that is not registered") {
                         Catch::Contains("fs_echo"));
   // The server is still usable afterwards.
   fs->fork_worker(make_call("fs_exit", 0, std::make_tuple(0)), {});
-  CHECK(wait_exits(*fs, 1)[0].exit_code() == 0);
+  CHECK(wait_exits(*fs, 1)[0].exit_code == 0);
 }
 
 TEST_CASE("workers run in their own process group") {
@@ -146,7 +146,7 @@ TEST_CASE("workers run in their own process group") {
   const pid_t pid = fs->fork_worker(make_call("fs_sleep", 0, std::make_tuple(5000)), {});
   CHECK(::getpgid(pid) == pid);
   CHECK(lspawn::sys::kill(-pid, SIGKILL, "test"));
-  CHECK(wait_exits(*fs, 1)[0].signal() == SIGKILL);
+  CHECK(wait_exits(*fs, 1)[0].signal == SIGKILL);
 }
 
 TEST_CASE("destroying the forkserver kills the workers still running") {
@@ -238,8 +238,8 @@ TEST_CASE("run_worker writes the result, or the error report and returns 1") {
   CHECK(lspawn::run_worker(ok) == 0);
   lspawn::proto::SpawnResult r;
   lspawn::read_frame_file(ok.result_path, r, 1 << 20);
-  CHECK(r.index() == 2);
-  CHECK(lspawn::Codec<int>::decode(r.value()) == 5);
+  CHECK(r.index == 2);
+  CHECK(lspawn::Codec<int>::decode(r.value) == 5);
 
   lspawn::WorkerBody bad;
   bad.index = 1;
@@ -248,6 +248,6 @@ TEST_CASE("run_worker writes the result, or the error report and returns 1") {
   CHECK(lspawn::run_worker(bad) == 1);
   const auto report = lspawn::read_error_file(bad.error_file);
   REQUIRE(report.report);
-  CHECK(report.report->exception_type() == "int");
-  CHECK(report.report->rank() == 1);
+  CHECK(report.report->exception_type == "int");
+  CHECK(report.report->rank == 1);
 }

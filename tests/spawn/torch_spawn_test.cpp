@@ -68,8 +68,7 @@ TEST_CASE("tensor codec round-trips dtype, shape and values") {
   CHECK(y.scalar_type() == at::kFloat);
   CHECK(y.sizes() == x.sizes());
   CHECK(at::equal(x, y));
-  lspawn::proto::Value garbage;
-  garbage.set_tensor("not a pickle");
+  const auto garbage = lspawn::proto::Value::of_tensor("not a pickle");
   CHECK_THROWS_AS(lspawn::Codec<at::Tensor>::decode(garbage), lspawn::CodecError);
   CHECK_THROWS_WITH(lspawn::Codec<at::Tensor>::decode(lspawn::Codec<int>::encode(1)),
                     Catch::Contains("expected a value of kind tensor"));

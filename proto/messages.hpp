@@ -1,0 +1,141 @@
+// The one schema of every message that crosses an lspawn process boundary: plain C++ structs.
+//
+// Encoding (proto/wire.hpp, the only code that (de)serialises them): on pipes and sockets a
+// message is a CBOR map from field name to value (RFC 8949, written and read by nlohmann::json),
+// framed by a bounded 4-byte length; in files (error reports) it is a JSON object with the same
+// field names, one object per file. No protobuf: docs/architecture.md, "Decisions".
+//
+// Versioning: every top-level message carries `version`. A reader accepts messages whose version
+// is <= kSchemaVersion (proto/wire.hpp) and rejects newer ones with an error naming both numbers.
+// Fields are only ever added (never renamed or re-typed), and a reader ignores the fields it does
+// not know and leaves the fields it does not find at their defaults (those written here), so an
+// older reader of a newer message of the same version still parses it. Bump kSchemaVersion when
+// a change alters meaning.
+//
+// This header has no dependency beyond the standard library: it is included by torch-linked code
+// (runtime/, launcher/spawn/codec.hpp instantiated with tensors) and by the torch-free launcher.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lspawn::proto {
+
+// Written by a worker that dies of an uncaught exception, to the path in TORCHELASTIC_ERROR_FILE
+// (or LSPAWN_ERROR_FILE); read by the launcher / spawn() for the failure summary.
+// In files the int64 fields are JSON numbers; a reader also accepts them as decimal strings
+// (what files written by earlier lspawn builds, through protobuf's JSON mapping, hold).
+struct ErrorReport {
+  uint32_t version = 0;
+  int32_t rank = 0;            // global rank, -1 when unknown
+  int32_t local_rank = 0;      // -1 when unknown
+  int64_t pid = 0;
+  std::string host;
+  std::string exception_type;  // demangled C++ type, e.g. "std::runtime_error"
+  std::string message;         // what()
+  std::string backtrace;       // one frame per line, may be empty
+  int64_t timestamp_us = 0;    // wall clock, microseconds since the Unix epoch
+  // When the failure happened (wall clock, µs): the time the exception was thrown when the
+  // worker knows it (lspawn's runtime records every throw), else 0. Written after unwinding,
+  // timestamp_us can be later than a sibling's failure that this one caused; the launcher
+  // orders failures by this field to find the root cause.
+  int64_t failed_at_us = 0;
+};
+
+struct Value;
+// std::vector<T>, std::tuple<...>, the arguments of a SpawnCall.
+using ValueList = std::vector<Value>;
+
+// A value passed between processes: a spawn() argument or a worker's result. Exactly one kind;
+// the member that kind names holds the value, the others stay at their defaults.
+// On the wire: CBOR null (kNone), integer, float, boolean, text string, array (kList), byte
+// string (kBlob) and byte string with CBOR tag 1 (kTensor, see wire.cpp).
+struct Value {
+  enum class Kind : uint8_t {
+    kNone,    // unset (a default Value, or a kind this build does not know)
+    kInt,     // i
+    kDouble,  // f
+    kBool,    // b
+    kString,  // s: text
+    kTensor,  // s: torch::pickle_save of one tensor (runtime/spawn/tensor_codec encodes it)
+    kList,    // list
+    kBlob,    // s: opaque bytes of a user codec
+  };
+  Kind kind = Kind::kNone;
+  int64_t i = 0;
+  double f = 0;
+  bool b = false;
+  std::string s;
+  ValueList list;
+
+  static Value of_int(int64_t x);
+  static Value of_double(double x);
+  static Value of_bool(bool x);
+  static Value of_string(std::string x);
+  static Value of_tensor(std::string bytes);
+  static Value of_blob(std::string bytes);
+  static Value of_list(ValueList items = {});
+};
+
+// "int64", "string", ... for error messages.
+const char* kind_name(Value::Kind kind);
+
+// Hand-off from spawn()'s parent to a child that it started by exec (StartMethod::Spawn):
+// which registered function to run, with which index and arguments, and where to put the result.
+struct SpawnCall {
+  uint32_t version = 0;
+  std::string function;     // name given to LSPAWN_REGISTER
+  int32_t index = 0;
+  int32_t nprocs = 0;
+  ValueList args;
+  bool want_result = false;
+  std::string result_path;  // file for the SpawnResult frame when want_result (spawn's temp dir)
+};
+
+// What a spawn() child sends back to the parent on its result channel.
+struct SpawnResult {
+  uint32_t version = 0;
+  int32_t index = 0;
+  Value value;
+  bool returned = false;    // false when the function returned void (value unset)
+};
+
+// Forkserver protocol: parent → server requests; server → parent replies.
+struct ForkRequest {
+  uint32_t version = 0;
+  int32_t index = 0;             // worker index to run
+  bool shutdown = false;         // ask the server to exit (no worker is forked)
+  SpawnCall call;                // what the forked worker runs (function, args, result path)
+  std::vector<std::string> env;  // "NAME=value" set in the worker before it runs (env contract)
+  bool has_stdio = false;        // the request carries the worker's stdout and stderr fds
+                                 // (SCM_RIGHTS on the unix socket, in that order)
+};
+
+struct ForkReply {
+  uint32_t version = 0;
+  int32_t index = 0;
+  int64_t pid = 0;      // pid of the forked worker, 0 on failure
+  std::string error;    // why the fork failed, empty on success
+};
+
+// Forkserver → parent: a worker the server forked has exited (the server is its parent, and
+// the only process that can wait for it).
+struct ChildExit {
+  uint32_t version = 0;
+  int32_t index = 0;
+  int64_t pid = 0;
+  int32_t exit_code = 0;  // valid when signal == 0
+  int32_t signal = 0;     // terminating signal number, 0 if it exited
+};
+
+// Field-by-field equality (tests, and callers that compare a round trip).
+bool operator==(const ErrorReport& a, const ErrorReport& b);
+bool operator==(const Value& a, const Value& b);
+bool operator==(const SpawnCall& a, const SpawnCall& b);
+bool operator==(const SpawnResult& a, const SpawnResult& b);
+bool operator==(const ForkRequest& a, const ForkRequest& b);
+bool operator==(const ForkReply& a, const ForkReply& b);
+bool operator==(const ChildExit& a, const ChildExit& b);
+
+}  // namespace lspawn::proto
