@@ -1,0 +1,255 @@
+// Multi-node jobs on one machine: two lspawn processes on 127.0.0.1 act as two nodes (the
+// network-namespace tests, tests/multinode/, do the same across two hosts). Restarts.
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <map>
+#include <set>
+
+#include <sys/wait.h>
+
+#include "harness.hpp"
+#include "launcher/port.hpp"
+#include "launcher/sys.hpp"
+
+using namespace lspawn::test;
+
+namespace {
+
+// A port that was free a moment ago (both "nodes" must be told the same one).
+int free_port() {
+  lspawn::PortReservation r("127.0.0.1", 0);
+  return r.port();
+}
+
+int code_of(int status) {
+  if (status == -1) return -1;
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
+std::vector<std::string> lspawn_args(std::vector<std::string> args) {
+  args.insert(args.begin(), lspawn_bin());
+  return args;
+}
+
+// NAME=value lines of the `env` worker mode, by rank: {rank: {name: value}}.
+std::map<int, std::map<std::string, std::string>> env_by_rank(const std::string& out) {
+  std::map<int, std::map<std::string, std::string>> byrank;
+  for (const auto& l : lines(out)) {
+    // "[host rank N] NAME=value"
+    const auto rk = l.find(" rank ");
+    const auto close = l.find("] ");
+    if (l.empty() || l[0] != '[' || rk == std::string::npos || close == std::string::npos) continue;
+    const int rank = std::stoi(l.substr(rk + 6, close - rk - 6));
+    const std::string kv = l.substr(close + 2);
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    byrank[rank][kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return byrank;
+}
+
+const std::string kHost = lspawn::sys::hostname();
+
+}  // namespace
+
+TEST_CASE("static multi-node: two lspawns with the same --master-addr/--master-port meet without --run-id", "[e2e][multinode]") {
+  const std::string port = std::to_string(free_port());
+  auto node = [&](int r) {
+    return lspawn_args({"--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "2",
+                        "--master-addr", "127.0.0.1", "--master-port", port, worker_bin(), "env"});
+  };
+  Child b(node(1));  // the member first: it waits for node 0
+  Child a(node(0));
+  const int sa = a.wait(), sb = b.wait();
+  INFO(a.err() << b.err());
+  REQUIRE(code_of(sa) == 0);
+  REQUIRE(code_of(sb) == 0);
+  auto ea = env_by_rank(a.out()), eb = env_by_rank(b.out());
+  REQUIRE(ea.size() == 2);
+  REQUIRE(eb.size() == 2);
+  CHECK(ea.count(0) == 1);
+  CHECK(ea.count(1) == 1);
+  CHECK(eb.count(2) == 1);  // global ranks contiguous per node
+  CHECK(eb.count(3) == 1);
+  for (auto* e : {&ea, &eb}) {
+    for (auto& [rank, vars] : *e) {
+      CHECK(vars["WORLD_SIZE"] == "4");
+      CHECK(vars["LOCAL_WORLD_SIZE"] == "2");
+      CHECK(vars["GROUP_RANK"] == (rank < 2 ? "0" : "1"));
+      CHECK(vars["GROUP_WORLD_SIZE"] == "2");
+      CHECK(vars["ROLE_RANK"] == std::to_string(rank));
+      CHECK(vars["ROLE_WORLD_SIZE"] == "4");
+      CHECK(vars["LOCAL_RANK"] == std::to_string(rank % 2));
+      CHECK(vars["MASTER_ADDR"] == "127.0.0.1");
+      // One run id and one worker master for the job, drawn by node 0.
+      CHECK(vars["TORCHELASTIC_RUN_ID"] == ea[0]["TORCHELASTIC_RUN_ID"]);
+      CHECK(vars["MASTER_PORT"] == ea[0]["MASTER_PORT"]);
+    }
+  }
+  CHECK(ea[0]["MASTER_PORT"] != port);  // node 0's lspawn listens on --master-port itself
+  // Output names the host and the rank.
+  CHECK(b.out().find("[" + kHost + " rank 3] RANK=3\n") != std::string::npos);
+}
+
+TEST_CASE("--rdzv-endpoint: node ranks assigned by the rendezvous, --rdzv-id is the run id", "[e2e][multinode]") {
+  const std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  auto node = [&] {
+    return lspawn_args({"--nnodes", "2", "--nprocs", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", ep,
+                        "--rdzv-id", "job42", worker_bin(), "env"});
+  };
+  Child a(node());
+  Child b(node());
+  const int sa = a.wait(), sb = b.wait();
+  INFO(a.err() << b.err());
+  REQUIRE(code_of(sa) == 0);
+  REQUIRE(code_of(sb) == 0);
+  auto ea = env_by_rank(a.out()), eb = env_by_rank(b.out());
+  std::set<int> ranks;
+  std::set<std::string> groups;
+  for (auto* e : {&ea, &eb}) {
+    REQUIRE(e->size() == 2);
+    const std::string group = e->begin()->second["GROUP_RANK"];
+    groups.insert(group);
+    for (auto& [rank, vars] : *e) {
+      ranks.insert(rank);
+      CHECK(vars["TORCHELASTIC_RUN_ID"] == "job42");
+      CHECK(vars["GROUP_RANK"] == group);
+      CHECK(rank / 2 == std::stoi(group));
+    }
+  }
+  CHECK(ranks == std::set<int>{0, 1, 2, 3});
+  CHECK(groups == std::set<std::string>{"0", "1"});
+}
+
+TEST_CASE("multi-node: a rank failing on one node stops the other; both report it and exit with its code", "[e2e][multinode][exec-only]") {
+  const std::string port = std::to_string(free_port());
+  // Rank 3 (node 1) exits 7 once started; every other rank would run for a minute.
+  const std::string script = "if [ $RANK = 3 ]; then sleep 0.3; echo 'rank 3 gives up' >&2; exit 7; fi; exec sleep 60";
+  auto node = [&](int r) {
+    return lspawn_args({"--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "2",
+                        "--master-port", port, "--grace-period", "2", "/bin/sh", "-c", script});
+  };
+  Child a(node(0));
+  Child b(node(1));
+  const auto t0 = std::chrono::steady_clock::now();
+  const int sa = a.wait(std::chrono::seconds(15)), sb = b.wait(std::chrono::seconds(15));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(a.err() << "----\n" << b.err());
+  CHECK(code_of(sa) == 7);
+  CHECK(code_of(sb) == 7);
+  for (const Child* c : {&a, &b}) {
+    CHECK(c->err().find("lspawn: root cause: process 3 terminated with exit code 7\n") != std::string::npos);
+    CHECK(c->err().find("rank 3 of 4") != std::string::npos);
+    CHECK(c->err().find("on node 1 of 2") != std::string::npos);
+  }
+  CHECK(a.err().find("terminated by lspawn with SIGTERM") != std::string::npos);
+  CHECK(secs < 6.0);
+}
+
+TEST_CASE("multi-node: a node whose lspawn is SIGKILLed is lost; the other stops in bounded time and names it", "[e2e][multinode][exec-only]") {
+  Subreaper reaper;
+  TempDir dir;
+  const std::string port = std::to_string(free_port());
+  const std::string script = "echo $$ > " + dir.path + "/pid-$RANK; exec sleep 60";
+  auto node = [&](int r) {
+    return lspawn_args({"--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "2",
+                        "--master-port", port, "--node-timeout", "2", "--grace-period", "1",
+                        "/bin/sh", "-c", script});
+  };
+  Child a(node(0));
+  Child b(node(1));
+  REQUIRE(a.wait_output([](const std::string& out, const std::string& err) {
+    (void)out;
+    return err.find("starting 2 workers") != std::string::npos;
+  }, std::chrono::seconds(10)));
+  REQUIRE(b.wait_output([](const std::string&, const std::string& err) {
+    return err.find("starting 2 workers") != std::string::npos;
+  }, std::chrono::seconds(10)));
+  std::set<pid_t> pids;
+  for (int i = 0; i < 200 && pids.size() < 4; ++i) {
+    pids.clear();
+    for (int r = 0; r < 4; ++r) {
+      if (FILE* f = std::fopen((dir.path + "/pid-" + std::to_string(r)).c_str(), "r")) {
+        int p = 0;
+        if (std::fscanf(f, "%d", &p) == 1) pids.insert(p);
+        std::fclose(f);
+      }
+    }
+    if (pids.size() < 4) usleep(20000);
+  }
+  REQUIRE(pids.size() == 4);
+  const auto t0 = std::chrono::steady_clock::now();
+  b.signal(SIGKILL);
+  const int sa = a.wait(std::chrono::seconds(15));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(a.err());
+  CHECK(code_of(sa) == 123);
+  CHECK(a.err().find("root cause: node 1 (" + kHost + ", 127.0.0.1) was lost") != std::string::npos);
+  CHECK(secs < 5.0);
+  // Nothing of either node is left: node 1's workers went with its lspawn (guardian).
+  CHECK(alive_after(pids, std::chrono::seconds(5)).empty());
+}
+
+TEST_CASE("multi-node: a node that never comes fails the rendezvous after --rdzv-timeout", "[e2e][multinode]") {
+  auto r = run_lspawn({"--nnodes", "2", "--node-rank", "0", "--master-port", std::to_string(free_port()),
+                       "--rdzv-timeout", "0.5", worker_bin(), "env"});
+  CHECK(r.exit_code == 122);
+  CHECK(r.err.find("timed out after 0.5 s: 1/2 nodes joined") != std::string::npos);
+  CHECK(r.out.empty());
+}
+
+TEST_CASE("multi-node: nodes that disagree on --nproc-per-node are rejected, on both sides", "[e2e][multinode]") {
+  const std::string port = std::to_string(free_port());
+  Child a(lspawn_args({"--nnodes", "2", "--node-rank", "0", "--nprocs", "2", "--master-port", port,
+                       "--rdzv-timeout", "10", worker_bin(), "env"}));
+  Child b(lspawn_args({"--nnodes", "2", "--node-rank", "1", "--nprocs", "3", "--master-port", port,
+                       "--rdzv-timeout", "10", worker_bin(), "env"}));
+  const int sa = a.wait(), sb = b.wait();
+  INFO(a.err() << b.err());
+  CHECK(code_of(sa) == 122);
+  CHECK(code_of(sb) == 122);
+  CHECK(b.err().find("has --nproc-per-node 3, this node 2") != std::string::npos);
+}
+
+TEST_CASE("--max-restarts 2: a rank failing on its first attempt only; the job succeeds on attempt 1", "[e2e][restarts][exec-only]") {
+  const std::string script =
+      "if [ $RANK = 1 ] && [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then exit 5; fi; "
+      "echo \"ok rank=$RANK restart=$TORCHELASTIC_RESTART_COUNT max=$TORCHELASTIC_MAX_RESTARTS run=$TORCHELASTIC_RUN_ID\"";
+  auto r = run_lspawn({"--nprocs", "2", "--max-restarts", "2", "--run-id", "r1", "/bin/sh", "-c", script});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("[rank 0] ok rank=0 restart=1 max=2 run=r1\n") != std::string::npos);
+  CHECK(r.out.find("[rank 1] ok rank=1 restart=1 max=2 run=r1\n") != std::string::npos);
+  CHECK(r.out.find("restart=0") == std::string::npos || count(r.out, "ok rank=1") == 1);
+  CHECK(r.err.find("attempt 0 failed; restarting") != std::string::npos);
+  CHECK(r.err.find("process 1 terminated with exit code 5") != std::string::npos);
+}
+
+TEST_CASE("--max-restarts 1: a rank failing every time; the last attempt's root cause is reported", "[e2e][restarts][exec-only]") {
+  auto r = run_lspawn({"--nprocs", "2", "--max-restarts", "1", "/bin/sh", "-c",
+                       "if [ $RANK = 0 ]; then exit $((10 + TORCHELASTIC_RESTART_COUNT)); fi; exec sleep 30"});
+  INFO(r.err);
+  CHECK(r.exit_code == 11);
+  CHECK(r.err.find("lspawn: root cause: process 0 terminated with exit code 11\n") != std::string::npos);
+  CHECK(r.seconds < 8.0);
+}
+
+TEST_CASE("--max-restarts across two nodes: both restart and succeed on attempt 1", "[e2e][restarts][multinode][exec-only]") {
+  const std::string port = std::to_string(free_port());
+  const std::string script =
+      "if [ $RANK = 2 ] && [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then exit 5; fi; "
+      "[ $TORCHELASTIC_RESTART_COUNT = 0 ] && exec sleep 30; echo \"ok rank=$RANK restart=$TORCHELASTIC_RESTART_COUNT\"";
+  auto node = [&](int r) {
+    return lspawn_args({"--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "2",
+                        "--master-port", port, "--max-restarts", "2", "/bin/sh", "-c", script});
+  };
+  Child a(node(0));
+  Child b(node(1));
+  const int sa = a.wait(), sb = b.wait();
+  INFO(a.err() << "----\n" << b.err());
+  CHECK(code_of(sa) == 0);
+  CHECK(code_of(sb) == 0);
+  CHECK(a.out().find("rank 0] ok rank=0 restart=1\n") != std::string::npos);
+  CHECK(b.out().find("rank 3] ok rank=3 restart=1\n") != std::string::npos);
+}
