@@ -329,7 +329,20 @@ int run(const CliOptions& o) {
     // The round: local events go to the group, the group's decisions come back.
     bool failure_sent = false, done_sent = false;
     std::optional<int> next_round;
-    while (!group->finish() && !next_round) {
+    for (;;) {
+      // Local events first (the workers may all have exited while they were being started).
+      if (!failure_sent && (sup.root_cause() || sup.stop_signal())) {
+        group->local_failure(local_cause(round));
+        failure_sent = true;
+      }
+      if (group->stop_requested() && sup.phase() == Phase::Running) sup.stop_workers();
+      if (sup.finished() && !done_sent) {
+        done_sent = true;
+        const bool failed = sup.root_cause() || sup.stop_signal();
+        group->local_done(failed, failed ? local_cause(round) : node::Cause{});
+      }
+      next_round = group->take_start();
+      if (group->finish() || next_round) break;
       sync_watches();
       if (!sup.finished()) {
         sup.step(group->next_wakeup());
@@ -352,17 +365,6 @@ int run(const CliOptions& o) {
         }
       }
       group->tick();
-      if (!failure_sent && (sup.root_cause() || sup.stop_signal())) {
-        group->local_failure(local_cause(round));
-        failure_sent = true;
-      }
-      if (group->stop_requested() && sup.phase() == Phase::Running) sup.stop_workers();
-      if (sup.finished() && !done_sent) {
-        done_sent = true;
-        const bool failed = sup.root_cause() || sup.stop_signal();
-        group->local_done(failed, failed ? local_cause(round) : node::Cause{});
-      }
-      next_round = group->take_start();
     }
     if (next_round) continue;
     // The job is over: every node prints the same root cause and exits with its code.

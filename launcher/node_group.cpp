@@ -45,6 +45,15 @@ int64_t now_us() {
       .count();
 }
 
+// "process 3 terminated with exit code 7" out of "lspawn: root cause: process 3 ...\n...".
+std::string first_line(const std::string& text) {
+  std::string l = text.substr(0, text.find('\n'));
+  for (const char* p : {"lspawn: ", "root cause: "}) {
+    if (l.rfind(p, 0) == 0) l = l.substr(std::strlen(p));
+  }
+  return l;
+}
+
 // Lower is more fundamental: a lost node explains the failures it caused elsewhere.
 int kind_order(const std::string& kind) {
   if (kind == "node-lost") return 0;
@@ -288,7 +297,11 @@ std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd li
   }
   g->assign_.node_rank = rank_of[0];
   for (auto& n : g->nodes_) {
-    if (!n->link) g->lost(*n, "connection closed during the rendezvous");
+    if (!n->link) {
+      g->lost(*n, "connection closed during the rendezvous");
+    } else {
+      n->link->touch();
+    }
   }
   g->info("rendezvous: " + std::to_string(o.nnodes) + " nodes joined after " +
           seconds(std::chrono::duration_cast<milliseconds>(Clock::now() - t0)));
@@ -367,6 +380,7 @@ std::unique_ptr<Group> Group::form_member(const GroupOptions& o) {
   node->node_rank = coord_rank;
   node->host = g->assign_.hosts[static_cast<size_t>(coord_rank)];
   node->link->set_peer("the coordinator (" + node->host + ", " + ep + ")");
+  node->link->touch();
   for (auto& m : queue) g->handle(*node, m);
   g->nodes_.push_back(std::move(node));
   g->info("rendezvous: node " + std::to_string(g->assign_.node_rank) + " of " +
@@ -417,7 +431,13 @@ void Group::handle(Node& n, const Message& m) {
 void Group::handle_member_message(const Message& m) {
   if (m.type == "stop") {
     auto s = m.as<StopMsg>();
-    if (s.restart_count == round_) stop_requested_ = true;
+    if (s.restart_count == round_ && !stop_requested_) {
+      stop_requested_ = true;
+      info("the coordinator stops every node: " + first_line(s.cause.text) +
+           (s.cause.kind == "worker"
+                ? " on node " + std::to_string(s.cause.node_rank) + " (" + s.cause.host + ")"
+                : ""));
+    }
   } else if (m.type == "start") {
     round_ = m.as<StartMsg>().restart_count;
     stop_requested_ = false;
@@ -478,6 +498,8 @@ void Group::coordinator_failure(const Cause& c) {
   if (stopping_) return;
   stopping_ = true;
   stop_requested_ = true;
+  if (opts_.nnodes > 1) info("stopping the workers of every node: " + first_line(c.text) +
+       (c.kind == "worker" ? " on node " + std::to_string(c.node_rank) + " (" + c.host + ")" : ""));
   StopMsg s;
   s.restart_count = round_;
   s.cause = c;
