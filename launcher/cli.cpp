@@ -261,13 +261,16 @@ int run(const CliOptions& o) {
     c.restart_count = round;
     c.node_rank = node_rank;
     c.host = host;
-    if (sup.root_cause()) {
-      const WorkerResult& r = sup.result(*sup.root_cause());
+    // A signal to this lspawn first; else this node's earliest failure of a worker, also one
+    // that failed while being stopped for another node (its report may be the job's earliest).
+    const std::optional<int> first = sup.stop_signal() ? std::nullopt : sup.earliest_failure();
+    if (first) {
+      const WorkerResult& r = sup.result(*first);
       c.kind = "worker";
       c.rank = r.rank;
-      c.exit_code = sup.exit_code();
+      c.exit_code = Supervisor::failure_exit_code(r);
       c.time_us = r.failure_time_us();
-      c.text = sup.root_cause_report() + attempt_text(round);
+      c.text = sup.failure_report(r.rank) + attempt_text(round);
     } else {
       const int sig = sup.stop_signal();
       c.kind = "signal";
@@ -338,7 +341,7 @@ int run(const CliOptions& o) {
       if (group->stop_requested() && sup.phase() == Phase::Running) sup.stop_workers();
       if (sup.finished() && !done_sent) {
         done_sent = true;
-        const bool failed = sup.root_cause() || sup.stop_signal();
+        const bool failed = sup.stop_signal() || sup.earliest_failure();
         group->local_done(failed, failed ? local_cause(round) : node::Cause{});
       }
       next_round = group->take_start();
@@ -377,13 +380,18 @@ int run(const CliOptions& o) {
       summary = sup.summary();
     } else if (fin.failed) {
       summary = fin.cause.text;
-      const bool ours = fin.cause.kind == "worker" && fin.cause.node_rank == node_rank &&
-                        sup.root_cause() && *sup.root_cause() == fin.cause.rank;
-      if (!ours && sup.root_cause()) {
-        // This node's first failure came after the job's root cause (a consequence of it).
-        summary += "lspawn: also " + sup.result(*sup.root_cause()).describe() + " on " + host + "\n";
+      const bool ours = fin.cause.kind == "worker" && fin.cause.node_rank == node_rank;
+      if (ours && sup.root_cause() && *sup.root_cause() == fin.cause.rank) {
+        summary += sup.summary(false);
+      } else {
+        if (!ours && sup.root_cause()) {
+          // This node's first failure came after the job's root cause (a consequence of it).
+          summary += "lspawn: also " + sup.result(*sup.root_cause()).describe() + " on " + host + "\n";
+        }
+        // summary(false) of a node without a root cause of its own lists every worker, the
+        // job's root cause among them when it ran here.
+        summary += sup.summary(false);
       }
-      summary += sup.summary(false);
     } else {
       summary = sup.summary();
     }

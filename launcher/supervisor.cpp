@@ -712,9 +712,7 @@ void Supervisor::run() { run_until(Clock::time_point::max()); }
 
 int Supervisor::exit_code() const {
   if (root_cause_) {
-    const auto& r = result(*root_cause_);
-    if (r.reported_then_stopped()) return 1;  // what run_main returns for an uncaught exception
-    return r.term_signal ? 128 + r.term_signal : r.exit_code;
+    return failure_exit_code(result(*root_cause_));
   }
   if (stop_signal_) return 128 + stop_signal_;
   for (const auto& r : results_)
@@ -745,6 +743,27 @@ void Supervisor::detail(std::ostream& os, const WorkerResult& r, const char* hea
     os << "lspawn:   error file: none written (" << (r.error_file.empty() ? "not set" : r.error_file)
        << ")\n";
   }
+}
+
+std::optional<int> Supervisor::earliest_failure() const {
+  const WorkerResult* first = nullptr;
+  for (const auto& r : results_) {
+    const bool own_failure = r.failed() && (!r.killed_by_supervisor() || r.reported_then_stopped());
+    if (own_failure && (!first || r.failure_time_us() < first->failure_time_us())) first = &r;
+  }
+  if (!first) return std::nullopt;
+  return first->rank;
+}
+
+std::string Supervisor::failure_report(int rank) const {
+  std::ostringstream os;
+  detail(os, result(rank), "root cause: ");
+  return os.str();
+}
+
+int Supervisor::failure_exit_code(const WorkerResult& r) {
+  if (r.reported_then_stopped()) return 1;  // what run_main returns for an uncaught exception
+  return r.term_signal ? 128 + r.term_signal : r.exit_code;
 }
 
 std::string Supervisor::root_cause_report() const {

@@ -207,6 +207,15 @@ class Supervisor {
   // The root cause's block of summary() ("lspawn: root cause: process 3 terminated ..." and
   // its detail lines); empty when there is no root cause.
   std::string root_cause_report() const;
+  // The earliest failure of a worker of its own (by failure_time_us()), whatever the phase:
+  // also one that failed or reported an error while being stopped on behalf of other nodes
+  // (stop_workers()), which is never this supervisor's root_cause(). A multi-node job compares
+  // it with the other nodes' (docs/multi-node.md). nullopt when none failed on its own.
+  std::optional<int> earliest_failure() const;
+  // The block of summary() for `rank` as if it were the root cause.
+  std::string failure_report(int rank) const;
+  // The exit status lspawn gives for this worker's failure (see exit_code()).
+  static int failure_exit_code(const WorkerResult& r);
 
   // Every fd the supervisor owns (pipes, pidfds, signalfd, guardian). A forked child that
   // does not exec closes these.

@@ -314,3 +314,28 @@ TEST_CASE("multi-node: waiting for a late node is not silence: nodes that joined
   CHECK(code_of(sb) == 0);
   CHECK(code_of(sc) == 0);
 }
+
+TEST_CASE("multi-node: the earliest failure wins even if its rank was still unwinding when another node's failed", "[e2e][multinode][exec-only]") {
+  // Rank 3 (node 1) reports an error and is still exiting when rank 0 (node 0) exits 9: the
+  // job's root cause is rank 3 on both nodes (its report is earlier), as on one node.
+  TempDir sync;
+  const std::string port = std::to_string(free_port());
+  const std::string script = "if [ $RANK = 3 ]; then exec " + worker_bin() +
+                             " report-then-wait 3; fi; if [ $RANK = 0 ]; then until [ -e " + sync.path +
+                             "/ready-3 ]; do sleep 0.01; done; exit 9; fi; exec sleep 60";
+  auto node = [&](int r) {
+    return lspawn_args({"--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "2",
+                        "--master-port", port, "--grace-period", "2", "/bin/sh", "-c", script});
+  };
+  Child a(node(0), {"LSPAWN_TEST_SYNC_DIR=" + sync.path});
+  Child b(node(1), {"LSPAWN_TEST_SYNC_DIR=" + sync.path});
+  const int sa = a.wait(), sb = b.wait();
+  INFO(a.err() << "----\n" << b.err());
+  CHECK(code_of(sa) == 1);
+  CHECK(code_of(sb) == 1);
+  for (const Child* c : {&a, &b}) {
+    CHECK(c->err().find("lspawn: root cause: process 3 raised std::runtime_error and was stopped by lspawn") != std::string::npos);
+    CHECK(c->err().find("error: std::runtime_error: first failure") != std::string::npos);
+  }
+  CHECK(a.err().find("lspawn: also process 0 terminated with exit code 9") != std::string::npos);
+}
