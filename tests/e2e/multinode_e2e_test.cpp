@@ -92,7 +92,7 @@ TEST_CASE("static multi-node: two lspawns with the same --master-addr/--master-p
   CHECK(b.out().find("[" + kHost + " rank 3] RANK=3\n") != std::string::npos);
 }
 
-TEST_CASE("--rdzv-endpoint: node ranks assigned by the rendezvous, --rdzv-id is the run id", "[e2e][multinode]") {
+TEST_CASE("multi-node: --rdzv-endpoint: node ranks assigned by the rendezvous, --rdzv-id is the run id", "[e2e][multinode]") {
   const std::string ep = "127.0.0.1:" + std::to_string(free_port());
   auto node = [&] {
     return lspawn_args({"--nnodes", "2", "--nprocs", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", ep,
@@ -212,7 +212,7 @@ TEST_CASE("multi-node: nodes that disagree on --nproc-per-node are rejected, on 
   CHECK(b.err().find("has --nproc-per-node 3, this node 2") != std::string::npos);
 }
 
-TEST_CASE("--max-restarts 2: a rank failing on its first attempt only; the job succeeds on attempt 1", "[e2e][restarts][exec-only]") {
+TEST_CASE("restarts: --max-restarts 2: a rank failing on its first attempt only; the job succeeds on attempt 1", "[e2e][restarts][exec-only]") {
   const std::string script =
       "if [ $RANK = 1 ] && [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then exit 5; fi; "
       "echo \"ok rank=$RANK restart=$TORCHELASTIC_RESTART_COUNT max=$TORCHELASTIC_MAX_RESTARTS run=$TORCHELASTIC_RUN_ID\"";
@@ -226,7 +226,7 @@ TEST_CASE("--max-restarts 2: a rank failing on its first attempt only; the job s
   CHECK(r.err.find("process 1 terminated with exit code 5") != std::string::npos);
 }
 
-TEST_CASE("--max-restarts 1: a rank failing every time; the last attempt's root cause is reported", "[e2e][restarts][exec-only]") {
+TEST_CASE("restarts: --max-restarts 1: a rank failing every time; the last attempt's root cause is reported", "[e2e][restarts][exec-only]") {
   auto r = run_lspawn({"--nprocs", "2", "--max-restarts", "1", "/bin/sh", "-c",
                        "if [ $RANK = 0 ]; then exit $((10 + TORCHELASTIC_RESTART_COUNT)); fi; exec sleep 30"});
   INFO(r.err);
@@ -235,7 +235,7 @@ TEST_CASE("--max-restarts 1: a rank failing every time; the last attempt's root 
   CHECK(r.seconds < 8.0);
 }
 
-TEST_CASE("--max-restarts across two nodes: both restart and succeed on attempt 1", "[e2e][restarts][multinode][exec-only]") {
+TEST_CASE("restarts: --max-restarts across two nodes: both restart and succeed on attempt 1", "[e2e][restarts][multinode][exec-only]") {
   const std::string port = std::to_string(free_port());
   const std::string script =
       "if [ $RANK = 2 ] && [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then exit 5; fi; "
@@ -338,4 +338,13 @@ TEST_CASE("multi-node: the earliest failure wins even if its rank was still unwi
     CHECK(c->err().find("error: std::runtime_error: first failure") != std::string::npos);
   }
   CHECK(a.err().find("lspawn: also process 0 terminated with exit code 9") != std::string::npos);
+}
+
+TEST_CASE("multi-node: node 0 must listen on --master-addr: an address of another host is a usage error", "[e2e][multinode]") {
+  auto r = run_lspawn({"--nnodes", "2", "--node-rank", "0", "--master-addr", "192.0.2.1", "--master-port",
+                       std::to_string(free_port()), worker_bin(), "env"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("192.0.2.1:") != std::string::npos);
+  CHECK(r.err.find("is not an address of this host") != std::string::npos);
+  CHECK(r.out.empty());
 }
