@@ -228,6 +228,8 @@ int run(const CliOptions& o) {
     sigset_t stop;
     sigemptyset(&stop);
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&stop, sig);
+    // Loading the program blocks this thread (no heartbeats): the other nodes allow for it.
+    group->announce_busy(kForkserverReadyTimeout + std::chrono::seconds(5));
     try {
       forkserver = Forkserver::exec(*path, o.program, common_environment(envs),
                                     kForkserverReadyTimeout, &stop);

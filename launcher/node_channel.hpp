@@ -19,8 +19,11 @@
 //   coordinator → member  start     StartMsg: a restart, round N begins
 //   coordinator → member  finish    FinishMsg: the job is over; the exit code and root cause
 //   both ways             hb        heartbeat, every min(1 s, node timeout / 4)
-// A link that sends nothing (not even hb) for the node timeout, or whose connection breaks
-// (EOF, ECONNRESET, TCP_USER_TIMEOUT), is a lost node.
+//   both ways             busy      BusyMsg: the sender blocks up to ms without heartbeats (an
+//                                   exec'd forkserver loading the program); its next message
+//                                   ends the allowance
+// A link that sends nothing (not even hb) for the node timeout (beyond a busy allowance), or
+// whose connection breaks (EOF, ECONNRESET, TCP_USER_TIMEOUT), is a lost node.
 #pragma once
 
 #include <chrono>
@@ -105,6 +108,11 @@ struct DoneMsg {
   Cause cause;  // this node's settled root cause when failed
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DoneMsg, restart_count, failed, cause)
+
+struct BusyMsg {
+  int64_t ms = 0;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BusyMsg, ms)
 
 struct StartMsg {
   int restart_count = 0;

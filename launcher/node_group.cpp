@@ -20,6 +20,7 @@ struct Group::Node {
   std::string addr;
   std::unique_ptr<Link> link;  // null once lost
   bool done = false;           // this round
+  Clock::time_point busy_until{};  // its announced silence (BusyMsg) ends then
 };
 
 namespace {
@@ -414,7 +415,9 @@ void Group::on_readable(int fd) {
 }
 
 void Group::handle(Node& n, const Message& m) {
-  if (m.type == "hb") return;
+  n.busy_until = m.type == "busy" ? Clock::now() + milliseconds(std::max<int64_t>(m.as<BusyMsg>().ms, 0))
+                                  : Clock::time_point{};
+  if (m.type == "hb" || m.type == "busy") return;
   if (!coordinator_) {
     handle_member_message(m);
     return;
@@ -610,7 +613,7 @@ void Group::tick() {
   const auto now = Clock::now();
   for (auto& n : nodes_) {
     if (!n->link) continue;
-    if (now - n->link->last_in() > opts_.node_timeout) {
+    if (now - n->link->last_in() > opts_.node_timeout && now >= n->busy_until) {
       lost(*n, "nothing received for " + seconds(opts_.node_timeout) + " (--node-timeout)");
       continue;
     }
@@ -630,7 +633,8 @@ Clock::time_point Group::next_wakeup() const {
   auto t = Clock::time_point::max();
   for (auto& n : nodes_) {
     if (!n->link) continue;
-    t = std::min({t, n->link->last_out() + heartbeat_interval(), n->link->last_in() + opts_.node_timeout});
+    t = std::min({t, n->link->last_out() + heartbeat_interval(),
+                  std::max(n->link->last_in() + opts_.node_timeout, n->busy_until)});
     if (n->link->pending()) t = std::min(t, Clock::now() + milliseconds(10));
   }
   return t;
@@ -652,6 +656,19 @@ bool Group::wait(Clock::time_point deadline, int extra_fd) {
   }
   tick();
   return extra;
+}
+
+void Group::announce_busy(milliseconds limit) {
+  BusyMsg b;
+  b.ms = limit.count();
+  for (auto& n : nodes_) {
+    if (!n->link) continue;
+    try {
+      n->link->send("busy", b);
+    } catch (const LinkError& e) {
+      lost(*n, e.what());
+    }
+  }
 }
 
 void Group::flush_for(milliseconds limit) {

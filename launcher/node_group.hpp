@@ -100,6 +100,9 @@ class Group {
   std::optional<int> take_start();
   // The job is over: its exit code and root cause (the same on every node).
   const std::optional<FinishMsg>& finish() const { return finish_; }
+  // This lspawn is about to block up to `limit` without heartbeats (starting an exec'd
+  // forkserver): the other nodes do not count that silence. Its next message ends it.
+  void announce_busy(std::chrono::milliseconds limit);
   // Before exiting: gives the messages still queued up to `limit` to leave.
   void flush_for(std::chrono::milliseconds limit);
 

@@ -6,8 +6,13 @@
 #      prefixed "[mn-b rank 3]"
 #   2. --rdzv-endpoint without --node-rank: node ranks assigned, ranks contiguous per node
 #   3. rank 3 (on mn-b) throws: both lspawns report the same root cause and exit 1
+#   (4-6 run under --start-method forkserver: one LibTorch load per node, and that start
+#   method across nodes)
 #   4. mn-b's lspawn SIGKILLed: mn-a exits 123 within the node timeout, naming node 1 (mn-b)
 #   5. mn-b's link down: both exit 123 in bounded time, each naming the other
+#   6. --max-restarts 2 with rank 3 throwing on attempt 0 only (--start-method forkserver): the
+#      group restarts once and all_reduce is correct on attempt 1 (store keys of attempt 0 are
+#      under another prefix)
 # After each: nothing left running in either namespace. The namespaces and veth names carry a
 # token unique to this run (parallel ctest runs do not clash); everything is removed on exit.
 # Needs root, iproute2, nsenter, unshare, timeout; exits 77 (skipped) without them.
@@ -81,6 +86,8 @@ elapsed_below() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
 export OMP_NUM_THREADS=1
 COMMON=(--nnodes 2 --nprocs 2 --grace-period 1)
 
+T0=$(date +%s.%N)
+stamp() { awk -v a=$T0 -v b=$(date +%s.%N) 'BEGIN { printf "%.1f s", b - a }'; }
 echo "== 1. static rendezvous, all_reduce"
 (on b timeout 60 "$LSPAWN" "${COMMON[@]}" --node-rank 1 --master-addr $NET.1 --master-port 29500 "$HELLO" \
    >$WORK/1b.out 2>$WORK/1b.err) & pb=$!
@@ -93,7 +100,7 @@ check "static: ranks 2,3 on mn-b with the right sum" eval 'has $WORK/1b.out "[mn
 check "static: nothing left" nothing_left
 [[ $FAILS == 0 ]] || { cat $WORK/1a.err $WORK/1b.err; }
 
-echo "== 2. --rdzv-endpoint, node ranks assigned"
+echo "== [$(stamp)] 2. --rdzv-endpoint, node ranks assigned"
 (on b timeout 60 "$LSPAWN" "${COMMON[@]}" --rdzv-endpoint $NET.1:29400 --rdzv-id job2 "$HELLO" \
    >$WORK/2b.out 2>$WORK/2b.err) & pb=$!
 sleep 0.2  # mn-b first: it waits for the host of the endpoint
@@ -106,7 +113,7 @@ check "rdzv: mn-b is node 1: ranks 2,3" eval 'has $WORK/2b.out "[mn-b rank 2] ra
 check "rdzv: run id job2 on both" eval 'has $WORK/2a.err "run id job2" && has $WORK/2b.err "run id job2"'
 check "rdzv: nothing left" nothing_left
 
-echo "== 3. rank 3 on mn-b throws: one root cause on both nodes"
+echo "== [$(stamp)] 3. rank 3 on mn-b throws: one root cause on both nodes"
 (on b timeout 60 "$LSPAWN" "${COMMON[@]}" --node-rank 1 --master-addr $NET.1 --master-port 29500 "$HELLO" --throw-rank 3 \
    >$WORK/3b.out 2>$WORK/3b.err) & pb=$!
 (on a timeout 60 "$LSPAWN" "${COMMON[@]}" --node-rank 0 --master-addr $NET.1 --master-port 29500 "$HELLO" --throw-rank 3 \
@@ -121,10 +128,10 @@ done
 check "failure: the same report on both nodes" eval 'diff <(root_block $WORK/3a.err) <(root_block $WORK/3b.err) >/dev/null && [[ -n $(root_block $WORK/3a.err) ]]'
 check "failure: nothing left" nothing_left
 
-echo "== 4. mn-b's lspawn is SIGKILLed"
-(on b timeout 60 "$LSPAWN" "${COMMON[@]}" --node-rank 1 --master-addr $NET.1 --master-port 29500 --node-timeout 2 "$HELLO" --hang-rank 0 \
+echo "== [$(stamp)] 4. mn-b's lspawn is SIGKILLed"
+(on b timeout 60 "$LSPAWN" "${COMMON[@]}" --node-rank 1 --master-addr $NET.1 --master-port 29500 --node-timeout 2 --start-method forkserver "$HELLO" --hang-rank 0 \
    >$WORK/4b.out 2>$WORK/4b.err) & pb=$!
-(on a timeout 60 "$LSPAWN" "${COMMON[@]}" --node-rank 0 --master-addr $NET.1 --master-port 29500 --node-timeout 2 "$HELLO" --hang-rank 0 \
+(on a timeout 60 "$LSPAWN" "${COMMON[@]}" --node-rank 0 --master-addr $NET.1 --master-port 29500 --node-timeout 2 --start-method forkserver "$HELLO" --hang-rank 0 \
    >$WORK/4a.out 2>$WORK/4a.err) & pa=$!
 until_in $WORK/4a.err "hanging on purpose" 40 || fail "kill: rank 0 never started hanging"
 sleep 0.3
@@ -139,10 +146,10 @@ check "kill: mn-a names node 1 (mn-b)" has $WORK/4a.err "root cause: node 1 (mn-
 check "kill: within the node timeout plus the grace period ($secs s < 5 s)" elapsed_below $secs 5
 check "kill: nothing left" nothing_left
 
-echo "== 5. mn-b's link goes down"
-(on b timeout 60 "$LSPAWN" "${COMMON[@]}" --node-rank 1 --master-addr $NET.1 --master-port 29500 --node-timeout 2 "$HELLO" --hang-rank 0 \
+echo "== [$(stamp)] 5. mn-b's link goes down"
+(on b timeout 60 "$LSPAWN" "${COMMON[@]}" --node-rank 1 --master-addr $NET.1 --master-port 29500 --node-timeout 2 --start-method forkserver "$HELLO" --hang-rank 0 \
    >$WORK/5b.out 2>$WORK/5b.err) & pb=$!
-(on a timeout 60 "$LSPAWN" "${COMMON[@]}" --node-rank 0 --master-addr $NET.1 --master-port 29500 --node-timeout 2 "$HELLO" --hang-rank 0 \
+(on a timeout 60 "$LSPAWN" "${COMMON[@]}" --node-rank 0 --master-addr $NET.1 --master-port 29500 --node-timeout 2 --start-method forkserver "$HELLO" --hang-rank 0 \
    >$WORK/5a.out 2>$WORK/5a.err) & pa=$!
 until_in $WORK/5a.err "hanging on purpose" 40 || fail "linkdown: rank 0 never started hanging"
 sleep 0.3
@@ -155,10 +162,27 @@ sb=$(awk -v a=$t0 -v b=$t2 'BEGIN { printf "%.2f", b - a }')
 check "linkdown: both exit 123 (a=$ra in $sa s, b=$rb in $sb s)" test $ra = 123 -a $rb = 123
 check "linkdown: mn-a names node 1 (mn-b)" has $WORK/5a.err "root cause: node 1 (mn-b, $NET.2) was lost"
 check "linkdown: mn-b names node 0 (mn-a)" has $WORK/5b.err "root cause: node 0 (mn-a, $NET.1) was lost"
-check "linkdown: both within the node timeout plus the grace period (< 6 s)" eval 'elapsed_below $sa 6 && elapsed_below $sb 6'
+check "linkdown: both within the node timeout plus the grace period (< 8 s)" eval 'elapsed_below $sa 8 && elapsed_below $sb 8'
 check "linkdown: nothing left" nothing_left
+ip -n $B link set $VB up
+for _ in $(seq 100); do
+  ip -n $A link show $VA | grep -q LOWER_UP && ip -n $B link show $VB | grep -q LOWER_UP && break
+  sleep 0.05
+done
 
-echo "$PASSES passed, $FAILS failed"
+echo "== [$(stamp)] 6. --max-restarts 2, rank 3 throws on attempt 0 only (forkserver)"
+(on b timeout 60 "$LSPAWN" "${COMMON[@]}" --node-rank 1 --master-addr $NET.1 --master-port 29500 --max-restarts 2 \
+   --start-method forkserver "$HELLO" --throw-rank 3 --fail-on-attempt 0 >$WORK/6b.out 2>$WORK/6b.err) & pb=$!
+(on a timeout 60 "$LSPAWN" "${COMMON[@]}" --node-rank 0 --master-addr $NET.1 --master-port 29500 --max-restarts 2 \
+   --start-method forkserver "$HELLO" --throw-rank 3 --fail-on-attempt 0 >$WORK/6a.out 2>$WORK/6a.err) & pa=$!
+wait $pa; ra=$?; wait $pb; rb=$?
+check "restart: both nodes exit 0 on attempt 1 (a=$ra b=$rb)" test $ra = 0 -a $rb = 0
+check "restart: attempt 0's failure was rank 3 on mn-b" has $WORK/6a.err "attempt 0: root cause: process 3 terminated with exit code 1"
+check "restart: both nodes restarted once" eval 'has $WORK/6a.err "restart 1 of 2: starting 2 workers" && has $WORK/6b.err "restart 1 of 2: starting 2 workers" && ! has $WORK/6a.err "restart 2 of 2"'
+check "restart: all_reduce correct on attempt 1 on every rank" eval 'has $WORK/6a.out "[mn-a rank 0] rank 0/4: allreduce sum = 10" && has $WORK/6b.out "[mn-b rank 3] rank 3/4: allreduce sum = 10"'
+check "restart: nothing left" nothing_left
+
+echo "$PASSES passed, $FAILS failed ($(stamp))"
 if [[ $FAILS != 0 ]]; then
   for f in $WORK/*.err; do echo "---- $f"; tail -30 "$f"; done
   exit 1
