@@ -116,8 +116,9 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BusyMsg, ms)
 
 struct StartMsg {
   int restart_count = 0;
+  Cause cause;  // the root cause of the attempt that failed
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StartMsg, restart_count)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StartMsg, restart_count, cause)
 
 struct FinishMsg {
   int exit_code = 0;

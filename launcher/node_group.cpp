@@ -442,7 +442,11 @@ void Group::handle_member_message(const Message& m) {
                 : ""));
     }
   } else if (m.type == "start") {
-    round_ = m.as<StartMsg>().restart_count;
+    const StartMsg st = m.as<StartMsg>();
+    info("attempt " + std::to_string(round_) + " failed (" + first_line(st.cause.text) +
+         (st.cause.kind == "worker" ? " on node " + std::to_string(st.cause.node_rank) + " (" + st.cause.host + ")" : "") +
+         "); the coordinator restarts every node's workers");
+    round_ = st.restart_count;
     stop_requested_ = false;
     local_done_ = false;
     start_ = round_;
@@ -595,7 +599,10 @@ void Group::maybe_decide() {
       local_done_ = false;
       for (auto& n : nodes_) n->done = false;
       start_ = round_;
-      broadcast("start", StartMsg{round_});
+      StartMsg st;
+      st.restart_count = round_;
+      st.cause = f.cause;
+      broadcast("start", st);
       return;
     }
   }

@@ -252,6 +252,11 @@ TEST_CASE("restarts: --max-restarts across two nodes: both restart and succeed o
   CHECK(code_of(sb) == 0);
   CHECK(a.out().find("rank 0] ok rank=0 restart=1\n") != std::string::npos);
   CHECK(b.out().find("rank 3] ok rank=3 restart=1\n") != std::string::npos);
+  // Both say why: the coordinator decides, the other node is told.
+  CHECK(a.err().find("attempt 0 failed; restarting every node's workers (restart 1 of at most 2)") != std::string::npos);
+  CHECK(b.err().find("attempt 0 failed (process 2 terminated with exit code 5 on node 1 (" + kHost +
+                     ")); the coordinator restarts every node's workers") != std::string::npos);
+  CHECK(b.err().find("restart 1 of 2: starting 2 workers") != std::string::npos);
 }
 
 namespace {
