@@ -137,9 +137,7 @@ int run(const CliOptions& o) {
   try {
     group = node::Group::form(go, o.master_port);
   } catch (const PortError& e) {
-    if (o.nnodes > 1) {
-      say("--master-port " + std::to_string(o.master_port) + ": " + e.what());
-    } else if (o.master_port != 0) {
+    if (o.nnodes > 1 || o.master_port != 0) {
       say("--master-port " + std::to_string(o.master_port) + ": " + e.what());
     } else {
       say("--master-addr " + o.master_addr + ": no free port could be reserved: " + e.what());
