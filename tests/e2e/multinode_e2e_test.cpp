@@ -353,3 +353,47 @@ TEST_CASE("multi-node: node 0 must listen on --master-addr: an address of anothe
   CHECK(r.err.find("is not an address of this host") != std::string::npos);
   CHECK(r.out.empty());
 }
+
+TEST_CASE("multi-node: --rdzv-endpoint with given node ranks: the host of the endpoint may be node 1; node 0 hosts the workers' store", "[e2e][multinode]") {
+  const std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  auto node = [&](int r) {
+    return lspawn_args({"--nnodes", "2", "--nprocs", "2", "--node-rank", std::to_string(r), "--rdzv-endpoint", ep,
+                        worker_bin(), "env"});
+  };
+  Child host(node(1));  // binds the endpoint first: the coordinator, as node 1
+  REQUIRE(host.wait_output([](const std::string&, const std::string& err) {
+    return err.find("rendezvous: waiting for 1 more node") != std::string::npos;
+  }, std::chrono::seconds(10)));
+  Child zero(node(0));
+  const int sh = host.wait(), sz = zero.wait();
+  INFO(host.err() << "----\n" << zero.err());
+  REQUIRE(code_of(sh) == 0);
+  REQUIRE(code_of(sz) == 0);
+  auto eh = env_by_rank(host.out()), ez = env_by_rank(zero.out());
+  CHECK(ez.count(0) == 1);
+  CHECK(ez.count(1) == 1);
+  CHECK(eh.count(2) == 1);
+  CHECK(eh.count(3) == 1);
+  // MASTER_PORT: the port node 0 reserved on its own address, the same for every rank.
+  CHECK(eh[2]["MASTER_PORT"] == ez[0]["MASTER_PORT"]);
+  CHECK(eh[2]["MASTER_ADDR"] == "127.0.0.1");
+  CHECK(ez[0]["MASTER_PORT"] != ep.substr(ep.find(':') + 1));
+}
+
+TEST_CASE("multi-node: --rdzv-endpoint with the same --node-rank twice is rejected", "[e2e][multinode]") {
+  const std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  auto node = [&] {
+    return lspawn_args({"--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", ep, "--rdzv-timeout", "10",
+                        worker_bin(), "env"});
+  };
+  Child a(node());
+  REQUIRE(a.wait_output([](const std::string&, const std::string& err) {
+    return err.find("rendezvous: waiting for 1 more node") != std::string::npos;
+  }, std::chrono::seconds(10)));
+  Child b(node());
+  const int sa = a.wait(), sb = b.wait();
+  INFO(a.err() << "----\n" << b.err());
+  CHECK(code_of(sa) == 122);
+  CHECK(code_of(sb) == 122);
+  CHECK(b.err().find("both have --node-rank 1") != std::string::npos);
+}
