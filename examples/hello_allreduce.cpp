@@ -13,6 +13,8 @@
 //   --signal-rank R    rank R raises --signal S (default SIGSEGV)
 //   --hang-rank R      rank R sleeps forever (until the launcher stops it)
 //   --no-init          skip the process group: only print the environment (launcher tests)
+//   --fail-on-attempt A  the failure flags act only on restart attempt A
+//                      (TORCHELASTIC_RESTART_COUNT, lspawn --max-restarts); default: every attempt
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -41,6 +43,7 @@ struct Flags {
   int signal = SIGSEGV;
   int hang_rank = -1;
   bool no_init = false;
+  int fail_attempt = -1;
 };
 
 long number(const char* flag, const char* value) {
@@ -69,6 +72,7 @@ Flags parse(int argc, char** argv) {
     else if (a == "--signal") f.signal = static_cast<int>(take());
     else if (a == "--hang-rank") f.hang_rank = static_cast<int>(take());
     else if (a == "--no-init") f.no_init = true;
+    else if (a == "--fail-on-attempt") f.fail_attempt = static_cast<int>(take());
     else throw std::invalid_argument("unknown flag '" + a + "' (see examples/hello_allreduce.cpp)");
   }
   if (f.size < 1) throw std::invalid_argument("--size must be >= 1");
@@ -78,6 +82,10 @@ Flags parse(int argc, char** argv) {
 // The failure a flag asks of this rank, if any. Returns normally when none.
 void maybe_fail(const Flags& f, int rank) {
   if (rank != f.fail_rank && rank != f.throw_rank && rank != f.signal_rank && rank != f.hang_rank) return;
+  if (f.fail_attempt >= 0) {
+    const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
+    if (std::atoi(attempt ? attempt : "0") != f.fail_attempt) return;
+  }
   std::this_thread::sleep_for(std::chrono::milliseconds(f.delay_ms));
   std::fflush(stdout);
   if (rank == f.fail_rank) {

@@ -6,10 +6,11 @@
 #include <cstring>
 #include <memory>
 #include <optional>
-#include <random>
 #include <set>
 
+#include <poll.h>
 #include <signal.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "launcher/cli_options.hpp"
@@ -17,6 +18,7 @@
 #include "launcher/env_contract.hpp"
 #include "launcher/launch_env.hpp"
 #include "launcher/output.hpp"
+#include "launcher/node_group.hpp"
 #include "launcher/port.hpp"
 #include "launcher/spawn/errors.hpp"
 #include "launcher/spawn/forked_workers.hpp"
@@ -37,12 +39,6 @@ void say(const std::string& line) {
   }
 }
 
-std::string random_run_id() {
-  std::random_device rd;
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%08x%08x", rd(), rd());
-  return buf;
-}
 
 // Removes the private run directory on every way out of run_cli.
 struct RunDir {
@@ -116,27 +112,54 @@ int run(const CliOptions& o) {
       return exit_codes::kUsage;
     }
   }
-  // 3. The rendezvous port: reserved for the whole run on the master node.
-  std::optional<PortReservation> port;
-  int master_port = o.master_port;
-  if (o.node_rank == 0) {
-    try {
-      port.emplace(o.master_addr, o.master_port);
-      master_port = port->port();
-    } catch (const PortError& e) {
-      if (o.master_port != 0) {
-        say("--master-port " + std::to_string(o.master_port) + ": " + e.what());
-      } else {
-        say("--master-addr " + o.master_addr + ": no free port could be reserved: " + e.what());
-      }
-      return exit_codes::kUsage;
-    }
+  // 3. The nodes meet (one node: the rendezvous port is reserved for the whole run).
+  const std::string host = sys::hostname();
+  node::GroupOptions go;
+  go.nnodes = o.nnodes;
+  go.nproc_per_node = o.nproc_per_node;
+  go.max_restarts = o.max_restarts;
+  go.run_id = o.run_id;
+  go.host = host;
+  go.node_timeout = std::chrono::milliseconds(static_cast<long long>(o.node_timeout_s * 1000));
+  go.rdzv_timeout = std::chrono::milliseconds(static_cast<long long>(o.rdzv_timeout_s * 1000));
+  if (!o.quiet) go.info = say;
+  if (o.nnodes > 1 && !o.rdzv_endpoint.empty()) {
+    go.static_mode = false;
+    go.endpoint_addr = o.rdzv_host;
+    go.endpoint_port = o.rdzv_port;
+    go.node_rank = o.node_rank_given ? o.node_rank : -1;
+  } else {
+    go.static_mode = true;
+    go.endpoint_addr = o.master_addr;
+    go.endpoint_port = o.master_port;
+    go.node_rank = o.node_rank;
   }
+  std::unique_ptr<node::Group> group;
+  try {
+    group = node::Group::form(go, o.master_port);
+  } catch (const PortError& e) {
+    if (o.nnodes > 1 || o.master_port != 0) {
+      say("--master-port " + std::to_string(o.master_port) + ": " + e.what());
+    } else {
+      say("--master-addr " + o.master_addr + ": no free port could be reserved: " + e.what());
+    }
+    return exit_codes::kUsage;
+  } catch (const node::RendezvousError& e) {
+    say(e.what());
+    return exit_codes::kRendezvous;
+  } catch (const sys::SysError& e) {
+    say(std::string("rendezvous: ") + e.what());
+    return exit_codes::kRendezvous;
+  }
+  const node::AssignMsg& assign = group->assignment();
+  const bool multi = assign.nnodes > 1;
+  const int node_rank = assign.node_rank;
 
   env::JobEnv job;
-  job.master_addr = o.master_addr;
-  job.master_port = master_port;
-  job.run_id = o.run_id.empty() ? random_run_id() : o.run_id;
+  job.master_addr = assign.master_addr;
+  job.master_port = assign.master_port;
+  job.run_id = assign.run_id;
+  job.max_restarts = o.max_restarts;
   RunDir run_dir;
   run_dir.path = sys::make_temp_dir("lspawn-" + job.run_id.substr(0, 32) + "-");
   job.run_dir = run_dir.path;
@@ -154,6 +177,7 @@ int run(const CliOptions& o) {
     console = std::make_unique<ConsoleSink>([&] {
       ConsoleSink::Options co;
       co.prefix = o.prefix;
+      if (multi) co.host = host;
       return co;
     }());
     sopts.sinks.push_back(console.get());
@@ -165,26 +189,33 @@ int run(const CliOptions& o) {
   sopts.grace_period = std::chrono::milliseconds(static_cast<long long>(o.grace_period_s * 1000));
   sopts.forward_signals = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
   if (!o.quiet) sopts.on_info = say;
-  sopts.world_size = o.nnodes * o.nproc_per_node;
+  sopts.world_size = assign.nnodes * o.nproc_per_node;
+  sopts.host = host;
 
   Supervisor sup(std::move(sopts));
   if (!o.quiet) {
     say("starting " + std::to_string(o.nproc_per_node) + " worker" +
         (o.nproc_per_node == 1 ? "" : "s") + " of '" + *path + "'" +
-        (use_forkserver ? " by forkserver" : "") + " (node " + std::to_string(o.node_rank) + "/" +
-        std::to_string(o.nnodes) + ", master " + o.master_addr + ":" +
-        std::to_string(master_port) + ", run id " + job.run_id + ")");
+        (use_forkserver ? " by forkserver" : "") + " (node " + std::to_string(node_rank) + "/" +
+        std::to_string(assign.nnodes) + (multi ? " on " + host : "") + ", master " +
+        assign.master_addr + ":" + std::to_string(assign.master_port) + ", run id " + job.run_id + ")");
   }
-  std::vector<ExecSpec> specs;
-  for (int lr = 0; lr < o.nproc_per_node; ++lr) {
-    env::WorkerPlace place{lr, o.nproc_per_node, o.node_rank, o.nnodes};
-    ExecSpec spec;
-    spec.path = *path;
-    spec.argv = o.program;
-    spec.env = env::worker_environment(job, place, base_env);
-    spec.error_file = env::error_file_path(job.run_dir, place.rank());
-    specs.push_back(std::move(spec));
-  }
+  auto specs_for = [&](int restart_count) {
+    job.restart_count = restart_count;
+    std::vector<ExecSpec> specs;
+    for (int lr = 0; lr < o.nproc_per_node; ++lr) {
+      env::WorkerPlace place{lr, o.nproc_per_node, node_rank, assign.nnodes};
+      ExecSpec spec;
+      spec.path = *path;
+      spec.argv = o.program;
+      spec.env = env::worker_environment(job, place, base_env);
+      spec.error_file = env::error_file_path(job.run_dir, place.rank());
+      ::unlink(spec.error_file.c_str());  // a report of an earlier attempt is not this one's
+      specs.push_back(std::move(spec));
+    }
+    return specs;
+  };
+  std::vector<ExecSpec> specs = specs_for(0);
 
   // --start-method forkserver: the program, executed once, forks the workers (declared after
   // the supervisor: destroyed first, it closes the server's socket and reaps it).
@@ -196,6 +227,8 @@ int run(const CliOptions& o) {
     sigset_t stop;
     sigemptyset(&stop);
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&stop, sig);
+    // Loading the program blocks this thread (no heartbeats): the other nodes allow for it.
+    group->announce_busy(kForkserverReadyTimeout + std::chrono::seconds(5));
     try {
       forkserver = Forkserver::exec(*path, o.program, common_environment(envs),
                                     kForkserverReadyTimeout, &stop);
@@ -209,49 +242,168 @@ int run(const CliOptions& o) {
       return 1;
     }
   }
-  try {
-    for (size_t lr = 0; lr < specs.size(); ++lr) {
-      const ExecSpec& spec = specs[lr];
-      const int rank = o.node_rank * o.nproc_per_node + static_cast<int>(lr);
-      if (forked) {
-        proto::SpawnCall call;
-        call.index = rank;
-        forked->start(rank, call, spec.env, spec.error_file);
-      } else {
-        sup.start_exec(rank, spec);
-      }
-      sup.step(Clock::now());  // handle events (signals, early exits) between starts
-      // Stopping already (a signal, an early failure): start no more.
-      if (sup.root_cause() || sup.stop_signal()) break;
+
+  // The channel's fds are events of the supervisor's loop (re-synced: a lost node's goes).
+  std::vector<int> watched;
+  auto sync_watches = [&] {
+    for (int fd : watched) sup.unwatch_fd(fd);
+    watched = group->fds();
+    for (int fd : watched) sup.watch_fd(fd, POLLIN, [&group, fd](short) { group->on_readable(fd); });
+  };
+  auto attempt_text = [&](int round) {
+    return multi ? "lspawn:   on node " + std::to_string(node_rank) + " of " +
+                       std::to_string(assign.nnodes) + " (" + host + "), attempt " +
+                       std::to_string(round) + "\n"
+                 : std::string();
+  };
+  // This node's failure as the group's root cause candidate.
+  auto local_cause = [&](int round) {
+    node::Cause c;
+    c.restart_count = round;
+    c.node_rank = node_rank;
+    c.host = host;
+    // A signal to this lspawn first; else this node's earliest failure of a worker, also one
+    // that failed while being stopped for another node (its report may be the job's earliest).
+    const std::optional<int> first = sup.stop_signal() ? std::nullopt : sup.earliest_failure();
+    if (first) {
+      const WorkerResult& r = sup.result(*first);
+      c.kind = "worker";
+      c.rank = r.rank;
+      c.exit_code = Supervisor::failure_exit_code(r);
+      c.time_us = r.failure_time_us();
+      c.text = sup.failure_report(r.rank) + attempt_text(round);
+    } else {
+      const int sig = sup.stop_signal();
+      c.kind = "signal";
+      c.exit_code = 128 + sig;
+      c.time_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+      c.text = multi ? "lspawn: root cause: lspawn on node " + std::to_string(node_rank) + " (" +
+                           host + ") received " + sys::signal_name(sig) + "\n"
+                     : "lspawn: stopped by " + sys::signal_name(sig) + "\n";
     }
-  } catch (const std::exception& e) {
-    say(std::string("internal error while starting workers: ") + e.what());
-    sup.kill_now();
-    if (forked) {
-      forked->unwatch();
-      forkserver.reset();  // kills and reaps what it forked: report those exits now
-      forked->report_all_killed();
+    return c;
+  };
+
+  for (;;) {
+    const int round = group->round();
+    if (round > 0) {
+      sup.new_round();
+      specs = specs_for(round);
+      if (!o.quiet) say("restart " + std::to_string(round) + " of " + std::to_string(o.max_restarts) +
+                        ": starting " + std::to_string(o.nproc_per_node) + " worker" +
+                        (o.nproc_per_node == 1 ? "" : "s"));
     }
-    sup.run();
-    return exit_codes::kInternal;
-  }
-  const int started = static_cast<int>(sup.results().size());
-  if (started < o.nproc_per_node) {
-    const int first = o.node_rank * o.nproc_per_node + started;
-    const int last = o.node_rank * o.nproc_per_node + o.nproc_per_node - 1;
-    say("rank " + std::to_string(first) + (last > first ? ".." + std::to_string(last) : "") +
-        " not started: the run was already stopping");
-  }
-  sup.run();
-  if (forked) forked->unwatch();
-  const std::string summary = sup.summary();
-  if (!summary.empty()) {
+    sync_watches();
     try {
-      sys::write_all(2, summary, "stderr");
-    } catch (const sys::SysError&) {
+      for (size_t lr = 0; lr < specs.size(); ++lr) {
+        const ExecSpec& spec = specs[lr];
+        const int rank = node_rank * o.nproc_per_node + static_cast<int>(lr);
+        if (forked) {
+          proto::SpawnCall call;
+          call.set_index(rank);
+          forked->start(rank, call, spec.env, spec.error_file);
+        } else {
+          sup.start_exec(rank, spec);
+        }
+        sup.step(Clock::now());  // handle events (signals, early exits) between starts
+        // Stopping already (a signal, an early failure, another node's): start no more.
+        if (sup.root_cause() || sup.stop_signal() || group->stop_requested()) break;
+      }
+    } catch (const std::exception& e) {
+      say(std::string("internal error while starting workers: ") + e.what());
+      sup.kill_now();
+      if (forked) {
+        forked->unwatch();
+        forkserver.reset();  // kills and reaps what it forked: report those exits now
+        forked->report_all_killed();
+      }
+      sup.run();
+      return exit_codes::kInternal;
     }
+    const int started = static_cast<int>(sup.results().size());
+    if (started < o.nproc_per_node) {
+      const int first = node_rank * o.nproc_per_node + started;
+      const int last = node_rank * o.nproc_per_node + o.nproc_per_node - 1;
+      say("rank " + std::to_string(first) + (last > first ? ".." + std::to_string(last) : "") +
+          " not started: the run was already stopping");
+    }
+
+    // The round: local events go to the group, the group's decisions come back.
+    bool failure_sent = false, done_sent = false;
+    std::optional<int> next_round;
+    for (;;) {
+      // Local events first (the workers may all have exited while they were being started).
+      if (!failure_sent && (sup.root_cause() || sup.stop_signal())) {
+        group->local_failure(local_cause(round));
+        failure_sent = true;
+      }
+      if (group->stop_requested() && sup.phase() == Phase::Running) sup.stop_workers();
+      if (sup.finished() && !done_sent) {
+        done_sent = true;
+        const bool failed = sup.stop_signal() || sup.earliest_failure();
+        group->local_done(failed, failed ? local_cause(round) : node::Cause{});
+      }
+      next_round = group->take_start();
+      if (group->finish() || next_round) break;
+      sync_watches();
+      if (!sup.finished()) {
+        sup.step(group->next_wakeup());
+      } else if (group->wait(Clock::time_point::max(), sup.signal_fd())) {
+        for (int sig : sup.take_signals()) {
+          if (sig == SIGUSR1 || sig == SIGUSR2) continue;
+          say("received " + sys::signal_name(sig) + " while waiting for the other nodes");
+          if (!failure_sent) {
+            node::Cause c;
+            c.kind = "signal";
+            c.restart_count = round;
+            c.node_rank = node_rank;
+            c.host = host;
+            c.exit_code = 128 + sig;
+            c.text = "lspawn: root cause: lspawn on node " + std::to_string(node_rank) + " (" + host +
+                     ") received " + sys::signal_name(sig) + "\n";
+            group->local_failure(c);
+            failure_sent = true;
+          }
+        }
+      }
+      group->tick();
+    }
+    if (next_round) continue;
+    // The job is over: every node prints the same root cause and exits with its code.
+    sup.run();  // a member told to finish early still reaps what it started
+    if (forked) forked->unwatch();
+    group->flush_for(std::chrono::milliseconds(1000));
+    const node::FinishMsg& fin = *group->finish();
+    std::string summary;
+    if (!multi) {
+      summary = sup.summary();
+    } else if (fin.failed) {
+      summary = fin.cause.text;
+      const bool ours = fin.cause.kind == "worker" && fin.cause.node_rank == node_rank;
+      if (ours && sup.root_cause() && *sup.root_cause() == fin.cause.rank) {
+        summary += sup.summary(false);
+      } else {
+        if (!ours && sup.root_cause()) {
+          // This node's first failure came after the job's root cause (a consequence of it).
+          summary += "lspawn: also " + sup.result(*sup.root_cause()).describe() + " on " + host + "\n";
+        }
+        // summary(false) of a node without a root cause of its own lists every worker, the
+        // job's root cause among them when it ran here.
+        summary += sup.summary(false);
+      }
+    } else {
+      summary = sup.summary();
+    }
+    if (!summary.empty()) {
+      try {
+        sys::write_all(2, summary, "stderr");
+      } catch (const sys::SysError&) {
+      }
+    }
+    return multi ? fin.exit_code : sup.exit_code();
   }
-  return sup.exit_code();
 }
 
 }  // namespace
@@ -281,6 +433,7 @@ int run_cli(const std::vector<std::string>& args) {
     o.nproc_per_node = s.nproc_per_node;
     o.nnodes = s.nnodes;
     o.node_rank = s.node_rank;
+    o.node_rank_given = s.node_rank_given;
     o.master_addr = s.master_addr;
     o.master_port = s.master_port;
     o.run_id = s.run_id;

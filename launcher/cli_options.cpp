@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 
 namespace lspawn {
 namespace {
@@ -38,6 +39,51 @@ double parse_seconds(const std::string& opt, const std::string& v) {
   return d;
 }
 
+// The multi-node options (docs/multi-node.md), kept apart from the rest. Returns false when
+// `name` is not one of them.
+bool parse_multinode_option(const std::string& name,
+                            const std::function<std::string(const char*)>& take, CliOptions& o) {
+  if (name == "--max-restarts") {
+    o.max_restarts = parse_int(name, take("K"), 0, 10000, "K", "an integer >= 0");
+  } else if (name == "--rdzv-endpoint") {
+    o.rdzv_endpoint = take("HOST:PORT");
+    std::string host = o.rdzv_endpoint;
+    int port = 29400;  // torchrun's default rendezvous port
+    const auto colon = host.rfind(':');
+    if (colon != std::string::npos && host.find(']') == std::string::npos &&
+        host.find(':') == colon) {
+      port = parse_int(name, host.substr(colon + 1), 1, 65535, "HOST:PORT", "HOST:PORT with PORT 1..65535");
+      host = host.substr(0, colon);
+    } else if (!host.empty() && host.front() == '[') {  // [v6]:port
+      const auto close = host.find(']');
+      if (close == std::string::npos) usage(name + ": expected HOST:PORT or [IPV6]:PORT, got '" + host + "'");
+      if (close + 1 < host.size()) {
+        if (host[close + 1] != ':') usage(name + ": expected [IPV6]:PORT, got '" + host + "'");
+        port = parse_int(name, host.substr(close + 2), 1, 65535, "HOST:PORT", "HOST:PORT with PORT 1..65535");
+      }
+      host = host.substr(1, close - 1);
+    }
+    if (host.empty()) usage(name + ": empty host (" + name + " HOST:PORT)");
+    o.rdzv_host = host;
+    o.rdzv_port = port;
+  } else if (name == "--rdzv-backend") {
+    const std::string b = take("c10d|static");
+    if (b != "c10d" && b != "static") {
+      usage(name + ": lspawn's own rendezvous replaces c10d and static; accepted values are c10d "
+            "and static (" + name + " c10d), got '" + b + "'");
+    }
+  } else if (name == "--node-timeout") {
+    o.node_timeout_s = parse_seconds(name, take("SECONDS"));
+    if (o.node_timeout_s < 0.1) usage(name + ": must be at least 0.1 s, got " + std::to_string(o.node_timeout_s));
+  } else if (name == "--rdzv-timeout") {
+    o.rdzv_timeout_s = parse_seconds(name, take("SECONDS"));
+    if (o.rdzv_timeout_s < 0.1) usage(name + ": must be at least 0.1 s, got " + std::to_string(o.rdzv_timeout_s));
+  } else {
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 std::string usage_text() {
@@ -52,6 +98,7 @@ options (--opt value and --opt=value are both accepted):
   --node-rank R                   rank of this node, 0..N-1 (default 0)
   --master-addr ADDR              rendezvous address (default 127.0.0.1)
   --master-port PORT              rendezvous port; absent or 0: a free port, reserved for the run
+                                  (--nnodes > 1: node 0's lspawn listens there for the others)
   --run-id ID                     TORCHELASTIC_RUN_ID (default: random)
   Under Slurm (srun, one lspawn per node) and in a Kubernetes PyTorchJob the node count, node rank,
   master address/port and run id are detected from the environment; these flags override it
@@ -59,20 +106,31 @@ options (--opt value and --opt=value are both accepted):
   --grace-period SECONDS          SIGTERM -> SIGKILL delay when stopping workers (default 5)
   --log-dir DIR                   write DIR/rank<N>.stdout and DIR/rank<N>.stderr instead of the console
   --tee                           with --log-dir: also write to the console
-  --no-prefix                     do not prefix console lines with "[rank N] "
+  --no-prefix                     do not prefix console lines with "[rank N] " ("[HOST rank N] "
+                                  when --nnodes > 1)
   --quiet                         no lspawn info lines (errors and the failure summary still printed)
   --start-method exec|forkserver  exec (default): each worker is a fresh exec of program (any
                                   program); forkserver: program is executed once and forks every
                                   worker after its static initialisation (LibTorch's loading and
                                   init happen once, not per worker); program must link lspawn's
                                   runtime (or lspawn::forkserver_hook). See docs/cli.md
-  --max-restarts 0                accepted for torchrun compatibility; only 0 is supported
+  --max-restarts K                on a failure, stop every node's workers and start them all
+                                  again, up to K times (TORCHELASTIC_RESTART_COUNT counts; default 0)
+  --rdzv-endpoint HOST[:PORT]     multi-node rendezvous at HOST:PORT (default port 29400): the
+                                  lspawn that can bind it hosts it; node ranks are assigned when
+                                  --node-rank is absent
+  --rdzv-id ID                    same as --run-id
+  --rdzv-backend c10d|static      accepted for torchrun compatibility (lspawn's own rendezvous)
+  --node-timeout SECONDS          a node silent this long (lspawn dead, link down) is lost: every
+                                  node stops (default 30)
+  --rdzv-timeout SECONDS          every node must have joined within this time (default 600)
   -h, --help                      this text
   --version                       print the version
 
 exit status: 0 all workers succeeded; the failing worker's code (128+N for signal N);
 128+N when lspawn received signal N; 2 usage error; 126/127 program not executable/not found;
-125 lspawn internal error. See docs/exit-codes.md.
+122 the nodes did not meet (rendezvous); 123 a node was lost; 125 lspawn internal error.
+See docs/exit-codes.md.
 )";
 }
 
@@ -121,15 +179,21 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
     } else if (name == "--nprocs" || name == "--nproc-per-node") {
       o.nproc_per_node = parse_int(name, take("N"), 1, kMaxProcs, "N", "a positive integer");
     } else if (name == "--nnodes") {
-      o.nnodes = parse_int(name, take("N"), 1, 1 << 20, "N", "a positive integer");
+      const std::string v = take("N");
+      if (v.find(':') != std::string::npos) {
+        usage(name + ": elastic ranges (MIN:MAX) are not supported, give a fixed count (" + name +
+              " N), got '" + v + "'");
+      }
+      o.nnodes = parse_int(name, v, 1, 1 << 20, "N", "a positive integer");
     } else if (name == "--node-rank") {
       o.node_rank = parse_int(name, take("R"), 0, 1 << 20, "R", "an integer >= 0");
+      o.node_rank_given = true;
     } else if (name == "--master-addr") {
       o.master_addr = take("ADDR");
       if (o.master_addr.empty()) usage(name + ": empty address (" + name + " ADDR)");
     } else if (name == "--master-port") {
       o.master_port = parse_int(name, take("PORT"), 0, 65535, "PORT", "an integer 0..65535");
-    } else if (name == "--run-id") {
+    } else if (name == "--run-id" || name == "--rdzv-id") {
       o.run_id = take("ID");
       if (o.run_id.empty()) usage(name + ": empty run id (" + name + " ID)");
     } else if (name == "--grace-period") {
@@ -155,12 +219,7 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
       } else {
         usage(name + ": expected exec or forkserver (" + name + " exec|forkserver), got '" + m + "'");
       }
-    } else if (name == "--max-restarts") {
-      o.max_restarts = parse_int(name, take("0"), 0, 1 << 20, "0", "0");
-      if (o.max_restarts != 0) {
-        usage(name + ": only 0 is supported (restarts are not implemented), got " +
-              std::to_string(o.max_restarts));
-      }
+    } else if (parse_multinode_option(name, take, o)) {
     } else {
       usage(name + ": unknown option (see lspawn --help)");
     }

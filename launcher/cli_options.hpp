@@ -15,6 +15,8 @@ namespace lspawn {
 namespace exit_codes {
 inline constexpr int kSuccess = 0;
 inline constexpr int kUsage = 2;              // bad option, port in use, log dir unusable
+inline constexpr int kRendezvous = 122;       // the nodes of a multi-node job did not meet
+inline constexpr int kNodeLost = 123;         // a node of the job was lost (its lspawn or link)
 inline constexpr int kInternal = 125;         // lspawn itself failed (fork, pipe, ...)
 inline constexpr int kCannotExecute = 126;    // program found but not executable
 inline constexpr int kNotFound = 127;         // program not found
@@ -32,14 +34,21 @@ struct CliOptions {
   int node_rank = 0;               // --node-rank, 0 <= node_rank < nnodes
   std::string master_addr = "127.0.0.1";  // --master-addr
   int master_port = 0;             // --master-port; 0: a free port is reserved
-  std::string run_id;              // --run-id; empty: random
+  std::string run_id;              // --run-id / --rdzv-id; empty: random (drawn by node 0)
   double grace_period_s = 5.0;     // --grace-period, seconds, >= 0
   std::string log_dir;             // --log-dir; empty: console only
   bool tee = false;                // --tee: with --log-dir, also to the console
   bool prefix = true;              // --no-prefix clears it
   bool quiet = false;              // --quiet: no info lines (errors still printed)
   CliStartMethod start_method = CliStartMethod::Exec;  // --start-method exec|forkserver
-  int max_restarts = 0;            // --max-restarts; only 0 is supported
+  int max_restarts = 0;            // --max-restarts K: restart every node's workers up to K times
+  // Multi-node (parse_multinode_option; docs/multi-node.md).
+  bool node_rank_given = false;    // --node-rank was given (else rdzv mode assigns one)
+  std::string rdzv_endpoint;       // --rdzv-endpoint HOST[:PORT]; empty: static (master addr/port)
+  std::string rdzv_host;           // its parts
+  int rdzv_port = 0;
+  double node_timeout_s = 30.0;    // --node-timeout: a silent node is lost after this
+  double rdzv_timeout_s = 600.0;   // --rdzv-timeout: every node must have joined by then
   bool help = false;               // --help / -h
   bool version = false;            // --version
   std::vector<std::string> program;  // program and its arguments (non-empty unless help/version)

@@ -192,8 +192,14 @@ LaunchSettings resolve_launch(const CliOptions& f, const EnvLookup& env) {
     usage(nr_name + ": " + std::to_string(s.node_rank) + " must be less than " + nn_name + " " +
           std::to_string(s.nnodes) + " (--node-rank R with 0 <= R < N)");
   }
-  if (s.nnodes > 1 && s.master_port == 0) {
-    usage("--master-port: required when --nnodes > 1 (every node must agree on it: --master-port PORT)");
+  s.node_rank_given = f.was_given("--node-rank") || det.node_rank.has_value();
+  if (s.nnodes > 1 && f.rdzv_endpoint.empty() && s.master_port == 0) {
+    usage("--master-port: required when --nnodes > 1 without --rdzv-endpoint (every node must agree "
+          "on it: --master-port PORT)");
+  }
+  if (s.nnodes > 1 && f.rdzv_endpoint.empty() && !s.node_rank_given) {
+    usage("--node-rank: required when --nnodes > 1 with --master-addr/--master-port (static "
+          "rendezvous); use --rdzv-endpoint HOST:PORT to have node ranks assigned");
   }
   if (!d) {
     // lspawn in a Slurm batch script but not under srun: one node only; say how to use them all.

@@ -50,6 +50,7 @@ struct LaunchSettings {
   int nproc_per_node = 1;
   int nnodes = 1;
   int node_rank = 0;                     // 0 <= node_rank < nnodes
+  bool node_rank_given = false;          // by --node-rank or the scheduler (else: assigned by rendezvous)
   std::string master_addr = "127.0.0.1";
   int master_port = 0;                   // 0 only with nnodes == 1: a free port is reserved
   std::string run_id;                    // empty: the CLI draws a random one (single node)

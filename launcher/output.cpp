@@ -14,7 +14,7 @@ void ConsoleSink::line(int rank, Stream stream, std::string_view line) {
   if (broken_[idx]) return;
   buf_.clear();
   if (opts_.prefix) {
-    buf_ += "[rank ";
+    buf_ += opts_.host.empty() ? "[rank " : "[" + opts_.host + " rank ";
     buf_ += std::to_string(rank);
     buf_ += "] ";
   }

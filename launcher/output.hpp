@@ -38,13 +38,14 @@ class OutputSink {
 };
 
 // Writes each line to stdout_fd / stderr_fd (the worker's stream picks the fd), as
-// "[rank N] " + line + "\n" in ONE write(2), so lines of different ranks never interleave
+// "[rank N] " + line + "\n" ("[HOST rank N] " when Options::host is set) in ONE write(2), so lines of different ranks never interleave
 // mid-line. A write error (EPIPE: the reader went away) disables that console stream
 // silently; the run goes on.
 class ConsoleSink : public OutputSink {
  public:
   struct Options {
     bool prefix = true;  // "[rank N] " before each line
+    std::string host;    // non-empty (multi-node jobs): "[HOST rank N] " instead
     int stdout_fd = 1;
     int stderr_fd = 2;
   };

@@ -424,6 +424,31 @@ void Supervisor::terminate(int sig) {
   advance();
 }
 
+void Supervisor::stop_workers(int sig) {
+  if (phase_ != Phase::Running) return;
+  begin_stop(sig);
+  advance();
+}
+
+void Supervisor::new_round() {
+  if (phase_ != Phase::Finished) throw std::logic_error("lspawn: new_round() while workers are running");
+  workers_.clear();
+  results_.clear();
+  by_rank_.clear();
+  root_cause_.reset();
+  stop_signal_ = 0;
+}
+
+std::vector<int> Supervisor::take_signals() {
+  std::vector<int> out;
+  if (!signal_fd_) return out;
+  signalfd_siginfo si;
+  while (::read(signal_fd_.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+    out.push_back(static_cast<int>(si.ssi_signo));
+  }
+  return out;
+}
+
 void Supervisor::kill_now() {
   if (phase_ == Phase::Finished) return;
   std::vector<std::string> ranks;
@@ -687,9 +712,7 @@ void Supervisor::run() { run_until(Clock::time_point::max()); }
 
 int Supervisor::exit_code() const {
   if (root_cause_) {
-    const auto& r = result(*root_cause_);
-    if (r.reported_then_stopped()) return 1;  // what run_main returns for an uncaught exception
-    return r.term_signal ? 128 + r.term_signal : r.exit_code;
+    return failure_exit_code(result(*root_cause_));
   }
   if (stop_signal_) return 128 + stop_signal_;
   for (const auto& r : results_)
@@ -697,35 +720,64 @@ int Supervisor::exit_code() const {
   return 0;
 }
 
-std::string Supervisor::summary() const {
-  std::ostringstream os;
+void Supervisor::detail(std::ostream& os, const WorkerResult& r, const char* head) const {
   const size_t world = opts_.world_size > 0 ? static_cast<size_t>(opts_.world_size) : results_.size();
-  auto detail = [&](const WorkerResult& r, const char* head) {
-    os << "lspawn: " << head << r.describe() << "\n";
-    os << "lspawn:   rank " << r.rank << " of " << world << ", pid " << r.pid << ", host "
-       << opts_.host << ", after " << std::fixed << std::setprecision(3) << r.seconds
-       << std::defaultfloat << " s\n";
-    if (!r.exec_error.empty()) os << "lspawn:   " << r.exec_error << "\n";
-    if (r.report) {
-      const auto& rep = *r.report;
-      os << "lspawn:   error: " << (rep.exception_type.empty() ? "" : rep.exception_type + ": ")
-         << rep.message << "\n";
-      if (!rep.host.empty() && rep.host != opts_.host) os << "lspawn:   reported from host " << rep.host << "\n";
-      if (!rep.backtrace.empty()) {
-        os << "lspawn:   backtrace:\n";
-        std::istringstream bt(rep.backtrace);
-        for (std::string line; std::getline(bt, line);) os << "lspawn:     " << line << "\n";
-      }
-    } else if (!r.report_problem.empty()) {
-      os << "lspawn:   error file unreadable: " << r.report_problem << "\n";
-    } else if (r.exec_error.empty()) {
-      os << "lspawn:   error file: none written (" << (r.error_file.empty() ? "not set" : r.error_file)
-         << ")\n";
+  os << "lspawn: " << head << r.describe() << "\n";
+  os << "lspawn:   rank " << r.rank << " of " << world << ", pid " << r.pid << ", host "
+     << opts_.host << ", after " << std::fixed << std::setprecision(3) << r.seconds
+     << std::defaultfloat << " s\n";
+  if (!r.exec_error.empty()) os << "lspawn:   " << r.exec_error << "\n";
+  if (r.report) {
+    const auto& rep = *r.report;
+    os << "lspawn:   error: " << (rep.exception_type.empty() ? "" : rep.exception_type + ": ")
+       << rep.message << "\n";
+    if (!rep.host.empty() && rep.host != opts_.host) os << "lspawn:   reported from host " << rep.host << "\n";
+    if (!rep.backtrace.empty()) {
+      os << "lspawn:   backtrace:\n";
+      std::istringstream bt(rep.backtrace);
+      for (std::string line; std::getline(bt, line);) os << "lspawn:     " << line << "\n";
     }
-  };
+  } else if (!r.report_problem.empty()) {
+    os << "lspawn:   error file unreadable: " << r.report_problem << "\n";
+  } else if (r.exec_error.empty()) {
+    os << "lspawn:   error file: none written (" << (r.error_file.empty() ? "not set" : r.error_file)
+       << ")\n";
+  }
+}
+
+std::optional<int> Supervisor::earliest_failure() const {
+  const WorkerResult* first = nullptr;
+  for (const auto& r : results_) {
+    const bool own_failure = r.failed() && (!r.killed_by_supervisor() || r.reported_then_stopped());
+    if (own_failure && (!first || r.failure_time_us() < first->failure_time_us())) first = &r;
+  }
+  if (!first) return std::nullopt;
+  return first->rank;
+}
+
+std::string Supervisor::failure_report(int rank) const {
+  std::ostringstream os;
+  detail(os, result(rank), "root cause: ");
+  return os.str();
+}
+
+int Supervisor::failure_exit_code(const WorkerResult& r) {
+  if (r.reported_then_stopped()) return 1;  // what run_main returns for an uncaught exception
+  return r.term_signal ? 128 + r.term_signal : r.exit_code;
+}
+
+std::string Supervisor::root_cause_report() const {
+  if (!root_cause_) return "";
+  std::ostringstream os;
+  detail(os, result(*root_cause_), "root cause: ");
+  return os.str();
+}
+
+std::string Supervisor::summary(bool include_root_cause) const {
+  std::ostringstream os;
   bool any = false;
   if (root_cause_) {
-    detail(result(*root_cause_), "root cause: ");
+    if (include_root_cause) detail(os, result(*root_cause_), "root cause: ");
     any = true;
   } else if (stop_signal_) {
     os << "lspawn: stopped by " << sys::signal_name(stop_signal_) << "\n";
@@ -751,7 +803,7 @@ std::string Supervisor::summary() const {
         }
         os << "\n";
       } else {
-        detail(r, "");
+        detail(os, r, "");
       }
       any = true;
     } else if (any || root_cause_) {

@@ -172,6 +172,19 @@ class Supervisor {
   void terminate(int sig = SIGTERM);
   // SIGKILL to every worker group now.
   void kill_now();
+  // Starts stopping every worker like terminate(), but on behalf of someone else (the other
+  // nodes of a multi-node job): nothing is recorded as stop_signal(), and the workers it stops
+  // are "terminated by lspawn", not root causes. No-op once stopping.
+  void stop_workers(int sig = SIGTERM);
+  // After finished(): forgets every worker, result, root cause and stop signal, so that the
+  // next round of a restarted job starts on this same supervisor (its signal forwarding,
+  // guardian and watched fds stay). Throws std::logic_error while not finished().
+  void new_round();
+  // The signalfd of the forwarded signals (-1 when none). While finished(), step() does not
+  // poll it: a caller that waits between rounds polls it and calls take_signals().
+  int signal_fd() const { return signal_fd_.get(); }
+  // Reads the pending forwarded signals without acting on them (between rounds).
+  std::vector<int> take_signals();
 
   bool finished() const { return phase_ == Phase::Finished; }
   Phase phase() const { return phase_; }
@@ -188,7 +201,21 @@ class Supervisor {
   // 128+stop_signal() when stopped by a signal; 1 when workers failed otherwise.
   int exit_code() const;
   // The failure summary (root cause first), each line prefixed "lspawn: ". Empty on success.
-  std::string summary() const;
+  // include_root_cause false: without the root cause's block (a multi-node job prints the
+  // job's root cause, which may come from another node, itself).
+  std::string summary(bool include_root_cause = true) const;
+  // The root cause's block of summary() ("lspawn: root cause: process 3 terminated ..." and
+  // its detail lines); empty when there is no root cause.
+  std::string root_cause_report() const;
+  // The earliest failure of a worker of its own (by failure_time_us()), whatever the phase:
+  // also one that failed or reported an error while being stopped on behalf of other nodes
+  // (stop_workers()), which is never this supervisor's root_cause(). A multi-node job compares
+  // it with the other nodes' (docs/multi-node.md). nullopt when none failed on its own.
+  std::optional<int> earliest_failure() const;
+  // The block of summary() for `rank` as if it were the root cause.
+  std::string failure_report(int rank) const;
+  // The exit status lspawn gives for this worker's failure (see exit_code()).
+  static int failure_exit_code(const WorkerResult& r);
 
   // Every fd the supervisor owns (pipes, pidfds, signalfd, guardian). A forked child that
   // does not exec closes these.
@@ -211,6 +238,7 @@ class Supervisor {
   // At the end of the run: moves root_cause_ to the earliest failure (see root_cause()).
   void settle_root_cause();
   void info(const std::string& line);
+  void detail(std::ostream& os, const WorkerResult& r, const char* head) const;
   void guard(pid_t pgid);  // registers with the guardian; a dead guardian is reported, not fatal
 
   SupervisorOptions opts_;

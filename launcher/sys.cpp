@@ -1,10 +1,16 @@
 #include "launcher/sys.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -213,6 +219,170 @@ std::optional<std::string> find_executable(const std::string& file, int* err) {
   }
   *err = first_err;
   return std::nullopt;
+}
+
+}  // namespace lspawn::sys
+
+// ---- TCP sockets ----
+
+namespace lspawn::sys {
+namespace {
+
+struct AddrInfo {
+  addrinfo* res = nullptr;
+  ~AddrInfo() {
+    if (res) ::freeaddrinfo(res);
+  }
+};
+
+void resolve(AddrInfo& ai, const std::string& addr, int port, bool passive) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = passive ? AI_PASSIVE : 0;
+  const std::string service = std::to_string(port);
+  if (int rc = ::getaddrinfo(addr.c_str(), service.c_str(), &hints, &ai.res); rc != 0) {
+    throw SysError("getaddrinfo", EINVAL, addr + ":" + service + ": " + ::gai_strerror(rc));
+  }
+}
+
+std::string numeric(const sockaddr_storage& ss) {
+  char buf[INET6_ADDRSTRLEN] = "?";
+  if (ss.ss_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr, buf, sizeof buf);
+  } else if (ss.ss_family == AF_INET6) {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr, buf, sizeof buf);
+  }
+  return buf;
+}
+
+}  // namespace
+
+Fd tcp_listen(const std::string& addr, int port, int* err) {
+  AddrInfo ai;
+  resolve(ai, addr, port, true);
+  *err = 0;
+  for (addrinfo* a = ai.res; a; a = a->ai_next) {
+    Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol));
+    if (!fd) throw_errno("socket", "listening on " + addr + ":" + std::to_string(port));
+    int one = 1;
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0) {
+      *err = errno;
+      if (errno == EADDRINUSE || errno == EADDRNOTAVAIL) continue;
+      throw_errno("bind", addr + ":" + std::to_string(port));
+    }
+    if (::listen(fd.get(), 128) != 0) {
+      *err = errno;
+      if (errno == EADDRINUSE) continue;
+      throw_errno("listen", addr + ":" + std::to_string(port));
+    }
+    *err = 0;
+    return fd;
+  }
+  return Fd();
+}
+
+int local_port(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) throw_errno("getsockname", "local port");
+  return ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
+                                  : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+}
+
+Fd tcp_connect(const std::string& addr, int port, std::chrono::milliseconds timeout, int* err) {
+  AddrInfo ai;
+  resolve(ai, addr, port, false);
+  const std::string ctx = "connecting to " + addr + ":" + std::to_string(port);
+  *err = ECONNREFUSED;
+  for (addrinfo* a = ai.res; a; a = a->ai_next) {
+    Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol));
+    if (!fd) throw_errno("socket", ctx);
+    int rc = ::connect(fd.get(), a->ai_addr, a->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd pfd{fd.get(), POLLOUT, 0};
+      int n;
+      do {
+        n = ::poll(&pfd, 1, static_cast<int>(std::max<long long>(timeout.count(), 0)));
+      } while (n < 0 && errno == EINTR);
+      if (n < 0) throw_errno("poll", ctx);
+      if (n == 0) {
+        *err = ETIMEDOUT;
+        continue;
+      }
+      int so = 0;
+      socklen_t len = sizeof so;
+      ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &so, &len);
+      if (so != 0) {
+        *err = so;
+        continue;
+      }
+      rc = 0;
+    }
+    if (rc != 0) {
+      *err = errno;
+      switch (errno) {
+        case ECONNREFUSED: case ETIMEDOUT: case ENETUNREACH: case EHOSTUNREACH: case ECONNRESET:
+        case EADDRNOTAVAIL: case ENETDOWN:
+          continue;
+        default:
+          throw_errno("connect", ctx);
+      }
+    }
+    *err = 0;
+    return fd;
+  }
+  return Fd();
+}
+
+Fd tcp_accept(int listen_fd, const std::string& context) {
+  for (;;) {
+    int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd >= 0) return Fd(fd);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED) return Fd();
+    throw_errno("accept4", context);
+  }
+}
+
+void tcp_set_liveness(int fd, std::chrono::milliseconds timeout, const std::string& context) {
+  int one = 1;
+  if (::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) throw_errno("setsockopt(TCP_NODELAY)", context);
+  unsigned ut = static_cast<unsigned>(std::max<long long>(timeout.count(), 1));
+  if (::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof ut) != 0) {
+    throw_errno("setsockopt(TCP_USER_TIMEOUT)", context);
+  }
+  if (::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one) != 0) throw_errno("setsockopt(SO_KEEPALIVE)", context);
+  int idle = static_cast<int>(std::max<long long>(timeout.count() / 2000, 1));
+  int intvl = std::max(idle / 2, 1), cnt = 2;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+}
+
+ssize_t send_some(int fd, const char* data, size_t n, const std::string& context) {
+  for (;;) {
+    ssize_t w = ::send(fd, data, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w >= 0) return w;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return -1;
+    throw_errno("send", context);
+  }
+}
+
+std::string local_ip(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) throw_errno("getsockname", "local address");
+  return numeric(ss);
+}
+
+std::string peer_ip(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
+  return numeric(ss);
 }
 
 }  // namespace lspawn::sys

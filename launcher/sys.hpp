@@ -129,6 +129,32 @@ std::string hostname();
 // found anywhere, EACCES when found but not executable, ...).
 std::optional<std::string> find_executable(const std::string& file, int* err);
 
+// ---- TCP sockets: the launchers' control channel between nodes (launcher/node_channel.hpp) ----
+// Every socket is O_CLOEXEC and non-blocking. `addr` is a numeric IPv4/IPv6 address or a host
+// name (getaddrinfo; the first address that works is used).
+
+// A listening socket bound to addr:port (SO_REUSEADDR, backlog 128). Returns an invalid Fd and
+// sets *err when the address is not this host's (EADDRNOTAVAIL) or the port is taken
+// (EADDRINUSE): expected outcomes for "am I the rendezvous host?". Other failures throw.
+Fd tcp_listen(const std::string& addr, int port, int* err);
+// The port a bound socket got (for port 0).
+int local_port(int fd);
+// Connects to addr:port within `timeout`. Returns an invalid Fd and sets *err when the peer is
+// not there (yet): ECONNREFUSED, ETIMEDOUT, ENETUNREACH, EHOSTUNREACH, ECONNRESET. An
+// unresolvable name throws SysError("getaddrinfo", EINVAL, ...).
+Fd tcp_connect(const std::string& addr, int port, std::chrono::milliseconds timeout, int* err);
+// accept4 on a non-blocking listening socket: an invalid Fd when nothing is pending.
+Fd tcp_accept(int listen_fd, const std::string& context);
+// TCP_NODELAY, and a dead peer noticed within `timeout`: TCP_USER_TIMEOUT (unacknowledged data)
+// and keepalive probes (an idle connection).
+void tcp_set_liveness(int fd, std::chrono::milliseconds timeout, const std::string& context);
+// send(2) once, MSG_NOSIGNAL | MSG_DONTWAIT. Returns bytes sent, or -1 when the socket buffer is
+// full (EAGAIN). Other errors (EPIPE, ECONNRESET, ETIMEDOUT...) throw.
+ssize_t send_some(int fd, const char* data, size_t n, const std::string& context);
+// The numeric address of this end / the other end of a connected socket ("10.77.0.2").
+std::string local_ip(int fd);
+std::string peer_ip(int fd);
+
 using Clock = std::chrono::steady_clock;
 
 }  // namespace lspawn::sys

@@ -11,6 +11,7 @@ want=(
   python3-torch openmpi-bin libopenmpi-dev procps
   slurmctld slurmd slurm-client munge   # tests/cluster: a private two-node Slurm 22.05 cluster
   clang libclang-rt-14-dev              # fuzz/: libFuzzer targets (scripts/fuzz.sh)
+  iproute2 util-linux coreutils          # tests/multinode: network-namespace hosts
 )
 [[ "${1:-}" == "--bench" ]] && want+=(hyperfine python3-matplotlib)
 

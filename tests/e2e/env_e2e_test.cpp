@@ -80,26 +80,8 @@ TEST_CASE("OMP_NUM_THREADS set by the user is kept - one worker gets no default"
   if (!getenv("OMP_NUM_THREADS")) CHECK(env[0]["OMP_NUM_THREADS"] == "<unset>");
 }
 
-TEST_CASE("option --nnodes/--node-rank give global ranks - group rank and world size", "[e2e][env]") {
-  auto r = run_lspawn({"--nnodes", "2", "--node-rank=1", "--nproc-per-node", "2", "--master-port", "29999",
-                       "--master-addr", "10.1.2.3", worker_bin(), "env"});
-  INFO(r.err);
-  REQUIRE(r.exit_code == 0);
-  auto env = parse_env(r.out);
-  // Console prefixes carry the global rank.
-  REQUIRE(env.count(2));
-  REQUIRE(env.count(3));
-  CHECK(env[2]["RANK"] == "2");
-  CHECK(env[2]["LOCAL_RANK"] == "0");
-  CHECK(env[3]["RANK"] == "3");
-  CHECK(env[3]["LOCAL_RANK"] == "1");
-  CHECK(env[3]["WORLD_SIZE"] == "4");
-  CHECK(env[3]["LOCAL_WORLD_SIZE"] == "2");
-  CHECK(env[3]["GROUP_RANK"] == "1");
-  CHECK(env[3]["GROUP_WORLD_SIZE"] == "2");
-  CHECK(env[3]["MASTER_ADDR"] == "10.1.2.3");
-  CHECK(env[3]["MASTER_PORT"] == "29999");
-}
+// --nnodes/--node-rank (global ranks, GROUP_RANK, LOCAL_WORLD_SIZE, ...): a node other than 0
+// now needs node 0's lspawn, see multinode_e2e_test.cpp ("static multi-node: ...").
 
 TEST_CASE("workers inherit no fd but stdin - stdout and stderr", "[e2e][env]") {
   // Not the port reservation, the guardian socket, other workers' pipes, pidfds or the signalfd.

@@ -64,7 +64,13 @@ TEST_CASE("parse_cli: malformed options name the option and the accepted form", 
   CHECK(msg({"--grace-period", "1e3", "p"}).find("--grace-period") == 0);
   CHECK(msg({"--grace-period", "nan", "p"}).find("--grace-period") == 0);
   CHECK(msg({"--master-port", "65536", "p"}) == "--master-port: 65536 is out of range 0..65535 (--master-port PORT)");
-  CHECK(msg({"--max-restarts", "1", "p"}) == "--max-restarts: only 0 is supported (restarts are not implemented), got 1");
+  CHECK(msg({"--max-restarts", "-1", "p"}) == "--max-restarts: expected an integer >= 0 (--max-restarts K), got '-1'");
+  CHECK(msg({"--nnodes", "1:4", "p"}).find("--nnodes: elastic ranges (MIN:MAX) are not supported") == 0);
+  CHECK(msg({"--nnodes", "2", "--master-port", "5", "p"}).find("--node-rank: required when --nnodes > 1") == 0);
+  CHECK(msg({"--rdzv-endpoint", "h:0", "p"}).find("--rdzv-endpoint: 0 is out of range 1..65535") == 0);
+  CHECK(msg({"--rdzv-endpoint", ":5", "p"}) == "--rdzv-endpoint: empty host (--rdzv-endpoint HOST:PORT)");
+  CHECK(msg({"--rdzv-backend", "etcd", "p"}).find("--rdzv-backend: lspawn's own rendezvous") == 0);
+  CHECK(msg({"--node-timeout", "0", "p"}).find("--node-timeout: must be at least 0.1 s") == 0);
   CHECK(msg({"--frobnicate", "p"}) == "--frobnicate: unknown option (see lspawn --help)");
   CHECK(msg({"-x", "p"}).find("-x: unknown option") == 0);
   CHECK(msg({"--tee=1", "p"}) == "--tee: takes no value (--tee), got '1'");
@@ -72,6 +78,27 @@ TEST_CASE("parse_cli: malformed options name the option and the accepted form", 
   CHECK(msg({"--nprocs", "2"}) == "missing program (lspawn [options] [--] program [args...])");
   CHECK(msg({"--nnodes", "2", "--node-rank", "2", "--master-port", "5", "p"}).find("--node-rank: 2 must be less than --nnodes 2") == 0);
   CHECK(msg({"--master-addr=", "p"}) == "--master-addr: empty address (--master-addr ADDR)");
+}
+
+TEST_CASE("parse_cli: multi-node options", "[cli][multinode]") {
+  auto o = parse_cli({"--nnodes", "2", "--rdzv-endpoint", "node0:29411", "--rdzv-id", "j7", "--rdzv-backend",
+                      "c10d", "--node-timeout", "3", "--rdzv-timeout", "9.5", "--max-restarts", "2", "p"});
+  CHECK(o.nnodes == 2);
+  CHECK(o.rdzv_host == "node0");
+  CHECK(o.rdzv_port == 29411);
+  CHECK(o.run_id == "j7");
+  CHECK_FALSE(o.node_rank_given);
+  CHECK(o.node_timeout_s == 3.0);
+  CHECK(o.rdzv_timeout_s == 9.5);
+  CHECK(o.max_restarts == 2);
+  auto d = parse_cli({"--nnodes", "2", "--rdzv-endpoint", "node0", "p"});
+  CHECK(d.rdzv_port == 29400);  // torchrun's default
+  auto v6 = parse_cli({"--rdzv-endpoint", "[::1]:7000", "p"});
+  CHECK(v6.rdzv_host == "::1");
+  CHECK(v6.rdzv_port == 7000);
+  auto s = parse_cli({"--nnodes", "2", "--node-rank", "1", "--master-port", "29500", "p"});
+  CHECK(s.node_rank_given);
+  CHECK(s.rdzv_endpoint.empty());
 }
 
 TEST_CASE("parse_cli: --start-method exec or forkserver", "[cli]") {

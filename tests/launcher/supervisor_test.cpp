@@ -265,3 +265,47 @@ TEST_CASE("supervisor: grace period 0 kills at once - kill_now() from the caller
     CHECK(sup.result(0).killed_by_supervisor());
   }
 }
+
+TEST_CASE("supervisor: stop_workers stops for someone else - no stop signal, no root cause - earliest_failure sees failures while stopping", "[supervisor][multinode]") {
+  Supervisor sup(opts(nullptr, 2000ms));
+  sup.start_fork(0, ForkSpec{[] { return wait_forever(); }, "", 0});
+  // Rank 1 exits 4 when told to stop: a failure of its own, though it came while stopping.
+  sup.start_fork(1, ForkSpec{[] {
+                               struct sigaction sa {};
+                               sa.sa_handler = [](int) { _exit(4); };
+                               sigaction(SIGTERM, &sa, nullptr);
+                               return wait_forever();
+                             },
+                             "", 1});
+  std::this_thread::sleep_for(100ms);  // rank 1's handler is installed
+  sup.stop_workers();
+  CHECK(sup.phase() == Phase::Stopping);
+  sup.run();
+  CHECK(sup.stop_signal() == 0);
+  CHECK_FALSE(sup.root_cause());
+  CHECK(sup.result(0).killed_by_supervisor());
+  REQUIRE(sup.earliest_failure());
+  CHECK(*sup.earliest_failure() == 1);
+  CHECK(Supervisor::failure_exit_code(sup.result(1)) == 4);
+  CHECK(sup.failure_report(1).find("lspawn: root cause: process 1 terminated with exit code 4\n") == 0);
+  CHECK(sup.root_cause_report().empty());
+}
+
+TEST_CASE("supervisor: new_round runs a second round on the same supervisor; not while running", "[supervisor][multinode]") {
+  CaptureSink cap;
+  Supervisor sup(opts(&cap));
+  sup.start_fork(0, ForkSpec{[] { return 3; }, "", 0});
+  sup.start_fork(1, ForkSpec{[] { return wait_forever(); }, "", 1});
+  CHECK_THROWS_AS(sup.new_round(), std::logic_error);
+  sup.run();
+  CHECK(sup.exit_code() == 3);
+  CHECK(sup.root_cause() == 0);
+  sup.new_round();
+  CHECK(sup.results().empty());
+  CHECK_FALSE(sup.root_cause());
+  sup.start_fork(0, ForkSpec{[] { return 0; }, "", 0});  // the same ranks again
+  sup.start_fork(1, ForkSpec{[] { return 0; }, "", 1});
+  sup.run();
+  CHECK(sup.exit_code() == 0);
+  CHECK(sup.summary().empty());
+}

@@ -1,0 +1,399 @@
+// Multi-node jobs on one machine: two lspawn processes on 127.0.0.1 act as two nodes (the
+// network-namespace tests, tests/multinode/, do the same across two hosts). Restarts.
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <map>
+#include <set>
+
+#include <sys/wait.h>
+
+#include "harness.hpp"
+#include "launcher/port.hpp"
+#include "launcher/sys.hpp"
+
+using namespace lspawn::test;
+
+namespace {
+
+// A port that was free a moment ago (both "nodes" must be told the same one).
+int free_port() {
+  lspawn::PortReservation r("127.0.0.1", 0);
+  return r.port();
+}
+
+int code_of(int status) {
+  if (status == -1) return -1;
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
+std::vector<std::string> lspawn_args(std::vector<std::string> args) {
+  args.insert(args.begin(), lspawn_bin());
+  return args;
+}
+
+// NAME=value lines of the `env` worker mode, by rank: {rank: {name: value}}.
+std::map<int, std::map<std::string, std::string>> env_by_rank(const std::string& out) {
+  std::map<int, std::map<std::string, std::string>> byrank;
+  for (const auto& l : lines(out)) {
+    // "[host rank N] NAME=value"
+    const auto rk = l.find(" rank ");
+    const auto close = l.find("] ");
+    if (l.empty() || l[0] != '[' || rk == std::string::npos || close == std::string::npos) continue;
+    const int rank = std::stoi(l.substr(rk + 6, close - rk - 6));
+    const std::string kv = l.substr(close + 2);
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    byrank[rank][kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return byrank;
+}
+
+const std::string kHost = lspawn::sys::hostname();
+
+}  // namespace
+
+TEST_CASE("static multi-node: two lspawns with the same --master-addr/--master-port meet without --run-id", "[e2e][multinode]") {
+  const std::string port = std::to_string(free_port());
+  auto node = [&](int r) {
+    return lspawn_args({"--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "2",
+                        "--master-addr", "127.0.0.1", "--master-port", port, worker_bin(), "env"});
+  };
+  Child b(node(1));  // the member first: it waits for node 0
+  Child a(node(0));
+  const int sa = a.wait(), sb = b.wait();
+  INFO(a.err() << b.err());
+  REQUIRE(code_of(sa) == 0);
+  REQUIRE(code_of(sb) == 0);
+  auto ea = env_by_rank(a.out()), eb = env_by_rank(b.out());
+  REQUIRE(ea.size() == 2);
+  REQUIRE(eb.size() == 2);
+  CHECK(ea.count(0) == 1);
+  CHECK(ea.count(1) == 1);
+  CHECK(eb.count(2) == 1);  // global ranks contiguous per node
+  CHECK(eb.count(3) == 1);
+  for (auto* e : {&ea, &eb}) {
+    for (auto& [rank, vars] : *e) {
+      CHECK(vars["WORLD_SIZE"] == "4");
+      CHECK(vars["LOCAL_WORLD_SIZE"] == "2");
+      CHECK(vars["GROUP_RANK"] == (rank < 2 ? "0" : "1"));
+      CHECK(vars["GROUP_WORLD_SIZE"] == "2");
+      CHECK(vars["ROLE_RANK"] == std::to_string(rank));
+      CHECK(vars["ROLE_WORLD_SIZE"] == "4");
+      CHECK(vars["LOCAL_RANK"] == std::to_string(rank % 2));
+      CHECK(vars["MASTER_ADDR"] == "127.0.0.1");
+      // One run id and one worker master for the job, drawn by node 0.
+      CHECK(vars["TORCHELASTIC_RUN_ID"] == ea[0]["TORCHELASTIC_RUN_ID"]);
+      CHECK(vars["MASTER_PORT"] == ea[0]["MASTER_PORT"]);
+    }
+  }
+  CHECK(ea[0]["MASTER_PORT"] != port);  // node 0's lspawn listens on --master-port itself
+  // Output names the host and the rank.
+  CHECK(b.out().find("[" + kHost + " rank 3] RANK=3\n") != std::string::npos);
+}
+
+TEST_CASE("multi-node: --rdzv-endpoint: node ranks assigned by the rendezvous, --rdzv-id is the run id", "[e2e][multinode]") {
+  const std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  auto node = [&] {
+    return lspawn_args({"--nnodes", "2", "--nprocs", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", ep,
+                        "--rdzv-id", "job42", worker_bin(), "env"});
+  };
+  Child a(node());
+  Child b(node());
+  const int sa = a.wait(), sb = b.wait();
+  INFO(a.err() << b.err());
+  REQUIRE(code_of(sa) == 0);
+  REQUIRE(code_of(sb) == 0);
+  auto ea = env_by_rank(a.out()), eb = env_by_rank(b.out());
+  std::set<int> ranks;
+  std::set<std::string> groups;
+  for (auto* e : {&ea, &eb}) {
+    REQUIRE(e->size() == 2);
+    const std::string group = e->begin()->second["GROUP_RANK"];
+    groups.insert(group);
+    for (auto& [rank, vars] : *e) {
+      ranks.insert(rank);
+      CHECK(vars["TORCHELASTIC_RUN_ID"] == "job42");
+      CHECK(vars["GROUP_RANK"] == group);
+      CHECK(rank / 2 == std::stoi(group));
+    }
+  }
+  CHECK(ranks == std::set<int>{0, 1, 2, 3});
+  CHECK(groups == std::set<std::string>{"0", "1"});
+}
+
+TEST_CASE("multi-node: a rank failing on one node stops the other; both report it and exit with its code", "[e2e][multinode][exec-only]") {
+  const std::string port = std::to_string(free_port());
+  // Rank 3 (node 1) exits 7 once started; every other rank would run for a minute.
+  const std::string script = "if [ $RANK = 3 ]; then sleep 0.3; echo 'rank 3 gives up' >&2; exit 7; fi; exec sleep 60";
+  auto node = [&](int r) {
+    return lspawn_args({"--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "2",
+                        "--master-port", port, "--grace-period", "2", "/bin/sh", "-c", script});
+  };
+  Child a(node(0));
+  Child b(node(1));
+  const auto t0 = std::chrono::steady_clock::now();
+  const int sa = a.wait(std::chrono::seconds(15)), sb = b.wait(std::chrono::seconds(15));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(a.err() << "----\n" << b.err());
+  CHECK(code_of(sa) == 7);
+  CHECK(code_of(sb) == 7);
+  for (const Child* c : {&a, &b}) {
+    CHECK(c->err().find("lspawn: root cause: process 3 terminated with exit code 7\n") != std::string::npos);
+    CHECK(c->err().find("rank 3 of 4") != std::string::npos);
+    CHECK(c->err().find("on node 1 of 2") != std::string::npos);
+  }
+  CHECK(a.err().find("terminated by lspawn with SIGTERM") != std::string::npos);
+  CHECK(secs < 6.0);
+}
+
+TEST_CASE("multi-node: a node whose lspawn is SIGKILLed is lost; the other stops in bounded time and names it", "[e2e][multinode][exec-only]") {
+  Subreaper reaper;
+  TempDir dir;
+  const std::string port = std::to_string(free_port());
+  const std::string script = "echo $$ > " + dir.path + "/pid-$RANK; exec sleep 60";
+  auto node = [&](int r) {
+    return lspawn_args({"--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "2",
+                        "--master-port", port, "--node-timeout", "2", "--grace-period", "1",
+                        "/bin/sh", "-c", script});
+  };
+  Child a(node(0));
+  Child b(node(1));
+  REQUIRE(a.wait_output([](const std::string& out, const std::string& err) {
+    (void)out;
+    return err.find("starting 2 workers") != std::string::npos;
+  }, std::chrono::seconds(10)));
+  REQUIRE(b.wait_output([](const std::string&, const std::string& err) {
+    return err.find("starting 2 workers") != std::string::npos;
+  }, std::chrono::seconds(10)));
+  std::set<pid_t> pids;
+  for (int i = 0; i < 200 && pids.size() < 4; ++i) {
+    pids.clear();
+    for (int r = 0; r < 4; ++r) {
+      if (FILE* f = std::fopen((dir.path + "/pid-" + std::to_string(r)).c_str(), "r")) {
+        int p = 0;
+        if (std::fscanf(f, "%d", &p) == 1) pids.insert(p);
+        std::fclose(f);
+      }
+    }
+    if (pids.size() < 4) usleep(20000);
+  }
+  REQUIRE(pids.size() == 4);
+  const auto t0 = std::chrono::steady_clock::now();
+  b.signal(SIGKILL);
+  const int sa = a.wait(std::chrono::seconds(15));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(a.err());
+  CHECK(code_of(sa) == 123);
+  CHECK(a.err().find("root cause: node 1 (" + kHost + ", 127.0.0.1) was lost") != std::string::npos);
+  CHECK(secs < 5.0);
+  // Nothing of either node is left: node 1's workers went with its lspawn (guardian).
+  CHECK(alive_after(pids, std::chrono::seconds(5)).empty());
+}
+
+TEST_CASE("multi-node: a node that never comes fails the rendezvous after --rdzv-timeout", "[e2e][multinode]") {
+  auto r = run_lspawn({"--nnodes", "2", "--node-rank", "0", "--master-port", std::to_string(free_port()),
+                       "--rdzv-timeout", "0.5", worker_bin(), "env"});
+  CHECK(r.exit_code == 122);
+  CHECK(r.err.find("timed out after 0.5 s: 1/2 nodes joined") != std::string::npos);
+  CHECK(r.out.empty());
+}
+
+TEST_CASE("multi-node: nodes that disagree on --nproc-per-node are rejected, on both sides", "[e2e][multinode]") {
+  const std::string port = std::to_string(free_port());
+  Child a(lspawn_args({"--nnodes", "2", "--node-rank", "0", "--nprocs", "2", "--master-port", port,
+                       "--rdzv-timeout", "10", worker_bin(), "env"}));
+  Child b(lspawn_args({"--nnodes", "2", "--node-rank", "1", "--nprocs", "3", "--master-port", port,
+                       "--rdzv-timeout", "10", worker_bin(), "env"}));
+  const int sa = a.wait(), sb = b.wait();
+  INFO(a.err() << b.err());
+  CHECK(code_of(sa) == 122);
+  CHECK(code_of(sb) == 122);
+  CHECK(b.err().find("has --nproc-per-node 3, this node 2") != std::string::npos);
+}
+
+TEST_CASE("restarts: --max-restarts 2: a rank failing on its first attempt only; the job succeeds on attempt 1", "[e2e][restarts][exec-only]") {
+  const std::string script =
+      "if [ $RANK = 1 ] && [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then exit 5; fi; "
+      "echo \"ok rank=$RANK restart=$TORCHELASTIC_RESTART_COUNT max=$TORCHELASTIC_MAX_RESTARTS run=$TORCHELASTIC_RUN_ID\"";
+  auto r = run_lspawn({"--nprocs", "2", "--max-restarts", "2", "--run-id", "r1", "/bin/sh", "-c", script});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("[rank 0] ok rank=0 restart=1 max=2 run=r1\n") != std::string::npos);
+  CHECK(r.out.find("[rank 1] ok rank=1 restart=1 max=2 run=r1\n") != std::string::npos);
+  CHECK(count(r.out, "ok rank=1") == 1);  // rank 1 printed only on attempt 1
+  CHECK(r.err.find("attempt 0 failed; restarting") != std::string::npos);
+  CHECK(r.err.find("process 1 terminated with exit code 5") != std::string::npos);
+}
+
+TEST_CASE("restarts: --max-restarts 1: a rank failing every time; the last attempt's root cause is reported", "[e2e][restarts][exec-only]") {
+  auto r = run_lspawn({"--nprocs", "2", "--max-restarts", "1", "/bin/sh", "-c",
+                       "if [ $RANK = 0 ]; then exit $((10 + TORCHELASTIC_RESTART_COUNT)); fi; exec sleep 30"});
+  INFO(r.err);
+  CHECK(r.exit_code == 11);
+  CHECK(r.err.find("lspawn: root cause: process 0 terminated with exit code 11\n") != std::string::npos);
+  CHECK(r.seconds < 8.0);
+}
+
+TEST_CASE("restarts: --max-restarts across two nodes: both restart and succeed on attempt 1", "[e2e][restarts][multinode][exec-only]") {
+  const std::string port = std::to_string(free_port());
+  const std::string script =
+      "if [ $RANK = 2 ] && [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then exit 5; fi; "
+      "[ $TORCHELASTIC_RESTART_COUNT = 0 ] && exec sleep 30; echo \"ok rank=$RANK restart=$TORCHELASTIC_RESTART_COUNT\"";
+  auto node = [&](int r) {
+    return lspawn_args({"--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "2",
+                        "--master-port", port, "--max-restarts", "2", "/bin/sh", "-c", script});
+  };
+  Child a(node(0));
+  Child b(node(1));
+  const int sa = a.wait(), sb = b.wait();
+  INFO(a.err() << "----\n" << b.err());
+  CHECK(code_of(sa) == 0);
+  CHECK(code_of(sb) == 0);
+  CHECK(a.out().find("rank 0] ok rank=0 restart=1\n") != std::string::npos);
+  CHECK(b.out().find("rank 3] ok rank=3 restart=1\n") != std::string::npos);
+  // Both say why: the coordinator decides, the other node is told.
+  CHECK(a.err().find("attempt 0 failed; restarting every node's workers (restart 1 of at most 2)") != std::string::npos);
+  CHECK(b.err().find("attempt 0 failed (process 2 terminated with exit code 5 on node 1 (" + kHost +
+                     ")); the coordinator restarts every node's workers") != std::string::npos);
+  CHECK(b.err().find("restart 1 of 2: starting 2 workers") != std::string::npos);
+}
+
+namespace {
+// Both "nodes" running `sleep 60` workers, started and seen running.
+struct TwoNodes {
+  std::string port = std::to_string(free_port());
+  std::unique_ptr<Child> a, b;
+  explicit TwoNodes(const std::vector<std::string>& extra = {}) {
+    auto node = [&](int r) {
+      std::vector<std::string> args{"--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "2",
+                                    "--master-port", port, "--grace-period", "1"};
+      args.insert(args.end(), extra.begin(), extra.end());
+      args.insert(args.end(), {"/bin/sh", "-c", "echo up; exec sleep 60"});
+      return lspawn_args(args);
+    };
+    a = std::make_unique<Child>(node(0));
+    b = std::make_unique<Child>(node(1));
+    for (Child* c : {a.get(), b.get()}) {
+      REQUIRE(c->wait_stdout_count("] up\n", 2, std::chrono::seconds(10)));
+    }
+  }
+};
+}  // namespace
+
+TEST_CASE("multi-node: the coordinator's lspawn SIGKILLed: the other node names node 0 as lost", "[e2e][multinode][exec-only]") {
+  Subreaper reaper;
+  TwoNodes job({"--node-timeout", "2"});
+  job.a->signal(SIGKILL);
+  const int sb = job.b->wait(std::chrono::seconds(15));
+  INFO(job.b->err());
+  CHECK(code_of(sb) == 123);
+  CHECK(job.b->err().find("root cause: node 0 (" + kHost + ", 127.0.0.1) was lost: connection closed") != std::string::npos);
+}
+
+TEST_CASE("multi-node: SIGTERM to one lspawn stops the whole job; both exit 143 and name it", "[e2e][multinode][exec-only]") {
+  TwoNodes job;
+  job.b->signal(SIGTERM);
+  const int sa = job.a->wait(std::chrono::seconds(15)), sb = job.b->wait(std::chrono::seconds(15));
+  INFO(job.a->err() << "----\n" << job.b->err());
+  CHECK(code_of(sa) == 143);
+  CHECK(code_of(sb) == 143);
+  for (Child* c : {job.a.get(), job.b.get()}) {
+    CHECK(c->err().find("root cause: lspawn on node 1 (" + kHost + ") received SIGTERM") != std::string::npos);
+  }
+}
+
+TEST_CASE("multi-node: waiting for a late node is not silence: nodes that joined early are not lost", "[e2e][multinode][exec-only]") {
+  const std::string port = std::to_string(free_port());
+  auto node = [&](int r) {
+    return lspawn_args({"--nnodes", "3", "--node-rank", std::to_string(r), "--master-port", port,
+                        "--node-timeout", "0.4", "/bin/sh", "-c", "sleep 0.8"});
+  };
+  Child a(node(0));
+  Child b(node(1));
+  usleep(1000 * 1000);  // nodes 0 and 1 wait 1 s (> node timeout) for node 2
+  Child c(node(2));
+  const int sa = a.wait(), sb = b.wait(), sc = c.wait();
+  INFO(a.err() << "----\n" << b.err() << "----\n" << c.err());
+  CHECK(code_of(sa) == 0);
+  CHECK(code_of(sb) == 0);
+  CHECK(code_of(sc) == 0);
+}
+
+TEST_CASE("multi-node: the earliest failure wins even if its rank was still unwinding when another node's failed", "[e2e][multinode][exec-only]") {
+  // Rank 3 (node 1) reports an error and is still exiting when rank 0 (node 0) exits 9: the
+  // job's root cause is rank 3 on both nodes (its report is earlier), as on one node.
+  TempDir sync;
+  const std::string port = std::to_string(free_port());
+  const std::string script = "if [ $RANK = 3 ]; then exec " + worker_bin() +
+                             " report-then-wait 3; fi; if [ $RANK = 0 ]; then until [ -e " + sync.path +
+                             "/ready-3 ]; do sleep 0.01; done; exit 9; fi; exec sleep 60";
+  auto node = [&](int r) {
+    return lspawn_args({"--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "2",
+                        "--master-port", port, "--grace-period", "2", "/bin/sh", "-c", script});
+  };
+  Child a(node(0), {"LSPAWN_TEST_SYNC_DIR=" + sync.path});
+  Child b(node(1), {"LSPAWN_TEST_SYNC_DIR=" + sync.path});
+  const int sa = a.wait(), sb = b.wait();
+  INFO(a.err() << "----\n" << b.err());
+  CHECK(code_of(sa) == 1);
+  CHECK(code_of(sb) == 1);
+  for (const Child* c : {&a, &b}) {
+    CHECK(c->err().find("lspawn: root cause: process 3 raised std::runtime_error and was stopped by lspawn") != std::string::npos);
+    CHECK(c->err().find("error: std::runtime_error: first failure") != std::string::npos);
+  }
+  CHECK(a.err().find("lspawn: also process 0 terminated with exit code 9") != std::string::npos);
+}
+
+TEST_CASE("multi-node: node 0 must listen on --master-addr: an address of another host is a usage error", "[e2e][multinode]") {
+  auto r = run_lspawn({"--nnodes", "2", "--node-rank", "0", "--master-addr", "192.0.2.1", "--master-port",
+                       std::to_string(free_port()), worker_bin(), "env"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("192.0.2.1:") != std::string::npos);
+  CHECK(r.err.find("is not an address of this host") != std::string::npos);
+  CHECK(r.out.empty());
+}
+
+TEST_CASE("multi-node: --rdzv-endpoint with given node ranks: the host of the endpoint may be node 1; node 0 hosts the workers' store", "[e2e][multinode]") {
+  const std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  auto node = [&](int r) {
+    return lspawn_args({"--nnodes", "2", "--nprocs", "2", "--node-rank", std::to_string(r), "--rdzv-endpoint", ep,
+                        worker_bin(), "env"});
+  };
+  Child host(node(1));  // binds the endpoint first: the coordinator, as node 1
+  REQUIRE(host.wait_output([](const std::string&, const std::string& err) {
+    return err.find("rendezvous: waiting for 1 more node") != std::string::npos;
+  }, std::chrono::seconds(10)));
+  Child zero(node(0));
+  const int sh = host.wait(), sz = zero.wait();
+  INFO(host.err() << "----\n" << zero.err());
+  REQUIRE(code_of(sh) == 0);
+  REQUIRE(code_of(sz) == 0);
+  auto eh = env_by_rank(host.out()), ez = env_by_rank(zero.out());
+  CHECK(ez.count(0) == 1);
+  CHECK(ez.count(1) == 1);
+  CHECK(eh.count(2) == 1);
+  CHECK(eh.count(3) == 1);
+  // MASTER_PORT: the port node 0 reserved on its own address, the same for every rank.
+  CHECK(eh[2]["MASTER_PORT"] == ez[0]["MASTER_PORT"]);
+  CHECK(eh[2]["MASTER_ADDR"] == "127.0.0.1");
+  CHECK(ez[0]["MASTER_PORT"] != ep.substr(ep.find(':') + 1));
+}
+
+TEST_CASE("multi-node: --rdzv-endpoint with the same --node-rank twice is rejected", "[e2e][multinode]") {
+  const std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  auto node = [&] {
+    return lspawn_args({"--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", ep, "--rdzv-timeout", "10",
+                        worker_bin(), "env"});
+  };
+  Child a(node());
+  REQUIRE(a.wait_output([](const std::string&, const std::string& err) {
+    return err.find("rendezvous: waiting for 1 more node") != std::string::npos;
+  }, std::chrono::seconds(10)));
+  Child b(node());
+  const int sa = a.wait(), sb = b.wait();
+  INFO(a.err() << "----\n" << b.err());
+  CHECK(code_of(sa) == 122);
+  CHECK(code_of(sb) == 122);
+  CHECK(b.err().find("both have --node-rank 1") != std::string::npos);
+}

@@ -1,0 +1,105 @@
+// The launchers' control channel: frames, bounded lengths, bad input, EOF, message bodies.
+#include <catch2/catch.hpp>
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "launcher/node_channel.hpp"
+
+using namespace lspawn;
+using namespace lspawn::node;
+
+namespace {
+
+// Two connected ends: a Link on one, a raw fd on the other.
+struct Pair {
+  std::unique_ptr<Link> link;
+  sys::Fd raw;
+  Pair() {
+    int fds[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, fds) == 0);
+    link = std::make_unique<Link>(sys::Fd(fds[0]), "test peer");
+    raw.reset(fds[1]);
+  }
+  void put(const std::string& bytes) { sys::write_all(raw.get(), bytes, "test"); }
+};
+
+std::string be32(uint32_t n) {
+  std::string s;
+  for (int k = 24; k >= 0; k -= 8) s.push_back(static_cast<char>((n >> k) & 0xff));
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("node channel: messages round-trip, also split across reads", "[node_channel]") {
+  Pair p;
+  Cause c;
+  c.kind = "worker";
+  c.rank = 3;
+  c.node_rank = 1;
+  c.host = "lsp-b";
+  c.exit_code = 7;
+  c.time_us = 123456789;
+  c.text = "lspawn: root cause: process 3 terminated with exit code 7\n";
+  const std::string frame = encode("failed", FailedMsg{c}) + encode("hb", nlohmann::json::object());
+  p.put(frame.substr(0, 5));
+  CHECK(p.link->read().empty());  // an incomplete frame waits
+  p.put(frame.substr(5));
+  auto msgs = p.link->read();
+  REQUIRE(msgs.size() == 2);
+  CHECK(msgs[0].type == "failed");
+  const Cause got = msgs[0].as<FailedMsg>().cause;
+  CHECK(got.rank == 3);
+  CHECK(got.host == "lsp-b");
+  CHECK(got.exit_code == 7);
+  CHECK(got.time_us == 123456789);
+  CHECK(got.text == c.text);
+  CHECK(msgs[1].type == "hb");
+}
+
+TEST_CASE("node channel: a frame longer than the limit closes the link before allocating", "[node_channel]") {
+  Pair p;
+  p.put(be32(kMaxFrame + 1) + "x");
+  CHECK_THROWS_WITH(p.link->read(), Catch::Contains("bad frame: length 1048577 exceeds 1048576"));
+}
+
+TEST_CASE("node channel: a frame that is not CBOR, or lacks the envelope, closes the link", "[node_channel]") {
+  {
+    Pair p;
+    p.put(be32(3) + "\xff\xff\xff");
+    CHECK_THROWS_WITH(p.link->read(), Catch::Contains("bad frame"));
+  }
+  {
+    Pair p;
+    const auto cbor = nlohmann::json::to_cbor(nlohmann::json{{"x", 1}});
+    p.put(be32(static_cast<uint32_t>(cbor.size())) + std::string(cbor.begin(), cbor.end()));
+    CHECK_THROWS_WITH(p.link->read(), Catch::Contains("bad frame"));
+  }
+}
+
+TEST_CASE("node channel: a body without its fields is a json error, a missing field takes its default", "[node_channel]") {
+  Message m{"assign", nlohmann::json{{"node_rank", "one"}}};
+  CHECK_THROWS_AS(m.as<AssignMsg>(), nlohmann::json::exception);
+  Message d{"done", nlohmann::json::object()};
+  CHECK(d.as<DoneMsg>().failed == false);
+}
+
+TEST_CASE("node channel: the messages before EOF are delivered, then the EOF", "[node_channel]") {
+  Pair p;
+  FinishMsg f;
+  f.exit_code = 7;
+  f.failed = true;
+  p.put(encode("finish", f));
+  p.raw.reset();
+  auto msgs = p.link->read();
+  REQUIRE(msgs.size() == 1);
+  CHECK(msgs[0].as<FinishMsg>().exit_code == 7);
+  CHECK_THROWS_WITH(p.link->read(), "connection closed");
+}
+
+TEST_CASE("node channel: sending to a closed peer is a LinkError", "[node_channel]") {
+  Pair p;
+  p.raw.reset();
+  CHECK_THROWS_AS(p.link->send("hb", nlohmann::json::object()), LinkError);
+}

@@ -1,0 +1,190 @@
+#!/bin/bash
+# netns_test.sh LSPAWN HELLO_ALLREDUCE — a multi-node job across two hosts, each a network
+# namespace made here (hosts mn-a 10.78.0.1 and mn-b 10.78.0.2, joined by a veth pair), 2 nodes x
+# 2 workers of examples/hello_allreduce:
+#   1. static rendezvous (--node-rank, --master-addr/--master-port): all_reduce correct, output
+#      prefixed "[mn-b rank 3]"
+#   2. --rdzv-endpoint without --node-rank: node ranks assigned, ranks contiguous per node
+#   3. rank 3 (on mn-b) throws: both lspawns report the same root cause and exit 1
+#   (4-6 run under --start-method forkserver: one LibTorch load per node, and that start
+#   method across nodes)
+#   4. mn-b's lspawn SIGKILLed: mn-a exits 123 within the node timeout, naming node 1 (mn-b)
+#   5. mn-b's link down: both exit 123 in bounded time, each naming the other
+#   6. --max-restarts 2 with rank 3 throwing on attempt 0 only (--start-method forkserver): the
+#      group restarts once and all_reduce is correct on attempt 1 (store keys of attempt 0 are
+#      under another prefix)
+# After each: nothing left running in either namespace. The namespaces and veth names carry a
+# token unique to this run (parallel ctest runs do not clash); everything is removed on exit.
+# Needs root, iproute2, nsenter, unshare, timeout; exits 77 (skipped) without them.
+set -uo pipefail
+LSPAWN=${1:?usage: netns_test.sh LSPAWN HELLO_ALLREDUCE}
+HELLO=${2:?usage: netns_test.sh LSPAWN HELLO_ALLREDUCE}
+[[ $(id -u) == 0 ]] || { echo "SKIP: needs root (network namespaces)"; exit 77; }
+for t in ip nsenter unshare timeout; do
+  command -v $t >/dev/null || { echo "SKIP: $t not installed"; exit 77; }
+done
+
+TOK=$(printf '%05x%03x' $(( $$ & 0xfffff )) $(( RANDOM & 0xfff )))
+A=lspmn-$TOK-a B=lspmn-$TOK-b VA=lv${TOK}a VB=lv${TOK}b   # veth names: 11 chars (< 16)
+NET=10.78.0
+WORK=$(mktemp -d /tmp/lspawn-netns-XXXXXX)
+FAILS=0
+PASSES=0
+
+cleanup() {
+  for ns in $A $B; do
+    pids=$(ip netns pids $ns 2>/dev/null | tr '\n' ' ')
+    [[ -n ${pids// /} ]] && kill -KILL $pids 2>/dev/null
+  done
+  ip netns del $A 2>/dev/null
+  ip netns del $B 2>/dev/null
+  ip link del $VA 2>/dev/null
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+ip netns add $A && ip netns add $B || { echo "SKIP: cannot create network namespaces"; exit 77; }
+ip link add $VA type veth peer name $VB || { echo "SKIP: no veth support"; exit 77; }
+ip link set $VA netns $A && ip link set $VB netns $B
+ip -n $A addr add $NET.1/24 dev $VA && ip -n $B addr add $NET.2/24 dev $VB
+ip -n $A link set lo up && ip -n $B link set lo up
+ip -n $A link set $VA up && ip -n $B link set $VB up
+for _ in $(seq 100); do
+  ip -n $A link show $VA | grep -q LOWER_UP && ip -n $B link show $VB | grep -q LOWER_UP && break
+  sleep 0.05
+done
+
+# on HOST CMD...: CMD on host a or b (its netns, hostname mn-a / mn-b); execs, so $! is CMD's pid.
+on() {
+  local h=$1 ns
+  shift
+  [[ $h == a ]] && ns=$A || ns=$B
+  exec nsenter --net=/run/netns/$ns unshare --uts sh -c 'hostname "$0" && exec "$@"' "mn-$h" "$@"
+}
+pass() { echo "ok: $*"; PASSES=$((PASSES + 1)); }
+fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
+check() { local what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
+has() { grep -qF -- "$2" "$1"; }
+# Nothing of the job may be left in either namespace.
+nothing_left() {
+  local left
+  for _ in $(seq 50); do
+    left=$( (ip netns pids $A; ip netns pids $B) 2>/dev/null | tr '\n' ' ')
+    [[ -z ${left// /} ]] && return 0
+    sleep 0.1
+  done
+  echo "   left running: $left: $(ps -o pid,args -p ${left// /,} 2>/dev/null | tail -n +2 | tr '\n' ';')"
+  return 1
+}
+# until_in FILE TEXT SECONDS
+until_in() {
+  for _ in $(seq $(( $3 * 20 ))); do grep -qF -- "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
+  return 1
+}
+elapsed_below() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
+
+export OMP_NUM_THREADS=1
+COMMON=(--nnodes 2 --nprocs 2 --grace-period 1)
+
+T0=$(date +%s.%N)
+stamp() { awk -v a=$T0 -v b=$(date +%s.%N) 'BEGIN { printf "%.1f s", b - a }'; }
+echo "== 1. static rendezvous, all_reduce"
+(on b timeout 60 "$LSPAWN" "${COMMON[@]}" --node-rank 1 --master-addr $NET.1 --master-port 29500 "$HELLO" \
+   >$WORK/1b.out 2>$WORK/1b.err) & pb=$!
+(on a timeout 60 "$LSPAWN" "${COMMON[@]}" --node-rank 0 --master-addr $NET.1 --master-port 29500 "$HELLO" \
+   >$WORK/1a.out 2>$WORK/1a.err) & pa=$!
+wait $pa; ra=$?; wait $pb; rb=$?
+check "static: both nodes exit 0 (a=$ra b=$rb)" test $ra = 0 -a $rb = 0
+check "static: ranks 0,1 on mn-a with the right sum" eval 'has $WORK/1a.out "[mn-a rank 0] rank 0/4: allreduce sum = 10" && has $WORK/1a.out "[mn-a rank 1] rank 1/4: allreduce sum = 10"'
+check "static: ranks 2,3 on mn-b with the right sum" eval 'has $WORK/1b.out "[mn-b rank 2] rank 2/4: allreduce sum = 10" && has $WORK/1b.out "[mn-b rank 3] rank 3/4: allreduce sum = 10"'
+check "static: nothing left" nothing_left
+[[ $FAILS == 0 ]] || { cat $WORK/1a.err $WORK/1b.err; }
+
+echo "== [$(stamp)] 2. --rdzv-endpoint, node ranks assigned"
+(on b timeout 60 "$LSPAWN" "${COMMON[@]}" --rdzv-endpoint $NET.1:29400 --rdzv-id job2 "$HELLO" \
+   >$WORK/2b.out 2>$WORK/2b.err) & pb=$!
+sleep 0.2  # mn-b first: it waits for the host of the endpoint
+(on a timeout 60 "$LSPAWN" "${COMMON[@]}" --rdzv-endpoint $NET.1:29400 --rdzv-id job2 "$HELLO" \
+   >$WORK/2a.out 2>$WORK/2a.err) & pa=$!
+wait $pa; ra=$?; wait $pb; rb=$?
+check "rdzv: both nodes exit 0 (a=$ra b=$rb)" test $ra = 0 -a $rb = 0
+check "rdzv: mn-a (the endpoint's host) is node 0: ranks 0,1" eval 'has $WORK/2a.out "[mn-a rank 0] rank 0/4: allreduce sum = 10" && has $WORK/2a.out "[mn-a rank 1] rank 1/4"'
+check "rdzv: mn-b is node 1: ranks 2,3" eval 'has $WORK/2b.out "[mn-b rank 2] rank 2/4: allreduce sum = 10" && has $WORK/2b.out "[mn-b rank 3] rank 3/4"'
+check "rdzv: run id job2 on both" eval 'has $WORK/2a.err "run id job2" && has $WORK/2b.err "run id job2"'
+check "rdzv: nothing left" nothing_left
+
+echo "== [$(stamp)] 3. rank 3 on mn-b throws: one root cause on both nodes"
+(on b timeout 60 "$LSPAWN" "${COMMON[@]}" --node-rank 1 --master-addr $NET.1 --master-port 29500 "$HELLO" --throw-rank 3 \
+   >$WORK/3b.out 2>$WORK/3b.err) & pb=$!
+(on a timeout 60 "$LSPAWN" "${COMMON[@]}" --node-rank 0 --master-addr $NET.1 --master-port 29500 "$HELLO" --throw-rank 3 \
+   >$WORK/3a.out 2>$WORK/3a.err) & pa=$!
+wait $pa; ra=$?; wait $pb; rb=$?
+check "failure: both exit 1 (a=$ra b=$rb)" test $ra = 1 -a $rb = 1
+root_block() { sed -n '/^lspawn: root cause:/,/^lspawn:   on node/p' "$1" | grep -v '^lspawn:     '; }
+for h in a b; do
+  check "failure: mn-$h names rank 3 on mn-b as the root cause" eval \
+    'has $WORK/3$h.err "lspawn: root cause: process 3 terminated with exit code 1" && has $WORK/3$h.err "rank 3 of 4, pid" && has $WORK/3$h.err "host mn-b" && has $WORK/3$h.err "error: std::runtime_error: rank 3 throws on purpose"'
+done
+check "failure: the same report on both nodes" eval 'diff <(root_block $WORK/3a.err) <(root_block $WORK/3b.err) >/dev/null && [[ -n $(root_block $WORK/3a.err) ]]'
+check "failure: nothing left" nothing_left
+
+echo "== [$(stamp)] 4. mn-b's lspawn is SIGKILLed"
+(on b timeout 60 "$LSPAWN" "${COMMON[@]}" --node-rank 1 --master-addr $NET.1 --master-port 29500 --node-timeout 2 --start-method forkserver "$HELLO" --hang-rank 0 \
+   >$WORK/4b.out 2>$WORK/4b.err) & pb=$!
+(on a timeout 60 "$LSPAWN" "${COMMON[@]}" --node-rank 0 --master-addr $NET.1 --master-port 29500 --node-timeout 2 --start-method forkserver "$HELLO" --hang-rank 0 \
+   >$WORK/4a.out 2>$WORK/4a.err) & pa=$!
+until_in $WORK/4a.err "hanging on purpose" 40 || fail "kill: rank 0 never started hanging"
+sleep 0.3
+lb=$(ip netns pids $B | while read -r p; do [[ $(cat /proc/$p/comm 2>/dev/null) == lspawn ]] && echo $p; done | head -1)
+t0=$(date +%s.%N)
+kill -KILL $lb
+wait $pa; ra=$?; t1=$(date +%s.%N)
+wait $pb
+secs=$(awk -v a=$t0 -v b=$t1 'BEGIN { printf "%.2f", b - a }')
+check "kill: mn-a exits 123 (got $ra) in $secs s" test $ra = 123
+check "kill: mn-a names node 1 (mn-b)" has $WORK/4a.err "root cause: node 1 (mn-b, $NET.2) was lost"
+check "kill: within the node timeout plus the grace period ($secs s < 5 s)" elapsed_below $secs 5
+check "kill: nothing left" nothing_left
+
+echo "== [$(stamp)] 5. mn-b's link goes down"
+(on b timeout 60 "$LSPAWN" "${COMMON[@]}" --node-rank 1 --master-addr $NET.1 --master-port 29500 --node-timeout 2 --start-method forkserver "$HELLO" --hang-rank 0 \
+   >$WORK/5b.out 2>$WORK/5b.err) & pb=$!
+(on a timeout 60 "$LSPAWN" "${COMMON[@]}" --node-rank 0 --master-addr $NET.1 --master-port 29500 --node-timeout 2 --start-method forkserver "$HELLO" --hang-rank 0 \
+   >$WORK/5a.out 2>$WORK/5a.err) & pa=$!
+until_in $WORK/5a.err "hanging on purpose" 40 || fail "linkdown: rank 0 never started hanging"
+sleep 0.3
+t0=$(date +%s.%N)
+ip -n $B link set $VB down
+wait $pa; ra=$?; t1=$(date +%s.%N)
+wait $pb; rb=$?; t2=$(date +%s.%N)
+sa=$(awk -v a=$t0 -v b=$t1 'BEGIN { printf "%.2f", b - a }')
+sb=$(awk -v a=$t0 -v b=$t2 'BEGIN { printf "%.2f", b - a }')
+check "linkdown: both exit 123 (a=$ra in $sa s, b=$rb in $sb s)" test $ra = 123 -a $rb = 123
+check "linkdown: mn-a names node 1 (mn-b)" has $WORK/5a.err "root cause: node 1 (mn-b, $NET.2) was lost"
+check "linkdown: mn-b names node 0 (mn-a)" has $WORK/5b.err "root cause: node 0 (mn-a, $NET.1) was lost"
+check "linkdown: both within the node timeout plus the grace period (< 8 s)" eval 'elapsed_below $sa 8 && elapsed_below $sb 8'
+check "linkdown: nothing left" nothing_left
+ip -n $B link set $VB up
+for _ in $(seq 100); do
+  ip -n $A link show $VA | grep -q LOWER_UP && ip -n $B link show $VB | grep -q LOWER_UP && break
+  sleep 0.05
+done
+
+echo "== [$(stamp)] 6. --max-restarts 2, rank 3 throws on attempt 0 only (forkserver)"
+(on b timeout 60 "$LSPAWN" "${COMMON[@]}" --node-rank 1 --master-addr $NET.1 --master-port 29500 --max-restarts 2 \
+   --start-method forkserver "$HELLO" --throw-rank 3 --fail-on-attempt 0 >$WORK/6b.out 2>$WORK/6b.err) & pb=$!
+(on a timeout 60 "$LSPAWN" "${COMMON[@]}" --node-rank 0 --master-addr $NET.1 --master-port 29500 --max-restarts 2 \
+   --start-method forkserver "$HELLO" --throw-rank 3 --fail-on-attempt 0 >$WORK/6a.out 2>$WORK/6a.err) & pa=$!
+wait $pa; ra=$?; wait $pb; rb=$?
+check "restart: both nodes exit 0 on attempt 1 (a=$ra b=$rb)" test $ra = 0 -a $rb = 0
+check "restart: attempt 0's failure was rank 3 on mn-b, on both nodes" eval 'has $WORK/6a.err "attempt 0: root cause: process 3 terminated with exit code 1" && has $WORK/6b.err "attempt 0 failed (process 3 terminated with exit code 1 on node 1 (mn-b))"'
+check "restart: both nodes restarted once" eval 'has $WORK/6a.err "restart 1 of 2: starting 2 workers" && has $WORK/6b.err "restart 1 of 2: starting 2 workers" && ! has $WORK/6a.err "restart 2 of 2"'
+check "restart: all_reduce correct on attempt 1 on every rank" eval 'has $WORK/6a.out "[mn-a rank 0] rank 0/4: allreduce sum = 10" && has $WORK/6b.out "[mn-b rank 3] rank 3/4: allreduce sum = 10"'
+check "restart: nothing left" nothing_left
+
+echo "$PASSES passed, $FAILS failed ($(stamp))"
+if [[ $FAILS != 0 ]]; then
+  for f in $WORK/*.err; do echo "---- $f"; tail -30 "$f"; done
+  exit 1
+fi
+exit 0
