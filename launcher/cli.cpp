@@ -302,7 +302,7 @@ int run(const CliOptions& o) {
         const int rank = node_rank * o.nproc_per_node + static_cast<int>(lr);
         if (forked) {
           proto::SpawnCall call;
-          call.set_index(rank);
+          call.index = rank;
           forked->start(rank, call, spec.env, spec.error_file);
         } else {
           sup.start_exec(rank, spec);
