@@ -15,15 +15,19 @@
 #include "launcher/cli_options.hpp"
 #include "launcher/elf.hpp"
 #include "launcher/env_contract.hpp"
+#include "launcher/hang_watch.hpp"
 #include "launcher/output.hpp"
 #include "launcher/port.hpp"
 #include "launcher/spawn/errors.hpp"
 #include "launcher/spawn/forked_workers.hpp"
 #include "launcher/spawn/forkserver.hpp"
 #include "launcher/spawn/forkserver_hook.hpp"
+#include "launcher/status_command.hpp"
 #include "launcher/supervisor.hpp"
 #include "launcher/sys.hpp"
 #include "launcher/version.hpp"
+#include "status/layout.hpp"
+#include "status/stack_dump.hpp"
 
 namespace lspawn {
 namespace {
@@ -50,6 +54,14 @@ struct RunDir {
     if (!path.empty()) sys::remove_tree(path);
   }
 };
+
+// Sets NAME=value in an environment list, replacing an inherited NAME.
+void set_env(std::vector<std::string>& env, const std::string& name, const std::string& value) {
+  const std::string prefix = name + "=";
+  env.erase(std::remove_if(env.begin(), env.end(), [&](const std::string& kv) { return kv.compare(0, prefix.size(), prefix) == 0; }),
+            env.end());
+  env.push_back(prefix + value);
+}
 
 // How long an exec'd forkserver may take to load and initialise the program.
 constexpr std::chrono::seconds kForkserverReadyTimeout{120};
@@ -139,6 +151,21 @@ int run(const CliOptions& o) {
   RunDir run_dir;
   run_dir.path = sys::make_temp_dir("lspawn-" + job.run_id.substr(0, 32) + "-");
   job.run_dir = run_dir.path;
+  // The ranks' status records (docs/hang-diagnosis.md); the O_PATH handle lets `lspawn status PID`
+  // find it through /proc/PID/fd.
+  const std::string status_dir = run_dir.path + "/" + kStatusDirName;
+  sys::make_dir(status_dir, 0700);
+  const sys::Fd status_dir_handle = sys::open_directory_handle(status_dir);
+  HangWatchOptions hopts;
+  hopts.dir = status_dir;
+  hopts.timeout = std::chrono::milliseconds(static_cast<long long>(o.hang_timeout_s * 1000));
+  hopts.print = [](const std::string& text) {
+    try {
+      sys::write_all(2, text, "stderr");
+    } catch (const sys::SysError&) {
+    }
+  };
+  HangWatch hang_watch(std::move(hopts));
 
   const auto base_env = env::current_environment();
   if (!o.quiet && env::needs_omp_default(base_env, o.nproc_per_node)) {
@@ -163,6 +190,8 @@ int run(const CliOptions& o) {
   }
   sopts.grace_period = std::chrono::milliseconds(static_cast<long long>(o.grace_period_s * 1000));
   sopts.forward_signals = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+  sopts.report_signals = {kReportSignal};
+  sopts.on_report_signal = [&hang_watch](int) { hang_watch.request_report(); };
   if (!o.quiet) sopts.on_info = say;
   sopts.world_size = o.nnodes * o.nproc_per_node;
 
@@ -182,6 +211,7 @@ int run(const CliOptions& o) {
     spec.argv = o.program;
     spec.env = env::worker_environment(job, place, base_env);
     spec.error_file = env::error_file_path(job.run_dir, place.rank());
+    set_env(spec.env, status::kDirEnv, status_dir);
     specs.push_back(std::move(spec));
   }
 
@@ -241,7 +271,17 @@ int run(const CliOptions& o) {
     say("rank " + std::to_string(first) + (last > first ? ".." + std::to_string(last) : "") +
         " not started: the run was already stopping");
   }
-  sup.run();
+  // The supervisor's loop, with the hang watch polled on its deadlines.
+  bool hang = false;
+  while (!sup.finished()) {
+    const auto due = hang_watch.next_deadline();
+    sup.step(due);
+    if (Clock::now() < due) continue;
+    if (hang_watch.poll(Clock::now(), sup.results()) && !sup.finished() && !sup.root_cause()) {
+      hang = true;
+      sup.terminate(SIGTERM, "the hang watchdog (--hang-timeout)");
+    }
+  }
   if (forked) forked->unwatch();
   const std::string summary = sup.summary();
   if (!summary.empty()) {
@@ -250,12 +290,16 @@ int run(const CliOptions& o) {
     } catch (const sys::SysError&) {
     }
   }
+  if (hang && !sup.root_cause()) return exit_codes::kHang;
   return sup.exit_code();
 }
 
 }  // namespace
 
 int run_cli(const std::vector<std::string>& args) {
+  if (!args.empty() && args[0] == "status") {
+    return run_status_command(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
   CliOptions o;
   try {
     o = parse_cli(args);

@@ -64,12 +64,19 @@ options (--opt value and --opt=value are both accepted):
                                   init happen once, not per worker); program must link lspawn's
                                   runtime (or lspawn::forkserver_hook). See docs/cli.md
   --max-restarts 0                accepted for torchrun compatibility; only 0 is supported
+  --hang-timeout SECONDS          when no rank makes progress in its collectives for this long
+                                  (one rank at least inside one), print a report of which ranks
+                                  wait where and which are behind, with their stacks, and stop the
+                                  job with exit code 124. The report on demand: kill -URG <lspawn
+                                  pid>, or lspawn status <lspawn pid>. See docs/hang-diagnosis.md
   -h, --help                      this text
   --version                       print the version
 
 exit status: 0 all workers succeeded; the failing worker's code (128+N for signal N);
 128+N when lspawn received signal N; 2 usage error; 126/127 program not executable/not found;
-125 lspawn internal error. See docs/exit-codes.md.
+124 --hang-timeout expired; 125 lspawn internal error. See docs/exit-codes.md.
+
+lspawn status PID                 print the status report of the running lspawn PID (same user)
 )";
 }
 
@@ -154,6 +161,8 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
       } else {
         usage(name + ": expected exec or forkserver (" + name + " exec|forkserver), got '" + m + "'");
       }
+    } else if (name == "--hang-timeout") {
+      o.hang_timeout_s = parse_seconds(name, take("SECONDS"));
     } else if (name == "--max-restarts") {
       o.max_restarts = parse_int(name, take("0"), 0, 1 << 20, "0", "0");
       if (o.max_restarts != 0) {

@@ -14,6 +14,7 @@ namespace lspawn {
 namespace exit_codes {
 inline constexpr int kSuccess = 0;
 inline constexpr int kUsage = 2;              // bad option, port in use, log dir unusable
+inline constexpr int kHang = 124;             // --hang-timeout: no rank made progress (as timeout(1))
 inline constexpr int kInternal = 125;         // lspawn itself failed (fork, pipe, ...)
 inline constexpr int kCannotExecute = 126;    // program found but not executable
 inline constexpr int kNotFound = 127;         // program not found
@@ -39,6 +40,7 @@ struct CliOptions {
   bool quiet = false;              // --quiet: no info lines (errors still printed)
   CliStartMethod start_method = CliStartMethod::Exec;  // --start-method exec|forkserver
   int max_restarts = 0;            // --max-restarts; only 0 is supported
+  double hang_timeout_s = 0;       // --hang-timeout SECONDS; 0: no watchdog (reports on SIGURG still)
   bool help = false;               // --help / -h
   bool version = false;            // --version
   std::vector<std::string> program;  // program and its arguments (non-empty unless help/version)

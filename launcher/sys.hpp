@@ -129,6 +129,13 @@ std::string hostname();
 // found anywhere, EACCES when found but not executable, ...).
 std::optional<std::string> find_executable(const std::string& file, int* err);
 
+// mkdir(2) of one directory with `mode`. Throws SysError (EEXIST included).
+void make_dir(const std::string& path, mode_t mode);
+
+// open(path, O_PATH | O_DIRECTORY | O_CLOEXEC): a handle on a directory that does nothing but
+// name it in /proc/<pid>/fd (how `lspawn status PID` finds a job's status directory).
+Fd open_directory_handle(const std::string& path);
+
 using Clock = std::chrono::steady_clock;
 
 }  // namespace lspawn::sys

@@ -18,6 +18,7 @@ namespace lspawn::test {
 
 std::string lspawn_bin() { return LSPAWN_BIN; }
 std::string worker_bin() { return LSPAWN_TEST_WORKER; }
+std::string hang_worker_bin() { return LSPAWN_TEST_HANG_WORKER; }
 
 std::vector<std::string> with_start_method(std::vector<std::string> argv) {
   const char* m = std::getenv("LSPAWN_E2E_START_METHOD");
