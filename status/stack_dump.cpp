@@ -61,8 +61,9 @@ void on_stack_signal(int sig, siginfo_t*, void*) {
     write_str(fd, "pid ");
     write_num(fd, pid);
     write_str(fd, " main thread\n");
-    // frames[0] is this handler: start at the frame the signal interrupted (after the trampoline).
-    if (n > 1) ::backtrace_symbols_fd(frames + 1, n - 1, fd);
+    // frames[0] is this handler, frames[1] the signal trampoline (__restore_rt): start at the
+    // function the signal interrupted.
+    if (n > 2) ::backtrace_symbols_fd(frames + 2, n - 2, fd);
     write_str(fd, kStackEnd);
     write_str(fd, "\n");
     ::close(fd);

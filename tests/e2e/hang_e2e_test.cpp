@@ -119,3 +119,17 @@ TEST_CASE("lspawn status: a pid that is not an lspawn job", "[e2e][hang][exec-on
   const auto u = run_lspawn({"status", "abc"});
   CHECK(u.exit_code == lspawn::exit_codes::kUsage);
 }
+
+TEST_CASE("hang: over gloo too (the op is in flight until Work::wait returns)", "[e2e][hang][exec-only]") {
+  Subreaper reaper;
+  Child c({lspawn_bin(), "--nprocs", "2", "--hang-timeout", "1", "--grace-period", "2", hang_worker_bin(),
+           "never-enters", "1", "2"},
+          {"LSPAWN_BACKEND=gloo"});
+  const int st = c.wait(60s);
+  INFO(c.err());
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == lspawn::exit_codes::kHang);
+  CHECK(has(c.err(), "waiting: rank 0 in all_reduce #3 on group world, 16 B"));
+  CHECK(has(c.err(), "behind: rank 1 has not entered a collective for "));
+  CHECK(alive_after(worker_pids(c.out()), 2s).empty());
+}
