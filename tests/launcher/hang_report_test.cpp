@@ -122,3 +122,118 @@ TEST_CASE("hang report: formatting helpers", "[hang]") {
   CHECK(demangle_frame("/lib/libc.so.6(clock_nanosleep+0xdf) [0x7f]") == "/lib/libc.so.6(clock_nanosleep+0xdf) [0x7f]");
   CHECK(demangle_frame("./w(+0x1234) [0x55]") == "./w(+0x1234) [0x55]");
 }
+
+// ---- HangWatch over real records (written here by status::Recorder, no worker processes) ----
+
+#include <cstdlib>
+#include <thread>
+
+#include <unistd.h>
+
+#include "launcher/hang_watch.hpp"
+#include "status/recorder.hpp"
+
+namespace {
+
+struct StatusDir {
+  std::string path;
+  StatusDir() {
+    char t[] = "/tmp/lspawn-hangwatch-test-XXXXXX";
+    REQUIRE(::mkdtemp(t));
+    path = t;
+  }
+  ~StatusDir() { (void)!std::system(("rm -rf '" + path + "'").c_str()); }
+};
+
+std::vector<WorkerResult> two_workers() {
+  std::vector<WorkerResult> w(2);
+  for (int r = 0; r < 2; ++r) {
+    w[r].rank = r;
+    w[r].pid = ::getpid();
+  }
+  return w;
+}
+
+// Polls `watch` on its deadlines for up to `limit`; returns whether it fired.
+bool drive(HangWatch& watch, const std::vector<WorkerResult>& workers, std::chrono::milliseconds limit) {
+  const auto end = Clock::now() + limit;
+  while (Clock::now() < end) {
+    const auto due = std::min(watch.next_deadline(), end);
+    std::this_thread::sleep_until(due);
+    if (watch.poll(Clock::now(), workers)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("HangWatch: fires once when a rank waits and nothing changes for the timeout", "[hang]") {
+  StatusDir dir;
+  auto r0 = status::Recorder::create(dir.path, 0);
+  auto r1 = status::Recorder::create(dir.path, 1);
+  auto s0 = r0->add_group("world", 0, 2);
+  auto s1 = r1->add_group("world", 1, 2);
+  s0.enter("all_reduce", 1, 4);
+  s0.complete(1);
+  s1.enter("all_reduce", 1, 4);
+  s1.complete(1);
+  s0.enter("all_reduce", 2, 4);  // rank 1 never does
+  std::vector<std::string> printed;
+  HangWatchOptions o;
+  o.dir = dir.path;
+  o.timeout = std::chrono::milliseconds(200);
+  o.stack_wait = std::chrono::milliseconds(50);
+  o.print = [&](const std::string& t) { printed.push_back(t); };
+  HangWatch watch(o);
+  const auto t0 = Clock::now();
+  REQUIRE(drive(watch, two_workers(), std::chrono::seconds(5)));
+  CHECK(Clock::now() - t0 >= std::chrono::milliseconds(200));
+  CHECK(watch.fired());
+  REQUIRE(printed.size() == 1);
+  INFO(printed[0]);
+  CHECK(printed[0].find("lspawn: hang: no rank made progress in its collectives for ") == 0);
+  CHECK(printed[0].find("(--hang-timeout 0.2)") != std::string::npos);
+  CHECK(printed[0].find("waiting: rank 0 in all_reduce #2 on group world, 4 B") != std::string::npos);
+  CHECK(printed[0].find("behind: rank 1 has not entered a collective") != std::string::npos);
+  // Recorder::create installs no handler: the report says why there is no stack.
+  CHECK(printed[0].find("main thread of rank 1: no stack (its runtime did not install the stack handler)") !=
+        std::string::npos);
+  CHECK_FALSE(drive(watch, two_workers(), std::chrono::milliseconds(300)));  // once
+}
+
+TEST_CASE("HangWatch: progress or nobody waiting is not a hang; a report on request", "[hang]") {
+  StatusDir dir;
+  auto r0 = status::Recorder::create(dir.path, 0);
+  auto r1 = status::Recorder::create(dir.path, 1);
+  auto s0 = r0->add_group("world", 0, 2);
+  auto s1 = r1->add_group("world", 1, 2);
+  std::vector<std::string> printed;
+  HangWatchOptions o;
+  o.dir = dir.path;
+  o.timeout = std::chrono::milliseconds(150);
+  o.print = [&](const std::string& t) { printed.push_back(t); };
+  HangWatch watch(o);
+  // Both compute, nobody in a collective, for twice the timeout.
+  CHECK_FALSE(drive(watch, two_workers(), std::chrono::milliseconds(400)));
+  // Rank 0 waits, but rank 1 keeps making progress on another group.
+  auto other = r1->add_group("world.1", 0, 1);
+  s0.enter("all_reduce", 1, 4);
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    for (std::uint64_t i = 1; !stop; ++i) {
+      other.enter("barrier", i, 0);
+      other.complete(i);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  CHECK_FALSE(drive(watch, two_workers(), std::chrono::milliseconds(500)));
+  stop = true;
+  busy.join();
+  CHECK(printed.empty());
+  watch.request_report();
+  CHECK_FALSE(drive(watch, two_workers(), std::chrono::milliseconds(100)));  // a report, not a hang
+  REQUIRE(printed.size() == 1);
+  CHECK(printed[0].find("lspawn: status of 2 ranks (on request)") == 0);
+  CHECK(printed[0].find("waiting: rank 0 in all_reduce #1 on group world") != std::string::npos);
+  (void)s1;
+}
