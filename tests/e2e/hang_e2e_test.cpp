@@ -31,7 +31,7 @@ bool has(const std::string& hay, const std::string& needle) { return hay.find(ne
 
 }  // namespace
 
-TEST_CASE("hang: a rank that never enters an all_reduce is named, with its stack; exit 124; nothing left",
+TEST_CASE("hang: a rank that never enters an all_reduce is named, with its stack, exit 124, nothing left",
           "[e2e][hang]") {
   Subreaper reaper;
   Child c(with_start_method({lspawn_bin(), "--nprocs", "3", "--hang-timeout", "1", "--grace-period", "2",

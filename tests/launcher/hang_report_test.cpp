@@ -201,7 +201,7 @@ TEST_CASE("HangWatch: fires once when a rank waits and nothing changes for the t
   CHECK_FALSE(drive(watch, two_workers(), std::chrono::milliseconds(300)));  // once
 }
 
-TEST_CASE("HangWatch: progress or nobody waiting is not a hang; a report on request", "[hang]") {
+TEST_CASE("HangWatch: progress or nobody waiting is not a hang, a report on request", "[hang]") {
   StatusDir dir;
   auto r0 = status::Recorder::create(dir.path, 0);
   auto r1 = status::Recorder::create(dir.path, 1);

@@ -96,7 +96,7 @@ TEST_CASE("status record: what a rank records is what a reader reads", "[status]
   }
 }
 
-TEST_CASE("status record: groups beyond the slots are counted, not recorded; disabled writers do nothing",
+TEST_CASE("status record: groups beyond the slots are counted, not recorded, disabled writers do nothing",
           "[status]") {
   TempDir dir;
   auto rec = Recorder::create(dir.path, 0);
