@@ -56,6 +56,7 @@ Clock::time_point HangWatch::next_deadline() const {
 
 std::vector<RankInput> HangWatch::collect_inputs(const std::vector<WorkerResult>& workers) {
   std::vector<RankInput> out;
+  open_records(workers);
   for (const auto& w : workers) {
     RankInput in;
     in.rank = w.rank;
@@ -63,18 +64,25 @@ std::vector<RankInput> HangWatch::collect_inputs(const std::vector<WorkerResult>
     in.exited = w.exited;
     if (w.exited) in.exit_text = "has exited (" + w.describe() + ")";
     in.started_us = started_us_;
-    if (!readers_.count(w.rank)) {
-      try {
-        if (auto r = status::RecordReader::open(status::record_path(opts_.dir, w.rank))) readers_.emplace(w.rank, std::move(*r));
-      } catch (const std::exception& e) {
-        problems_[w.rank] = e.what();
-      }
-    }
     if (auto it = readers_.find(w.rank); it != readers_.end()) in.record = it->second.read();
     if (auto it = problems_.find(w.rank); it != problems_.end()) in.record_problem = it->second;
     out.push_back(std::move(in));
   }
   return out;
+}
+
+void HangWatch::open_records(const std::vector<WorkerResult>& workers) {
+  for (const auto& w : workers) {
+    if (readers_.count(w.rank)) continue;
+    try {
+      if (auto r = status::RecordReader::open(status::record_path(opts_.dir, w.rank))) {
+        readers_.emplace(w.rank, std::move(*r));
+        problems_.erase(w.rank);
+      }
+    } catch (const std::exception& e) {
+      problems_[w.rank] = e.what();
+    }
+  }
 }
 
 bool HangWatch::poll(Clock::time_point now, const std::vector<WorkerResult>& workers) {
@@ -90,14 +98,7 @@ bool HangWatch::poll(Clock::time_point now, const std::vector<WorkerResult>& wor
     return false;
   }
   // Progress: any record's versions, or a new record.
-  for (const auto& w : workers) {
-    if (readers_.count(w.rank)) continue;
-    try {
-      if (auto r = status::RecordReader::open(status::record_path(opts_.dir, w.rank))) readers_.emplace(w.rank, std::move(*r));
-    } catch (const std::exception& e) {
-      problems_[w.rank] = e.what();
-    }
-  }
+  open_records(workers);
   std::uint64_t sig = readers_.size();
   for (const auto& [rank, r] : readers_) sig = sig * 1000003 + r.progress();
   if (sig != last_signature_) {

@@ -59,6 +59,8 @@ class HangWatch {
   std::vector<RankInput> collect_inputs(const std::vector<WorkerResult>& workers);
 
  private:
+  // Maps the records of `workers` that appeared since the last call.
+  void open_records(const std::vector<WorkerResult>& workers);
   void start_report(Clock::time_point now, bool hang, const std::vector<WorkerResult>& workers);
   void finish_report();
   bool stacks_ready() const;

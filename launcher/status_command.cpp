@@ -1,5 +1,6 @@
 #include "launcher/status_command.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

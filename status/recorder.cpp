@@ -47,8 +47,6 @@ struct WriteSection {
   ~WriteSection() { s->version.store(v + 2, std::memory_order_release); }
 };
 
-std::mutex g_add_group_mutex;  // add_group from several threads (groups created concurrently)
-
 }  // namespace
 
 std::int64_t now_us() {
@@ -170,7 +168,7 @@ Recorder& Recorder::process() {
 
 SlotWriter Recorder::add_group(const std::string& name, int group_rank, int group_size) {
   if (!header_) return SlotWriter();
-  std::lock_guard<std::mutex> lock(g_add_group_mutex);
+  std::lock_guard<std::mutex> lock(add_group_mutex_);
   const std::uint32_t i = header_->groups.load(std::memory_order_relaxed);
   if (i >= kMaxGroups) {
     header_->groups_dropped.fetch_add(1, std::memory_order_relaxed);

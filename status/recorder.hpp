@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "status/layout.hpp"
@@ -73,6 +74,7 @@ class Recorder {
   std::string path_;
   std::string dir_;
   int rank_ = -1;
+  std::mutex add_group_mutex_;  // groups may be created from several threads
 };
 
 // CLOCK_REALTIME_COARSE in µs (the clock of every *_us field: wall time, comparable across

@@ -85,3 +85,12 @@ TEST_CASE("parse_cli: --start-method exec or forkserver", "[cli]") {
   CHECK_THROWS_WITH(parse_cli({"--start-method"}),
                     "--start-method: missing value (--start-method exec|forkserver)");
 }
+
+TEST_CASE("parse_cli: --hang-timeout SECONDS", "[cli][hang]") {
+  CHECK(parse_cli({"p"}).hang_timeout_s == 0);  // off by default
+  CHECK(parse_cli({"--hang-timeout", "1.5", "p"}).hang_timeout_s == 1.5);
+  CHECK(parse_cli({"--hang_timeout=60", "p"}).hang_timeout_s == 60);
+  CHECK_THROWS_WITH(parse_cli({"--hang-timeout", "soon", "p"}),
+                    Catch::StartsWith("--hang-timeout: expected a number of seconds >= 0"));
+  CHECK_THROWS_WITH(parse_cli({"--hang-timeout"}), "--hang-timeout: missing value (--hang-timeout SECONDS)");
+}
