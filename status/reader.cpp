@@ -21,7 +21,7 @@ constexpr std::chrono::milliseconds kGiveUp{250};
 std::string load_name(const std::atomic<std::uint64_t>* words) {
   char buf[kOpBytes + 1] = {};
   for (std::size_t w = 0; w < kOpBytes / 8; ++w) {
-    const std::uint64_t v = words[w].load(std::memory_order_relaxed);
+    const std::uint64_t v = words[w].load(std::memory_order_acquire);
     std::memcpy(buf + 8 * w, &v, 8);
   }
   buf[kOpBytes - 1] = '\0';
@@ -106,16 +106,15 @@ RankView RecordReader::read() const {
       }
       const std::uint64_t v1 = s.version.load(std::memory_order_acquire);
       if (v1 & 1) continue;
-      g.in_collective = s.state.load(std::memory_order_relaxed) == static_cast<std::uint32_t>(SlotState::InCollective);
-      g.seq = s.seq.load(std::memory_order_relaxed);
+      g.in_collective = s.state.load(std::memory_order_acquire) == static_cast<std::uint32_t>(SlotState::InCollective);
+      g.seq = s.seq.load(std::memory_order_acquire);
       g.op = load_name(s.op);
-      g.bytes = s.bytes.load(std::memory_order_relaxed);
-      g.since_us = s.since_us.load(std::memory_order_relaxed);
-      g.completed_seq = s.completed_seq.load(std::memory_order_relaxed);
+      g.bytes = s.bytes.load(std::memory_order_acquire);
+      g.since_us = s.since_us.load(std::memory_order_acquire);
+      g.completed_seq = s.completed_seq.load(std::memory_order_acquire);
       g.completed_op = load_name(s.completed_op);
-      g.completed_us = s.completed_us.load(std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_acquire);
-      const std::uint64_t v2 = s.version.load(std::memory_order_relaxed);
+      g.completed_us = s.completed_us.load(std::memory_order_acquire);
+      const std::uint64_t v2 = s.version.load(std::memory_order_relaxed);  // after the acquire loads
       ok = v1 == v2;
       g.version = v1;
     }
