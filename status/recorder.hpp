@@ -5,7 +5,7 @@
 //   slot.enter("all_reduce", seq, bytes);   // collectives/ops.cpp, at the start of op #seq
 //   slot.complete(seq);                     // when op #seq completed (or failed)
 //
-// Cost: enter() and complete() are a few relaxed atomic stores, two fences and one
+// Cost: enter() and complete() are a few atomic stores (plain moves on x86) and one
 // clock_gettime(CLOCK_REALTIME_COARSE) (vDSO): no system call, no lock, no allocation
 // (bench/status/recorder_bench.cpp measures it; docs/benchmarks.md).
 //
