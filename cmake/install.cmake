@@ -14,7 +14,7 @@ set(LSPAWN_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/lspawn)
 set(LSPAWN_INSTALL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/lspawn)
 
 set(_lspawn_exported)
-foreach(_t lspawn_gloo_headers lspawn_proto lspawn_launcher lspawn_spawn lspawn_forkserver_hook lspawn_runtime lspawn_spawn_torch
+foreach(_t lspawn_gloo_headers lspawn_proto lspawn_status lspawn_launcher lspawn_spawn lspawn_forkserver_hook lspawn_runtime lspawn_spawn_torch
            lspawn_collectives_shm lspawn_collectives)
   if(TARGET ${_t})
     string(REGEX REPLACE "^lspawn_" "" _name ${_t})
@@ -36,7 +36,7 @@ install(TARGETS ${_lspawn_exported}
 
 # Headers keep their place in the tree: the include root of the build is the include root of
 # the install.
-foreach(_dir lspawn launcher runtime collectives proto)
+foreach(_dir lspawn launcher runtime collectives proto status)
   if(EXISTS ${PROJECT_SOURCE_DIR}/${_dir})
     install(DIRECTORY ${PROJECT_SOURCE_DIR}/${_dir}/
       DESTINATION ${LSPAWN_INSTALL_INCLUDEDIR}/${_dir}

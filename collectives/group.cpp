@@ -120,6 +120,14 @@ std::shared_ptr<Group> Group::build(c10::intrusive_ptr<c10d::Store> store, int r
   g->store_ = std::move(store);
   g->node_ids_ = std::move(node_ids);
   g->root_ranks_ = std::move(root_ranks);
+  // Claimed before the backends connect: a rank that hangs while creating the group is still
+  // known as a member, and shows as "in create_group".
+  g->status_ = status::Recorder::process().add_group(g->options_.name, rank, size);
+  g->status_.enter("create_group", 0, 0);
+  struct Created {
+    status::SlotWriter& slot;
+    ~Created() { slot.complete(0); }
+  } created{g->status_};
   const bool one_node =
       std::all_of(g->node_ids_.begin(), g->node_ids_.end(), [&](const std::string& n) { return n == g->node_ids_[0]; });
   const std::string who = "group '" + g->options_.name + "' rank " + std::to_string(rank) + "/" + std::to_string(size);

@@ -22,6 +22,7 @@
 #pragma once
 
 #include "collectives/shm/communicator.hpp"
+#include "status/recorder.hpp"
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -113,6 +114,9 @@ class Group {
   // --- used by the collectives (collectives/ops.cpp, object.cpp) -----------------------------
   // Numbers the collectives of this group: 1, 2, … on every rank that calls them in order.
   std::uint64_t next_sequence() { return ++sequence_; }
+  // This rank's status slot for the group (status/recorder.hpp): the collectives record in it
+  // which op they are in (docs/hang-diagnosis.md). Disabled outside lspawn (no LSPAWN_STATUS_DIR).
+  status::SlotWriter& status_slot() { return status_; }
   // On a failure: records that this rank reached op `sequence`, waits up to `wait` for the
   // others to record theirs, and returns the group ranks that did not (never throws; empty when
   // the store is unreachable).
@@ -135,6 +139,7 @@ class Group {
   std::vector<std::string> node_ids_;  // per group rank: host identity
   std::vector<int> root_ranks_;
   std::uint64_t sequence_ = 0;
+  status::SlotWriter status_;
   int subgroups_ = 0;
   bool nccl_ = false;  // gloo_ holds a ProcessGroupNCCL  // new_group() calls so far: names the next one
 };

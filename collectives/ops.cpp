@@ -127,14 +127,27 @@ bool use_shm(Group& g, const at::Tensor& t) {
   return g.shm() && t.device().is_cpu() && elem_of(t.scalar_type()).has_value();
 }
 
+// One op from its start: numbered, and recorded in the group's status slot (docs/hang-diagnosis.md)
+// as entered; recorded as completed when the context ends (an op done now, or one that failed to
+// start), or by Work::wait() once run_gloo handed it over.
 struct OpContext {
   Group& g;
   const char* op;
   std::uint64_t seq;
   Clock::time_point start;
+  bool handed_over = false;  // a Work completes it
+  OpContext(Group& group, const char* name, std::uint64_t bytes)
+      : g(group), op(name), seq(group.next_sequence()), start(Clock::now()) {
+    g.status_slot().enter(op, seq, bytes);
+  }
+  OpContext(const OpContext&) = delete;
+  OpContext& operator=(const OpContext&) = delete;
+  ~OpContext() {
+    if (!handed_over) g.status_slot().complete(seq);
+  }
 };
 
-OpContext begin(Group& g, const char* op) { return OpContext{g, op, g.next_sequence(), Clock::now()}; }
+std::uint64_t bytes_of(const at::Tensor& t) { return t.defined() ? static_cast<std::uint64_t>(t.nbytes()) : 0; }
 
 // Runs `fn` now (shm, or purely local); translates failures. Returns a complete Work.
 template <typename Fn>
@@ -151,7 +164,7 @@ Work run_now(const OpContext& c, Fn&& fn) {
 
 // Starts a gloo op; `finish` runs in wait().
 template <typename Start>
-Work run_gloo(const OpContext& c, Start&& start, std::function<void()> finish) {
+Work run_gloo(OpContext& c, Start&& start, std::function<void()> finish) {
   auto p = std::make_shared<Work::Pending>();
   p->group = &c.g;
   p->op = c.op;
@@ -163,6 +176,8 @@ Work run_gloo(const OpContext& c, Start&& start, std::function<void()> finish) {
     throw_collective_error(c.g, c.op, c.seq, c.start, std::current_exception());
   }
   p->finish = std::move(finish);
+  p->status = c.g.status_slot();
+  c.handed_over = true;
   return Work(p);
 }
 
@@ -241,7 +256,7 @@ at::Tensor staged(const at::Tensor& t) { return t.is_contiguous() ? t : t.contig
 
 Work all_reduce_async(Group& g, at::Tensor& tensor, ReduceOp op) {
   validate_reduce(g, "all_reduce", tensor, op);
-  auto c = begin(g, "all_reduce");
+  OpContext c(g, "all_reduce", bytes_of(tensor));
   at::Tensor t = tensor;
   at::Tensor work = staged(t);
   const bool copy_back = !work.is_same(t);
@@ -322,7 +337,7 @@ Work reduce_async(Group& g, at::Tensor& tensor, int dst, ReduceOp op) {
     if (g.rank() == dst) tensor.copy_(tmp);
     return Work();
   }
-  auto c = begin(g, "reduce");
+  OpContext c(g, "reduce", bytes_of(tensor));
   at::Tensor t = tensor;
   at::Tensor work = staged(t);
   const bool copy_back = !work.is_same(t);
@@ -359,7 +374,7 @@ void reduce(Group& g, at::Tensor& tensor, int dst, ReduceOp op) { reduce_async(g
 
 Work broadcast_async(Group& g, at::Tensor& tensor, int src) {
   validate_root(g, "broadcast", src);
-  auto c = begin(g, "broadcast");
+  OpContext c(g, "broadcast", bytes_of(tensor));
   at::Tensor t = tensor;
   at::Tensor work = staged(t);
   const bool copy_back = !work.is_same(t) && g.rank() != src;
@@ -391,7 +406,7 @@ void broadcast(Group& g, at::Tensor& tensor, int src) { broadcast_async(g, tenso
 
 Work all_gather_async(Group& g, const at::Tensor& input, at::Tensor& output) {
   require_shape(g, "all_gather", "output", output, stacked_shape(g.size(), input), input.scalar_type());
-  auto c = begin(g, "all_gather");
+  OpContext c(g, "all_gather", bytes_of(input));
   at::Tensor in = staged(input);
   at::Tensor out = output;
   at::Tensor work = staged(out);
@@ -430,7 +445,7 @@ Work gather_async(Group& g, const at::Tensor& input, at::Tensor& output, int dst
   validate_root(g, "gather", dst);
   const bool root = g.rank() == dst;
   if (root) require_shape(g, "gather", "output", output, stacked_shape(g.size(), input), input.scalar_type());
-  auto c = begin(g, "gather");
+  OpContext c(g, "gather", bytes_of(input));
   at::Tensor in = staged(input);
   at::Tensor out = root ? output : at::Tensor();
   at::Tensor work = root ? staged(out) : at::Tensor();
@@ -460,7 +475,7 @@ Work scatter_async(Group& g, at::Tensor& output, const at::Tensor& input, int sr
   validate_root(g, "scatter", src);
   const bool root = g.rank() == src;
   if (root) require_shape(g, "scatter", "input", input, stacked_shape(g.size(), output), output.scalar_type());
-  auto c = begin(g, "scatter");
+  OpContext c(g, "scatter", bytes_of(output));
   at::Tensor out = output;
   at::Tensor work = staged(out);
   const bool copy_back = !work.is_same(out);
@@ -517,7 +532,7 @@ Work all_to_all_async(Group& g, at::Tensor& output, const at::Tensor& input) {
                                 (input.dim() ? std::to_string(input.size(0)) : std::string("scalar")) +
                                 ") must be divisible by the group size");
   require_shape(g, "all_to_all", "output", output, input.sizes().vec(), input.scalar_type());
-  auto c = begin(g, "all_to_all");
+  OpContext c(g, "all_to_all", bytes_of(input));
   at::Tensor in = staged(input);
   at::Tensor out = output;
   at::Tensor work = staged(out);
@@ -543,7 +558,7 @@ void all_to_all(Group& g, at::Tensor& output, const at::Tensor& input) { all_to_
 
 Work send_async(Group& g, const at::Tensor& tensor, int dst, int tag) {
   validate_root(g, "send", dst);
-  auto c = begin(g, "send");
+  OpContext c(g, "send", bytes_of(tensor));
   at::Tensor work = staged(tensor);
   if (work.numel() == 0) return Work();
   return run_gloo(
@@ -558,7 +573,7 @@ void send(Group& g, const at::Tensor& tensor, int dst, int tag) { send_async(g, 
 
 Work recv_async(Group& g, at::Tensor& tensor, int src, int tag) {
   validate_root(g, "recv", src);
-  auto c = begin(g, "recv");
+  OpContext c(g, "recv", bytes_of(tensor));
   at::Tensor t = tensor;
   at::Tensor work = staged(t);
   const bool copy_back = !work.is_same(t);
@@ -578,7 +593,7 @@ void recv(Group& g, at::Tensor& tensor, int src, int tag) { recv_async(g, tensor
 // ---- barrier ---------------------------------------------------------------------------------
 
 Work barrier_async(Group& g) {
-  auto c = begin(g, "barrier");
+  OpContext c(g, "barrier", 0);
   if (g.shm()) return run_now(c, [&] { g.shm()->barrier(); });
   check_call(c, OpCode::Barrier, nullptr, -1, -1);
   if (g.size() == 1) return Work();

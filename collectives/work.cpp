@@ -20,7 +20,9 @@ void Work::wait() {
   try {
     try {
       if (p.work) p.work->wait();
+      p.status.complete(p.sequence);
     } catch (...) {
+      p.status.complete(p.sequence);
       throw_collective_error(*p.group, p.op, p.sequence, p.start, std::current_exception());
     }
     if (p.finish) p.finish();

@@ -14,6 +14,8 @@
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include "status/recorder.hpp"
+
 #include <chrono>
 #include <cstdint>
 #include <exception>
@@ -44,6 +46,7 @@ class Work {
     std::chrono::steady_clock::time_point start;
     c10::intrusive_ptr<c10d::Work> work;  // null when the transfer already happened
     std::function<void()> finish;         // runs after a successful transfer, once
+    status::SlotWriter status;            // told in wait() that op #sequence completed
     bool done = false;
     std::exception_ptr error;
   };

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <sstream>
 
 #include <poll.h>
 #include <signal.h>
@@ -17,6 +18,7 @@
 #include "launcher/elf.hpp"
 #include "launcher/env_contract.hpp"
 #include "launcher/launch_env.hpp"
+#include "launcher/hang_watch.hpp"
 #include "launcher/output.hpp"
 #include "launcher/node_group.hpp"
 #include "launcher/port.hpp"
@@ -24,9 +26,12 @@
 #include "launcher/spawn/forked_workers.hpp"
 #include "launcher/spawn/forkserver.hpp"
 #include "launcher/spawn/forkserver_hook.hpp"
+#include "launcher/status_command.hpp"
 #include "launcher/supervisor.hpp"
 #include "launcher/sys.hpp"
 #include "launcher/version.hpp"
+#include "status/layout.hpp"
+#include "status/stack_dump.hpp"
 
 namespace lspawn {
 namespace {
@@ -47,6 +52,14 @@ struct RunDir {
     if (!path.empty()) sys::remove_tree(path);
   }
 };
+
+// Sets NAME=value in an environment list, replacing an inherited NAME.
+void set_env(std::vector<std::string>& env, const std::string& name, const std::string& value) {
+  const std::string prefix = name + "=";
+  env.erase(std::remove_if(env.begin(), env.end(), [&](const std::string& kv) { return kv.compare(0, prefix.size(), prefix) == 0; }),
+            env.end());
+  env.push_back(prefix + value);
+}
 
 // How long an exec'd forkserver may take to load and initialise the program.
 constexpr std::chrono::seconds kForkserverReadyTimeout{120};
@@ -163,6 +176,21 @@ int run(const CliOptions& o) {
   RunDir run_dir;
   run_dir.path = sys::make_temp_dir("lspawn-" + job.run_id.substr(0, 32) + "-");
   job.run_dir = run_dir.path;
+  // The ranks' status records (docs/hang-diagnosis.md); the O_PATH handle lets `lspawn status PID`
+  // find it through /proc/PID/fd.
+  const std::string status_dir = run_dir.path + "/" + kStatusDirName;
+  sys::make_dir(status_dir, 0700);
+  const sys::Fd status_dir_handle = sys::open_directory_handle(status_dir);
+  HangWatchOptions hopts;
+  hopts.dir = status_dir;
+  hopts.timeout = std::chrono::milliseconds(static_cast<long long>(o.hang_timeout_s * 1000));
+  hopts.print = [](const std::string& text) {
+    try {
+      sys::write_all(2, text, "stderr");
+    } catch (const sys::SysError&) {
+    }
+  };
+  HangWatch hang_watch(std::move(hopts));
 
   const auto base_env = env::current_environment();
   if (!o.quiet && env::needs_omp_default(base_env, o.nproc_per_node)) {
@@ -188,6 +216,8 @@ int run(const CliOptions& o) {
   }
   sopts.grace_period = std::chrono::milliseconds(static_cast<long long>(o.grace_period_s * 1000));
   sopts.forward_signals = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+  sopts.report_signals = {kReportSignal};
+  sopts.on_report_signal = [&hang_watch](int) { hang_watch.request_report(); };
   if (!o.quiet) sopts.on_info = say;
   sopts.world_size = assign.nnodes * o.nproc_per_node;
   sopts.host = host;
@@ -211,6 +241,7 @@ int run(const CliOptions& o) {
       spec.env = env::worker_environment(job, place, base_env);
       spec.error_file = env::error_file_path(job.run_dir, place.rank());
       ::unlink(spec.error_file.c_str());  // a report of an earlier attempt is not this one's
+      set_env(spec.env, status::kDirEnv, status_dir);
       specs.push_back(std::move(spec));
     }
     return specs;
@@ -250,6 +281,7 @@ int run(const CliOptions& o) {
     watched = group->fds();
     for (int fd : watched) sup.watch_fd(fd, POLLIN, [&group, fd](short) { group->on_readable(fd); });
   };
+  bool hang = false;  // the hang watchdog stopped this node's workers (this round)
   auto attempt_text = [&](int round) {
     return multi ? "lspawn:   on node " + std::to_string(node_rank) + " of " +
                        std::to_string(assign.nnodes) + " (" + host + "), attempt " +
@@ -262,6 +294,19 @@ int run(const CliOptions& o) {
     c.restart_count = round;
     c.node_rank = node_rank;
     c.host = host;
+    if (hang) {  // the watchdog stopped this node's workers (its report is printed already)
+      c.kind = "hang";
+      c.exit_code = exit_codes::kHang;
+      c.time_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+      std::ostringstream secs;
+      secs << o.hang_timeout_s;
+      c.text = "lspawn: root cause: no rank made progress in its collectives for " + secs.str() +
+               " s on node " + std::to_string(node_rank) + " (" + host + "): stopped by the hang watchdog "
+               "(--hang-timeout; the report is above)\n";
+      return c;
+    }
     // A signal to this lspawn first; else this node's earliest failure of a worker, also one
     // that failed while being stopped for another node (its report may be the job's earliest).
     const std::optional<int> first = sup.stop_signal() ? std::nullopt : sup.earliest_failure();
@@ -335,21 +380,27 @@ int run(const CliOptions& o) {
     std::optional<int> next_round;
     for (;;) {
       // Local events first (the workers may all have exited while they were being started).
-      if (!failure_sent && (sup.root_cause() || sup.stop_signal())) {
+      if (!failure_sent && (sup.root_cause() || sup.stop_signal() || hang)) {
         group->local_failure(local_cause(round));
         failure_sent = true;
       }
       if (group->stop_requested() && sup.phase() == Phase::Running) sup.stop_workers();
       if (sup.finished() && !done_sent) {
         done_sent = true;
-        const bool failed = sup.stop_signal() || sup.earliest_failure();
+        const bool failed = sup.stop_signal() || sup.earliest_failure() || hang;
         group->local_done(failed, failed ? local_cause(round) : node::Cause{});
       }
       next_round = group->take_start();
       if (group->finish() || next_round) break;
       sync_watches();
       if (!sup.finished()) {
-        sup.step(group->next_wakeup());
+        const auto watch_due = hang_watch.next_deadline();
+        sup.step(std::min(group->next_wakeup(), watch_due));
+        if (Clock::now() >= watch_due && hang_watch.poll(Clock::now(), sup.results()) && !sup.finished() &&
+            !sup.root_cause()) {
+          hang = true;
+          sup.terminate(SIGTERM, "the hang watchdog (--hang-timeout)");
+        }
       } else if (group->wait(Clock::time_point::max(), sup.signal_fd())) {
         for (int sig : sup.take_signals()) {
           if (sig == SIGUSR1 || sig == SIGUSR2) continue;
@@ -370,7 +421,10 @@ int run(const CliOptions& o) {
       }
       group->tick();
     }
-    if (next_round) continue;
+    if (next_round) {
+      hang = false;
+      continue;
+    }
     // The job is over: every node prints the same root cause and exits with its code.
     sup.run();  // a member told to finish early still reaps what it started
     if (forked) forked->unwatch();
@@ -402,13 +456,17 @@ int run(const CliOptions& o) {
       } catch (const sys::SysError&) {
       }
     }
-    return multi ? fin.exit_code : sup.exit_code();
+    if (multi) return fin.exit_code;
+    return hang && !sup.root_cause() ? exit_codes::kHang : sup.exit_code();
   }
 }
 
 }  // namespace
 
 int run_cli(const std::vector<std::string>& args) {
+  if (!args.empty() && args[0] == "status") {
+    return run_status_command(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
   CliOptions o;
   try {
     o = parse_cli(args);

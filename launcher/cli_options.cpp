@@ -124,13 +124,20 @@ options (--opt value and --opt=value are both accepted):
   --node-timeout SECONDS          a node silent this long (lspawn dead, link down) is lost: every
                                   node stops (default 30)
   --rdzv-timeout SECONDS          every node must have joined within this time (default 600)
+  --hang-timeout SECONDS          when no rank makes progress in its collectives for this long
+                                  (one rank at least inside one), print a report of which ranks
+                                  wait where and which are behind, with their stacks, and stop the
+                                  job with exit code 124. The report on demand: kill -URG <lspawn
+                                  pid>, or lspawn status <lspawn pid>. See docs/hang-diagnosis.md
   -h, --help                      this text
   --version                       print the version
 
 exit status: 0 all workers succeeded; the failing worker's code (128+N for signal N);
 128+N when lspawn received signal N; 2 usage error; 126/127 program not executable/not found;
-122 the nodes did not meet (rendezvous); 123 a node was lost; 125 lspawn internal error.
-See docs/exit-codes.md.
+122 the nodes did not meet (rendezvous); 123 a node was lost; 124 --hang-timeout expired;
+125 lspawn internal error. See docs/exit-codes.md.
+
+lspawn status PID                 print the status report of the running lspawn PID (same user)
 )";
 }
 
@@ -219,6 +226,8 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
       } else {
         usage(name + ": expected exec or forkserver (" + name + " exec|forkserver), got '" + m + "'");
       }
+    } else if (name == "--hang-timeout") {
+      o.hang_timeout_s = parse_seconds(name, take("SECONDS"));
     } else if (parse_multinode_option(name, take, o)) {
     } else {
       usage(name + ": unknown option (see lspawn --help)");

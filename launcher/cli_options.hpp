@@ -17,6 +17,7 @@ inline constexpr int kSuccess = 0;
 inline constexpr int kUsage = 2;              // bad option, port in use, log dir unusable
 inline constexpr int kRendezvous = 122;       // the nodes of a multi-node job did not meet
 inline constexpr int kNodeLost = 123;         // a node of the job was lost (its lspawn or link)
+inline constexpr int kHang = 124;             // --hang-timeout: no rank made progress (as timeout(1))
 inline constexpr int kInternal = 125;         // lspawn itself failed (fork, pipe, ...)
 inline constexpr int kCannotExecute = 126;    // program found but not executable
 inline constexpr int kNotFound = 127;         // program not found
@@ -49,6 +50,7 @@ struct CliOptions {
   int rdzv_port = 0;
   double node_timeout_s = 30.0;    // --node-timeout: a silent node is lost after this
   double rdzv_timeout_s = 600.0;   // --rdzv-timeout: every node must have joined by then
+  double hang_timeout_s = 0;       // --hang-timeout SECONDS; 0: no watchdog (reports on SIGURG still)
   bool help = false;               // --help / -h
   bool version = false;            // --version
   std::vector<std::string> program;  // program and its arguments (non-empty unless help/version)

@@ -103,10 +103,11 @@ std::string demangled_current_exception_type() {
 Supervisor::Supervisor(SupervisorOptions opts) : opts_(std::move(opts)) {
   if (opts_.host.empty()) opts_.host = sys::hostname();
   sigemptyset(&saved_mask_);
-  if (!opts_.forward_signals.empty()) {
+  if (!opts_.forward_signals.empty() || !opts_.report_signals.empty()) {
     sigset_t set;
     sigemptyset(&set);
     for (int s : opts_.forward_signals) sigaddset(&set, s);
+    for (int s : opts_.report_signals) sigaddset(&set, s);
     if (::pthread_sigmask(SIG_BLOCK, &set, &saved_mask_) != 0) {
       sys::throw_errno("pthread_sigmask", "blocking forwarded signals");
     }
@@ -417,9 +418,10 @@ void Supervisor::begin_stop(int sig) {
   signal_running(sig);
 }
 
-void Supervisor::terminate(int sig) {
+void Supervisor::terminate(int sig, std::string reason) {
   if (phase_ != Phase::Running) return;
   stop_signal_ = sig;
+  stop_reason_ = std::move(reason);
   begin_stop(sig);
   advance();
 }
@@ -465,6 +467,10 @@ void Supervisor::kill_now() {
 }
 
 void Supervisor::on_signal(int sig) {
+  if (std::find(opts_.report_signals.begin(), opts_.report_signals.end(), sig) != opts_.report_signals.end()) {
+    if (opts_.on_report_signal) opts_.on_report_signal(sig);
+    return;
+  }
   const bool stopping_signal = sig != SIGUSR1 && sig != SIGUSR2;
   if (!stopping_signal) {
     info("received " + sys::signal_name(sig) + "; forwarding it to every worker");
@@ -780,7 +786,7 @@ std::string Supervisor::summary(bool include_root_cause) const {
     if (include_root_cause) detail(os, result(*root_cause_), "root cause: ");
     any = true;
   } else if (stop_signal_) {
-    os << "lspawn: stopped by " << sys::signal_name(stop_signal_) << "\n";
+    os << "lspawn: stopped by " << (stop_reason_.empty() ? sys::signal_name(stop_signal_) : stop_reason_) << "\n";
     any = true;
   }
   for (const auto& r : results_) {

@@ -58,6 +58,10 @@ struct SupervisorOptions {
   // stops the run (grace period, then SIGKILL) and is reported by stop_signal(). A second
   // SIGINT while stopping sends SIGKILL at once. Empty (default): signals are left alone.
   std::vector<int> forward_signals;
+  // Signals caught like forward_signals but neither forwarded nor stopping: on_report_signal(sig)
+  // runs in step() (lspawn's on-demand hang report, docs/hang-diagnosis.md).
+  std::vector<int> report_signals;
+  std::function<void(int sig)> on_report_signal;
   // Stop every other worker when the first one fails. false: let the others run to the end.
   bool fail_fast = true;
   // Where output goes; borrowed, must outlive the Supervisor. Empty: output is read and dropped.
@@ -168,8 +172,9 @@ class Supervisor {
   void run();
 
   // Starts stopping every worker: `sig` to each process group, SIGKILL after the grace period.
-  // Recorded as stop_signal(). No-op once stopping.
-  void terminate(int sig = SIGTERM);
+  // Recorded as stop_signal(). No-op once stopping. `reason` ("the hang watchdog") replaces the
+  // signal in the summary's "stopped by ..." line.
+  void terminate(int sig = SIGTERM, std::string reason = {});
   // SIGKILL to every worker group now.
   void kill_now();
   // Starts stopping every worker like terminate(), but on behalf of someone else (the other
@@ -258,6 +263,7 @@ class Supervisor {
   std::vector<Watch> watches_;
   Phase phase_ = Phase::Finished;  // Running once a worker is added
   int stop_signal_ = 0;
+  std::string stop_reason_;
   std::optional<int> root_cause_;
   Clock::time_point stop_deadline_{};
 };

@@ -221,6 +221,16 @@ std::optional<std::string> find_executable(const std::string& file, int* err) {
   return std::nullopt;
 }
 
+void make_dir(const std::string& path, mode_t mode) {
+  if (::mkdir(path.c_str(), mode) != 0) throw_errno("mkdir", path);
+}
+
+Fd open_directory_handle(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw_errno("open", path);
+  return Fd(fd);
+}
+
 }  // namespace lspawn::sys
 
 // ---- TCP sockets ----

@@ -155,6 +155,13 @@ ssize_t send_some(int fd, const char* data, size_t n, const std::string& context
 std::string local_ip(int fd);
 std::string peer_ip(int fd);
 
+// mkdir(2) of one directory with `mode`. Throws SysError (EEXIST included).
+void make_dir(const std::string& path, mode_t mode);
+
+// open(path, O_PATH | O_DIRECTORY | O_CLOEXEC): a handle on a directory that does nothing but
+// name it in /proc/<pid>/fd (how `lspawn status PID` finds a job's status directory).
+Fd open_directory_handle(const std::string& path);
+
 using Clock = std::chrono::steady_clock;
 
 }  // namespace lspawn::sys

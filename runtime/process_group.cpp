@@ -2,6 +2,8 @@
 #include "runtime/cuda_device.hpp"
 #include "runtime/torch_compat.hpp"
 
+#include "status/recorder.hpp"
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -295,6 +297,9 @@ World init_process_group(const InitOptions& options) {
   const auto t0 = Clock::now();
   World w;
   w.env = options.env ? *options.env : WorkerEnv::from_environment();
+  // The rank's status record and stack-dump handler exist from here on, so a rank that hangs
+  // before its first group is still reported with its stack (docs/hang-diagnosis.md).
+  status::Recorder::process();
   const std::string who = "rank " + std::to_string(w.env.rank) + "/" + std::to_string(w.env.world_size);
 
   w.backend = !options.backend.empty() ? options.backend : getenv_or("LSPAWN_BACKEND", "gloo");

@@ -23,6 +23,19 @@ class SpawnError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// SpawnOptions::hang_timeout expired: no worker made progress in its collectives. report() is
+// the hang report (docs/hang-diagnosis.md): which ranks wait in which op, which are behind.
+class HangError : public SpawnError {
+ public:
+  explicit HangError(std::string report)
+      : SpawnError("spawn: hang: no worker made progress in its collectives (SpawnOptions::hang_timeout)\n" + report),
+        report_(std::move(report)) {}
+  const std::string& report() const { return report_; }
+
+ private:
+  std::string report_;
+};
+
 // Base of the two ways a worker fails. index() is the failing worker's process index (rank).
 class ProcessException : public std::runtime_error {
  public:

@@ -92,6 +92,12 @@ struct SpawnOptions {
 
   // StartMethod::Fork in a process that already runs threads: warn instead of refusing.
   bool allow_fork_with_threads = false;
+
+  // Hang watchdog (docs/hang-diagnosis.md), as `lspawn --hang-timeout`: when no worker makes
+  // progress in lspawn's collectives for this long (one at least inside one), the hang report
+  // goes to on_info (default: stderr), the workers are stopped, and join() throws HangError
+  // carrying the report. 0: off (the workers still record; nothing watches).
+  std::chrono::milliseconds hang_timeout{0};
 };
 
 // Number of local accelerator devices visible to this process, 0 when none (torch-free:

@@ -4,12 +4,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 
 #include "launcher/env_contract.hpp"
+#include "launcher/hang_watch.hpp"
 #include "launcher/port.hpp"
 #include "launcher/spawn/errors.hpp"
 #include "launcher/spawn/forked_workers.hpp"
@@ -17,6 +19,8 @@
 #include "launcher/spawn/init.hpp"
 #include "launcher/spawn/threads.hpp"
 #include "launcher/spawn/worker.hpp"
+#include "launcher/status_command.hpp"
+#include "status/layout.hpp"
 #include "proto/wire.hpp"
 
 namespace lspawn {
@@ -63,6 +67,11 @@ struct ProcessContext::Impl {
   bool done = false;            // every worker gone; results read or failure recorded
   bool terminated = false;      // terminate() was called
   std::exception_ptr failure;   // what join() throws
+  std::unique_ptr<HangWatch> hang;  // with SpawnOptions::hang_timeout
+  std::string hang_report;          // set when the watchdog fired
+
+  // Steps the supervisor until it finished or `deadline`, polling the hang watch on its deadlines.
+  bool run_until(Clock::time_point deadline);
 
   void start(const SpawnPlan& plan);
   void finish();
@@ -165,6 +174,33 @@ void ProcessContext::Impl::start(const SpawnPlan& plan) {
   job.master_port = port->port();
   job.run_id = "spawn-" + std::to_string(::getpid());
   job.run_dir = run_dir;
+  // The workers' status records (docs/hang-diagnosis.md), watched when hang_timeout is set.
+  const std::string status_dir = run_dir + "/" + kStatusDirName;
+  sys::make_dir(status_dir, 0700);
+  if (opts.hang_timeout.count() > 0) {
+    HangWatchOptions ho;
+    ho.dir = status_dir;
+    ho.timeout = opts.hang_timeout;
+    ho.timeout_flag = "SpawnOptions::hang_timeout";
+    auto info = so.on_info;
+    ho.print = [this, info](const std::string& text) {
+      hang_report = text;
+      std::string body = text;
+      if (!body.empty() && body.back() == '\n') body.pop_back();
+      // on_info adds its own "lspawn: " prefix.
+      std::string out;
+      size_t pos = 0;
+      while (pos <= body.size()) {
+        const size_t nl = body.find('\n', pos);
+        std::string line = body.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+        if (line.rfind("lspawn: ", 0) == 0) line = line.substr(8);
+        info(line);
+        if (nl == std::string::npos) break;
+        pos = nl + 1;
+      }
+    };
+    hang = std::make_unique<HangWatch>(std::move(ho));
+  }
   const std::vector<std::string> base = base_environment(opts.env);
   if (env::needs_omp_default(base, nprocs)) {
     so.on_info("setting OMP_NUM_THREADS=1 for each of the " + std::to_string(nprocs) +
@@ -180,6 +216,11 @@ void ProcessContext::Impl::start(const SpawnPlan& plan) {
     place.local_rank = i;
     place.nproc_per_node = nprocs;
     std::vector<std::string> wenv = env::worker_environment(job, place, base);
+    const std::string status_kv = std::string(status::kDirEnv) + "=";
+    wenv.erase(std::remove_if(wenv.begin(), wenv.end(),
+                              [&](const std::string& kv) { return kv.compare(0, status_kv.size(), status_kv) == 0; }),
+               wenv.end());
+    wenv.push_back(status_kv + status_dir);
     const std::string error_file = env::error_file_path(run_dir, i);
     const std::string result_path =
         wants_result(opts.results, i) ? run_dir + "/result-" + std::to_string(i) : std::string();
@@ -233,9 +274,23 @@ void ProcessContext::Impl::start(const SpawnPlan& plan) {
   }
 }
 
+bool ProcessContext::Impl::run_until(Clock::time_point deadline) {
+  while (!sup->finished() && Clock::now() < deadline) {
+    const auto due = hang ? std::min(deadline, hang->next_deadline()) : deadline;
+    sup->step(due);
+    if (!hang || Clock::now() < hang->next_deadline()) continue;
+    if (hang->poll(Clock::now(), sup->results()) && !sup->finished() && !sup->root_cause()) {
+      sup->terminate(SIGTERM, "the hang watchdog (SpawnOptions::hang_timeout)");
+    }
+  }
+  return sup->finished();
+}
+
 void ProcessContext::Impl::finish() {
   done = true;
-  if (sup->root_cause()) {
+  if (!hang_report.empty() && hang && hang->fired() && !sup->root_cause()) {
+    failure = std::make_exception_ptr(HangError(hang_report));
+  } else if (sup->root_cause()) {
     const WorkerResult& r = sup->result(*sup->root_cause());
     if (r.report) {
       failure = std::make_exception_ptr(ProcessRaisedException(
@@ -338,11 +393,7 @@ const std::vector<pid_t>& ProcessContext::pids() const { return impl_->pids; }
 bool ProcessContext::join(std::optional<std::chrono::milliseconds> timeout) {
   Impl& m = *impl_;
   if (!m.done) {
-    if (timeout) {
-      if (!m.sup->run_until(Clock::now() + *timeout)) return false;
-    } else {
-      m.sup->run();
-    }
+    if (!m.run_until(timeout ? Clock::now() + *timeout : Clock::time_point::max())) return false;
     m.finish();
   }
   if (m.failure) std::rethrow_exception(m.failure);

@@ -18,10 +18,13 @@ namespace lspawn::test {
 
 std::string lspawn_bin() { return LSPAWN_BIN; }
 std::string worker_bin() { return LSPAWN_TEST_WORKER; }
+std::string hang_worker_bin() { return LSPAWN_TEST_HANG_WORKER; }
 
 std::vector<std::string> with_start_method(std::vector<std::string> argv) {
   const char* m = std::getenv("LSPAWN_E2E_START_METHOD");
-  if (m && *m && !argv.empty() && argv[0] == lspawn_bin()) {
+  // Subcommands (`lspawn status PID`) take no launcher options.
+  const bool subcommand = argv.size() > 1 && argv[1] == "status";
+  if (m && *m && !argv.empty() && argv[0] == lspawn_bin() && !subcommand) {
     argv.insert(argv.begin() + 1, {"--start-method", m});
   }
   return argv;

@@ -17,10 +17,11 @@ namespace lspawn::test {
 // Paths injected by CMake.
 std::string lspawn_bin();
 std::string worker_bin();
+std::string hang_worker_bin();  // tests/e2e/fixtures/hang_worker.cpp (links the collectives)
 
 // argv of an lspawn run (argv[0] == lspawn_bin()) with "--start-method M" inserted when the
 // environment has LSPAWN_E2E_START_METHOD=M (how ctest runs the suite a second time, under
-// --start-method forkserver); any other argv unchanged.
+// --start-method forkserver); any other argv (and `lspawn status ...`) unchanged.
 std::vector<std::string> with_start_method(std::vector<std::string> argv);
 
 class Child {

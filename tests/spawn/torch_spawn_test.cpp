@@ -9,7 +9,12 @@
 #include <lspawn/spawn.hpp>
 #include <lspawn/tensor_codec.hpp>
 
+#include "collectives/group.hpp"
+#include "collectives/ops.hpp"
 #include "runtime/process_group.hpp"
+
+#include <chrono>
+#include <thread>
 
 using lspawn::SpawnOptions;
 using lspawn::StartMethod;
@@ -47,6 +52,19 @@ double t_allreduce(int index) {
   return t[0][0].item<double>();
 }
 LSPAWN_REGISTER(t_allreduce);
+
+// Rank 1 never enters the second all_reduce (docs/hang-diagnosis.md).
+int t_hang(int index) {
+  lspawn::World world = lspawn::init_process_group();
+  auto group = lspawn::Group::from_world(world);
+  auto t = at::ones({4});
+  lspawn::all_reduce(*group, t);
+  if (index == 1)
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(60));
+  lspawn::all_reduce(*group, t);
+  return 0;
+}
+LSPAWN_REGISTER(t_hang);
 
 const StartMethod kMethods[] = {StartMethod::Fork, StartMethod::Spawn, StartMethod::Forkserver};
 
@@ -136,4 +154,21 @@ TEST_CASE("a temporary ModelWrapper stays valid until join=false workers have st
       CHECK((*r)[0] == Approx(expected));
     }
   }
+}
+
+TEST_CASE("hang_timeout: join() throws HangError naming the rank that never entered the collective") {
+  SpawnOptions o = quiet(StartMethod::Fork, 2);
+  o.hang_timeout = std::chrono::seconds(1);
+  o.grace_period = std::chrono::seconds(1);
+  std::string report;
+  try {
+    lspawn::spawn(t_hang, o);
+  } catch (const lspawn::HangError& e) {
+    report = e.report();
+  }
+  INFO(report);
+  REQUIRE(!report.empty());
+  CHECK(report.find("waiting: rank 0 in all_reduce #2 on group world, 16 B") != std::string::npos);
+  CHECK(report.find("behind: rank 1 has not entered a collective for ") != std::string::npos);
+  CHECK(report.find("main thread of rank 1 (pid ") != std::string::npos);
 }

@@ -1,0 +1,135 @@
+// Hang diagnosis end to end (docs/hang-diagnosis.md): the built lspawn with real collectives
+// workers (tests/e2e/fixtures/hang_worker.cpp) that hang on purpose; --hang-timeout 1 keeps each
+// case to a few seconds.
+#include <catch2/catch.hpp>
+
+#include <set>
+#include <sstream>
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "harness.hpp"
+#include "launcher/cli_options.hpp"
+
+using namespace lspawn::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+// The pids the workers printed ("ready pid N").
+std::set<pid_t> worker_pids(const std::string& out) {
+  std::set<pid_t> pids;
+  for (const auto& line : lines(out)) {
+    const auto at = line.find("ready pid ");
+    if (at != std::string::npos) pids.insert(static_cast<pid_t>(std::stol(line.substr(at + 10))));
+  }
+  return pids;
+}
+
+bool has(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("hang: a rank that never enters an all_reduce is named, with its stack, exit 124, nothing left",
+          "[e2e][hang]") {
+  Subreaper reaper;
+  Child c(with_start_method({lspawn_bin(), "--nprocs", "3", "--hang-timeout", "1", "--grace-period", "2",
+                             hang_worker_bin(), "never-enters", "2", "3"}));
+  const int st = c.wait(60s);
+  INFO(c.err());
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == lspawn::exit_codes::kHang);
+  const std::string& e = c.err();
+  CHECK(count(e, "lspawn: hang: no rank made progress in its collectives for ") == 1);
+  CHECK(has(e, "(--hang-timeout 1)"));
+  CHECK(has(e, "waiting: ranks 0, 1 in all_reduce #4 on group world, 16 B, for "));
+  CHECK(has(e, "(2 of 3 members)"));
+  CHECK(has(e, "behind: rank 2 has not entered a collective for "));
+  CHECK(has(e, "the others wait in all_reduce #4 on group world"));
+  CHECK(has(e, "last completed: all_reduce #3 on group world"));
+  CHECK(has(e, "main thread of rank 2 (pid "));
+  CHECK(has(e, "lspawn_test::sleep_outside_collectives()"));  // its stack, demangled
+  CHECK(has(e, "stopped by the hang watchdog"));
+  const auto pids = worker_pids(c.out());
+  CHECK(pids.size() == 3);
+  CHECK(alive_after(pids, 2s).empty());
+}
+
+TEST_CASE("hang: a rank stuck in a subgroup collective its partner never joins: op and sequence numbers",
+          "[e2e][hang]") {
+  Subreaper reaper;
+  Child c(with_start_method({lspawn_bin(), "--nprocs", "3", "--hang-timeout", "1", "--grace-period", "2",
+                             hang_worker_bin(), "subgroup", "0", "2"}));
+  const int st = c.wait(60s);
+  INFO(c.err());
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == lspawn::exit_codes::kHang);
+  const std::string& e = c.err();
+  CHECK(has(e, "waiting: ranks 1, 2 in all_reduce #3 on group world, 16 B"));
+  CHECK(has(e, "behind: rank 0 still in all_reduce #1 on group world.1, 16 B, for "));
+  CHECK(has(e, "(the others wait in all_reduce #3 on group world)"));
+  CHECK(has(e, "main thread of rank 0 (pid "));
+  CHECK(alive_after(worker_pids(c.out()), 2s).empty());
+}
+
+TEST_CASE("hang: the report on demand (SIGURG, lspawn status PID) while the job goes on", "[e2e][hang]") {
+  Subreaper reaper;
+  Child c(with_start_method({lspawn_bin(), "--nprocs", "2", "--grace-period", "2", hang_worker_bin(),
+                             "never-enters", "1", "2"}));
+  REQUIRE(c.wait_stdout_count("ready pid", 2, 30s));
+  // Rank 0 enters all_reduce #3 right after printing; give it a moment to be inside.
+  REQUIRE(c.wait_output([](const std::string&, const std::string&) { return false; }, 300ms) == false);
+  c.signal(SIGURG);
+  REQUIRE(c.wait_output([](const std::string&, const std::string& e) {
+    return e.find("status of 2 ranks (on request)") != std::string::npos &&
+           e.find("main thread of rank 1") != std::string::npos;
+  }, 10s));
+  CHECK(has(c.err(), "waiting: rank 0 in all_reduce #3 on group world"));
+  CHECK(has(c.err(), "behind: rank 1 has not entered a collective for "));
+  CHECK(alive(c.pid()));  // not stopped, not forwarded
+
+  const auto r = run_lspawn({"status", std::to_string(c.pid())});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(has(r.out, "lspawn: status of 2 ranks (on request)"));
+  CHECK(has(r.out, "waiting: rank 0 in all_reduce #3 on group world"));
+  CHECK(has(r.out, "lspawn_test::sleep_outside_collectives()"));
+  CHECK(alive(c.pid()));
+
+  c.signal(SIGTERM);
+  const int st = c.wait(20s);
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 143);
+  CHECK(alive_after(worker_pids(c.out()), 2s).empty());
+}
+
+TEST_CASE("hang: ranks computing between collectives longer than --hang-timeout are not a hang",
+          "[e2e][hang][exec-only]") {
+  const auto r = run_lspawn({"--nprocs", "2", "--hang-timeout", "1", hang_worker_bin(), "slow-steps", "0", "2"});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(!has(r.err, "hang:"));
+}
+
+TEST_CASE("lspawn status: a pid that is not an lspawn job", "[e2e][hang][exec-only]") {
+  const auto r = run_lspawn({"status", "1"});
+  CHECK(r.exit_code == 1);
+  CHECK(has(r.err, "is not a running lspawn job"));
+  const auto u = run_lspawn({"status", "abc"});
+  CHECK(u.exit_code == lspawn::exit_codes::kUsage);
+}
+
+TEST_CASE("hang: over gloo too (the op is in flight until Work::wait returns)", "[e2e][hang][exec-only]") {
+  Subreaper reaper;
+  Child c({lspawn_bin(), "--nprocs", "2", "--hang-timeout", "1", "--grace-period", "2", hang_worker_bin(),
+           "never-enters", "1", "2"},
+          {"LSPAWN_BACKEND=gloo"});
+  const int st = c.wait(60s);
+  INFO(c.err());
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == lspawn::exit_codes::kHang);
+  CHECK(has(c.err(), "waiting: rank 0 in all_reduce #3 on group world, 16 B"));
+  CHECK(has(c.err(), "behind: rank 1 has not entered a collective for "));
+  CHECK(alive_after(worker_pids(c.out()), 2s).empty());
+}

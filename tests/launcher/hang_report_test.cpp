@@ -1,0 +1,239 @@
+// The hang report's analysis, from hand-made records (no processes): who waits where, who is
+// behind and how it is said.
+#include <catch2/catch.hpp>
+
+#include "launcher/hang_report.hpp"
+
+using namespace lspawn;
+
+namespace {
+
+constexpr std::int64_t kNow = 1'000'000'000'000;
+constexpr std::int64_t kSec = 1'000'000;
+
+status::GroupView slot(const std::string& name, int size, bool in, std::uint64_t seq, std::int64_t since,
+                       std::uint64_t completed, std::uint64_t bytes = 16u << 20) {
+  status::GroupView g;
+  g.name = name;
+  g.group_size = size;
+  g.in_collective = in;
+  g.seq = seq;
+  g.op = "all_reduce";
+  g.bytes = bytes;
+  g.since_us = since;
+  g.completed_seq = completed;
+  g.completed_op = completed ? "all_reduce" : "";
+  g.completed_us = since;
+  return g;
+}
+
+RankInput rank_with(int r, std::vector<status::GroupView> groups) {
+  RankInput in;
+  in.rank = r;
+  in.pid = 100 + r;
+  status::RankView v;
+  v.rank = r;
+  v.pid = in.pid;
+  v.opened_us = kNow - 60 * kSec;
+  v.groups = std::move(groups);
+  in.record = v;
+  return in;
+}
+
+std::string all(const HangAnalysis& a) {
+  std::string s;
+  for (const auto* part : {&a.waiting, &a.behind, &a.other})
+    for (const auto& l : *part) s += l + "\n";
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("hang report: a rank that has not entered the collective the others wait in", "[hang]") {
+  std::vector<RankInput> ranks;
+  for (int r = 0; r < 3; ++r) ranks.push_back(rank_with(r, {slot("world", 4, true, 1043, kNow - 41 * kSec, 1042)}));
+  ranks.push_back(rank_with(3, {slot("world", 4, false, 1042, kNow - 41 * kSec, 1042)}));
+  const auto a = analyse_hang(ranks, kNow);
+  INFO(all(a));
+  REQUIRE(a.waiting.size() == 1);
+  CHECK(a.waiting[0] == "waiting: ranks 0-2 in all_reduce #1043 on group world, 16 MiB, for 41 s (3 of 4 members)");
+  REQUIRE(a.behind.size() == 1);
+  CHECK(a.behind[0] ==
+        "rank 3 has not entered a collective for 41 s, the others wait in all_reduce #1043 on group world "
+        "(last completed: all_reduce #1042 on group world, 41 s ago)");
+  CHECK(a.lagging == std::vector<int>{3});
+  CHECK(a.any_in_collective);
+
+  const auto text = format_hang_report("hang: test", a, ranks);
+  CHECK(text.rfind("lspawn: hang: test\n", 0) == 0);
+  CHECK(text.find("lspawn:   behind: rank 3 has not entered") != std::string::npos);
+}
+
+TEST_CASE("hang report: a rank still in the previous op", "[hang]") {
+  std::vector<RankInput> ranks;
+  ranks.push_back(rank_with(0, {slot("world", 2, true, 1043, kNow - 5 * kSec, 1042)}));
+  ranks.push_back(rank_with(1, {slot("world", 2, true, 1042, kNow - 7 * kSec, 1041)}));
+  const auto a = analyse_hang(ranks, kNow);
+  INFO(all(a));
+  REQUIRE(a.behind.size() == 1);
+  CHECK(a.behind[0] ==
+        "rank 1 still in all_reduce #1042 on group world, 16 MiB, for 7.0 s (the others wait in all_reduce #1043 on "
+        "group world)");
+  CHECK(a.lagging == std::vector<int>{1});
+}
+
+TEST_CASE("hang report: ranks without a record, exited ranks, nobody in a collective", "[hang]") {
+  std::vector<RankInput> ranks;
+  ranks.push_back(rank_with(0, {slot("world", 3, true, 5, kNow - 2 * kSec, 4, 4)}));
+  RankInput none;
+  none.rank = 1;
+  none.started_us = kNow - 3 * kSec;
+  ranks.push_back(none);
+  RankInput gone;
+  gone.rank = 2;
+  gone.exited = true;
+  gone.exit_text = "has exited (process 2 exited with code 0)";
+  ranks.push_back(gone);
+  auto a = analyse_hang(ranks, kNow);
+  INFO(all(a));
+  CHECK(a.waiting.at(0) == "waiting: rank 0 in all_reduce #5 on group world, 4 B, for 2.0 s (1 of 3 members)");
+  REQUIRE(a.behind.size() == 2);
+  CHECK(a.behind[0] == "rank 1 has no status record: it has not started lspawn's runtime or collectives (started 3.0 s ago)");
+  CHECK(a.behind[1] == "rank 2 has exited (process 2 exited with code 0)");
+  CHECK(a.lagging == std::vector<int>{1});  // no stack to ask of an exited rank
+
+  // Nobody inside a collective: nothing is "behind", every rank is just described.
+  ranks[0] = rank_with(0, {slot("world", 3, false, 5, kNow - 2 * kSec, 5)});
+  a = analyse_hang(ranks, kNow);
+  CHECK_FALSE(a.any_in_collective);
+  CHECK(a.behind.empty());
+  CHECK(a.other.size() == 3);
+  CHECK(a.other[0] == "rank 0 has not entered a collective for 2.0 s (last completed: all_reduce #5 on group world, 2.0 s ago)");
+}
+
+TEST_CASE("hang report: formatting helpers", "[hang]") {
+  CHECK(format_bytes(4) == "4 B");
+  CHECK(format_bytes(16u << 20) == "16 MiB");
+  CHECK(format_bytes(1536) == "1.5 KiB");
+  CHECK(format_ranks({3, 0, 1, 2, 5, 7, 8}) == "0-3, 5, 7, 8");
+  CHECK(format_ranks({4}) == "4");
+  CHECK(demangle_frame("./w(_ZN11lspawn_test25sleep_outside_collectivesEv+0x1c) [0x55]") ==
+        "./w(lspawn_test::sleep_outside_collectives()+0x1c) [0x55]");
+  CHECK(demangle_frame("/lib/libc.so.6(clock_nanosleep+0xdf) [0x7f]") == "/lib/libc.so.6(clock_nanosleep+0xdf) [0x7f]");
+  CHECK(demangle_frame("./w(+0x1234) [0x55]") == "./w(+0x1234) [0x55]");
+}
+
+// ---- HangWatch over real records (written here by status::Recorder, no worker processes) ----
+
+#include <cstdlib>
+#include <thread>
+
+#include <unistd.h>
+
+#include "launcher/hang_watch.hpp"
+#include "status/recorder.hpp"
+
+namespace {
+
+struct StatusDir {
+  std::string path;
+  StatusDir() {
+    char t[] = "/tmp/lspawn-hangwatch-test-XXXXXX";
+    REQUIRE(::mkdtemp(t));
+    path = t;
+  }
+  ~StatusDir() { (void)!std::system(("rm -rf '" + path + "'").c_str()); }
+};
+
+std::vector<WorkerResult> two_workers() {
+  std::vector<WorkerResult> w(2);
+  for (int r = 0; r < 2; ++r) {
+    w[r].rank = r;
+    w[r].pid = ::getpid();
+  }
+  return w;
+}
+
+// Polls `watch` on its deadlines for up to `limit`; returns whether it fired.
+bool drive(HangWatch& watch, const std::vector<WorkerResult>& workers, std::chrono::milliseconds limit) {
+  const auto end = Clock::now() + limit;
+  while (Clock::now() < end) {
+    const auto due = std::min(watch.next_deadline(), end);
+    std::this_thread::sleep_until(due);
+    if (watch.poll(Clock::now(), workers)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("HangWatch: fires once when a rank waits and nothing changes for the timeout", "[hang]") {
+  StatusDir dir;
+  auto r0 = status::Recorder::create(dir.path, 0);
+  auto r1 = status::Recorder::create(dir.path, 1);
+  auto s0 = r0->add_group("world", 0, 2);
+  auto s1 = r1->add_group("world", 1, 2);
+  s0.enter("all_reduce", 1, 4);
+  s0.complete(1);
+  s1.enter("all_reduce", 1, 4);
+  s1.complete(1);
+  s0.enter("all_reduce", 2, 4);  // rank 1 never does
+  std::vector<std::string> printed;
+  HangWatchOptions o;
+  o.dir = dir.path;
+  o.timeout = std::chrono::milliseconds(200);
+  o.stack_wait = std::chrono::milliseconds(50);
+  o.print = [&](const std::string& t) { printed.push_back(t); };
+  HangWatch watch(o);
+  const auto t0 = Clock::now();
+  REQUIRE(drive(watch, two_workers(), std::chrono::seconds(5)));
+  CHECK(Clock::now() - t0 >= std::chrono::milliseconds(200));
+  CHECK(watch.fired());
+  REQUIRE(printed.size() == 1);
+  INFO(printed[0]);
+  CHECK(printed[0].find("lspawn: hang: no rank made progress in its collectives for ") == 0);
+  CHECK(printed[0].find("(--hang-timeout 0.2)") != std::string::npos);
+  CHECK(printed[0].find("waiting: rank 0 in all_reduce #2 on group world, 4 B") != std::string::npos);
+  CHECK(printed[0].find("behind: rank 1 has not entered a collective") != std::string::npos);
+  // Recorder::create installs no handler: the report says why there is no stack.
+  CHECK(printed[0].find("main thread of rank 1: no stack (its runtime did not install the stack handler)") !=
+        std::string::npos);
+  CHECK_FALSE(drive(watch, two_workers(), std::chrono::milliseconds(300)));  // once
+}
+
+TEST_CASE("HangWatch: progress or nobody waiting is not a hang, a report on request", "[hang]") {
+  StatusDir dir;
+  auto r0 = status::Recorder::create(dir.path, 0);
+  auto r1 = status::Recorder::create(dir.path, 1);
+  auto s0 = r0->add_group("world", 0, 2);
+  auto s1 = r1->add_group("world", 1, 2);
+  std::vector<std::string> printed;
+  HangWatchOptions o;
+  o.dir = dir.path;
+  o.timeout = std::chrono::milliseconds(150);
+  o.print = [&](const std::string& t) { printed.push_back(t); };
+  HangWatch watch(o);
+  // Both compute, nobody in a collective, for twice the timeout.
+  CHECK_FALSE(drive(watch, two_workers(), std::chrono::milliseconds(400)));
+  // Rank 0 waits, but rank 1 keeps making progress on another group.
+  auto other = r1->add_group("world.1", 0, 1);
+  s0.enter("all_reduce", 1, 4);
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    for (std::uint64_t i = 1; !stop; ++i) {
+      other.enter("barrier", i, 0);
+      other.complete(i);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  CHECK_FALSE(drive(watch, two_workers(), std::chrono::milliseconds(500)));
+  stop = true;
+  busy.join();
+  CHECK(printed.empty());
+  watch.request_report();
+  CHECK_FALSE(drive(watch, two_workers(), std::chrono::milliseconds(100)));  // a report, not a hang
+  REQUIRE(printed.size() == 1);
+  CHECK(printed[0].find("lspawn: status of 2 ranks (on request)") == 0);
+  CHECK(printed[0].find("waiting: rank 0 in all_reduce #1 on group world") != std::string::npos);
+  (void)s1;
+}

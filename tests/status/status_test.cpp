@@ -1,0 +1,229 @@
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include <signal.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "status/reader.hpp"
+#include "status/recorder.hpp"
+#include "status/stack_dump.hpp"
+
+using namespace lspawn::status;
+
+namespace {
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char t[] = "/tmp/lspawn-status-test-XXXXXX";
+    REQUIRE(::mkdtemp(t));
+    path = t;
+  }
+  ~TempDir() { (void)!std::system(("rm -rf '" + path + "'").c_str()); }
+};
+
+}  // namespace
+
+TEST_CASE("status record: what a rank records is what a reader reads", "[status]") {
+  TempDir dir;
+  auto rec = Recorder::create(dir.path, 3);
+  REQUIRE(rec->enabled());
+  CHECK(rec->path() == record_path(dir.path, 3));
+  auto world = rec->add_group("world", 3, 4);
+  auto sub = rec->add_group("world.1", 1, 2);
+  auto reader = RecordReader::open(rec->path());
+  REQUIRE(reader);
+
+  auto v = reader->read();
+  CHECK(v.rank == 3);
+  CHECK(v.pid == ::getpid());
+  CHECK_FALSE(v.torn);
+  REQUIRE(v.groups.size() == 2);
+  CHECK(v.groups[0].name == "world");
+  CHECK(v.groups[0].group_rank == 3);
+  CHECK(v.groups[0].group_size == 4);
+  CHECK(v.groups[1].name == "world.1");
+  CHECK_FALSE(v.groups[0].in_collective);
+  CHECK(v.groups[0].completed_seq == 0);
+
+  const auto before = now_us();
+  const auto p0 = reader->progress();
+  world.enter("all_reduce", 1043, 16u << 20);
+  CHECK(reader->progress() != p0);
+  v = reader->read();
+  CHECK(v.groups[0].in_collective);
+  CHECK(v.groups[0].seq == 1043);
+  CHECK(v.groups[0].op == "all_reduce");
+  CHECK(v.groups[0].bytes == (16u << 20));
+  CHECK(v.groups[0].since_us >= before);
+  CHECK_FALSE(v.groups[1].in_collective);
+
+  world.complete(1043);
+  v = reader->read();
+  CHECK_FALSE(v.groups[0].in_collective);
+  CHECK(v.groups[0].completed_seq == 1043);
+  CHECK(v.groups[0].completed_op == "all_reduce");
+  CHECK(v.groups[0].completed_us >= v.groups[0].since_us - 1);
+
+  SECTION("async ops completing out of order keep the later one in flight") {
+    world.enter("broadcast", 1044, 4);
+    world.enter("all_gather", 1045, 8);
+    world.complete(1044);
+    v = reader->read();
+    CHECK(v.groups[0].in_collective);
+    CHECK(v.groups[0].seq == 1045);
+    CHECK(v.groups[0].op == "all_gather");
+    CHECK(v.groups[0].completed_seq == 1044);
+    world.complete(1045);
+    v = reader->read();
+    CHECK_FALSE(v.groups[0].in_collective);
+    CHECK(v.groups[0].completed_seq == 1045);
+  }
+  SECTION("long op names are cut, not overflowed") {
+    sub.enter("an_op_name_much_longer_than_the_field", 1, 0);
+    v = reader->read();
+    CHECK(v.groups[1].op == std::string("an_op_name_much_longer_than_the_field").substr(0, 23));
+  }
+}
+
+TEST_CASE("status record: groups beyond the slots are counted, not recorded, disabled writers do nothing",
+          "[status]") {
+  TempDir dir;
+  auto rec = Recorder::create(dir.path, 0);
+  for (std::uint32_t i = 0; i < kMaxGroups; ++i) CHECK(rec->add_group("g" + std::to_string(i), 0, 1).enabled());
+  auto extra = rec->add_group("one-too-many", 0, 1);
+  CHECK_FALSE(extra.enabled());
+  extra.enter("all_reduce", 1, 4);  // no-op
+  auto v = RecordReader::open(rec->path())->read();
+  CHECK(v.groups.size() == kMaxGroups);
+  CHECK(v.groups_dropped == 1);
+
+  Recorder disabled;
+  CHECK_FALSE(disabled.enabled());
+  CHECK_FALSE(disabled.add_group("world", 0, 1).enabled());
+}
+
+TEST_CASE("status record: a missing record is nullopt, a foreign file is refused", "[status]") {
+  TempDir dir;
+  CHECK_FALSE(RecordReader::open(dir.path + "/rank-9.status"));
+  { std::ofstream(dir.path + "/rank-1.status") << "not a record"; }
+  CHECK_THROWS_WITH(RecordReader::open(dir.path + "/rank-1.status"), Catch::Contains("expected"));
+  CHECK_THROWS(Recorder::create(dir.path + "/no/such/dir", 0));
+}
+
+TEST_CASE("status record: a reader racing a writer never sees a torn record", "[status][threads]") {
+  TempDir dir;
+  auto rec = Recorder::create(dir.path, 0);
+  auto slot = rec->add_group("world", 0, 2);
+  auto reader = RecordReader::open(rec->path());
+  std::atomic<bool> stop{false};
+  // Invariant of every write: bytes == 8 * seq, op names the parity of seq.
+  std::thread writer([&] {
+    for (std::uint64_t seq = 1; !stop.load(std::memory_order_relaxed); ++seq) {
+      slot.enter(seq % 2 ? "odd_op_name_xxxxxxxxxx" : "even", seq, 8 * seq);
+      if (seq % 3) slot.complete(seq);
+    }
+  });
+  int reads = 0, inside = 0, bad = 0;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  while (std::chrono::steady_clock::now() < end) {
+    const auto v = reader->read();
+    ++reads;
+    const auto& g = v.groups.at(0);
+    if (v.torn) ++bad;
+    if (g.seq == 0) continue;
+    if (g.bytes != 8 * g.seq) ++bad;
+    if (g.op != (g.seq % 2 ? "odd_op_name_xxxxxxxxxx" : "even")) ++bad;
+    if (g.in_collective && g.completed_seq >= g.seq) ++bad;
+    inside += g.in_collective;
+  }
+  stop = true;
+  writer.join();
+  INFO(reads << " reads, " << inside << " inside a collective");
+  CHECK(bad == 0);
+  CHECK(reads > 100);
+}
+
+TEST_CASE("stack dump: the signal writes the main thread's stack, also when another thread takes it",
+          "[status]") {
+  TempDir dir;
+  const std::string path = dir.path + "/rank-0.stack";
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    if (!install_stack_dump(path)) ::_exit(3);
+    // The main thread blocks it; another thread takes it (raise: thread-directed), and its
+    // handler hands it to the main thread with tgkill, where it runs once unblocked.
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, kStackSignal);
+    ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    std::thread t([set] {
+      ::pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+      ::raise(kStackSignal);
+    });
+    t.join();
+    if (::access(path.c_str(), F_OK) == 0) ::_exit(5);  // written by the other thread: wrong
+    ::pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+    for (int i = 0; i < 200; ++i) {
+      if (::access(path.c_str(), F_OK) == 0) ::_exit(0);
+      ::usleep(10000);
+    }
+    ::_exit(4);
+  }
+  int st = 0;
+  REQUIRE(::waitpid(child, &st, 0) == child);
+  REQUIRE(WIFEXITED(st));
+  REQUIRE(WEXITSTATUS(st) == 0);
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  INFO(text.str());
+  CHECK(text.str().rfind("pid " + std::to_string(child) + " main thread\n", 0) == 0);
+  CHECK(text.str().find(kStackEnd) != std::string::npos);
+  CHECK(::access((path + ".tmp").c_str(), F_OK) != 0);  // renamed into place, complete
+}
+
+TEST_CASE("stack dump: a program's own handler is left alone", "[status]") {
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::signal(kStackSignal, [](int) {});
+    ::_exit(install_stack_dump("/tmp/unused") ? 1 : 0);
+  }
+  int st = 0;
+  REQUIRE(::waitpid(child, &st, 0) == child);
+  CHECK(WEXITSTATUS(st) == 0);
+}
+
+TEST_CASE("status record: a slot left mid-update (its writer died there) reads as torn", "[status]") {
+  TempDir dir;
+  auto rec = Recorder::create(dir.path, 0);
+  auto slot = rec->add_group("world", 0, 2);
+  slot.enter("all_reduce", 7, 4);
+  // What a writer killed between the two version stores leaves behind: an odd version.
+  const int fd = ::open(rec->path().c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  void* m = ::mmap(nullptr, kFileBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  REQUIRE(m != MAP_FAILED);
+  auto* s = reinterpret_cast<GroupSlot*>(static_cast<char*>(m) + sizeof(FileHeader));
+  s->version.fetch_add(1);
+  auto v = RecordReader::open(rec->path())->read();
+  CHECK(v.torn);
+  s->version.fetch_add(1);
+  v = RecordReader::open(rec->path())->read();
+  CHECK_FALSE(v.torn);
+  CHECK(v.groups.at(0).seq == 7);
+  ::munmap(m, kFileBytes);
+}
