@@ -121,6 +121,8 @@ TEST_CASE("parse_cli: records which options were given, by canonical name", "[cl
   CHECK_FALSE(o.was_given("--master-addr"));
   // --node-rank alone is checked against the detected node count later (resolve_launch)
   CHECK(parse_cli({"--node-rank", "1", "prog"}).node_rank == 1);
+}
+
 TEST_CASE("parse_cli: --hang-timeout SECONDS", "[cli][hang]") {
   CHECK(parse_cli({"p"}).hang_timeout_s == 0);  // off by default
   CHECK(parse_cli({"--hang-timeout", "1.5", "p"}).hang_timeout_s == 1.5);
