@@ -66,7 +66,6 @@ TEST_CASE("parse_cli: malformed options name the option and the accepted form", 
   CHECK(msg({"--master-port", "65536", "p"}) == "--master-port: 65536 is out of range 0..65535 (--master-port PORT)");
   CHECK(msg({"--max-restarts", "-1", "p"}) == "--max-restarts: expected an integer >= 0 (--max-restarts K), got '-1'");
   CHECK(msg({"--nnodes", "1:4", "p"}).find("--nnodes: elastic ranges (MIN:MAX) are not supported") == 0);
-  CHECK(msg({"--nnodes", "2", "--master-port", "5", "p"}).find("--node-rank: required when --nnodes > 1") == 0);
   CHECK(msg({"--rdzv-endpoint", "h:0", "p"}).find("--rdzv-endpoint: 0 is out of range 1..65535") == 0);
   CHECK(msg({"--rdzv-endpoint", ":5", "p"}) == "--rdzv-endpoint: empty host (--rdzv-endpoint HOST:PORT)");
   CHECK(msg({"--rdzv-backend", "etcd", "p"}).find("--rdzv-backend: lspawn's own rendezvous") == 0);

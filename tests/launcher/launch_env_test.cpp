@@ -48,6 +48,10 @@ TEST_CASE("resolve_launch: no cluster manager, flags and defaults only", "[launc
   CHECK(s.master_port == 7);
   CHECK(s.nproc_per_node == 3);
   CHECK(error_of({"--nnodes", "2"}, {}).find("--master-port: required when --nnodes > 1") == 0);
+  // Static multi-node needs this node's rank (from the flag or the scheduler); --rdzv-endpoint assigns one.
+  CHECK(error_of({"--nnodes", "2", "--master-port", "5"}, {}).find("--node-rank: required when --nnodes > 1") == 0);
+  CHECK(resolve({"--nnodes", "2", "--rdzv-endpoint", "h:5"}, {}).node_rank_given == false);
+  CHECK(resolve({"--nnodes", "2", "--node-rank", "1", "--master-port", "5"}, {}).node_rank_given);
   CHECK(error_of({"--node-rank", "1"}, {}).find("--node-rank: 1 must be less than --nnodes 1") == 0);
   // A shell with MASTER_ADDR/MASTER_PORT exported but no scheduler: not a PyTorchJob.
   CHECK(resolve({}, {{"MASTER_ADDR", "x"}, {"MASTER_PORT", "5"}}).scheduler == Scheduler::None);
