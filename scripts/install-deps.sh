@@ -11,6 +11,7 @@ want=(
   nlohmann-json3-dev libprotobuf-dev protobuf-compiler
   libopenblas0-pthread
   python3-torch openmpi-bin libopenmpi-dev procps
+  python3-sklearn
 )
 [[ "${1:-}" == "--bench" ]] && want+=(hyperfine python3-matplotlib)
 
