@@ -92,7 +92,7 @@ void write_checkpoint_file(const Checkpoint& ckpt, const std::string& path) {
   for (const auto& [k, v] : ckpt.model) model.insert(k, v);
   c10::Dict<std::string, double> metrics;
   for (const auto& [k, v] : ckpt.metrics) metrics.insert(k, v);
-  c10::Dict<std::string, c10::IValue> root;
+  c10::impl::GenericDict root(c10::StringType::get(), c10::AnyType::get());
   root.insert("format", int64_t{1});
   root.insert("epoch", ckpt.epoch);
   root.insert("global_step", ckpt.global_step);

@@ -73,12 +73,21 @@ class ShmHookWorker {
   std::thread thread_;
 };
 
-class ShmCommHook : public c10d::CppCommHookInterface<std::shared_ptr<ShmHookWorker>> {
+// A C++ comm hook. Derives from CommHookInterface itself rather than CppCommHookInterface:
+// the latter's parseHookResult calls c10d::detail::parseCppCommHookResult, which Debian's
+// libtorch_cpu 1.13 does not export.
+class ShmCommHook : public c10d::CommHookInterface {
  public:
-  using CppCommHookInterface::CppCommHookInterface;
+  explicit ShmCommHook(std::shared_ptr<ShmHookWorker> worker) : worker_(std::move(worker)) {}
   c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
-    return state_->submit(bucket.getBufferRef());
+    return worker_->submit(bucket.getBufferRef());
   }
+  at::Tensor parseHookResult(const c10::IValue& result) override {
+    return result.isTensor() ? result.toTensor() : result.toTensorVector().at(0);
+  }
+
+ private:
+  std::shared_ptr<ShmHookWorker> worker_;
 };
 
 }  // namespace
