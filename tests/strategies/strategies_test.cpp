@@ -37,6 +37,10 @@ TEST_CASE("DDP (c10d::Reducer, several buckets) equals one process on the concat
   }
 }
 
+TEST_CASE("DDP find_unused_parameters: a parameter the loss never reaches does not stall the buckets", "[strategies][ddp]") {
+  expect_all_ok(run_ranks(2, "equiv", "gloo", {{"LSPAWN_TEST_STRATEGY", "ddp_unused"}}, 90s));
+}
+
 TEST_CASE("DDP with the shm comm hook equals one process (buckets through shared memory)", "[strategies][ddp]") {
   auto r = run_ranks(2, "equiv", "shm", {{"LSPAWN_TEST_STRATEGY", "ddp_hook"}}, 90s);
   expect_all_ok(r);

@@ -35,6 +35,17 @@ LSPAWN_REGISTER_SPAWN_FIT(TinyNet);
 
 namespace {
 
+// A module with a parameter its loss never reaches (DDP's find_unused_parameters case).
+struct SpareNet : TinyNet {
+  explicit SpareNet(uint64_t seed) : TinyNet(seed) { spare = register_module("spare", torch::nn::Linear(8, 8)); }
+  torch::nn::Linear spare{nullptr};
+};
+
+std::unique_ptr<TinyNet> make_net(const std::string& kind, uint64_t seed) {
+  if (kind == "ddp_unused") return std::make_unique<SpareNet>(seed);
+  return std::make_unique<TinyNet>(seed);
+}
+
 std::string env_str(const char* name, const std::string& fallback = "") {
   const char* v = std::getenv(name);
   return v && *v ? v : fallback;
@@ -64,6 +75,7 @@ std::unique_ptr<lspawn::Strategy> make_strategy(const std::shared_ptr<lspawn::Gr
   o.bucket_cap_bytes = 2048;
   if (kind == "xla") return std::make_unique<lspawn::XLA>(g, o);
   o.shm_comm_hook = kind == "ddp_hook";
+  o.find_unused_parameters = kind == "ddp_unused";
   return std::make_unique<lspawn::DDP>(g, o);
 }
 
@@ -74,7 +86,8 @@ int equiv(const std::string& backend) {
   const std::string kind = env_str("LSPAWN_TEST_STRATEGY", "ddp");
   const int64_t B = 4, K = 4;
   auto s = make_strategy(g, kind);
-  TinyNet net(static_cast<uint64_t>(r + 1));  // rank 0's initial weights must win
+  auto owned = make_net(kind, static_cast<uint64_t>(r + 1));  // rank 0's initial weights must win
+  TinyNet& net = *owned;
   s->setup(net);
   if (auto* ddp = dynamic_cast<lspawn::DDP*>(s.get())) {
     check(ddp->num_buckets() > 1, "several buckets, got " + std::to_string(ddp->num_buckets()));
@@ -96,7 +109,8 @@ int equiv(const std::string& backend) {
   const double spread = (all - all[0]).abs().max().item<double>();
   check(spread == 0.0, "ranks agree exactly, spread " + std::to_string(spread));
   if (r == 0) {
-    TinyNet ref(1);
+    auto ref_owned = make_net(kind, 1);
+    TinyNet& ref = *ref_owned;
     auto ropt = ref.configure_optimizers();
     for (int64_t k = 0; k < K; ++k) {
       auto data = tiny_data(B * n, 100 + static_cast<uint64_t>(k));
