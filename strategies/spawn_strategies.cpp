@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdlib>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -94,6 +96,9 @@ SpawnFitConfig spawn_fit_config_from_json(const std::string& text) {
 }
 
 std::unique_ptr<Strategy> make_worker_strategy(const SpawnFitConfig& c) {
+  // nprocs = 1: spawn() runs the function in the caller, without an env contract (no job to
+  // join): train on one device, as Lightning's ddp_spawn does with one device.
+  if (std::getenv("WORLD_SIZE") == nullptr) return std::make_unique<SingleDevice>(c.ddp.accelerator, c.ddp.precision);
   if (c.kind == "ddp") return std::make_unique<DDP>(c.ddp);
   if (c.kind == "xla") return std::make_unique<XLA>(static_cast<const ParallelOptions&>(c.ddp));
   throw std::invalid_argument("spawn strategy: unknown kind '" + c.kind + "' (expected ddp or xla)");

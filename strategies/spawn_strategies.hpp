@@ -20,6 +20,8 @@
 //   - the caller loads rank 0's state into its module and returns rank 0's results;
 //   - a worker that fails stops the others; fit() throws spawn's ProcessRaisedException /
 //     ProcessExitedException naming the process ("process 1 terminated with ...").
+// nprocs = 1 runs in the calling process (spawn() starts no child) on SingleDevice, unless the
+// caller itself is a worker of a job (WORLD_SIZE set), in which case it joins that job.
 // XLASpawn differs in the in-worker strategy (XLA: gradients all-reduced at optimizer_step,
 // batches prefetched by a ParallelLoader thread) and in running prepare_data, when given, once
 // per node under a SerialExecutor before training (MpSerialExecutor).

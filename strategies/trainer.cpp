@@ -77,6 +77,7 @@ FitResult Trainer::fit(TrainingModule& module, const DataLoader& train, const st
     const Checkpoint ckpt = strategy_.load_checkpoint(options_.resume_from);
     ckpt.restore(module, optimizer.get());
     start_epoch = ckpt.epoch;
+    result.epochs = ckpt.epoch;
     result.global_step = ckpt.global_step;
     result.metrics = ckpt.metrics;
   }

@@ -5,6 +5,7 @@
 #include "strategies/data.hpp"
 #include "strategies/data_parallel.hpp"
 #include "strategies/precision.hpp"
+#include "strategies/spawn_strategies.hpp"
 #include "strategies/trainer.hpp"
 #include "tests/runtime/child.hpp"
 #include "tests/strategies/model.hpp"
@@ -176,4 +177,24 @@ TEST_CASE("Trainer: an exception in training_step propagates after on_exception"
   lspawn::Trainer t(s, {});
   CHECK_THROWS_WITH(t.fit(net, lspawn::DataLoader(lspawn::TensorDataset(lspawn::test::tiny_data(8, 2)), {2, false, 0, false})),
                     Catch::Matchers::Contains("failed on purpose at batch 1"));
+}
+
+TEST_CASE("DDPSpawn with nprocs = 1 trains in the caller on one device", "[strategies][spawn]") {
+  if (std::getenv("WORLD_SIZE")) {
+    WARN("WORLD_SIZE is set in this environment: the single-process path is not taken; skipped");
+    return;
+  }
+  auto net = std::make_shared<lspawn::test::TinyNet>(1);
+  lspawn::test::TinyNet ref(1);
+  lspawn::SpawnStrategyOptions so;
+  so.nprocs = 1;
+  so.ddp.accelerator = lspawn::AcceleratorKind::Cpu;
+  lspawn::TrainerOptions t;
+  t.print_epochs = false;
+  lspawn::DataLoader data(lspawn::TensorDataset(lspawn::test::tiny_data(32, 6)), {8, false, 0, false});
+  auto r = lspawn::DDPSpawn(so).fit(net, data, std::nullopt, t);
+  CHECK(r.global_step == 4);
+  lspawn::SingleDevice s(lspawn::AcceleratorKind::Cpu);
+  lspawn::Trainer(s, t).fit(ref, data);
+  CHECK(lspawn::test::max_abs_diff(*net, ref) == 0.0);
 }
