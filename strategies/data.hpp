@@ -2,7 +2,7 @@
 // DataLoader that makes batches from them, and the XLA-style ParallelLoader (a thread that
 // prefetches batches onto the device).
 //
-//   DataLoader train(TensorDataset({x, y}), {.batch_size = 32, .shuffle = true});
+//   DataLoader train(TensorDataset({x, y}), {/*batch_size=*/32, /*shuffle=*/true});
 //   DataLoader mine = strategy.process_dataloader(train);   // this rank's shard
 //   for (int64_t epoch = 0; ...) { mine.set_epoch(epoch); for (int64_t i = 0; i < mine.size(); ++i) mine.batch(i); }
 #pragma once

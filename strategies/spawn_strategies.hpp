@@ -5,8 +5,10 @@
 //   int main(int argc, char** argv) {
 //     lspawn::init(argc, argv);                       // a worker started by exec runs and exits here
 //     auto net = std::make_shared<Net>();
-//     lspawn::DDPSpawn strategy({.nprocs = 4});
-//     lspawn::FitResult r = strategy.fit(net, train, val, {.max_epochs = 5});
+//     lspawn::SpawnStrategyOptions so;
+//     so.nprocs = 4;
+//     lspawn::DDPSpawn strategy(so);
+//     lspawn::SpawnFitResult r = strategy.fit(net, train, val, trainer_options);
 //     // net now holds rank 0's trained weights; r: rank 0's metrics and last checkpoint path
 //   }
 //

@@ -1,7 +1,8 @@
 // Trainer: fit / validate / test / predict over a Strategy (a small Lightning Trainer).
 //
 //   lspawn::DDP ddp;
-//   lspawn::Trainer trainer(ddp, {.max_epochs = 10, .checkpoint_dir = "ckpt"});
+//   lspawn::TrainerOptions o;  o.max_epochs = 10;  o.checkpoint_dir = "ckpt";
+//   lspawn::Trainer trainer(ddp, o);
 //   lspawn::FitResult r = trainer.fit(*net, train_loader, val_loader);
 //   auto test = trainer.test(*net, test_loader);            // {"test_acc": 0.97, ...}
 //
