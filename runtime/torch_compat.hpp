@@ -11,7 +11,8 @@
 //   - 2.x's c10d::Store has a pure virtual clone(): ForwardingStore<T> supplies it for stores that
 //     wrap another one.
 //   - c10::Error::backtrace() is a string on 1.13, a lazily symbolised one on 2.x: backtrace_of().
-//   - c10d::Reducer's constructor (DDP's engine) takes other arguments: make_reducer().
+//   - c10d::Reducer's constructor (DDP's engine) takes other arguments: make_reducer();
+//     autocast's per-device functions were renamed: autocast_enabled(), set_autocast().
 #pragma once
 
 #include <memory>
