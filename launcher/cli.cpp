@@ -15,6 +15,7 @@
 #include "launcher/cli_options.hpp"
 #include "launcher/elf.hpp"
 #include "launcher/env_contract.hpp"
+#include "launcher/job_secret.hpp"
 #include "launcher/output.hpp"
 #include "launcher/port.hpp"
 #include "launcher/spawn/errors.hpp"
@@ -133,6 +134,22 @@ int run(const CliOptions& o) {
   }
 
   env::JobEnv job;
+  // The job's secret (docs/security.md): lspawn's own LSPAWN_JOB_SECRET when given (a multi-node
+  // job needs the same one on every node), else a fresh one for a single-node run.
+  try {
+    if (auto given = job_secret_from_environment()) {
+      job.job_secret = *given;
+    } else if (o.nnodes == 1) {
+      job.job_secret = generate_job_secret();
+    } else if (!o.quiet) {
+      say("--nnodes " + std::to_string(o.nnodes) + " without LSPAWN_JOB_SECRET: the store records of this job are "
+          "not authenticated; export the same secret on every node (e.g. LSPAWN_JOB_SECRET=$(openssl rand -hex 32))");
+    }
+  } catch (const std::exception& e) {
+    say(e.what());
+    return exit_codes::kUsage;
+  }
+  job.bind_addr = o.bind_addr;
   job.master_addr = o.master_addr;
   job.master_port = master_port;
   job.run_id = o.run_id.empty() ? random_run_id() : o.run_id;
@@ -158,7 +175,7 @@ int run(const CliOptions& o) {
     sopts.sinks.push_back(console.get());
   }
   if (!o.log_dir.empty()) {
-    logs = std::make_unique<LogDirSink>(o.log_dir);
+    logs = std::make_unique<LogDirSink>(o.log_dir, say);
     sopts.sinks.push_back(logs.get());
   }
   sopts.grace_period = std::chrono::milliseconds(static_cast<long long>(o.grace_period_s * 1000));

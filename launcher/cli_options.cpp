@@ -52,6 +52,8 @@ options (--opt value and --opt=value are both accepted):
   --node-rank R                   rank of this node, 0..N-1 (default 0)
   --master-addr ADDR              rendezvous address (default 127.0.0.1)
   --master-port PORT              rendezvous port; absent or 0: a free port, reserved for the run
+  --bind-addr ADDR                address rank 0's store listens on (default: that of
+                                  --master-addr, so loopback on one node; 0.0.0.0: every interface)
   --run-id ID                     TORCHELASTIC_RUN_ID (default: random)
   --grace-period SECONDS          SIGTERM -> SIGKILL delay when stopping workers (default 5)
   --log-dir DIR                   write DIR/rank<N>.stdout and DIR/rank<N>.stderr instead of the console
@@ -125,6 +127,9 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
     } else if (name == "--master-addr") {
       o.master_addr = take("ADDR");
       if (o.master_addr.empty()) usage(name + ": empty address (" + name + " ADDR)");
+    } else if (name == "--bind-addr") {
+      o.bind_addr = take("ADDR");
+      if (o.bind_addr.empty()) usage(name + ": empty address (" + name + " ADDR)");
     } else if (name == "--master-port") {
       o.master_port = parse_int(name, take("PORT"), 0, 65535, "PORT", "an integer 0..65535");
       port_given = o.master_port != 0;

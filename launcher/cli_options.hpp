@@ -31,6 +31,8 @@ struct CliOptions {
   int node_rank = 0;               // --node-rank, 0 <= node_rank < nnodes
   std::string master_addr = "127.0.0.1";  // --master-addr
   int master_port = 0;             // --master-port; 0: a free port is reserved
+  std::string bind_addr;           // --bind-addr: where rank 0's store listens; empty: the
+                                   // address of --master-addr (loopback on one node)
   std::string run_id;              // --run-id; empty: random
   double grace_period_s = 5.0;     // --grace-period, seconds, >= 0
   std::string log_dir;             // --log-dir; empty: console only

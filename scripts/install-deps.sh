@@ -9,6 +9,7 @@ want=(
   libtorch-dev libgloo-dev libspdlog-dev catch2 libfmt-dev
   libboost1.74-dev libboost-filesystem1.74-dev
   nlohmann-json3-dev libprotobuf-dev protobuf-compiler
+  libssl-dev clang libclang-rt-14-dev util-linux
   libopenblas0-pthread
   python3-torch openmpi-bin libopenmpi-dev procps
 )

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "launcher/env_contract.hpp"
+#include "launcher/job_secret.hpp"
 #include "launcher/port.hpp"
 #include "launcher/spawn/errors.hpp"
 #include "launcher/spawn/forked_workers.hpp"
@@ -165,6 +166,7 @@ void ProcessContext::Impl::start(const SpawnPlan& plan) {
   job.master_port = port->port();
   job.run_id = "spawn-" + std::to_string(::getpid());
   job.run_dir = run_dir;
+  job.job_secret = generate_job_secret();  // docs/security.md
   const std::vector<std::string> base = base_environment(opts.env);
   if (env::needs_omp_default(base, nprocs)) {
     so.on_info("setting OMP_NUM_THREADS=1 for each of the " + std::to_string(nprocs) +
