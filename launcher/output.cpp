@@ -52,7 +52,7 @@ void LogDirSink::bytes(int rank, Stream stream, std::string_view data) {
   } catch (const sys::SysError& e) {
     if (broken_.size() <= idx) broken_.resize(idx + 1);
     broken_[idx] = true;
-    const std::string msg = std::string("cannot write ") + e.what() + "; the rest of this stream is dropped";
+    const std::string msg = std::string(e.what()) + "; the rest of this stream is dropped";
     if (warn_) {
       warn_(msg);
     } else {

@@ -61,8 +61,8 @@ class ConsoleSink : public OutputSink {
 // Writes raw bytes to DIR/rank<N>.stdout and DIR/rank<N>.stderr (created, truncated, 0644,
 // on the first output or at EOF, so every rank has both files). DIR must exist.
 // A log file that cannot be written (the directory is full, a quota, EIO) does not stop the run:
-// the error is reported once per file through `warn` ("lspawn: cannot write log file DIR/rank1.stdout
-// (write: No space left on device); the rest of this stream is dropped"), and that stream's
+// the error is reported once per file through `warn` ("lspawn: write (log file DIR/rank1.stdout):
+// No space left on device; the rest of this stream is dropped"), and that stream's
 // output is dropped from then on, while the workers go on and are supervised as before.
 class LogDirSink : public OutputSink {
  public:

@@ -85,7 +85,13 @@ std::optional<std::vector<uint8_t>> RecordAuth::open(const std::string& key,
   return std::vector<uint8_t>(value, value + n);
 }
 
-std::string describe_foreign_record(const std::vector<uint8_t>& value) {
+std::string describe_foreign_record(const std::vector<uint8_t>& sealed_or_plain) {
+  // A sealed record (with a MAC that did not match): describe what it carries.
+  const bool sealed = sealed_or_plain.size() >= RecordAuth::kHeaderSize &&
+                      std::memcmp(sealed_or_plain.data(), RecordAuth::kMagic, 4) == 0;
+  const std::vector<uint8_t> value =
+      sealed ? std::vector<uint8_t>(sealed_or_plain.begin() + RecordAuth::kHeaderSize, sealed_or_plain.end())
+             : sealed_or_plain;
   constexpr size_t kRead = 4096;
   const size_t n = std::min(value.size(), kRead);
   std::string out;
@@ -132,7 +138,7 @@ std::string describe_foreign_record(const std::vector<uint8_t>& value) {
     }
     out = "claiming '" + text + "'";
   }
-  return out + " (" + std::to_string(value.size()) + " bytes)";
+  return out + " (" + std::to_string(sealed_or_plain.size()) + " bytes" + (sealed ? ", sealed" : "") + ")";
 }
 
 }  // namespace lspawn

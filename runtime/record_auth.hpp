@@ -59,7 +59,8 @@ class RecordAuth {
 
 // A short, printable description of a record someone else wrote, for refusal messages: the
 // network addresses found in it (gloo's pair addresses are sockaddrs; lspawn's rendezvous record
-// is "<host>\n<pid>"), else its printable prefix, and its size. Reads at most the first 4 KiB.
+// is "<host>\n<pid>"), else its printable prefix, and its size. A sealed record (wrong MAC) is
+// described by the value it carries. Reads at most the first 4 KiB.
 std::string describe_foreign_record(const std::vector<uint8_t>& value);
 
 }  // namespace lspawn

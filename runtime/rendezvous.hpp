@@ -37,11 +37,10 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "runtime/authenticated_store.hpp"
 #include "runtime/worker_env.hpp"
 
 namespace lspawn {
-
-class AuthenticatedStore;
 
 // The store could not be hosted or reached, or a peer's record is malformed. what() names the
 // store's host:port, this rank and world size.

@@ -108,3 +108,26 @@ TEST_CASE("workers inherit no fd but stdin - stdout and stderr", "[e2e][env]") {
   REQUIRE(r.exit_code == 0);
   CHECK(count(r.out, "] fds 0 1 2\n") == 3);
 }
+
+TEST_CASE("every worker of a run gets the same fresh job secret; lspawn never prints it", "[e2e][env][security][exec-only]") {
+  auto digest = [](const RunResult& r) {
+    std::vector<std::string> d;
+    for (const auto& l : lines(r.out)) {
+      if (l.find("secret ") != std::string::npos) d.push_back(l.substr(l.find("secret ") + 7));
+    }
+    return d;
+  };
+  const std::vector<std::string> args{"--nprocs", "2", "/bin/sh", "-c",
+                                      "echo secret ${#LSPAWN_JOB_SECRET} $(printf %s \"$LSPAWN_JOB_SECRET\" | md5sum)"};
+  auto a = run_lspawn(args, {"LSPAWN_JOB_SECRET="});
+  auto b = run_lspawn(args);
+  REQUIRE(a.exit_code == 0);
+  REQUIRE(b.exit_code == 0);
+  const auto da = digest(a), db = digest(b);
+  REQUIRE(da.size() == 2);
+  REQUIRE(db.size() == 2);
+  CHECK(da[0].rfind("64 ", 0) == 0);
+  CHECK(da[0] == da[1]);  // one secret per run
+  CHECK(da[0] != db[0]);  // a fresh one each run
+  CHECK(a.err.find("LSPAWN_JOB_SECRET") == std::string::npos);
+}

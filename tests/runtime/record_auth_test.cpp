@@ -69,3 +69,8 @@ TEST_CASE("record auth: foreign records are described by what they claim", "[sec
   CHECK(lspawn::describe_foreign_record(gloo) == "pointing to 10.0.0.5:4444, [::1]:5555 (272 bytes)");
   CHECK(lspawn::describe_foreign_record({0xff, 0x00}) == "claiming '??' (2 bytes)");
 }
+
+TEST_CASE("record auth: a sealed record with a wrong MAC is described by what it carries", "[security]") {
+  const RecordAuth wrong("not-the-secret-of-this-job");
+  CHECK(lspawn::describe_foreign_record(wrong.seal("k", bytes("evil\n42"))) == "claiming 'evil pid 42' (43 bytes, sealed)");
+}

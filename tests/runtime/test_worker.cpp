@@ -4,7 +4,9 @@
 //   test_worker collectives   init_process_group(); checks all_reduce (sum, mean, min, max,
 //                             product), broadcast, all_gather, barrier; exit 0, 5 on a wrong value
 //   test_worker listeners     init_process_group(); prints "listen <addr>:<port>" for every TCP
-//                             socket this process listens on, then a barrier; exit 0
+//                             socket this process listens on and "gloo record of rank R
+//                             pointing to <addr>:<port>..." for what each rank's gloo listened
+//                             on, then a barrier; exit 0
 //   (LSPAWN_TEST_ABSENT_RANK=R: rank R never arrives, whatever the mode)
 //   test_worker stranger      not a rank: writes forged plain records into the job's store
 //   (LSPAWN_TEST_DELAY_RANKS_MS=N: ranks other than 0 start N ms late)
@@ -27,6 +29,7 @@
 
 #include "runtime/error_report.hpp"
 #include "runtime/process_group.hpp"
+#include "runtime/record_auth.hpp"
 #include "runtime/rendezvous.hpp"
 #include "tests/runtime/sockets.hpp"
 
@@ -120,6 +123,12 @@ int do_listeners() {
   auto w = lspawn::init_process_group();
   for (const auto& l : lspawn::test::tcp_listeners(::getpid())) {
     std::printf("rank %d: listen %s:%u\n", w.rank(), l.addr.c_str(), l.port);
+  }
+  // gloo (2022) listens per pair only while connecting; what it listened on is what each rank
+  // published for its peers: read it back (through the authenticated store when there is one).
+  for (int r = 0; r < w.size(); ++r) {
+    const auto v = w.store->get("gloo/0/" + std::to_string(r));
+    std::printf("rank %d: gloo record of rank %d %s\n", w.rank(), r, lspawn::describe_foreign_record(v).c_str());
   }
   std::fflush(stdout);
   w.pg->barrier()->wait();
