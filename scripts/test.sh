@@ -4,18 +4,18 @@
 #        scripts/test.sh --asan     # also an ASan+UBSan build in build-asan/ and the suite under it
 #        scripts/test.sh --tsan     # only: a ThreadSanitizer build in build-tsan/ of the launcher,
 #                                   # spawn and collectives tests, run under TSan (docs/reliability.md)
-#        scripts/test.sh --fuzz     # also: the fuzz targets (clang, build-fuzz/), 5 s each
+#        (every run, CI included, ends with the fuzz smoke run: scripts/fuzz.sh 5 — each fuzz target
+#         5 s as a ctest test in build-fuzz/; LSPAWN_SKIP_FUZZ=1 skips it)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 bash scripts/install-deps.sh
-asan=0 tsan=0 fuzz=0
+asan=0 tsan=0
 for arg in "$@"; do
   case "$arg" in
     --asan) asan=1 ;;
     --tsan) tsan=1 ;;
-    --fuzz) fuzz=1 ;;
-    *) echo "test.sh: unknown option $arg (--asan, --tsan, --fuzz)" >&2; exit 2 ;;
+    *) echo "test.sh: unknown option $arg (--asan, --tsan)" >&2; exit 2 ;;
   esac
 done
 
@@ -31,10 +31,16 @@ if ((tsan)); then
   echo "test.sh: TSan build took $((SECONDS - start)) s"
   export TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 suppressions=$root/scripts/tsan.supp"
   failed=0
+  # Not under TSan (for now): the cases that write or read an error report as protobuf JSON
+  # crash inside protobuf's inline Map code when it is instrumented and libprotobuf is not
+  # (SEGV in google/protobuf/map.h TableEntryIsNonEmptyList). protobuf leaves the tree with the
+  # proto-json change; these exclusions go with it.
+  no_protobuf_json=('~error file:*' '~*ErrorReport*' '~*error report*')
   for t in tests/launcher/lspawn_launcher_tests tests/spawn/spawn_core_tests tests/spawn/spawn_tests \
            tests/e2e/lspawn_e2e_tests tests/collectives/shm_communicator_test tests/collectives/collectives_test; do
     echo "test.sh: --tsan: $t"
-    (cd "$root/build-tsan/$(dirname "$t")" && timeout 900 "./$(basename "$t")") || { echo "test.sh: --tsan: $t FAILED"; failed=1; }
+    (cd "$root/build-tsan/$(dirname "$t")" && timeout 900 "./$(basename "$t")" "${no_protobuf_json[@]}") ||
+      { echo "test.sh: --tsan: $t FAILED"; failed=1; }
   done
   exit $failed
 fi
@@ -54,6 +60,8 @@ if ((asan)); then
   echo "test.sh: ASan build took $((SECONDS - start)) s"
   ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 run_suite "$root/build-asan"
 fi
-if ((fuzz)); then
+if [[ "${LSPAWN_SKIP_FUZZ:-0}" != 1 ]]; then
+  start=$SECONDS
   bash scripts/fuzz.sh 5   # a short run of every fuzz target (docs/reliability.md has a long one)
+  echo "test.sh: fuzz smoke run took $((SECONDS - start)) s"
 fi
