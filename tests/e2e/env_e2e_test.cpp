@@ -91,24 +91,20 @@ TEST_CASE("workers inherit no fd but stdin - stdout and stderr", "[e2e][env]") {
   CHECK(count(r.out, "] fds 0 1 2\n") == 3);
 }
 
+// Detection through the binary: node 1 of a 2-node job needs node 0's lspawn (multi-node), and
+// the detected master (n07, job-master-0) does not resolve here, so each run stops at the
+// rendezvous with exit 122 naming the host:port it was sent to — which is what detection gave it.
+// The workers' variables of a real multi-node meet: multinode_e2e_test.cpp; the detected settings
+// field by field: tests/launcher (resolve_launch).
 TEST_CASE("under srun, lspawn takes node rank, nodes, master, port and run id from Slurm", "[e2e][env][slurm]") {
-  // Node 1 of a 2-node step (node 1 reserves no port, so nothing is bound to n07 here).
   const std::vector<std::string> slurm = {
       "SLURM_JOB_ID=4242", "SLURM_STEP_ID=0", "SLURM_NODEID=1", "SLURM_STEP_NUM_NODES=2",
       "SLURM_STEP_NODELIST=n[07-08]", "SLURM_STEP_TASKS_PER_NODE=1(x2)", "SLURM_PROCID=1"};
   auto r = run_lspawn({"--nprocs", "2", worker_bin(), "env"}, slurm);
   INFO(r.err);
-  REQUIRE(r.exit_code == 0);
   CHECK(r.err.find("lspawn: Slurm job 4242: node 1 of 2, master n07:19242, 2 workers per node") != std::string::npos);
-  auto env = parse_env(r.out);
-  REQUIRE(env.count(3));
-  CHECK(env[3]["RANK"] == "3");
-  CHECK(env[3]["WORLD_SIZE"] == "4");
-  CHECK(env[3]["GROUP_RANK"] == "1");
-  CHECK(env[3]["GROUP_WORLD_SIZE"] == "2");
-  CHECK(env[3]["MASTER_ADDR"] == "n07");
-  CHECK(env[3]["MASTER_PORT"] == "19242");
-  CHECK(env[3]["TORCHELASTIC_RUN_ID"] == "4242");
+  CHECK(r.exit_code == 122);
+  CHECK(r.err.find("rendezvous on n07:19242") != std::string::npos);
   // Several lspawn per node would start the job twice: refused with exit 2.
   std::vector<std::string> two = slurm;
   two[5] = "SLURM_STEP_TASKS_PER_NODE=2(x2)";
@@ -122,13 +118,31 @@ TEST_CASE("in a PyTorchJob pod, lspawn takes the node from PET_*", "[e2e][env][k
                       {"MASTER_ADDR=job-master-0", "MASTER_PORT=23456", "WORLD_SIZE=4", "RANK=1",
                        "PET_NNODES=2", "PET_NODE_RANK=1", "PET_NPROC_PER_NODE=2"});
   INFO(r.err);
-  REQUIRE(r.exit_code == 0);
   CHECK(r.err.find("lspawn: Kubernetes PyTorchJob: node 1 of 2, master job-master-0:23456, 2 workers per node") !=
         std::string::npos);
-  auto env = parse_env(r.out);
-  REQUIRE(env.count(2));
-  CHECK(env[2]["RANK"] == "2");
-  CHECK(env[2]["WORLD_SIZE"] == "4");
-  CHECK(env[2]["LOCAL_RANK"] == "0");
-  CHECK(env[2]["MASTER_PORT"] == "23456");
+  CHECK(r.exit_code == 122);
+  CHECK(r.err.find("rendezvous on job-master-0:23456") != std::string::npos);
+}
+
+TEST_CASE("every worker of a run gets the same fresh job secret; lspawn never prints it", "[e2e][env][security][exec-only]") {
+  auto digest = [](const RunResult& r) {
+    std::vector<std::string> d;
+    for (const auto& l : lines(r.out)) {
+      if (l.find("secret ") != std::string::npos) d.push_back(l.substr(l.find("secret ") + 7));
+    }
+    return d;
+  };
+  const std::vector<std::string> args{"--nprocs", "2", "/bin/sh", "-c",
+                                      "echo secret ${#LSPAWN_JOB_SECRET} $(printf %s \"$LSPAWN_JOB_SECRET\" | md5sum)"};
+  auto a = run_lspawn(args, {"LSPAWN_JOB_SECRET="});
+  auto b = run_lspawn(args);
+  REQUIRE(a.exit_code == 0);
+  REQUIRE(b.exit_code == 0);
+  const auto da = digest(a), db = digest(b);
+  REQUIRE(da.size() == 2);
+  REQUIRE(db.size() == 2);
+  CHECK(da[0].rfind("64 ", 0) == 0);
+  CHECK(da[0] == da[1]);  // one secret per run
+  CHECK(da[0] != db[0]);  // a fresh one each run
+  CHECK(a.err.find("LSPAWN_JOB_SECRET") == std::string::npos);
 }
