@@ -6,7 +6,8 @@
 #   target_link_libraries(app PRIVATE lspawn::spawn)        # or spawn_torch, runtime, ...
 #
 # Exported names: lspawn::proto, lspawn::launcher, lspawn::spawn, lspawn::runtime,
-# lspawn::spawn_torch, lspawn::collectives_shm, lspawn::collectives, lspawn::lspawn (the CLI).
+# lspawn::spawn_torch, lspawn::collectives_shm, lspawn::collectives, lspawn::strategies,
+# lspawn::lspawn (the CLI).
 # Included by the top-level CMakeLists.txt after every part was added.
 include(CMakePackageConfigHelpers)
 
@@ -15,7 +16,7 @@ set(LSPAWN_INSTALL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/lspawn)
 
 set(_lspawn_exported)
 foreach(_t lspawn_gloo_headers lspawn_proto lspawn_status lspawn_launcher lspawn_spawn lspawn_forkserver_hook lspawn_runtime lspawn_spawn_torch
-           lspawn_collectives_shm lspawn_collectives)
+           lspawn_collectives_shm lspawn_collectives lspawn_strategies)
   if(TARGET ${_t})
     string(REGEX REPLACE "^lspawn_" "" _name ${_t})
     set_target_properties(${_t} PROPERTIES EXPORT_NAME ${_name})
@@ -36,7 +37,7 @@ install(TARGETS ${_lspawn_exported}
 
 # Headers keep their place in the tree: the include root of the build is the include root of
 # the install.
-foreach(_dir lspawn launcher runtime collectives proto status)
+foreach(_dir lspawn launcher runtime collectives strategies proto status)
   if(EXISTS ${PROJECT_SOURCE_DIR}/${_dir})
     install(DIRECTORY ${PROJECT_SOURCE_DIR}/${_dir}/
       DESTINATION ${LSPAWN_INSTALL_INCLUDEDIR}/${_dir}

@@ -13,6 +13,7 @@ want=(
   slurmctld slurmd slurm-client munge   # tests/cluster: a private two-node Slurm 22.05 cluster
   clang libclang-rt-14-dev              # fuzz/: libFuzzer targets (scripts/fuzz.sh)
   iproute2 util-linux coreutils          # tests/multinode: network-namespace hosts
+  python3-sklearn                        # examples/digits_ddp: the digits data set
 )
 [[ "${1:-}" == "--bench" ]] && want+=(hyperfine python3-matplotlib)
 

@@ -40,7 +40,7 @@ for ((i = 0; i < pods; i++)); do
   grep -q "lspawn: Kubernetes PyTorchJob: node $i of $pods, master $job-master-0:$port, $nproc workers per node" "$D/pod$i.out" || ok=0
 done
 for ((r = 0; r < pods * nproc; r++)); do
-  grep -q " rank $r\] rank $r/$((pods * nproc)): allreduce sum" "$D/all.out" || ok=0
+  grep -qE "\[([^ ]+ )?rank $r\] rank $r/$((pods * nproc)): allreduce sum" "$D/all.out" || ok=0
 done
 if ((ok)); then echo "ok: PyTorchJob $job: $pods pods x $nproc workers, ranks 0..$((pods * nproc - 1))"; exit 0; fi
 echo "FAIL: PyTorchJob emulation"; for f in "$D"/pod*.out; do echo "--- $f"; cat "$f"; done; exit 1

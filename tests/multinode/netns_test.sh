@@ -120,10 +120,12 @@ echo "== [$(stamp)] 3. rank 3 on mn-b throws: one root cause on both nodes"
    >$WORK/3a.out 2>$WORK/3a.err) & pa=$!
 wait $pa; ra=$?; wait $pb; rb=$?
 check "failure: both exit 1 (a=$ra b=$rb)" test $ra = 1 -a $rb = 1
+# The root cause is rank 3 either way; when node 0's stop (for rank 1's consequent failure) reaches
+# rank 3 while it is still exiting, the report says so (docs/error-reports.md) and counts exit code 1.
 root_block() { sed -n '/^lspawn: root cause:/,/^lspawn:   on node/p' "$1" | grep -v '^lspawn:     '; }
 for h in a b; do
   check "failure: mn-$h names rank 3 on mn-b as the root cause" eval \
-    'has $WORK/3$h.err "lspawn: root cause: process 3 terminated with exit code 1" && has $WORK/3$h.err "rank 3 of 4, pid" && has $WORK/3$h.err "host mn-b" && has $WORK/3$h.err "error: std::runtime_error: rank 3 throws on purpose"'
+    'grep -qE "^lspawn: root cause: process 3 (terminated with exit code 1|raised std::runtime_error and was stopped by lspawn with SIGTERM while exiting)" $WORK/3$h.err && has $WORK/3$h.err "rank 3 of 4, pid" && has $WORK/3$h.err "host mn-b" && has $WORK/3$h.err "error: std::runtime_error: rank 3 throws on purpose"'
 done
 check "failure: the same report on both nodes" eval 'diff <(root_block $WORK/3a.err) <(root_block $WORK/3b.err) >/dev/null && [[ -n $(root_block $WORK/3a.err) ]]'
 check "failure: nothing left" nothing_left

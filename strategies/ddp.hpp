@@ -1,0 +1,75 @@
+// DDP: PyTorch DistributedDataParallel semantics for workers started by `lspawn` (or any
+// torchrun-compatible launcher, or lspawn::spawn), on DDP's own engine: c10d::Reducer.
+//
+//   - setup(): parameters are checked to match on every rank (count, shapes, dtypes), then
+//     parameters and buffers are broadcast from rank 0 (c10d::broadcast_coalesced), then a
+//     Reducer is built over the parameters that require grad, in buckets of bucket_cap_bytes
+//     (25 MiB by default; the first bucket 1 MiB, as torch does), in reverse parameter order.
+//   - training_step(): the reducer is told a forward starts (and rebuilds its buckets after the
+//     first iteration in the order gradients became ready, as torch does); buffers are broadcast
+//     from rank 0 first (broadcast_buffers); after the step the reducer is told a backward
+//     follows, with the loss when find_unused_parameters (it then marks parameters the loss does
+//     not reach as ready, so their bucket is not waited for forever).
+//   - backward(): the reducer's autograd hooks copy each gradient into its bucket; a bucket's
+//     all-reduce (sum, the gradients pre-divided by world size) starts as soon as its last
+//     gradient is ready, overlapping the rest of backward; gradients hold the average when
+//     backward() returns.
+//   - no_sync (NoSync / set_gradient_sync(false)): backward passes accumulate locally; the first
+//     synchronised backward after them reduces the accumulated gradients.
+//
+// The all-reduce goes through the Group's c10d process group (gloo; NCCL for NCCL groups), or,
+// with shm_comm_hook on a group that has shared memory, through lspawn's shm all_reduce on a
+// dedicated thread (a c10d comm hook), which keeps the overlap.
+#pragma once
+
+#include "strategies/parallel.hpp"
+
+#include <cstdint>
+#include <memory>
+
+namespace c10d {
+class Reducer;
+}
+
+namespace lspawn {
+
+struct DDPOptions : ParallelOptions {
+  int64_t bucket_cap_bytes = 25 * 1024 * 1024;
+  int64_t first_bucket_cap_bytes = 1024 * 1024;
+  bool find_unused_parameters = false;
+  bool broadcast_buffers = true;
+  bool gradient_as_bucket_view = false;
+  // Reduce buckets through lspawn's shared-memory all_reduce when the group has shm.
+  bool shm_comm_hook = false;
+};
+
+class DDP : public ParallelStrategy {
+ public:
+  explicit DDP(DDPOptions options = {});
+  DDP(std::shared_ptr<Group> group, DDPOptions options = {}, int local_rank = -1);
+  ~DDP() override;
+
+  void setup(TrainingModule& module) override;
+  void teardown() override;
+  at::Tensor training_step(const Batch& batch, int64_t batch_idx) override;
+  void set_gradient_sync(bool enabled) override { sync_ = enabled; }
+  bool gradient_sync() const { return sync_; }
+
+  const DDPOptions& ddp_options() const { return ddp_; }
+  // Number of gradient buckets (after setup()).
+  std::size_t num_buckets() const { return num_buckets_; }
+  // True when buckets are reduced through the shm comm hook.
+  bool uses_shm_hook() const { return shm_hook_; }
+
+ private:
+  void sync_buffers();
+  DDPOptions ddp_;
+  std::shared_ptr<c10d::Reducer> reducer_;
+  std::vector<at::Tensor> buffers_;
+  std::size_t num_buckets_ = 0;
+  bool sync_ = true;
+  bool shm_hook_ = false;
+  std::shared_ptr<void> hook_worker_;  // ShmHookWorker (ddp.cpp), outlives the reducer's hook
+};
+
+}  // namespace lspawn

@@ -1,0 +1,143 @@
+// Strategies across real processes: DDP / XLA equivalence with one process, no_sync, the
+// Lightning collective calls on gloo and shm, checkpoint + resume, a failing rank under the
+// lspawn CLI, DDPSpawn / XLASpawn from a caller, and the digits example.
+#include "tests/collectives/ranks.hpp"
+#include "tests/runtime/child.hpp"
+
+#include <chrono>
+#include <unistd.h>
+#include <string>
+
+// Last: c10's glog headers define CHECK too; Catch's must win.
+#include <catch2/catch.hpp>
+
+using namespace std::chrono_literals;
+using Catch::Matchers::Contains;
+using lspawn::test::run_ranks;
+using lspawn::test::TempDir;
+
+namespace {
+
+void expect_all_ok(const lspawn::test::RunResult& r) {
+  INFO(r.all_output());
+  REQUIRE_FALSE(r.timed_out);
+  for (const auto& rank : r.ranks) {
+    CHECK(rank.signal == 0);
+    CHECK(rank.exit_code == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("DDP (c10d::Reducer, several buckets) equals one process on the concatenated batch", "[strategies][ddp]") {
+  for (int n : {2, 4}) {
+    auto r = run_ranks(n, "equiv", "gloo", {{"LSPAWN_TEST_STRATEGY", "ddp"}}, 90s);
+    expect_all_ok(r);
+    CHECK_THAT(r.ranks[0].output, Contains("max_abs_diff"));
+  }
+}
+
+TEST_CASE("DDP find_unused_parameters: a parameter the loss never reaches does not stall the buckets", "[strategies][ddp]") {
+  expect_all_ok(run_ranks(2, "equiv", "gloo", {{"LSPAWN_TEST_STRATEGY", "ddp_unused"}}, 90s));
+}
+
+TEST_CASE("DDP with the shm comm hook equals one process (buckets through shared memory)", "[strategies][ddp]") {
+  auto r = run_ranks(2, "equiv", "shm", {{"LSPAWN_TEST_STRATEGY", "ddp_hook"}}, 90s);
+  expect_all_ok(r);
+}
+
+// N = 4 for XLA runs through XLASpawn below.
+TEST_CASE("XLA strategy (grads all-reduced at optimizer_step, shm) equals one process", "[strategies][xla]") {
+  expect_all_ok(run_ranks(2, "equiv", "shm", {{"LSPAWN_TEST_STRATEGY", "xla"}}, 90s));
+}
+
+TEST_CASE("DDP no_sync accumulation equals a larger batch", "[strategies][ddp]") {
+  expect_all_ok(run_ranks(2, "nosync", "gloo", {}, 90s));
+}
+
+TEST_CASE("strategy calls: barrier, broadcast, all_gather (sync_grads), reduce, reduce_boolean_decision", "[strategies]") {
+  for (const char* backend : {"gloo", "shm"}) {
+    auto r = run_ranks(3, "calls", backend, {}, 90s);
+    expect_all_ok(r);
+    CHECK_THAT(r.ranks[0].output, Contains("strategy calls ok"));
+  }
+}
+
+TEST_CASE("checkpoints: rank 0 writes atomically, resume reproduces the uninterrupted run", "[strategies][checkpoint]") {
+  TempDir dir;
+  auto r = run_ranks(2, "checkpoint", "gloo", {{"LSPAWN_TEST_DIR", dir.path()}}, 90s);
+  expect_all_ok(r);
+  CHECK_THAT(r.ranks[0].output, Contains("resume max_abs_diff 0"));
+}
+
+TEST_CASE("a rank throwing inside training_step stops the run with that rank named", "[strategies][failure]") {
+  TempDir dir;
+  const auto t0 = std::chrono::steady_clock::now();
+  lspawn::test::Child c({LSPAWN_BIN, "--nprocs", "3", LSPAWN_COLLECTIVES_TEST_WORKER, "throw"},
+                        {{"LSPAWN_TEST_THROW_RANK", "1"}, {"LSPAWN_PG_TIMEOUT", "30"}}, dir.file("out"));
+  const auto st = c.wait(60s);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(c.output());
+  CHECK_FALSE(st.timed_out);
+  CHECK(st.exited);
+  CHECK(st.code != 0);
+  CHECK_THAT(c.output(), Contains("rank 1") && Contains("training_step failed on purpose at batch 2"));
+  CHECK(seconds < 30);
+}
+
+TEST_CASE("DDPSpawn: the caller gets rank 0's weights, metrics and checkpoint (fork and spawn)", "[strategies][spawn]") {
+  for (const char* start : {"fork", "spawn"}) {
+    TempDir dir;
+    auto r = run_ranks(1, "spawn", "gloo",
+                       {{"LSPAWN_TEST_STRATEGY", "ddp"}, {"LSPAWN_TEST_START", start}, {"LSPAWN_TEST_NPROCS", "2"},
+                        {"LSPAWN_TEST_DIR", dir.path()}},
+                       90s);
+    expect_all_ok(r);
+  }
+}
+
+TEST_CASE("DDPSpawn and XLASpawn with 4 workers equal one process", "[strategies][spawn]") {
+  for (const char* kind : {"ddp", "xla"}) {
+    TempDir dir;
+    auto r = run_ranks(1, "spawn", "gloo",
+                       {{"LSPAWN_TEST_STRATEGY", kind}, {"LSPAWN_TEST_START", "fork"}, {"LSPAWN_TEST_NPROCS", "4"},
+                        {"LSPAWN_TEST_DIR", dir.path()}},
+                       90s);
+    expect_all_ok(r);
+  }
+}
+
+#ifdef LSPAWN_DIGITS_DDP
+namespace {
+double accuracy_in(const std::string& out) {
+  const auto at = out.find("test accuracy ");
+  return at == std::string::npos ? -1.0 : std::stod(out.substr(at + 14));
+}
+}  // namespace
+
+TEST_CASE("examples/digits_ddp: DDP under lspawn --nprocs 4 and DDPSpawn reach test accuracy >= 0.95", "[strategies][examples]") {
+  const char* csv = "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz";
+  if (::access(csv, R_OK) != 0) {
+    WARN("python3-sklearn's digits data is not installed (scripts/install-deps.sh): skipped");
+    return;
+  }
+  TempDir dir;
+  {
+    lspawn::test::Child c({LSPAWN_BIN, "--nprocs", "4", LSPAWN_DIGITS_DDP, "--epochs", "15"}, {}, dir.file("ddp"));
+    const auto st = c.wait(120s);
+    INFO(c.output());
+    CHECK(st.exited);
+    CHECK(st.code == 0);
+    CHECK(accuracy_in(c.output()) >= 0.95);
+  }
+  {
+    lspawn::test::Child c({LSPAWN_DIGITS_DDP, "--spawn", "4", "--start", "fork", "--epochs", "15"}, {},
+                          dir.file("spawn"));
+    const auto st = c.wait(120s);
+    INFO(c.output());
+    CHECK(st.exited);
+    CHECK(st.code == 0);
+    CHECK(accuracy_in(c.output()) >= 0.95);
+  }
+}
+#endif

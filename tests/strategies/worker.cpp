@@ -1,0 +1,354 @@
+// One rank of a strategies test, run N times as real processes by strategies_test.cpp (through
+// tests/collectives/ranks.hpp: RANK, WORLD_SIZE, MASTER_PORT of a TCPStore hosted by the test),
+// or under the lspawn CLI ("throw"), or once as the caller of DDPSpawn / XLASpawn ("spawn").
+//
+//   lspawn_strategies_test_worker <scenario> <backend gloo|shm>
+//   scenarios: equiv, nosync, calls, checkpoint, throw, spawn
+//   env: LSPAWN_TEST_STRATEGY (ddp | ddp_hook | xla), LSPAWN_TEST_DIR, LSPAWN_TEST_THROW_RANK,
+//        LSPAWN_TEST_START (fork | spawn | forkserver), LSPAWN_TEST_NPROCS
+// Exit status: 0 all checks passed; 1 a check failed; 5 an exception. Prints "rank R: ..." lines.
+#include "collectives/group.hpp"
+#include "runtime/error_report.hpp"
+#include "strategies/ddp.hpp"
+#include "strategies/spawn_strategies.hpp"
+#include "strategies/trainer.hpp"
+#include "strategies/xla.hpp"
+#include "tests/strategies/model.hpp"
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+
+using lspawn::test::TinyNet;
+using lspawn::test::tiny_data;
+using lspawn::test::max_abs_diff;
+
+LSPAWN_REGISTER_SPAWN_FIT(TinyNet);
+
+namespace {
+
+// A module with a parameter its loss never reaches (DDP's find_unused_parameters case).
+struct SpareNet : TinyNet {
+  explicit SpareNet(uint64_t seed) : TinyNet(seed) { spare = register_module("spare", torch::nn::Linear(8, 8)); }
+  torch::nn::Linear spare{nullptr};
+};
+
+std::unique_ptr<TinyNet> make_net(const std::string& kind, uint64_t seed) {
+  if (kind == "ddp_unused") return std::make_unique<SpareNet>(seed);
+  return std::make_unique<TinyNet>(seed);
+}
+
+std::string env_str(const char* name, const std::string& fallback = "") {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+int env_int(const char* name, int fallback) { return std::atoi(env_str(name, std::to_string(fallback)).c_str()); }
+
+void check(bool ok, const std::string& what) {
+  if (!ok) throw std::logic_error("check failed: " + what);
+}
+
+std::shared_ptr<lspawn::Group> make_group(const std::string& backend) {
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(env_int("MASTER_PORT", 0));
+  so.isServer = false;
+  so.timeout = std::chrono::seconds(60);
+  auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+  lspawn::GroupOptions go;
+  go.backend = backend == "shm" ? lspawn::Backend::Shm : lspawn::Backend::Gloo;
+  go.timeout = std::chrono::seconds(60);
+  return lspawn::Group::create(store, env_int("RANK", 0), env_int("WORLD_SIZE", 1), go);
+}
+
+std::unique_ptr<lspawn::Strategy> make_strategy(const std::shared_ptr<lspawn::Group>& g, const std::string& kind) {
+  lspawn::DDPOptions o;
+  o.accelerator = lspawn::AcceleratorKind::Cpu;
+  o.first_bucket_cap_bytes = 1024;  // several buckets even for a tiny model
+  o.bucket_cap_bytes = 2048;
+  if (kind == "xla") return std::make_unique<lspawn::XLA>(g, o);
+  o.shm_comm_hook = kind == "ddp_hook";
+  o.find_unused_parameters = kind == "ddp_unused";
+  return std::make_unique<lspawn::DDP>(g, o);
+}
+
+// K steps on this rank's rows of the global batch, compared with one process on the whole batch.
+int equiv(const std::string& backend) {
+  auto g = make_group(backend);
+  const int r = g->rank(), n = g->size();
+  const std::string kind = env_str("LSPAWN_TEST_STRATEGY", "ddp");
+  const int64_t B = 4, K = 4;
+  auto s = make_strategy(g, kind);
+  auto owned = make_net(kind, static_cast<uint64_t>(r + 1));  // rank 0's initial weights must win
+  TinyNet& net = *owned;
+  s->setup(net);
+  if (auto* ddp = dynamic_cast<lspawn::DDP*>(s.get())) {
+    check(ddp->num_buckets() > 1, "several buckets, got " + std::to_string(ddp->num_buckets()));
+    if (kind == "ddp_hook") check(ddp->uses_shm_hook() == (backend == "shm"), "shm hook in use on shm only");
+  }
+  auto opt = net.configure_optimizers();
+  for (int64_t k = 0; k < K; ++k) {
+    auto data = tiny_data(B * n, 100 + static_cast<uint64_t>(k));
+    lspawn::Batch mine = {data[0].slice(0, r * B, (r + 1) * B), data[1].slice(0, r * B, (r + 1) * B)};
+    opt->zero_grad();
+    auto loss = s->training_step(mine, k);
+    s->backward(loss);
+    s->optimizer_step(*opt);
+  }
+  // Every rank holds the same parameters.
+  std::vector<at::Tensor> flat;
+  for (auto& p : net.parameters()) flat.push_back(p.detach().flatten());
+  auto all = s->all_gather(at::cat(flat));
+  const double spread = (all - all[0]).abs().max().item<double>();
+  check(spread == 0.0, "ranks agree exactly, spread " + std::to_string(spread));
+  if (r == 0) {
+    auto ref_owned = make_net(kind, 1);
+    TinyNet& ref = *ref_owned;
+    auto ropt = ref.configure_optimizers();
+    for (int64_t k = 0; k < K; ++k) {
+      auto data = tiny_data(B * n, 100 + static_cast<uint64_t>(k));
+      ropt->zero_grad();
+      ref.training_step(data, k).backward();
+      ropt->step();
+    }
+    const double d = max_abs_diff(net, ref);
+    std::printf("rank 0: %s %s N=%d max_abs_diff %.3g\n", kind.c_str(), backend.c_str(), n, d);
+    check(d <= 1e-5, "max abs diff vs one process " + std::to_string(d));
+  }
+  s->barrier("end");
+  return 0;
+}
+
+// Two micro-batches under no_sync + one synchronised = one step on the concatenation.
+int nosync(const std::string& backend) {
+  auto g = make_group(backend);
+  const int r = g->rank(), n = g->size();
+  const int64_t B = 3, M = 3, K = 2;
+  lspawn::DDPOptions o;
+  o.accelerator = lspawn::AcceleratorKind::Cpu;
+  lspawn::DDP s(g, o);
+  TinyNet net(1);
+  s.setup(net);
+  auto opt = net.configure_optimizers();
+  for (int64_t k = 0; k < K; ++k) {
+    auto data = tiny_data(B * M * n, 200 + static_cast<uint64_t>(k));
+    opt->zero_grad();
+    for (int64_t m = 0; m < M; ++m) {
+      const int64_t lo = (r * M + m) * B;
+      lspawn::Batch mb = {data[0].slice(0, lo, lo + B), data[1].slice(0, lo, lo + B)};
+      if (m + 1 < M) {
+        lspawn::NoSync no_sync(s);
+        check(!s.gradient_sync(), "no_sync turns sync off");
+        s.backward(s.training_step(mb, m) / static_cast<double>(M));
+      } else {
+        s.backward(s.training_step(mb, m) / static_cast<double>(M));
+      }
+    }
+    s.optimizer_step(*opt);
+  }
+  if (r == 0) {
+    TinyNet ref(1);
+    auto ropt = ref.configure_optimizers();
+    for (int64_t k = 0; k < K; ++k) {
+      auto data = tiny_data(B * M * n, 200 + static_cast<uint64_t>(k));
+      ropt->zero_grad();
+      ref.training_step(data, k).backward();
+      ropt->step();
+    }
+    const double d = max_abs_diff(net, ref);
+    std::printf("rank 0: no_sync N=%d max_abs_diff %.3g\n", n, d);
+    check(d <= 1e-5, "no_sync accumulation vs larger batch " + std::to_string(d));
+  }
+  s.barrier("end");
+  return 0;
+}
+
+int calls(const std::string& backend) {
+  auto g = make_group(backend);
+  const int r = g->rank(), n = g->size();
+  lspawn::DDPOptions o;
+  o.accelerator = lspawn::AcceleratorKind::Cpu;
+  lspawn::DDP s(g, o);
+  s.setup_environment();
+  check(s.global_rank() == r && s.world_size() == n, "rank and size");
+  check(s.is_global_zero() == (r == 0), "is_global_zero");
+  s.barrier("start");
+  const auto b = s.broadcast(c10::IValue(std::string("from rank ") + std::to_string(r)), n - 1);
+  check(b.toStringRef() == "from rank " + std::to_string(n - 1), "broadcast from last rank: " + b.toStringRef());
+  auto gathered = s.all_gather(at::full({2, 3}, static_cast<float>(r)));
+  check(gathered.sizes() == at::IntArrayRef({n, 2, 3}), "all_gather shape " + c10::str(gathered.sizes()));
+  for (int q = 0; q < n; ++q) check(gathered[q].eq(static_cast<float>(q)).all().item<bool>(), "all_gather row");
+  // sync_grads: d/dx_r of sum_q w_q · gather[q] over all ranks' losses = n · w_r.
+  auto x = at::full({2}, static_cast<float>(r + 1)).set_requires_grad(true);
+  auto w = at::arange(n * 2, at::kFloat).reshape({n, 2});
+  (s.all_gather(x, /*sync_grads=*/true) * w).sum().backward();
+  check(x.grad().defined() && at::allclose(x.grad(), w[r] * n), "all_gather sync_grads gradient " + c10::str(x.grad()));
+  const double mean = s.reduce(at::full({1}, static_cast<double>(r), at::kDouble)).toTensor().item<double>();
+  check(mean == (n - 1) / 2.0, "reduce mean " + std::to_string(mean));
+  const double sum = s.reduce(at::full({1}, static_cast<double>(r), at::kDouble), lspawn::ReduceOp::Sum).toTensor().item<double>();
+  check(sum == n * (n - 1) / 2.0, "reduce sum " + std::to_string(sum));
+  check(s.reduce(c10::IValue(std::string("text"))).toStringRef() == "text", "reduce passes non-tensors through");
+  check(!s.reduce_boolean_decision(r == 0, true), "all=true needs every rank");
+  check(s.reduce_boolean_decision(r == 0, false), "all=false needs one rank");
+  check(s.reduce_boolean_decision(true, true), "all ranks true");
+  s.barrier("end");
+  std::printf("rank %d: strategy calls ok on %s\n", r, g->backend().c_str());
+  return 0;
+}
+
+lspawn::FitResult fit_run(const std::shared_ptr<lspawn::Group>& g, TinyNet& net, lspawn::TrainerOptions t) {
+  lspawn::DDPOptions o;
+  o.accelerator = lspawn::AcceleratorKind::Cpu;
+  lspawn::DDP s(g, o);
+  t.print_epochs = false;
+  t.progress_bar = false;
+  lspawn::Trainer trainer(s, t);
+  lspawn::DataLoader train(lspawn::TensorDataset(tiny_data(50, 5)), {/*batch_size=*/4, /*shuffle=*/true, /*seed=*/3, false});
+  auto r = trainer.fit(net, train);
+  s.teardown();
+  return r;
+}
+
+int checkpoint(const std::string& backend) {
+  auto g = make_group(backend);
+  const int r = g->rank();
+  const std::string dir = env_str("LSPAWN_TEST_DIR");
+  check(!dir.empty(), "LSPAWN_TEST_DIR set");
+  TinyNet straight(1);
+  lspawn::TrainerOptions t;
+  t.max_epochs = 3;
+  const auto full = fit_run(g, straight, t);
+  TinyNet first(1);
+  t.max_epochs = 2;
+  t.checkpoint_dir = dir + "/ckpt";
+  const auto part = fit_run(g, first, t);
+  check(part.last_checkpoint == dir + "/ckpt/last.ckpt", "last checkpoint path " + part.last_checkpoint);
+  TinyNet resumed(9);  // other initial weights: everything must come from the checkpoint
+  t.max_epochs = 3;
+  t.resume_from = part.last_checkpoint;
+  const auto rest = fit_run(g, resumed, t);
+  check(rest.epochs == 3 && rest.global_step == full.global_step, "resumed epochs/steps");
+  const double d = max_abs_diff(straight, resumed);
+  std::printf("rank %d: resume max_abs_diff %.3g (steps %lld)\n", r, d, static_cast<long long>(rest.global_step));
+  check(d <= 1e-6, "resume reproduces the uninterrupted run, diff " + std::to_string(d));
+  // Only global rank 0 writes.
+  lspawn::DDPOptions o;
+  o.accelerator = lspawn::AcceleratorKind::Cpu;
+  lspawn::DDP s(g, o);
+  s.setup_environment();
+  s.save_checkpoint(lspawn::Checkpoint::capture(straight, nullptr, 3, 0), dir + "/rank" + std::to_string(r) + ".ckpt");
+  s.barrier("saved");
+  if (r == 0) {
+    struct stat st;
+    check(::stat((dir + "/rank0.ckpt").c_str(), &st) == 0, "rank 0 wrote its checkpoint");
+    for (int q = 1; q < g->size(); ++q)
+      check(::stat((dir + "/rank" + std::to_string(q) + ".ckpt").c_str(), &st) != 0, "rank " + std::to_string(q) + " wrote nothing");
+    DIR* d = ::opendir((dir + "/ckpt").c_str());
+    check(d != nullptr, "checkpoint dir exists");
+    while (auto* e = ::readdir(d)) check(std::string(e->d_name).find(".tmp.") == std::string::npos, "no temp file left");
+    ::closedir(d);
+  }
+  s.barrier("end");
+  return 0;
+}
+
+// Under the lspawn CLI: the env contract, init_process_group() inside DDP; one rank throws.
+int throw_scenario() {
+  lspawn::DDPOptions o;
+  o.accelerator = lspawn::AcceleratorKind::Cpu;
+  o.timeout = std::chrono::seconds(30);
+  lspawn::DDP s(o);
+  s.setup_environment();
+  TinyNet net(1);
+  if (s.global_rank() == env_int("LSPAWN_TEST_THROW_RANK", 1)) net.throw_at = 2;
+  lspawn::TrainerOptions t;
+  t.max_epochs = 2;
+  t.print_epochs = false;
+  lspawn::Trainer trainer(s, t);
+  lspawn::DataLoader train(lspawn::TensorDataset(tiny_data(64, 5)), {4, true, 3, false});
+  trainer.fit(net, train);
+  return 0;
+}
+
+// DDPSpawn / XLASpawn from this process; compared with one process on the concatenated batches.
+int spawn_scenario() {
+  const std::string kind = env_str("LSPAWN_TEST_STRATEGY", "ddp");
+  const std::string start = env_str("LSPAWN_TEST_START", "fork");
+  const int n = env_int("LSPAWN_TEST_NPROCS", 2);
+  const std::string dir = env_str("LSPAWN_TEST_DIR");
+  const int64_t B = 4, K = 5;
+  lspawn::SpawnStrategyOptions so;
+  so.nprocs = n;
+  so.start_method = start == "spawn" ? lspawn::StartMethod::Spawn
+                    : start == "forkserver" ? lspawn::StartMethod::Forkserver : lspawn::StartMethod::Fork;
+  so.ddp.accelerator = lspawn::AcceleratorKind::Cpu;
+  so.ddp.backend = lspawn::Backend::Gloo;
+  lspawn::TrainerOptions t;
+  t.max_epochs = 1;
+  t.print_epochs = false;
+  t.checkpoint_dir = dir + "/ckpt";
+  auto data = tiny_data(n * B * K, 11);
+  lspawn::DataLoader train(lspawn::TensorDataset(data), {B, false, 0, false});
+  auto net = std::make_shared<TinyNet>(1);
+  lspawn::SpawnFitResult r;
+  if (kind == "xla") {
+    lspawn::XLASpawn strategy(so, dir + "/prepared");
+    r = strategy.fit(net, train, train, t);
+    std::ifstream marker(dir + "/prepared");
+    check(marker.good(), "XLASpawn ran the per-node preparation");
+  } else {
+    lspawn::DDPSpawn strategy(so);
+    r = strategy.fit(net, train, train, t);
+  }
+  check(r.global_step == K, "rank 0 took K steps: " + std::to_string(r.global_step));
+  check(r.metrics.count("train_loss") && r.metrics.count("val_acc"), "rank 0's metrics came back");
+  check(r.last_checkpoint == dir + "/ckpt/last.ckpt", "rank 0's checkpoint path came back: " + r.last_checkpoint);
+  check(r.time_to_first_step > 0, "time to first step measured");
+  TinyNet ref(1);
+  lspawn::SingleDevice single(lspawn::AcceleratorKind::Cpu);
+  lspawn::TrainerOptions rt;
+  rt.print_epochs = false;
+  lspawn::Trainer trainer(single, rt);
+  trainer.fit(ref, lspawn::DataLoader(lspawn::TensorDataset(data), {n * B, false, 0, false}));
+  const double d = max_abs_diff(*net, ref);
+  std::printf("spawn %s %s N=%d: max_abs_diff %.3g, time to first step %.3f s\n", kind.c_str(), start.c_str(), n, d,
+              r.time_to_first_step);
+  check(d <= 1e-5, "caller holds rank 0's trained weights = one process on the concatenation, diff " + std::to_string(d));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  lspawn::init(argc, argv);  // a worker started by StartMethod::Spawn runs here and exits
+  if (argc < 2) {
+    std::cerr << "usage: " << argv[0] << " <scenario> [backend]\n";
+    return 2;
+  }
+  const std::string scenario = argv[1];
+  const std::string backend = argc > 2 ? argv[2] : "gloo";
+  // The error report (TORCHELASTIC_ERROR_FILE) lets lspawn name the rank and the exception.
+  if (scenario == "throw") return lspawn::record(throw_scenario);
+  try {
+    if (scenario == "equiv") return equiv(backend);
+    if (scenario == "nosync") return nosync(backend);
+    if (scenario == "calls") return calls(backend);
+    if (scenario == "checkpoint") return checkpoint(backend);
+    if (scenario == "spawn") return spawn_scenario();
+    std::cerr << "unknown scenario " << scenario << "\n";
+    return 2;
+  } catch (const std::logic_error& e) {
+    std::cerr << "rank " << env_str("RANK", "?") << ": " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "rank " << env_str("RANK", "?") << ": exception: " << e.what() << "\n";
+    return 5;
+  }
+}
