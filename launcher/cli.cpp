@@ -17,8 +17,9 @@
 #include "launcher/cli_options.hpp"
 #include "launcher/elf.hpp"
 #include "launcher/env_contract.hpp"
-#include "launcher/launch_env.hpp"
 #include "launcher/hang_watch.hpp"
+#include "launcher/job_secret.hpp"
+#include "launcher/launch_env.hpp"
 #include "launcher/output.hpp"
 #include "launcher/node_group.hpp"
 #include "launcher/port.hpp"
@@ -125,7 +126,24 @@ int run(const CliOptions& o) {
       return exit_codes::kUsage;
     }
   }
-  // 3. The nodes meet (one node: the rendezvous port is reserved for the whole run).
+  // 3. The job's secret (docs/security.md): lspawn's own LSPAWN_JOB_SECRET when given (a multi-node
+  // job needs the same one on every node; it is never sent over the nodes' control channel, which
+  // any peer can reach), else a fresh one for a single-node run.
+  std::string job_secret;
+  try {
+    if (auto given = job_secret_from_environment()) {
+      job_secret = *given;
+    } else if (o.nnodes == 1) {
+      job_secret = generate_job_secret();
+    } else if (!o.quiet) {
+      say("--nnodes " + std::to_string(o.nnodes) + " without LSPAWN_JOB_SECRET: the store records of this job are "
+          "not authenticated; export the same secret on every node (e.g. LSPAWN_JOB_SECRET=$(openssl rand -hex 32))");
+    }
+  } catch (const std::exception& e) {
+    say(e.what());
+    return exit_codes::kUsage;
+  }
+  // 4. The nodes meet (one node: the rendezvous port is reserved for the whole run).
   const std::string host = sys::hostname();
   node::GroupOptions go;
   go.nnodes = o.nnodes;
@@ -173,6 +191,8 @@ int run(const CliOptions& o) {
   job.master_port = assign.master_port;
   job.run_id = assign.run_id;
   job.max_restarts = o.max_restarts;
+  job.job_secret = job_secret;
+  job.bind_addr = o.bind_addr;
   RunDir run_dir;
   run_dir.path = sys::make_temp_dir("lspawn-" + job.run_id.substr(0, 32) + "-");
   job.run_dir = run_dir.path;
@@ -211,7 +231,7 @@ int run(const CliOptions& o) {
     sopts.sinks.push_back(console.get());
   }
   if (!o.log_dir.empty()) {
-    logs = std::make_unique<LogDirSink>(o.log_dir);
+    logs = std::make_unique<LogDirSink>(o.log_dir, say);
     sopts.sinks.push_back(logs.get());
   }
   sopts.grace_period = std::chrono::milliseconds(static_cast<long long>(o.grace_period_s * 1000));

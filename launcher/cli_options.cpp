@@ -99,6 +99,8 @@ options (--opt value and --opt=value are both accepted):
   --master-addr ADDR              rendezvous address (default 127.0.0.1)
   --master-port PORT              rendezvous port; absent or 0: a free port, reserved for the run
                                   (--nnodes > 1: node 0's lspawn listens there for the others)
+  --bind-addr ADDR                address rank 0's store listens on (default: that of
+                                  --master-addr, so loopback on one node; 0.0.0.0: every interface)
   --run-id ID                     TORCHELASTIC_RUN_ID (default: random)
   Under Slurm (srun, one lspawn per node) and in a Kubernetes PyTorchJob the node count, node rank,
   master address/port and run id are detected from the environment; these flags override it
@@ -198,6 +200,9 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
     } else if (name == "--master-addr") {
       o.master_addr = take("ADDR");
       if (o.master_addr.empty()) usage(name + ": empty address (" + name + " ADDR)");
+    } else if (name == "--bind-addr") {
+      o.bind_addr = take("ADDR");
+      if (o.bind_addr.empty()) usage(name + ": empty address (" + name + " ADDR)");
     } else if (name == "--master-port") {
       o.master_port = parse_int(name, take("PORT"), 0, 65535, "PORT", "an integer 0..65535");
     } else if (name == "--run-id" || name == "--rdzv-id") {

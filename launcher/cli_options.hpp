@@ -36,6 +36,8 @@ struct CliOptions {
   std::string master_addr = "127.0.0.1";  // --master-addr
   int master_port = 0;             // --master-port; 0: a free port is reserved
   std::string run_id;              // --run-id / --rdzv-id; empty: random (drawn by node 0)
+  std::string bind_addr;           // --bind-addr: where rank 0's store listens; empty: the
+                                   // address of --master-addr (loopback on one node)
   double grace_period_s = 5.0;     // --grace-period, seconds, >= 0
   std::string log_dir;             // --log-dir; empty: console only
   bool tee = false;                // --tee: with --log-dir, also to the console

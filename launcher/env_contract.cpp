@@ -60,6 +60,8 @@ std::vector<std::string> worker_environment(const JobEnv& job, const WorkerPlace
     put(kLspawnErrorFile, ef);
     put(kLspawnRunDir, job.run_dir);
   }
+  if (!job.job_secret.empty()) put(kLspawnJobSecret, job.job_secret);
+  if (!job.bind_addr.empty()) put(kLspawnBindAddr, job.bind_addr);
   if (job.default_omp_threads && needs_omp_default(base, place.nproc_per_node)) {
     put(kOmpNumThreads, "1");
   }
@@ -70,6 +72,7 @@ std::vector<std::string> worker_environment(const JobEnv& job, const WorkerPlace
     const auto eq = kv.find('=');
     const std::string name = kv.substr(0, eq);
     if (set.count(name)) continue;  // replaced below
+    if (name == kLspawnJobSecret) continue;  // only the job's own secret, never an inherited one
     out.push_back(kv);
   }
   for (auto& [k, v] : set) out.push_back(k + "=" + v);

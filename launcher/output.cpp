@@ -45,7 +45,23 @@ int LogDirSink::fd_for(int rank, Stream stream) {
 }
 
 void LogDirSink::bytes(int rank, Stream stream, std::string_view data) {
-  sys::write_all(fd_for(rank, stream), data, "log file " + path(rank, stream));
+  const size_t idx = 2 * static_cast<size_t>(rank) + static_cast<size_t>(stream);
+  if (idx < broken_.size() && broken_[idx]) return;
+  try {
+    sys::write_all(fd_for(rank, stream), data, "log file " + path(rank, stream));
+  } catch (const sys::SysError& e) {
+    if (broken_.size() <= idx) broken_.resize(idx + 1);
+    broken_[idx] = true;
+    const std::string msg = std::string(e.what()) + "; the rest of this stream is dropped";
+    if (warn_) {
+      warn_(msg);
+    } else {
+      try {
+        sys::write_all(2, "lspawn: " + msg + "\n", "stderr");
+      } catch (const sys::SysError&) {
+      }
+    }
+  }
 }
 
 void LogDirSink::closed(int rank, Stream stream) {

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,9 +61,15 @@ class ConsoleSink : public OutputSink {
 
 // Writes raw bytes to DIR/rank<N>.stdout and DIR/rank<N>.stderr (created, truncated, 0644,
 // on the first output or at EOF, so every rank has both files). DIR must exist.
+// A log file that cannot be written (the directory is full, a quota, EIO) does not stop the run:
+// the error is reported once per file through `warn` ("lspawn: write (log file DIR/rank1.stdout):
+// No space left on device; the rest of this stream is dropped"), and that stream's
+// output is dropped from then on, while the workers go on and are supervised as before.
 class LogDirSink : public OutputSink {
  public:
-  explicit LogDirSink(std::string dir) : dir_(std::move(dir)) {}
+  using Warn = std::function<void(const std::string&)>;
+  // `warn` defaults to one "lspawn: ..." line on stderr.
+  explicit LogDirSink(std::string dir, Warn warn = {}) : dir_(std::move(dir)), warn_(std::move(warn)) {}
   void bytes(int rank, Stream stream, std::string_view data) override;
   void closed(int rank, Stream stream) override;
   std::string path(int rank, Stream stream) const;
@@ -70,7 +77,9 @@ class LogDirSink : public OutputSink {
  private:
   int fd_for(int rank, Stream stream);
   std::string dir_;
+  Warn warn_;
   std::vector<sys::Fd> fds_;  // index 2*rank + stream
+  std::vector<bool> broken_;  // index 2*rank + stream: a write failed, output dropped
 };
 
 // Keeps all output in memory: text(rank, stream) returns the raw bytes.

@@ -230,13 +230,31 @@ pid_t Supervisor::fork_child(int rank, const std::function<void()>& in_child, sy
                              sys::Pipe& err) {
   const pid_t parent = ::getpid();
   std::fflush(nullptr);
+  // Every signal blocked across fork(): a signal sent to the new child (the supervisor stopping
+  // it at once, say) must not run a handler inherited from this process before the child has
+  // reset them (found by ThreadSanitizer, where the child is slow enough to lose that race).
+  sigset_t all, before;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_BLOCK, &all, &before);
   pid_t pid = ::fork();
+  if (pid != 0) ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
   if (pid < 0) sys::throw_errno("fork", "worker rank " + std::to_string(rank));
   if (pid == 0) {
     // Child: only syscalls until in_child().
     ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(128 + SIGKILL);  // the parent died before prctl
+    // Signal dispositions as an exec would leave them: handlers inherited from the parent (a
+    // test framework's, the application's) are reset; ignored stays ignored. Then the caller's
+    // mask, so that pending signals arrive to default dispositions.
+    for (int sig = 1; sig < NSIG; ++sig) {
+      struct sigaction old {};
+      if (::sigaction(sig, nullptr, &old) != 0) continue;
+      if (old.sa_handler == SIG_IGN || old.sa_handler == SIG_DFL) continue;
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      ::sigaction(sig, &dfl, nullptr);
+    }
     ::pthread_sigmask(SIG_SETMASK, &saved_mask_, nullptr);
     ::dup2(devnull_.get(), 0);
     ::dup2(out.write.get(), 1);
@@ -301,16 +319,6 @@ pid_t Supervisor::start_fork(int rank, ForkSpec spec) {
       rank,
       [&] {
         for (int fd : close_fds) ::close(fd);
-        // Signal dispositions as an exec would leave them: handlers inherited from the
-        // parent (a test framework's, the application's) are reset; ignored stays ignored.
-        for (int sig = 1; sig < NSIG; ++sig) {
-          struct sigaction old {};
-          if (::sigaction(sig, nullptr, &old) != 0) continue;
-          if (old.sa_handler == SIG_IGN || old.sa_handler == SIG_DFL) continue;
-          struct sigaction dfl {};
-          dfl.sa_handler = SIG_DFL;
-          ::sigaction(sig, &dfl, nullptr);
-        }
         int code = 1;
         try {
           code = spec.fn() & 0xff;

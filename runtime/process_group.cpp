@@ -21,6 +21,8 @@
 #include <system_error>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include "runtime/authenticated_store.hpp"
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/tcp/loop.h>
@@ -361,6 +363,8 @@ World init_process_group(const InitOptions& options) {
     if (auto* ticking = dynamic_cast<TickingProcessGroupGloo*>(compat::backend_of(w.pg).get())) {
       ticking->pause_ticking();
     }
+    // Connected: nobody reads the plain (stranger) keys any more.
+    if (rdzv.auth) rdzv.auth->watch_strangers(false);
   } catch (const ProcessGroupError&) {
     throw;
   } catch (const std::exception& e) {

@@ -8,11 +8,16 @@
 
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include "runtime/authenticated_store.hpp"
+#include "runtime/store_listener.hpp"
+#include "runtime/torch_compat.hpp"
 
 namespace lspawn {
 namespace {
@@ -242,19 +247,53 @@ milliseconds resolve_rendezvous_timeout(milliseconds requested) {
 }
 
 c10::intrusive_ptr<c10d::TCPStore> host_store(const std::string& host, uint16_t port,
-                                              milliseconds timeout) {
+                                              milliseconds timeout, const std::string& bind_addr) {
   c10d::TCPStoreOptions o;
   o.port = port;
   o.isServer = true;
   o.waitWorkers = false;  // else the constructor blocks before the port can be published
   // TCPStore 1.13 truncates its connect timeout to whole seconds (0 s fails at once).
   o.timeout = std::max(timeout, kMinConnectTimeout);
+  const bool steer = !bind_addr.empty() && !is_wildcard_address(bind_addr);
+  const std::string listen_on = steer ? " (listening on " + endpoint(bind_addr, port) + ")" : "";
   try {
-    auto store = c10::make_intrusive<c10d::TCPStore>(host, o);
+    std::optional<BindSteering> steering;
+    int fd = -1;
+    if (steer) {
+      // 2.x: our own listening socket; 1.13: steer the bind() inside TCPStore's constructor.
+      fd = listen_socket(bind_addr, port);
+      if (compat::set_listen_fd(o, fd)) {
+        // TCPStore checks that the socket is bound to the port it is told.
+        sockaddr_storage ss{};
+        socklen_t len = sizeof ss;
+        if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+          o.port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                                  : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+        }
+      } else {
+        ::close(fd);
+        fd = -1;
+        steering.emplace(bind_addr);
+      }
+    }
+    c10::intrusive_ptr<c10d::TCPStore> store;
+    try {
+      store = c10::make_intrusive<c10d::TCPStore>(host, o);
+    } catch (...) {
+      if (fd >= 0) ::close(fd);
+      throw;
+    }
+    if (steering && steering->applied() == 0) {
+      std::fprintf(stderr,
+                   "[lspawn] warning: the rendezvous store at %s listens on every interface "
+                   "(this LibTorch binds its own socket, and lspawn's bind() is not the one linked "
+                   "into this program)\n",
+                   endpoint(host, port).c_str());
+    }
     store->setTimeout(timeout);
     return store;
   } catch (const std::exception& e) {
-    throw RendezvousError("cannot host the rendezvous store at " + endpoint(host, port) +
+    throw RendezvousError("cannot host the rendezvous store at " + endpoint(host, port) + listen_on +
                           " (is the port in use, or MASTER_ADDR not this host?): " + e.what());
   }
 }
@@ -322,7 +361,13 @@ Rendezvous rendezvous(const WorkerEnv& env, const RendezvousOptions& options) {
   };
 
   if (hosts) {
-    out.tcp_store = host_store(env.master_addr, env.master_port, timeout);
+    std::string bind_addr;
+    try {
+      bind_addr = store_bind_address(env);
+    } catch (const std::exception& e) {
+      throw RendezvousError(who() + ": " + e.what());
+    }
+    out.tcp_store = host_store(env.master_addr, env.master_port, timeout, bind_addr);
     out.port = out.tcp_store->getPort();
   } else {
     try {
@@ -336,8 +381,14 @@ Rendezvous rendezvous(const WorkerEnv& env, const RendezvousOptions& options) {
     }
   }
   out.tcp_store->setTimeout(store_timeout);
+  c10::intrusive_ptr<c10d::Store> base = out.tcp_store;
+  if (!env.job_secret.empty()) {
+    out.auth = c10::make_intrusive<AuthenticatedStore>(out.tcp_store, RecordAuth(env.job_secret), who());
+    out.auth->watch_strangers(true);
+    base = out.auth;
+  }
   out.store = c10::make_intrusive<c10d::PrefixStore>(
-      "lspawn/" + env.run_id + "/" + std::to_string(env.restart_count), out.tcp_store);
+      "lspawn/" + env.run_id + "/" + std::to_string(env.restart_count), base);
   c10d::Store& store = *out.store;
 
   // Any store failure below (other than our own timeouts) means the store went away or broke.

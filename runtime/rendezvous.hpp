@@ -5,6 +5,11 @@
 // SO_REUSEADDR, so it can bind and listen on it). Under torchrun's static rendezvous
 // (TORCHELASTIC_USE_AGENT_STORE=True) the launcher hosts it and every rank is a client.
 //
+// Security (docs/security.md): rank 0's store listens on MASTER_ADDR's address only (or
+// LSPAWN_BIND_ADDR), never on every interface; with a job secret (LSPAWN_JOB_SECRET, given by
+// lspawn) every record below is written through an AuthenticatedStore, so a client of the store
+// without the secret can neither join nor redirect the job (its records are refused and named).
+//
 // Protocol (keys under the run's prefix): each rank sets rdzv/rank/<r> = "<host>\n<pid>"; rank 0
 // waits for all of them and sets rdzv/outcome = "ok" followed by every rank's record (or
 // "timeout <joined> <missing...>"), so that the other ranks learn every peer in one read; each
@@ -32,6 +37,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "runtime/authenticated_store.hpp"
 #include "runtime/worker_env.hpp"
 
 namespace lspawn {
@@ -78,6 +84,9 @@ struct PeerInfo {
 struct Rendezvous {
   c10::intrusive_ptr<c10d::Store> store;        // prefixed view "lspawn/<run_id>/<restart>/"
   c10::intrusive_ptr<c10d::TCPStore> tcp_store;  // the underlying store (server on rank 0)
+  // The authenticated view under `store` when the worker has a job secret (env.job_secret),
+  // else null. Watches for strangers' records until told otherwise (watch_strangers(false)).
+  c10::intrusive_ptr<AuthenticatedStore> auth;
   std::string host;                              // store host as given (MASTER_ADDR)
   uint16_t port = 0;                             // store port; the real one when MASTER_PORT=0
   std::vector<PeerInfo> peers;                   // indexed by rank, all world_size of them
@@ -88,10 +97,12 @@ struct Rendezvous {
 Rendezvous rendezvous(const WorkerEnv& env, const RendezvousOptions& options = {});
 
 // Lower level, used by rendezvous(): starts a TCPStore server on host:port (port 0 → a free
-// port, see getPort()) without waiting for workers. Throws RendezvousError naming host:port
-// when the port cannot be bound.
+// port, see getPort()) without waiting for workers, listening on `bind_addr` only (a numeric
+// address; "" → every interface, as torch does; runtime/store_listener.hpp). Throws
+// RendezvousError naming host:port when the port cannot be bound.
 c10::intrusive_ptr<c10d::TCPStore> host_store(const std::string& host, uint16_t port,
-                                              std::chrono::milliseconds timeout);
+                                              std::chrono::milliseconds timeout,
+                                              const std::string& bind_addr = "");
 
 // Lower level: connects a TCPStore client to host:port, retrying (with a short backoff, unlike
 // TCPStore's 1 s) while the server is not yet listening, until `timeout`. Throws RendezvousError

@@ -10,6 +10,7 @@
 //     backend_of() finds the backend again (1.13: the process group itself).
 //   - 2.x's c10d::Store has a pure virtual clone(): ForwardingStore<T> supplies it for stores that
 //     wrap another one.
+//   - 2.x's TCPStore can take a listening socket from its caller (masterListenFd): set_listen_fd().
 //   - c10::Error::backtrace() is a string on 1.13, a lazily symbolised one on 2.x: backtrace_of().
 //   - c10d::Reducer's constructor (DDP's engine) takes other arguments: make_reducer();
 //     autocast's per-device functions were renamed: autocast_enabled(), set_autocast().
@@ -25,6 +26,7 @@
 #include <torch/version.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #define LSPAWN_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
@@ -82,19 +84,41 @@ inline std::string backtrace_of(const c10::Error& e) {
 #endif
 }
 
-// A store that forwards to another one (`inner_`). Derived must be constructible from the inner
-// store alone; 2.x's clone() then makes a Derived over a clone of the inner store.
+// A store that forwards to another one (`inner_`). 2.x's clone() makes a copy of Derived over a
+// clone of the inner store: Derived::clone_over(inner), which by default is Derived(inner); a
+// Derived with more state (AuthenticatedStore) declares its own public clone_over().
 template <class Derived>
 class ForwardingStore : public ::c10d::Store {
  public:
 #if TORCH_VERSION_MAJOR >= 2
-  c10::intrusive_ptr<::c10d::Store> clone() override { return c10::make_intrusive<Derived>(inner_->clone()); }
+  c10::intrusive_ptr<::c10d::Store> clone() override {
+    return static_cast<Derived*>(this)->clone_over(inner_->clone());
+  }
 #endif
+  // Only instantiated where used (2.x's clone() of a Derived without its own clone_over).
+  c10::intrusive_ptr<::c10d::Store> clone_over(c10::intrusive_ptr<::c10d::Store> inner) const {
+    return c10::make_intrusive<Derived>(std::move(inner));
+  }
 
  protected:
   explicit ForwardingStore(c10::intrusive_ptr<::c10d::Store> inner) : inner_(std::move(inner)) {}
   c10::intrusive_ptr<::c10d::Store> inner_;
 };
+
+// Hands a bound, listening socket to a TCPStore server (TCPStoreOptions::masterListenFd, 2.x),
+// so that it listens where lspawn chose (runtime/store_listener.hpp). Returns false where the
+// option does not exist (1.13: the server binds its own socket; store_listener then steers that
+// bind instead).
+inline bool set_listen_fd(::c10d::TCPStoreOptions& options, int fd) {
+#if TORCH_VERSION_MAJOR >= 2
+  options.masterListenFd = fd;
+  return true;
+#else
+  (void)options;
+  (void)fd;
+  return false;
+#endif
+}
 
 }  // namespace lspawn::compat
 

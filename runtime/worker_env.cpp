@@ -246,6 +246,16 @@ WorkerEnv WorkerEnv::from_lookup(const Lookup& plain_lookup) {
     e.error_file = *g;
   }
 
+  if (auto s = r.get("LSPAWN_JOB_SECRET"); s && !s->empty()) {
+    if (s->size() < 16) {
+      // The value itself is never put in a message.
+      throw EnvError("LSPAWN_JOB_SECRET is too short (" + std::to_string(s->size()) +
+                     " characters, at least 16 needed)");
+    }
+    e.job_secret = *s;
+  }
+  if (auto b = r.get("LSPAWN_BIND_ADDR"); b && !b->empty()) e.bind_addr = *b;
+
   if (auto s = r.get("TORCHELASTIC_USE_AGENT_STORE")) {
     if (*s == "True" || *s == "1" || *s == "true") {
       e.use_agent_store = true;

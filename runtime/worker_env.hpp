@@ -46,6 +46,10 @@ struct WorkerEnv {
   bool use_agent_store = false;  // TORCHELASTIC_USE_AGENT_STORE == "True": the store at
                                  // MASTER_ADDR:MASTER_PORT is hosted by the launcher (torchrun's
                                  // static rendezvous), so rank 0 connects as a client too
+  std::string job_secret;    // LSPAWN_JOB_SECRET, "" when unset (torchrun): authenticates the
+                             // store records (runtime/authenticated_store.hpp). Never printed.
+  std::string bind_addr;     // LSPAWN_BIND_ADDR, "" when unset: where rank 0's store listens
+                             // (runtime/store_listener.hpp; default MASTER_ADDR's address)
 
   // Reads the process environment. Throws EnvError on a missing required or malformed variable.
   // Workers started without lspawn/torchrun (RANK unset) read their cluster manager's names

@@ -7,6 +7,7 @@ set -euo pipefail
 want=(
   cmake ninja-build g++ lld pkg-config ccache
   libtorch-dev libgloo-dev catch2 nlohmann-json3-dev
+  libssl-dev                            # runtime/record_auth: HMAC-SHA256 (libcrypto)
   libopenblas0-pthread
   python3-torch openmpi-bin libopenmpi-dev procps
   slurmctld slurmd slurm-client munge   # tests/cluster: a private two-node Slurm 22.05 cluster

@@ -12,6 +12,7 @@
 
 #include "launcher/env_contract.hpp"
 #include "launcher/hang_watch.hpp"
+#include "launcher/job_secret.hpp"
 #include "launcher/port.hpp"
 #include "launcher/spawn/errors.hpp"
 #include "launcher/spawn/forked_workers.hpp"
@@ -201,6 +202,7 @@ void ProcessContext::Impl::start(const SpawnPlan& plan) {
     };
     hang = std::make_unique<HangWatch>(std::move(ho));
   }
+  job.job_secret = generate_job_secret();  // docs/security.md
   const std::vector<std::string> base = base_environment(opts.env);
   if (env::needs_omp_default(base, nprocs)) {
     so.on_info("setting OMP_NUM_THREADS=1 for each of the " + std::to_string(nprocs) +

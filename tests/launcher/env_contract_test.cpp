@@ -63,3 +63,19 @@ TEST_CASE("OMP_NUM_THREADS default only with several workers per node and none s
   m = as_map(env::worker_environment(job, env::WorkerPlace{0, 2, 0, 1}, {"A=1"}));
   CHECK(m.count("OMP_NUM_THREADS") == 0);
 }
+
+TEST_CASE("worker_environment: the job's secret and bind address; an inherited secret is never passed on",
+          "[env][security]") {
+  env::JobEnv job;
+  job.master_port = 1;
+  env::WorkerPlace place{0, 1, 0, 1};
+  const std::vector<std::string> base{"PATH=/bin", "LSPAWN_JOB_SECRET=inherited-from-an-outer-job"};
+  auto none = as_map(env::worker_environment(job, place, base));
+  CHECK(none.count("LSPAWN_JOB_SECRET") == 0);
+  CHECK(none.count("LSPAWN_BIND_ADDR") == 0);
+  job.job_secret = "0123456789abcdef0123456789abcdef";
+  job.bind_addr = "10.1.2.3";
+  auto with = as_map(env::worker_environment(job, place, base));
+  CHECK(with["LSPAWN_JOB_SECRET"] == job.job_secret);
+  CHECK(with["LSPAWN_BIND_ADDR"] == "10.1.2.3");
+}

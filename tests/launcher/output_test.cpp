@@ -110,3 +110,26 @@ TEST_CASE("ConsoleSink: a closed console (EPIPE) is dropped - not fatal", "[outp
   console.line(0, Stream::Stdout, "again");
   SUCCEED();
 }
+
+TEST_CASE("LogDirSink: a full log file (ENOSPC) is reported once and dropped - not fatal", "[output]") {
+  char tmpl[] = "/tmp/lspawn-logfull-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  // rank0.stdout is /dev/full: every write fails with ENOSPC, as on a full file system.
+  REQUIRE(::symlink("/dev/full", (dir + "/rank0.stdout").c_str()) == 0);
+  std::vector<std::string> warnings;
+  lspawn::LogDirSink sink(dir, [&](const std::string& w) { warnings.push_back(w); });
+  CHECK_NOTHROW(sink.bytes(0, Stream::Stdout, "first\n"));
+  CHECK_NOTHROW(sink.bytes(0, Stream::Stdout, "second\n"));
+  CHECK_NOTHROW(sink.bytes(0, Stream::Stderr, "other stream still written\n"));
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find(dir + "/rank0.stdout") != std::string::npos);
+  CHECK(warnings[0].find("No space left on device") != std::string::npos);
+  CHECK(warnings[0].find("the rest of this stream is dropped") != std::string::npos);
+  sink.closed(0, Stream::Stderr);
+  std::ifstream in(dir + "/rank0.stderr");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  CHECK(ss.str() == "other stream still written\n");
+  lspawn::sys::remove_tree(dir);
+}

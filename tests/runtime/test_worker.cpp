@@ -3,6 +3,13 @@
 //                             3 on RendezvousTimeout, 4 on another RendezvousError
 //   test_worker collectives   init_process_group(); checks all_reduce (sum, mean, min, max,
 //                             product), broadcast, all_gather, barrier; exit 0, 5 on a wrong value
+//   test_worker listeners     init_process_group(); prints "listen <addr>:<port>" for every TCP
+//                             socket this process listens on and "gloo record of rank R
+//                             pointing to <addr>:<port>..." for what each rank's gloo listened
+//                             on, then a barrier; exit 0
+//   (LSPAWN_TEST_ABSENT_RANK=R: rank R never arrives, whatever the mode)
+//   test_worker stranger      not a rank: writes forged plain records into the job's store
+//   (LSPAWN_TEST_DELAY_RANKS_MS=N: ranks other than 0 start N ms late)
 //   test_worker throw         run_main() around a throw of std::runtime_error
 //   test_worker throw-custom  run_main() around a throw of lspawn_test::CustomError
 //   test_worker throw-c10     run_main() around a TORCH_CHECK failure (c10::Error)
@@ -17,10 +24,14 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <unistd.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "runtime/error_report.hpp"
 #include "runtime/process_group.hpp"
+#include "runtime/record_auth.hpp"
 #include "runtime/rendezvous.hpp"
+#include "tests/runtime/sockets.hpp"
 
 namespace lspawn_test {
 struct CustomError : std::runtime_error {
@@ -108,10 +119,59 @@ int do_collectives() {
   return bad ? 5 : 0;
 }
 
+int do_listeners() {
+  auto w = lspawn::init_process_group();
+  for (const auto& l : lspawn::test::tcp_listeners(::getpid())) {
+    std::printf("rank %d: listen %s:%u\n", w.rank(), l.addr.c_str(), l.port);
+  }
+  // gloo (2022) listens per pair only while connecting; what it listened on is what each rank
+  // published for its peers: read it back (through the authenticated store when there is one).
+  for (int r = 0; r < w.size(); ++r) {
+    const auto v = w.store->get("gloo/0/" + std::to_string(r));
+    std::printf("rank %d: gloo record of rank %d %s\n", w.rank(), r, lspawn::describe_foreign_record(v).c_str());
+  }
+  std::fflush(stdout);
+  w.pg->barrier()->wait();
+  return 0;
+}
+
+// Not a rank: a client of the job's store at MASTER_ADDR:MASTER_PORT without the secret, writing
+// what would make it rank 1 and point gloo's rank 1 at 127.0.0.1:9 under the plain protocol keys
+// of run TORCHELASTIC_RUN_ID. Prints "stranger wrote" and exits 0.
+int do_stranger() {
+  const std::string host = std::getenv("MASTER_ADDR") ? std::getenv("MASTER_ADDR") : "127.0.0.1";
+  const auto port = static_cast<uint16_t>(std::atoi(std::getenv("MASTER_PORT") ? std::getenv("MASTER_PORT") : "0"));
+  const std::string prefix = std::string("lspawn/") + (std::getenv("TORCHELASTIC_RUN_ID") ? std::getenv("TORCHELASTIC_RUN_ID") : "none") + "/0/";
+  auto store = lspawn::connect_store(host, port, std::chrono::seconds(20));
+  const std::string rec = "evil-host\n4242";
+  store->set(prefix + "rdzv/rank/1", std::vector<uint8_t>(rec.begin(), rec.end()));
+  std::vector<uint8_t> gloo(sizeof(sockaddr_storage) + 8, 0);
+  sockaddr_in evil{};
+  evil.sin_family = AF_INET;
+  evil.sin_port = htons(9);
+  evil.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::memcpy(gloo.data(), &evil, sizeof evil);
+  store->set(prefix + "gloo/0/1", gloo);
+  std::printf("stranger wrote\n");
+  return 0;
+}
+
 int worker_main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "stranger") return do_stranger();
+  // LSPAWN_TEST_DELAY_RANKS_MS=N: every rank but 0 starts N ms late (a stranger's head start).
+  if (const char* d = std::getenv("LSPAWN_TEST_DELAY_RANKS_MS"); d != nullptr && std::getenv("RANK") != nullptr &&
+                                                                   std::strcmp(std::getenv("RANK"), "0") != 0) {
+    ::usleep(static_cast<useconds_t>(std::atoi(d)) * 1000);
+  }
+  // LSPAWN_TEST_ABSENT_RANK=R: rank R never arrives (sleeps until killed), in every mode.
+  if (const char* absent = std::getenv("LSPAWN_TEST_ABSENT_RANK");
+      absent != nullptr && std::getenv("RANK") != nullptr && std::strcmp(absent, std::getenv("RANK")) == 0) {
+    for (;;) ::pause();
+  }
   if (mode == "rendezvous") return do_rendezvous();
   if (mode == "collectives") return do_collectives();
+  if (mode == "listeners") return do_listeners();
   if (mode == "throw") lspawn_test_throw_runtime_error();
   if (mode == "throw-custom") throw lspawn_test::CustomError("custom failure");
   if (mode == "throw-c10") TORCH_CHECK(false, "c10 check failed on purpose");

@@ -1,0 +1,67 @@
+// Where rank 0's rendezvous store listens: one address, never every interface.
+//
+// c10d's TCPStore server binds the wildcard address ([::] dual-stack), so by default any host
+// that reaches the machine can talk to a job's store. lspawn makes it listen on one address:
+//
+//   - LSPAWN_BIND_ADDR when set (the CLI's --bind-addr; "0.0.0.0" or "::" give back torch's
+//     every-interface behaviour on purpose);
+//   - else MASTER_ADDR's own address: 127.0.0.1 for a single-node job (the CLI's default
+//     MASTER_ADDR), the master node's interface for a multi-node one.
+//
+// How, per LibTorch line (runtime/torch_compat.hpp): 2.x takes a listening socket
+// (TCPStoreOptions::masterListenFd): listen_socket() makes it. 1.13 has no such option and binds
+// its own socket inside the TCPStore constructor, on the calling thread; a BindSteering alive on
+// that thread rewrites the wildcard address of the bind() calls made meanwhile to the chosen one
+// (lspawn_runtime defines bind(), which forwards to the system call; with no BindSteering alive
+// on the calling thread it changes nothing). This takes effect when lspawn_runtime is linked into
+// the executable (its bind() then comes first in symbol lookup), as in every lspawn program;
+// applied() says whether it did, and host_store() warns when it did not.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include <sys/socket.h>
+
+#include "runtime/worker_env.hpp"
+
+namespace lspawn {
+
+// Garbage on the store's port: every socket the store accepts gets SO_RCVTIMEO = this (inherited
+// from the listening socket lspawn makes or steers), so a client that sends half a message and
+// waits stalls TCPStore 1.13's single server thread for at most this long, never for good; the
+// server then drops that client. Legitimate clients send each request at once.
+inline constexpr std::chrono::milliseconds kStoreReceiveTimeout{1000};
+
+// The numeric address the store should listen on (see above: env.bind_addr, else
+// env.master_addr). Throws std::runtime_error naming the variable and the address when it
+// cannot be resolved.
+std::string store_bind_address(const WorkerEnv& env);
+
+// True for 0.0.0.0 / :: (listen on every interface).
+bool is_wildcard_address(const std::string& numeric);
+
+// A TCP socket bound to addr:port (SO_REUSEADDR, SO_RCVTIMEO = kStoreReceiveTimeout,
+// close-on-exec) and listening. Throws
+// std::system_error naming the call and addr:port.
+int listen_socket(const std::string& numeric_addr, uint16_t port);
+
+// While alive, bind() calls of this thread to a wildcard address go to `numeric_addr` instead
+// (same port; an AF_INET6 socket gets the IPv4-mapped form of an IPv4 address), with
+// SO_RCVTIMEO = kStoreReceiveTimeout. One per thread.
+class BindSteering {
+ public:
+  explicit BindSteering(const std::string& numeric_addr);
+  ~BindSteering();
+  BindSteering(const BindSteering&) = delete;
+  BindSteering& operator=(const BindSteering&) = delete;
+  // How many bind() calls were steered so far.
+  int applied() const;
+
+ private:
+  sockaddr_storage v4_{};  // the address as AF_INET (unused when it is IPv6)
+  sockaddr_storage v6_{};  // the address as AF_INET6 (IPv4-mapped for an IPv4 address)
+  bool is_v4_ = false;
+};
+
+}  // namespace lspawn

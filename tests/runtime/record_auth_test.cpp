@@ -1,0 +1,76 @@
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "runtime/record_auth.hpp"
+// Last: c10's glog headers define CHECK too; Catch's must win.
+#include <catch2/catch.hpp>
+
+using Catch::Matchers::Contains;
+using lspawn::RecordAuth;
+
+namespace {
+std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
+}  // namespace
+
+TEST_CASE("record auth: a sealed record opens with the same secret and key only", "[security]") {
+  const RecordAuth a("secret-one-0123456789"), b("secret-two-0123456789");
+  const auto sealed = a.seal("k/1", bytes("host\n42"));
+  REQUIRE(sealed.size() == RecordAuth::kHeaderSize + 7);
+  CHECK(a.open("k/1", sealed) == bytes("host\n42"));
+  CHECK_FALSE(b.open("k/1", sealed));            // another secret
+  CHECK_FALSE(a.open("k/2", sealed));            // another key: records cannot be moved
+  auto tampered = sealed;
+  tampered.back() ^= 1;
+  CHECK_FALSE(a.open("k/1", tampered));          // one bit of the value
+  tampered = sealed;
+  tampered[5] ^= 1;
+  CHECK_FALSE(a.open("k/1", tampered));          // one bit of the MAC
+  CHECK_FALSE(a.open("k/1", std::vector<uint8_t>(sealed.begin(), sealed.begin() + 20)));  // truncated
+  CHECK_FALSE(a.open("k/1", bytes("host\n42")));  // not sealed at all
+  CHECK(a.open("k/1", a.seal("k/1", {})) == std::vector<uint8_t>{});  // empty values too
+}
+
+TEST_CASE("record auth: key names depend on the secret and the key", "[security]") {
+  const RecordAuth a("secret-one-0123456789"), b("secret-two-0123456789");
+  CHECK(a.key_name("rdzv/rank/0") == a.key_name("rdzv/rank/0"));
+  CHECK(a.key_name("rdzv/rank/0") != b.key_name("rdzv/rank/0"));
+  CHECK(a.key_name("rdzv/rank/0") != a.key_name("rdzv/rank/1"));
+  CHECK(a.key_name("x").rfind("x#", 0) == 0);
+  CHECK(a.key_name("x").size() == 2 + 32);
+}
+
+TEST_CASE("record auth: a short secret is refused without being shown", "[security]") {
+  try {
+    RecordAuth("short-secret");
+    FAIL("no exception");
+  } catch (const std::invalid_argument& e) {
+    CHECK_THAT(e.what(), Contains("LSPAWN_JOB_SECRET is too short (12 characters"));
+    CHECK(std::string(e.what()).find("short-secret") == std::string::npos);
+  }
+}
+
+TEST_CASE("record auth: foreign records are described by what they claim", "[security]") {
+  CHECK(lspawn::describe_foreign_record(bytes("evil\n42")) == "claiming 'evil pid 42' (7 bytes)");
+  std::vector<uint8_t> gloo(2 * (sizeof(sockaddr_storage) + 8), 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(4444);
+  a.sin_addr.s_addr = htonl(0x0a000005);
+  std::memcpy(gloo.data(), &a, sizeof a);
+  sockaddr_in6 b{};
+  b.sin6_family = AF_INET6;
+  b.sin6_port = htons(5555);
+  b.sin6_addr.s6_addr[15] = 1;
+  std::memcpy(gloo.data() + sizeof(sockaddr_storage) + 8, &b, sizeof b);
+  CHECK(lspawn::describe_foreign_record(gloo) == "pointing to 10.0.0.5:4444, [::1]:5555 (272 bytes)");
+  CHECK(lspawn::describe_foreign_record({0xff, 0x00}) == "claiming '??' (2 bytes)");
+}
+
+TEST_CASE("record auth: a sealed record with a wrong MAC is described by what it carries", "[security]") {
+  const RecordAuth wrong("not-the-secret-of-this-job");
+  CHECK(lspawn::describe_foreign_record(wrong.seal("k", bytes("evil\n42"))) == "claiming 'evil pid 42' (43 bytes, sealed)");
+}
