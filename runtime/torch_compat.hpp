@@ -75,6 +75,11 @@ inline c10::intrusive_ptr<Backend> backend_of(const c10::intrusive_ptr<::c10d::P
 #endif
 }
 
+// gloo's tcp Loop: Debian's libgloo (1.13) ends its thread on shutdown whatever is registered;
+// the gloo inside libtorch_cpu 2.x does not end it while a descriptor registered by lspawn (the
+// GlooLoopTicker's timer) is still there: destroying the Device then hangs in Loop::shutdown().
+inline constexpr bool kGlooLoopNeedsUnregisterBeforeShutdown = TORCH_VERSION_MAJOR >= 2;
+
 // The backtrace a c10::Error carries ("" when none was taken).
 inline std::string backtrace_of(const c10::Error& e) {
 #if TORCH_VERSION_MAJOR >= 2
