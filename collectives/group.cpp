@@ -1,6 +1,7 @@
 #include "collectives/group.hpp"
 
 #include "collectives/error.hpp"
+#include "runtime/cuda_device.hpp"
 #include "runtime/torch_compat.hpp"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -139,6 +140,11 @@ std::shared_ptr<Group> Group::build(c10::intrusive_ptr<c10d::Store> store, int r
   }
   if (g->options_.backend == Backend::Nccl) {
 #ifdef LSPAWN_HAVE_NCCL
+    if (cuda_device_count() == 0) {  // NCCL is built in, but this process sees no GPU
+      throw CollectiveError("create", g->options_.name, {},
+                            "lspawn: " + who + ": backend nccl needs a CUDA device, but none is visible "
+                            "(CUDA_VISIBLE_DEVICES " + env_or("CUDA_VISIBLE_DEVICES", "unset") + "): use gloo or shm");
+    }
     try {
       auto nopts = c10d::ProcessGroupNCCL::Options::create();
       nopts->timeout = g->options_.timeout;

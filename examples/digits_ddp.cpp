@@ -104,7 +104,14 @@ Args parse(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  lspawn::init(argc, argv);  // a DDPSpawn worker started by exec runs its part and exits here
+  // A DDPSpawn worker started by exec runs its part and exits inside init(). `--start forkserver`:
+  // the server is forked now, before the data preparation below starts LibTorch's thread pools
+  // (which rule out forking later: LibTorch 2.x starts them on first use).
+  lspawn::StartupOptions startup;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--start" && std::string(argv[i + 1]) == "forkserver") startup.start_forkserver = true;
+  }
+  lspawn::init(argc, argv, startup);
   const Args args = parse(argc, argv);
   auto [x, y] = load_digits(args.csv);
   // A fixed 80/20 split, the same in every process.

@@ -232,6 +232,7 @@ struct GlooLoopTicker::Impl final : ::gloo::transport::tcp::Handler {
 
 GlooLoopTicker::GlooLoopTicker(std::shared_ptr<::gloo::transport::Device> device,
                                std::chrono::microseconds period) {
+  if (!compat::kGlooLoopTicker) return;  // LibTorch 2.x's own gloo: left alone (torch_compat.hpp)
   auto tcp = std::dynamic_pointer_cast<::gloo::transport::tcp::Device>(device);
   if (!tcp) return;
   auto impl = std::make_unique<Impl>();
@@ -262,17 +263,7 @@ void GlooLoopTicker::resume() {
 
 GlooLoopTicker::~GlooLoopTicker() {
   if (!impl_) return;
-  if (impl_->device.use_count() == 1 && compat::kGlooLoopNeedsUnregisterBeforeShutdown) {
-    // The last reference, on a gloo whose loop does not end while our timer is registered: take
-    // it off (the armed timer makes that wait at most a period), then let the device go (its loop
-    // thread then ends on gloo's own epoll timeout).
-    try {
-      resume();
-      impl_->device->unregisterDescriptor(impl_->fd, impl_.get());
-    } catch (...) {
-    }
-    impl_->device.reset();
-  } else if (impl_->device.use_count() == 1) {
+  if (impl_->device.use_count() == 1) {
     // The last reference: the device (and its loop, which only the device holds) goes now.
     // Loop::~Loop joins the loop thread, which our armed timer wakes within one period; after
     // that nothing calls the handler.

@@ -96,7 +96,8 @@ bool have_nccl();
 // process group's life (no wake-ups during training), and resumes it while the process group is
 // destroyed (each pair's close waits for a tick too).
 //
-// Devices other than gloo's tcp one are left alone (the ticker does nothing). The timer stays
+// Devices other than gloo's tcp one, and every device on LibTorch 2.x (compat::kGlooLoopTicker),
+// are left alone (the ticker does nothing). The timer stays
 // registered while paused (an fd without events). On destruction: when the ticker holds the
 // last reference to the device, the device goes first, with the timer armed (its loop thread,
 // told to stop, wakes within one period instead of 10 ms); otherwise the timer is unregistered

@@ -75,10 +75,17 @@ inline c10::intrusive_ptr<Backend> backend_of(const c10::intrusive_ptr<::c10d::P
 #endif
 }
 
-// gloo's tcp Loop: Debian's libgloo (1.13) ends its thread on shutdown whatever is registered;
-// the gloo inside libtorch_cpu 2.x does not end it while a descriptor registered by lspawn (the
-// GlooLoopTicker's timer) is still there: destroying the Device then hangs in Loop::shutdown().
-inline constexpr bool kGlooLoopNeedsUnregisterBeforeShutdown = TORCH_VERSION_MAJOR >= 2;
+// Whether lspawn may register its own descriptor with gloo's tcp Loop (GlooLoopTicker). Yes with
+// Debian's libgloo (1.13), whose headers lspawn compiles against. No on 2.x: its gloo lives
+// inside libtorch_cpu, newer than those headers, and its Loop behaves otherwise (Device
+// destruction hung in Loop::shutdown() while the timer was registered; a crash at exit was seen
+// once after unregistering it): lspawn leaves it alone there and gloo runs at its own pace.
+inline constexpr bool kGlooLoopTicker = TORCH_VERSION_MAJOR < 2;
+
+// gloo's published tcp pair address: Debian's gloo writes a sockaddr_storage then a sequence
+// number (what runtime/record_auth.cpp's describe_foreign_record decodes); the gloo of 2.x
+// serialises it in another layout, which lspawn does not decode (it only names it by size).
+inline constexpr bool kGlooPairAddressIsSockaddrSeq = TORCH_VERSION_MAJOR < 2;
 
 // The backtrace a c10::Error carries ("" when none was taken).
 inline std::string backtrace_of(const c10::Error& e) {

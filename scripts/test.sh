@@ -3,7 +3,7 @@
 # against each (this is what CI runs):
 #   1. Debian's LibTorch 1.13 (apt)                     → build/
 #   2. PyPI's LibTorch 2.x, CUDA build run on the CPU,  → build-torch2/
-#      NCCL backend compiled in (-DLSPAWN_WITH_NCCL=ON, the CUDA toolkit's NCCL)
+#      NCCL backend compiled in (-DLSPAWN_WITH_NCCL=ON, against the NCCL torch was built with)
 # Usage: scripts/test.sh                 # both lines
 #        scripts/test.sh --line 1.13     # or --line 2: one line only
 #        scripts/test.sh --asan          # also an ASan+UBSan build (1.13) in build-asan/
@@ -75,6 +75,7 @@ for line in "${lines[@]}"; do
       venv=$(bash scripts/setup-torch2.sh)
       bash scripts/build.sh "$dir" -DLSPAWN_BUILD_TESTS=ON -DLSPAWN_BUILD_BENCH=OFF \
         -DCMAKE_PREFIX_PATH="$venv/torch/share/cmake" -DLSPAWN_WITH_NCCL=ON \
+        -DLSPAWN_NCCL_INCLUDE="$venv/nvidia/nccl/include" -DLSPAWN_NCCL_LIB="$venv/nvidia/nccl/lib/libnccl.so.2" \
         -DLSPAWN_TEST_PYTHON="$venv/bin/python"
       ;;
     *) echo "test.sh: unknown LibTorch line '$line' (expected 1.13 or 2)" >&2; exit 2 ;;

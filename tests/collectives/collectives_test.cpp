@@ -106,9 +106,11 @@ TEST_CASE("backend nccl without NCCL built in fails at creation with a clear mes
   INFO(r.all_output());
   REQUIRE_FALSE(r.timed_out);
   if (r.ranks[0].exit_code == 2) {
-    CHECK_THAT(r.ranks[0].output, Catch::Contains("backend nccl is not built in"));
+    // Without NCCL built in; or built in (LibTorch 2.x CUDA build) on a machine without a GPU.
+    CHECK_THAT(r.ranks[0].output, Catch::Contains("backend nccl is not built in") ||
+                                      Catch::Contains("backend nccl needs a CUDA device, but none is visible"));
   } else {
-    // A CUDA build with NCCL: the group exists; the CPU suite is not meant for it.
+    // A CUDA build with NCCL on a GPU machine: the group exists; the CPU suite is not meant for it.
     CHECK(r.ranks[0].signal == 0);
   }
 }

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "runtime/torch_compat.hpp"
 #include "runtime/record_auth.hpp"
 #include "runtime/rendezvous.hpp"
 #include "runtime/store_listener.hpp"
@@ -132,11 +133,15 @@ TEST_CASE("secured rendezvous: a single-node job listens on loopback only", "[se
     INFO("rank " << r << ": " << st.describe() << "\n" << out);
     REQUIRE(st.exited);
     REQUIRE(st.code == 0);
-    // What every rank's gloo listened on (its published pair addresses): loopback only.
-    for (int p = 0; p < n; ++p) {
-      CHECK_THAT(out, Contains("gloo record of rank " + std::to_string(p) + " pointing to 127.0.0.1:"));
+    // What every rank's gloo listened on (its published pair addresses): loopback only. Read
+    // from the records where lspawn can decode gloo's address layout (Debian's gloo, 1.13); the
+    // sockets themselves are checked below on both lines.
+    if (lspawn::compat::kGlooPairAddressIsSockaddrSeq) {
+      for (int p = 0; p < n; ++p) {
+        CHECK_THAT(out, Contains("gloo record of rank " + std::to_string(p) + " pointing to 127.0.0.1:"));
+      }
+      CHECK(out.find("0.0.0.0") == std::string::npos);
     }
-    CHECK(out.find("0.0.0.0") == std::string::npos);
   }
   // Rank 0 lists its store after init_process_group.
   CHECK_THAT(ranks[0].output(), Contains("rank 0: listen 127.0.0.1:" + std::to_string(reserved.port())));

@@ -131,7 +131,7 @@ TEST_CASE("examples/digits_ddp: DDP under lspawn --nprocs 4 and DDPSpawn reach t
     CHECK(accuracy_in(c.output()) >= 0.95);
   }
   {
-    lspawn::test::Child c({LSPAWN_DIGITS_DDP, "--spawn", "4", "--start", "fork", "--epochs", "15"}, {},
+    lspawn::test::Child c({LSPAWN_DIGITS_DDP, "--spawn", "4", "--start", "forkserver", "--epochs", "15"}, {},
                           dir.file("spawn"));
     const auto st = c.wait(120s);
     INFO(c.output());
