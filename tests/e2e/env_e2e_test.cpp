@@ -97,14 +97,6 @@ TEST_CASE("workers inherit no fd but stdin - stdout and stderr", "[e2e][env]") {
 // Two "nodes" on this machine (two lspawns on 127.0.0.1, as tests/e2e/multinode_e2e_test.cpp):
 // a multi-node lspawn needs its peers, node 0's lspawn hosting the rendezvous.
 namespace {
-int free_port() {
-  lspawn::PortReservation r("127.0.0.1", 0);
-  return r.port();
-}
-int code_of(int status) {
-  if (status == -1) return -1;  // still running after the wait's timeout
-  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
-}
 // rank -> (name -> value), from "[HOST rank N] NAME=value" lines (the multi-node prefix).
 std::map<int, std::map<std::string, std::string>> parse_node_env(const std::string& out) {
   std::map<int, std::map<std::string, std::string>> m;

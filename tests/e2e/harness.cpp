@@ -1,5 +1,7 @@
 #include "harness.hpp"
 
+#include "launcher/port.hpp"
+
 #include <fstream>
 #include <system_error>
 #include <thread>
@@ -183,6 +185,16 @@ std::set<pid_t> alive_after(const std::set<pid_t>& pids, std::chrono::millisecon
     if (left.empty() || std::chrono::steady_clock::now() >= end) return left;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+}
+
+int free_port() {
+  lspawn::PortReservation r("127.0.0.1", 0);
+  return r.port();
+}
+
+int code_of(int status) {
+  if (status == -1) return -1;
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
 }
 
 }  // namespace lspawn::test

@@ -74,6 +74,12 @@ struct RunResult {
 // Runs `lspawn args...` to completion (20 s upper bound).
 RunResult run_lspawn(const std::vector<std::string>& args, const std::vector<std::string>& extra_env = {});
 
+// A port on 127.0.0.1 that was free a moment ago (every "node" of a multi-node test is told the same).
+int free_port();
+// The exit code of a wait status as lspawn reports it: the code, 128+N for signal N; -1 for -1
+// (Child::wait's "still running").
+int code_of(int status);
+
 // Occurrences of `needle` in `hay`.
 int count(const std::string& hay, const std::string& needle);
 // Lines of `text` (without '\n').

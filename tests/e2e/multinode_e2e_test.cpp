@@ -16,17 +16,6 @@ using namespace lspawn::test;
 
 namespace {
 
-// A port that was free a moment ago (both "nodes" must be told the same one).
-int free_port() {
-  lspawn::PortReservation r("127.0.0.1", 0);
-  return r.port();
-}
-
-int code_of(int status) {
-  if (status == -1) return -1;
-  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
-}
-
 std::vector<std::string> lspawn_args(std::vector<std::string> args) {
   args.insert(args.begin(), lspawn_bin());
   return args;
