@@ -126,26 +126,6 @@ std::string new_tag() {
   return std::to_string(::getpid()) + "-" + std::to_string(++counter);
 }
 
-int code_of(int status) {
-  if (status < 0) return -1;
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return -1;
-}
-
-// A free loopback port (bound to 0, then released: lspawn reserves it again at once).
-uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 int connect_to(uint16_t port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
@@ -317,7 +297,7 @@ namespace {
 struct RuntimeJob {
   Subreaper reaper;
   std::string tag = new_tag();
-  uint16_t port = free_port();
+  const int port = free_port();  // harness: 127.0.0.1, free a moment ago
   std::string run_id = "matrix-" + tag;
   int64_t t0 = now_us();
   Child c;
