@@ -64,7 +64,7 @@ std::vector<uint8_t> AuthenticatedStore::compareSet(const std::string& key, cons
 std::vector<uint8_t> AuthenticatedStore::get(const std::string& key) {
   look_for_strangers(key);
   const std::string name = auth_.key_name(key);
-  auto sealed = inner_->get(name);  // waits for the key (store timeout)
+  auto sealed = get_when_set(*inner_, name);  // waits for the key (store timeout)
   if (auto v = auth_.open(key, sealed)) return std::move(*v);
   refuse(key, "bad MAC (not written with this job's secret)", sealed);
   // Wait for a valid record: the legitimate writer may not have written yet.

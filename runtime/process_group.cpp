@@ -16,7 +16,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <map>
 #include <mutex>
 #include <system_error>
 
@@ -104,74 +103,30 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const InitOptions& option
 }
 
 // The store ProcessGroupGloo connects through. gloo's connectFullMesh reads each peer's pair
-// addresses with wait(key) then get(key) — three round trips to the TCPStore, TCPStore::get()
-// waiting for the key again — and its host-name check get()s keys without waiting. Here wait()
-// also fetches the value of each key already set (try_get: one round trip for both) and the get()
-// that follows is answered from it; a get() of a key already set is one round trip. With 8 ranks
-// that is about 100 round trips to rank 0's store instead of about 240. The fetched values are
-// kept only until the next call (gloo's keys are written once; nothing stale is served later).
+// addresses with wait(key) then get(key), and parses what get() returns without looking: an empty
+// value crashed it (SIGSEGV in gloo::transport::tcp::Rank::Rank). TCPStore::get() returns one
+// when its wait is woken without the key — LibTorch 2.x's libuv store server does that whenever a
+// compareSet() finds the key missing, whoever sent it. Here get() only returns once the key is
+// set (get_when_set, runtime/rendezvous.hpp), until the store's timeout.
 class GlooConnectStore final : public compat::ForwardingStore<GlooConnectStore> {
  public:
   explicit GlooConnectStore(c10::intrusive_ptr<c10d::Store> store) : ForwardingStore(std::move(store)) {}
-  void set(const std::string& key, const std::vector<uint8_t>& value) override {
-    forget();
-    inner_->set(key, value);
-  }
+  void set(const std::string& key, const std::vector<uint8_t>& value) override { inner_->set(key, value); }
   std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
                                   const std::vector<uint8_t>& desired) override {
-    forget();
     return inner_->compareSet(key, expected, desired);
   }
-  std::vector<uint8_t> get(const std::string& key) override {
-    {
-      std::lock_guard<std::mutex> lock(m_);
-      auto it = fetched_.find(key);
-      if (it != fetched_.end()) {
-        std::vector<uint8_t> v = std::move(it->second);
-        fetched_.clear();
-        return v;
-      }
-      fetched_.clear();
-    }
-    if (auto v = try_get(*inner_, key)) return std::move(*v);
-    return inner_->get(key);
-  }
-  int64_t add(const std::string& key, int64_t value) override {
-    forget();
-    return inner_->add(key, value);
-  }
-  bool deleteKey(const std::string& key) override {
-    forget();
-    return inner_->deleteKey(key);
-  }
+  std::vector<uint8_t> get(const std::string& key) override { return get_when_set(*inner_, key); }
+  int64_t add(const std::string& key, int64_t value) override { return inner_->add(key, value); }
+  bool deleteKey(const std::string& key) override { return inner_->deleteKey(key); }
   bool check(const std::vector<std::string>& keys) override { return inner_->check(keys); }
   int64_t getNumKeys() override { return inner_->getNumKeys(); }
-  void wait(const std::vector<std::string>& keys) override { wait(keys, inner_->getTimeout()); }
+  void wait(const std::vector<std::string>& keys) override { inner_->wait(keys); }
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
-    forget();
-    std::map<std::string, std::vector<uint8_t>> fetched;
-    std::vector<std::string> missing;
-    for (const auto& k : keys) {
-      if (auto v = try_get(*inner_, k)) {
-        fetched[k] = std::move(*v);
-      } else {
-        missing.push_back(k);
-      }
-    }
-    if (!missing.empty()) inner_->wait(missing, timeout);
-    std::lock_guard<std::mutex> lock(m_);
-    fetched_ = std::move(fetched);
+    inner_->wait(keys, timeout);
   }
   const std::chrono::milliseconds& getTimeout() const noexcept override { return inner_->getTimeout(); }
   void setTimeout(const std::chrono::milliseconds& timeout) override { inner_->setTimeout(timeout); }
-
- private:
-  void forget() {
-    std::lock_guard<std::mutex> lock(m_);
-    fetched_.clear();
-  }
-  std::mutex m_;                                         // guards fetched_
-  std::map<std::string, std::vector<uint8_t>> fetched_;  // by the last wait(), for the next get()
 };
 
 // ProcessGroupGloo whose devices' loops tick fast (GlooLoopTicker) while it connects, until

@@ -209,35 +209,31 @@ std::vector<int> find_missing(c10d::Store& store, int world_size) {
   return missing;
 }
 
-// Value of a key known to be set: one round trip when the store has compareSet.
-std::vector<uint8_t> get_set_key(c10d::Store& store, const std::string& key) {
-  if (auto v = try_get(store, key)) return std::move(*v);
-  return store.get(key);
-}
 
 }  // namespace
 
 std::optional<std::vector<uint8_t>> try_get(c10d::Store& store, const std::string& key) {
-  // compareSet(key, expected, desired) on a set key returns its value and changes it only when it
-  // equals `expected`; on a missing key it returns `expected` (and sets nothing, `expected` being
-  // non-empty). desired == expected: even a key that holds the probe keeps its value.
-  static const std::vector<uint8_t> kProbe = bytes("\x01lspawn-try-get-probe\x01");
-  std::vector<uint8_t> v;
-  try {
-    v = store.compareSet(key, kProbe, kProbe);
-  } catch (const c10::Error&) {
-    // A store without compareSet (c10d's default throws "Not implemented.").
-    if (!store.check({key})) return std::nullopt;
-    return store.get(key);
+  if (!store.check({key})) return std::nullopt;
+  return get_when_set(store, key);
+}
+
+std::vector<uint8_t> get_when_set(c10d::Store& store, const std::string& key) {
+  const auto t0 = Clock::now();
+  const auto deadline = t0 + store.getTimeout();
+  for (;;) {
+    std::vector<uint8_t> v;
+    try {
+      v = store.get(key);
+    } catch (const c10::Error& e) {  // TCPStore's timeout names no key
+      throw std::runtime_error("waiting for store key '" + key + "': " + e.what_without_backtrace());
+    }
+    if (!v.empty() || store.check({key})) return v;
+    // Woken without the key: someone's compareSet() found it missing. Wait again.
+    if (Clock::now() >= deadline) {
+      throw std::runtime_error("store key '" + key + "' not set within " +
+                               std::to_string(store.getTimeout().count()) + " ms");
+    }
   }
-  if (v == kProbe) return std::nullopt;
-  if (v.empty()) {
-    // Not what TCPStore answers for a missing key (it echoes `expected`), but a store that did
-    // would look like an empty value: ask again the slow way.
-    if (!store.check({key})) return std::nullopt;
-    return store.get(key);
-  }
-  return v;
 }
 
 milliseconds resolve_rendezvous_timeout(milliseconds requested) {
@@ -439,7 +435,7 @@ Rendezvous rendezvous(const WorkerEnv& env, const RendezvousOptions& options) {
     }
     Outcome ok{true, n, {}, {}};
     try {
-      for (int r = 0; r < n; ++r) ok.records.push_back(text(get_set_key(store, rank_key(r))));
+      for (int r = 0; r < n; ++r) ok.records.push_back(text(get_when_set(store, rank_key(r))));
       store.set(kOutcomeKey, bytes(encode_outcome(ok)));
     } catch (const std::exception& e) {
       throw lost(e);
@@ -450,7 +446,7 @@ Rendezvous rendezvous(const WorkerEnv& env, const RendezvousOptions& options) {
     std::string outcome_text;
     try {
       store.wait({kOutcomeKey}, remaining(deadline) + kOutcomeGrace);
-      outcome_text = text(get_set_key(store, kOutcomeKey));
+      outcome_text = text(get_when_set(store, kOutcomeKey));
     } catch (const std::exception& e) {
       if (Clock::now() < deadline) throw lost(e);
       // No word from rank 0 (hung, or under an agent store, never arrived): judge ourselves.

@@ -110,10 +110,18 @@ c10::intrusive_ptr<c10d::TCPStore> host_store(const std::string& host, uint16_t 
 c10::intrusive_ptr<c10d::TCPStore> connect_store(const std::string& host, uint16_t port,
                                                  std::chrono::milliseconds timeout);
 
-// Lower level: the value of `key` if it is set, else nullopt, in one round trip to the store
-// (TCPStore::get() waits for the key first: two). It is a compareSet() against a value no caller
-// stores; a store without compareSet falls back to check() + get().
+// Lower level: the value of `key` if it is set, else nullopt, without waiting: check() then
+// get() (one round trip for a missing key, two for a set one). Never a compareSet() probe: the
+// TCPStore server of LibTorch >= 2.4 (libuv) wakes every client waiting for a key when a
+// compareSet() finds that key missing, and the woken client's get() reads an empty value — gloo
+// then crashed parsing a peer's address (docs/architecture.md, "Store wake-ups").
 std::optional<std::vector<uint8_t>> try_get(c10d::Store& store, const std::string& key);
+
+// Lower level: store.get(key) — which waits for the key — made robust against a wake-up without
+// the key (the libuv server above, or any client's compareSet() on it): an empty value of a key
+// that does not exist is not returned; it waits again, until the store's timeout in all.
+// Throws std::runtime_error naming the key (and what the store said: its timeout, a lost server).
+std::vector<uint8_t> get_when_set(c10d::Store& store, const std::string& key);
 
 // The rendezvous timeout after applying env overrides (see RendezvousOptions::timeout).
 std::chrono::milliseconds resolve_rendezvous_timeout(std::chrono::milliseconds requested);

@@ -77,10 +77,7 @@ for line in "${lines[@]}"; do
       ;;
     2)
       dir=$root/build-torch2
-      # Known issue on 2.x, open in issue #8: hello_allreduce workers whose nodes are different
-      # hosts (network namespaces; two slurmd) die of SIGSEGV now and then. These two tests run
-      # on the 1.13 line only until it is found; every other test runs on both lines.
-      skip=(-E '^(multinode_netns|cluster\.slurm_jobs)$')
+      skip=()
       venv=$(bash scripts/setup-torch2.sh)
       bash scripts/build.sh "$dir" -DLSPAWN_BUILD_TESTS=ON -DLSPAWN_BUILD_BENCH=OFF \
         -DCMAKE_PREFIX_PATH="$venv/torch/share/cmake" -DLSPAWN_WITH_NCCL=ON \

@@ -217,3 +217,46 @@ TEST_CASE("try_get: the value of a set key, nullopt for a missing one, nothing c
   CHECK(lspawn::try_get(*fallback, "f") == std::optional<Bytes>(Bytes{'x'}));
   CHECK(client->get("k") == Bytes{'v'});  // unchanged by the probe
 }
+
+// LibTorch >= 2.4's TCPStore server (libuv) wakes a client waiting for a key whenever a
+// compareSet() finds that key missing, and the woken get() reads an empty value. gloo crashed on
+// such a value (issue #8: SIGSEGV in gloo::transport::tcp::Rank::Rank across hosts). try_get must
+// not send such a probe, and get_when_set must not return such a value, whoever sent the probe.
+TEST_CASE("try_get does not wake a client waiting for the missing key", "[rendezvous]") {
+  auto server = lspawn::host_store("127.0.0.1", 0, 10s);
+  auto waiter = lspawn::connect_store("127.0.0.1", server->getPort(), 10s);
+  auto prober = lspawn::connect_store("127.0.0.1", server->getPort(), 10s);
+  std::vector<uint8_t> got;
+  std::thread t([&] { got = waiter->get("late"); });  // c10d's own get(): waits for the key
+  std::this_thread::sleep_for(200ms);                  // the waiter is registered
+  CHECK_FALSE(lspawn::try_get(*prober, "late").has_value());
+  std::this_thread::sleep_for(200ms);
+  prober->set("late", Bytes{'v'});
+  t.join();
+  CHECK(got == Bytes{'v'});
+}
+
+TEST_CASE("get_when_set: a wake-up without the key (a stranger's compareSet) does not return an empty value",
+          "[rendezvous]") {
+  auto server = lspawn::host_store("127.0.0.1", 0, 10s);
+  auto waiter = lspawn::connect_store("127.0.0.1", server->getPort(), 10s);
+  auto stranger = lspawn::connect_store("127.0.0.1", server->getPort(), 10s);
+  std::vector<uint8_t> got;
+  std::thread t([&] { got = lspawn::get_when_set(*waiter, "late"); });
+  std::this_thread::sleep_for(200ms);
+  for (int i = 0; i < 3; ++i) {  // on a 2.x server each of these wakes the waiter
+    stranger->compareSet("late", Bytes{'p'}, Bytes{'p'});
+    std::this_thread::sleep_for(50ms);
+  }
+  CHECK_FALSE(stranger->check({"late"}));
+  stranger->set("late", Bytes{'v'});
+  t.join();
+  CHECK(got == Bytes{'v'});
+}
+
+TEST_CASE("get_when_set: a key never set fails after the store timeout, naming it", "[rendezvous]") {
+  auto server = lspawn::host_store("127.0.0.1", 0, 10s);
+  auto client = lspawn::connect_store("127.0.0.1", server->getPort(), 10s);
+  client->setTimeout(300ms);
+  CHECK_THROWS_WITH(lspawn::get_when_set(*client, "never"), Contains("never"));
+}
