@@ -154,6 +154,11 @@ int run(const CliOptions& o) {
   go.node_timeout = std::chrono::milliseconds(static_cast<long long>(o.node_timeout_s * 1000));
   go.rdzv_timeout = std::chrono::milliseconds(static_cast<long long>(o.rdzv_timeout_s * 1000));
   if (!o.quiet) go.info = say;
+  // Hang diagnosis across nodes: handled once the watch and the supervisor exist (below).
+  std::function<void(int, const node::Message&)> on_hang_message;
+  go.on_hang_message = [&on_hang_message](int from, const node::Message& m) {
+    if (on_hang_message) on_hang_message(from, m);
+  };
   if (o.nnodes > 1 && !o.rdzv_endpoint.empty()) {
     go.static_mode = false;
     go.endpoint_addr = o.rdzv_host;
@@ -204,6 +209,15 @@ int run(const CliOptions& o) {
   HangWatchOptions hopts;
   hopts.dir = status_dir;
   hopts.timeout = std::chrono::milliseconds(static_cast<long long>(o.hang_timeout_s * 1000));
+  // Multi-node: the coordinator's watch covers every node's ranks (their launchers send their
+  // records) and alone decides a hang; the others report on request only (SIGURG: their ranks).
+  if (multi && !group->coordinator()) hopts.timeout = std::chrono::milliseconds(0);
+  hopts.ask_remote_stacks = [&group](int node, const std::vector<int>& ranks) {
+    node::StackAskMsg ask;
+    ask.restart_count = group->round();
+    ask.ranks = ranks;
+    group->send_hang_message(node, "stacks?", ask);
+  };
   hopts.print = [](const std::string& text) {
     try {
       sys::write_all(2, text, "stderr");
@@ -243,6 +257,48 @@ int run(const CliOptions& o) {
   sopts.host = host;
 
   Supervisor sup(std::move(sopts));
+  on_hang_message = [&](int from, const node::Message& m) {
+    try {
+      if (m.type == "status") {
+        auto st = m.as<node::StatusMsg>();
+        if (group->coordinator() && st.restart_count == group->round()) hang_watch.set_remote(from, std::move(st.ranks));
+      } else if (m.type == "stacks?") {
+        const auto ask = m.as<node::StackAskMsg>();
+        if (ask.restart_count != group->round()) return;
+        hang_watch.ask_stacks_for(ask.ranks, sup.results(), [&group, from, round = ask.restart_count](std::vector<RankInput> a) {
+          node::StacksMsg answer;
+          answer.restart_count = round;
+          answer.ranks = std::move(a);
+          group->send_hang_message(from, "stacks", answer);
+        });
+      } else if (m.type == "stacks") {
+        hang_watch.add_remote_stacks(m.as<node::StacksMsg>().ranks);
+      }
+    } catch (const nlohmann::json::exception& e) {
+      say("ignored a malformed '" + m.type + "' message from node " + std::to_string(from) + ": " + e.what());
+    }
+  };
+  // A member sends its ranks' records to the coordinator when they changed (at most every
+  // kStatusEvery) and at least every kStatusRefresh.
+  constexpr auto kStatusEvery = std::chrono::milliseconds(250);
+  constexpr auto kStatusRefresh = std::chrono::milliseconds(1000);
+  Clock::time_point next_status{}, status_sent{};
+  nlohmann::json last_status;
+  auto send_status = [&](int round) {
+    if (!multi || group->coordinator()) return;
+    const auto now = Clock::now();
+    if (now < next_status) return;
+    next_status = now + kStatusEvery;
+    node::StatusMsg st;
+    st.restart_count = round;
+    st.ranks = hang_watch.collect_inputs(sup.results());
+    for (auto& in : st.ranks) in.host = host;
+    nlohmann::json j = st;
+    if (j == last_status && now - status_sent < kStatusRefresh) return;
+    group->send_hang_message(assign.coordinator, "status", j);
+    last_status = std::move(j);
+    status_sent = now;
+  };
   if (!o.quiet) {
     say("starting " + std::to_string(o.nproc_per_node) + " worker" +
         (o.nproc_per_node == 1 ? "" : "s") + " of '" + *path + "'" +
@@ -322,7 +378,9 @@ int run(const CliOptions& o) {
                       .count();
       std::ostringstream secs;
       secs << o.hang_timeout_s;
-      c.text = "lspawn: root cause: no rank made progress in its collectives for " + secs.str() +
+      // Multi-node: the report travels with the cause (the other nodes print it too).
+      c.text = (multi ? hang_watch.last_report() : std::string()) +
+               "lspawn: root cause: no rank made progress in its collectives for " + secs.str() +
                " s on node " + std::to_string(node_rank) + " (" + host + "): stopped by the hang watchdog "
                "(--hang-timeout; the report is above)\n";
       return c;
@@ -414,8 +472,9 @@ int run(const CliOptions& o) {
       if (group->finish() || next_round) break;
       sync_watches();
       if (!sup.finished()) {
+        send_status(round);
         const auto watch_due = hang_watch.next_deadline();
-        sup.step(std::min(group->next_wakeup(), watch_due));
+        sup.step(std::min({group->next_wakeup(), watch_due, multi && !group->coordinator() ? next_status : Clock::time_point::max()}));
         if (Clock::now() >= watch_due && hang_watch.poll(Clock::now(), sup.results()) && !sup.finished() &&
             !sup.root_cause()) {
           hang = true;
@@ -443,6 +502,7 @@ int run(const CliOptions& o) {
     }
     if (next_round) {
       hang = false;
+      hang_watch.clear_remote();
       continue;
     }
     // The job is over: every node prints the same root cause and exits with its code.
@@ -455,6 +515,11 @@ int run(const CliOptions& o) {
       summary = sup.summary();
     } else if (fin.failed) {
       summary = fin.cause.text;
+      // This node's own hang: its report is printed already; the root-cause line only.
+      if (fin.cause.kind == "hang" && fin.cause.node_rank == node_rank &&
+          summary.compare(0, hang_watch.last_report().size(), hang_watch.last_report()) == 0) {
+        summary.erase(0, hang_watch.last_report().size());
+      }
       const bool ours = fin.cause.kind == "worker" && fin.cause.node_rank == node_rank;
       if (ours && sup.root_cause() && *sup.root_cause() == fin.cause.rank) {
         summary += sup.summary(false);

@@ -9,9 +9,10 @@
 // and whose record announces the handler), waits up to `stack_wait` for the stack files while
 // the caller's loop goes on, and prints one report.
 //
-// Ranks on other nodes: the report logic takes RankInputs; a multi-node version adds the records
-// of remote ranks (fetched through the store or the launchers' control channel) to
-// collect_inputs() before the analysis.
+// Ranks on other nodes (multi-node jobs): the coordinator's watch also holds the latest records
+// of every other node's ranks (set_remote, from their launchers' StatusMsg over the control
+// channel): progress and the report span the job, and the stacks of lagging remote ranks are
+// asked of their launchers (ask_remote_stacks → the member's ask_stacks_for → add_remote_stacks).
 #pragma once
 
 #include <chrono>
@@ -40,6 +41,9 @@ struct HangWatchOptions {
   std::chrono::milliseconds stack_wait{1500};  // how long to wait for the lagging ranks' stacks
   std::function<void(const std::string&)> print;  // the report (several lines, each "lspawn: ...")
   std::string timeout_flag = "--hang-timeout";     // named in the headline
+  // Multi-node, coordinator: asks node `node_rank`'s launcher for the stacks of its `ranks`; the
+  // answers come back through add_remote_stacks(). Null: remote ranks get no stack.
+  std::function<void(int node_rank, const std::vector<int>& ranks)> ask_remote_stacks;
 };
 
 class HangWatch {
@@ -58,12 +62,29 @@ class HangWatch {
   // The inputs of a report for this node's ranks (records as read now, no stacks).
   std::vector<RankInput> collect_inputs(const std::vector<WorkerResult>& workers);
 
+  // Multi-node, coordinator: the latest inputs of node `node_rank`'s ranks (host set, no stacks).
+  // They count for progress and are part of every report until clear_remote().
+  void set_remote(int node_rank, std::vector<RankInput> inputs);
+  void clear_remote() { remote_.clear(); }
+  // Multi-node, coordinator: answers to ask_remote_stacks (rank, stack or stack_problem).
+  void add_remote_stacks(const std::vector<RankInput>& answers);
+  // Multi-node, member: the coordinator asks for the stacks of these ranks of this node. They are
+  // asked now; a later poll() calls `answer` with them (or why not), within stack_wait.
+  void ask_stacks_for(const std::vector<int>& ranks, const std::vector<WorkerResult>& workers,
+                      std::function<void(std::vector<RankInput>)> answer);
+  // The last report printed; empty before the first.
+  const std::string& last_report() const { return last_report_; }
+
  private:
   // Maps the records of `workers` that appeared since the last call.
   void open_records(const std::vector<WorkerResult>& workers);
   void start_report(Clock::time_point now, bool hang, const std::vector<WorkerResult>& workers);
   void finish_report();
   bool stacks_ready() const;
+  // Sends rank `in` the stack signal (its stack file removed first); false with in.stack_problem
+  // set when it cannot be asked.
+  bool ask_stack(RankInput& in);
+  void finish_stack_job(bool force);
 
   HangWatchOptions opts_;
   std::map<int, status::RecordReader> readers_;
@@ -80,10 +101,21 @@ class HangWatch {
     std::vector<RankInput> inputs;
     HangAnalysis analysis;
     std::vector<int> asked;  // ranks sent the stack signal
+    std::vector<int> remote_asked;  // ranks of other nodes asked through their launchers
     std::int64_t now_us = 0;
     double quiet_s = 0;
   };
   std::optional<Pending> pending_;
+  std::map<int, std::vector<RankInput>> remote_;  // by node rank
+  std::string last_report_;
+  // A member's answer to the coordinator's stack request, being collected.
+  struct StackJob {
+    std::vector<RankInput> inputs;
+    std::vector<int> asked;
+    Clock::time_point deadline;
+    std::function<void(std::vector<RankInput>)> answer;
+  };
+  std::optional<StackJob> stack_job_;
 };
 
 }  // namespace lspawn

@@ -22,6 +22,11 @@
 //   both ways             busy      BusyMsg: the sender blocks up to ms without heartbeats (an
 //                                   exec'd forkserver loading the program); its next message
 //                                   ends the allowance
+// Hang diagnosis across nodes (docs/hang-diagnosis.md; the coordinator's watch covers the job):
+//   member → coordinator  status    StatusMsg: this node's ranks' status records, when they
+//                                   changed (at most every 0.25 s) and with every heartbeat
+//   coordinator → member  stacks?   StackAskMsg: ask these ranks of yours for their stacks
+//   member → coordinator  stacks    StacksMsg: their main-thread stacks, or why there are none
 // A link that sends nothing (not even hb) for the node timeout (beyond a busy allowance), or
 // whose connection breaks (EOF, ECONNRESET, TCP_USER_TIMEOUT), is a lost node.
 #pragma once
@@ -35,6 +40,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "launcher/hang_report.hpp"
 #include "launcher/sys.hpp"
 
 namespace lspawn::node {
@@ -127,6 +133,52 @@ struct FinishMsg {
   Cause cause;
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FinishMsg, exit_code, failed, restart_count, cause)
+
+}  // namespace lspawn::node
+
+// std::optional as null or the value (nlohmann 3.11.2 has no serializer for it).
+namespace nlohmann {
+template <class T>
+struct adl_serializer<std::optional<T>> {
+  static void to_json(json& j, const std::optional<T>& v) { v ? j = *v : j = nullptr; }
+  static void from_json(const json& j, std::optional<T>& v) {
+    if (j.is_null()) v.reset();
+    else v = j.get<T>();
+  }
+};
+}  // namespace nlohmann
+
+// Status records, as sent between nodes (field names as keys; unknown ones ignored).
+namespace lspawn::status {
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(GroupView, name, group_rank, group_size, in_collective, seq, op,
+                                                bytes, since_us, completed_seq, completed_op, completed_us,
+                                                version)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankView, rank, pid, opened_us, stack_signal, groups,
+                                                groups_dropped, torn)
+}  // namespace lspawn::status
+namespace lspawn {
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankInput, rank, pid, host, exited, exit_text, started_us,
+                                                record, record_problem, stack, stack_problem)
+}  // namespace lspawn
+namespace lspawn::node {
+
+struct StatusMsg {
+  int restart_count = 0;
+  std::vector<RankInput> ranks;  // host set; no stacks
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StatusMsg, restart_count, ranks)
+
+struct StackAskMsg {
+  int restart_count = 0;
+  std::vector<int> ranks;  // global ranks of the receiving node
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StackAskMsg, restart_count, ranks)
+
+struct StacksMsg {
+  int restart_count = 0;
+  std::vector<RankInput> ranks;  // rank, stack or stack_problem
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StacksMsg, restart_count, ranks)
 
 // One decoded frame: its type and body.
 struct Message {

@@ -418,6 +418,10 @@ void Group::handle(Node& n, const Message& m) {
   n.busy_until = m.type == "busy" ? Clock::now() + milliseconds(std::max<int64_t>(m.as<BusyMsg>().ms, 0))
                                   : Clock::time_point{};
   if (m.type == "hb" || m.type == "busy") return;
+  if (m.type == "status" || m.type == "stacks?" || m.type == "stacks") {
+    if (opts_.on_hang_message) opts_.on_hang_message(n.node_rank, m);
+    return;
+  }
   if (!coordinator_) {
     handle_member_message(m);
     return;
@@ -486,6 +490,18 @@ void Group::lost(Node& n, const std::string& why) {
       f.cause = c;
       finish_ = f;
     }
+  }
+}
+
+void Group::send_hang_message(int node_rank, const std::string& type, const nlohmann::json& body) {
+  for (auto& n : nodes_) {
+    if (n->node_rank != node_rank || !n->link) continue;
+    try {
+      n->link->send(type, body);
+    } catch (const LinkError& e) {
+      lost(*n, e.what());
+    }
+    return;
   }
 }
 

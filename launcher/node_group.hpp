@@ -56,6 +56,9 @@ struct GroupOptions {
   std::chrono::milliseconds rdzv_timeout{600000};
   std::string host;                         // this node's name, for reports
   std::function<void(const std::string&)> info;  // informational lines; may be null
+  // Hang diagnosis across nodes: the messages "status", "stacks?" and "stacks" (node_channel.hpp)
+  // that came from node `from` (its node rank). May be null (they are then dropped).
+  std::function<void(int from, const Message&)> on_hang_message;
 };
 
 // The rendezvous failed: not every node came within the timeout, the nodes disagree on the
@@ -103,6 +106,9 @@ class Group {
   // This lspawn is about to block up to `limit` without heartbeats (starting an exec'd
   // forkserver): the other nodes do not count that silence. Its next message ends it.
   void announce_busy(std::chrono::milliseconds limit);
+  // Hang diagnosis across nodes: sends a message to node `node_rank` (a member: only the
+  // coordinator's node is reachable). To a lost or unknown node: dropped.
+  void send_hang_message(int node_rank, const std::string& type, const nlohmann::json& body);
   // Before exiting: gives the messages still queued up to `limit` to leave.
   void flush_for(std::chrono::milliseconds limit);
 

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 
 #include "harness.hpp"
+#include "launcher/cli_options.hpp"
 #include "launcher/port.hpp"
 #include "launcher/sys.hpp"
 
@@ -385,4 +386,32 @@ TEST_CASE("multi-node: --rdzv-endpoint with the same --node-rank twice is reject
   CHECK(code_of(sa) == 122);
   CHECK(code_of(sb) == 122);
   CHECK(b.err().find("both have --node-rank 1") != std::string::npos);
+}
+
+TEST_CASE("multi-node hang: the coordinator's watch covers every node; a rank of node 1 that never enters is named "
+          "with its stack on both nodes, both exit 124",
+          "[e2e][multinode][hang][exec-only]") {
+  Subreaper reaper;
+  const std::string port = std::to_string(free_port());
+  auto node = [&](int r) {
+    return lspawn_args({"--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "2", "--master-addr",
+                        "127.0.0.1", "--master-port", port, "--hang-timeout", "1", "--grace-period", "2",
+                        hang_worker_bin(), "never-enters", "3", "3"});
+  };
+  Child b(node(1));
+  Child a(node(0));
+  const int sa = a.wait(std::chrono::seconds(60)), sb = b.wait(std::chrono::seconds(60));
+  INFO(a.err() << "\n=====\n" << b.err());
+  CHECK(code_of(sa) == lspawn::exit_codes::kHang);
+  CHECK(code_of(sb) == lspawn::exit_codes::kHang);
+  for (const std::string* e : {&a.err(), &b.err()}) {
+    // Ranks 0-2 wait (two of them on node 0, one on node 1), rank 3 on node 1 is behind.
+    CHECK(count(*e, "lspawn: hang: no rank made progress in its collectives for ") == 1);
+    CHECK_THAT(*e, Catch::Matchers::Contains("waiting: ranks 0-2 in all_reduce #4 on group world, 16 B, for "));
+    CHECK_THAT(*e, Catch::Matchers::Contains("(3 of 4 members)"));
+    CHECK_THAT(*e, Catch::Matchers::Contains("behind: rank 3 on " + kHost + " has not entered a collective for "));
+    CHECK_THAT(*e, Catch::Matchers::Contains("main thread of rank 3 (pid "));
+    CHECK_THAT(*e, Catch::Matchers::Contains("lspawn_test::sleep_outside_collectives()"));  // asked of node 1's lspawn
+    CHECK_THAT(*e, Catch::Matchers::Contains("root cause: no rank made progress in its collectives for 1 s on node 0"));
+  }
 }

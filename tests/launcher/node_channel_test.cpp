@@ -103,3 +103,54 @@ TEST_CASE("node channel: sending to a closed peer is a LinkError", "[node_channe
   p.raw.reset();
   CHECK_THROWS_AS(p.link->send("hb", nlohmann::json::object()), LinkError);
 }
+
+TEST_CASE("node channel: a node's status records round-trip (hang diagnosis across nodes)", "[node_channel]") {
+  Pair p;
+  StatusMsg st;
+  st.restart_count = 2;
+  RankInput with;
+  with.rank = 3;
+  with.pid = 4242;
+  with.host = "lsp-b";
+  with.started_us = 17;
+  status::RankView v;
+  v.rank = 3;
+  v.pid = 4242;
+  v.stack_signal = 40;
+  status::GroupView g;
+  g.name = "world";
+  g.group_size = 4;
+  g.in_collective = true;
+  g.seq = 1043;
+  g.op = "all_reduce";
+  g.bytes = 16u << 20;
+  g.since_us = 1700000000000000;
+  g.version = 99;
+  v.groups.push_back(g);
+  with.record = v;
+  RankInput without;  // no record yet, exited
+  without.rank = 2;
+  without.exited = true;
+  without.exit_text = "has exited (exit code 0)";
+  st.ranks = {with, without};
+  p.put(encode("status", st));
+  auto msgs = p.link->read();
+  REQUIRE(msgs.size() == 1);
+  const auto got = msgs[0].as<StatusMsg>();
+  CHECK(got.restart_count == 2);
+  REQUIRE(got.ranks.size() == 2);
+  REQUIRE(got.ranks[0].record);
+  CHECK(got.ranks[0].host == "lsp-b");
+  CHECK(got.ranks[0].record->groups.at(0).op == "all_reduce");
+  CHECK(got.ranks[0].record->groups.at(0).seq == 1043);
+  CHECK(got.ranks[0].record->groups.at(0).bytes == (16u << 20));
+  CHECK(got.ranks[0].record->groups.at(0).in_collective);
+  CHECK(got.ranks[0].record->groups.at(0).version == 99);
+  CHECK_FALSE(got.ranks[1].record.has_value());
+  CHECK(got.ranks[1].exited);
+  // A record of the wrong shape is a json error (the launcher ignores the message, naming it).
+  p.put(encode("status", nlohmann::json{{"restart_count", 0}, {"ranks", {{{"record", "not an object"}}}}}));
+  msgs = p.link->read();
+  REQUIRE(msgs.size() == 1);
+  CHECK_THROWS_AS(msgs[0].as<StatusMsg>(), nlohmann::json::exception);
+}
