@@ -29,6 +29,7 @@
 #include <catch2/catch.hpp>
 
 #include "harness.hpp"
+#include "launcher/cli_options.hpp"
 
 using namespace lspawn::test;
 using namespace std::chrono_literals;
@@ -192,6 +193,37 @@ TEST_CASE("fault matrix: a rank crashes with SIGSEGV", "[fault-matrix]") {
   print_row(r);
   CHECK(r.exit_code == 139);
   CHECK(r.message == "root cause: process 1 terminated with signal SIGSEGV");
+  CHECK(r.left == 0);
+}
+
+TEST_CASE("fault matrix: a rank hangs while the others wait in a collective", "[fault-matrix]") {
+  Subreaper reaper;
+  const std::string tag = new_tag();
+  const int64_t t0 = now_us();
+  // Rank 1 sleeps outside any collective after 3 all_reduces; ranks 0, 2, 3 enter the 4th.
+  Child c({lspawn_bin(), "--nprocs", "4", "--hang-timeout", "1", "--grace-period", "2", hang_worker_bin(),
+           "never-enters", "1", "3"},
+          {"LSPAWN_FAULT_TAG=" + tag});
+  const int status = c.wait(60s);
+  const int64_t exited = now_us();
+  INFO(c.err());
+  // The report says how long nobody progressed ("(last completed: ..., 1.3 s ago)").
+  std::string behind = line_with(c.err(), "behind: rank 1");
+  behind.erase(0, behind.find_first_not_of(' '));
+  std::string quiet = "?";  // "1.3 s", from "(last completed: all_reduce #3 on group world, 1.3 s ago)"
+  for (const auto& l : lines(c.err())) {
+    const auto end = l.find(" ago)");
+    if (l.find("behind: rank 1") == std::string::npos || end == std::string::npos) continue;
+    const auto begin = l.rfind(", ", end);
+    if (begin != std::string::npos) quiet = l.substr(begin + 2, end - begin - 2);
+  }
+  Row r{"rank hangs outside a collective the others wait in (`--hang-timeout 1`)",
+        "report " + quiet + " after the last progress; exit " + seconds_text(exited - t0) + " from launch",
+        code_of(status), behind, tagged_processes(tag)};
+  print_row(r);
+  CHECK(r.exit_code == lspawn::exit_codes::kHang);
+  CHECK(r.message.find("behind: rank 1 has not entered a collective for ") == 0);
+  CHECK(c.err().find("main thread of rank 1 (pid ") != std::string::npos);
   CHECK(r.left == 0);
 }
 
