@@ -132,6 +132,7 @@ TEST_CASE("hang report: formatting helpers", "[hang]") {
 
 #include "launcher/hang_watch.hpp"
 #include "status/recorder.hpp"
+#include "status/stack_dump.hpp"
 
 namespace {
 
@@ -236,4 +237,136 @@ TEST_CASE("HangWatch: progress or nobody waiting is not a hang, a report on requ
   CHECK(printed[0].find("lspawn: status of 2 ranks (on request)") == 0);
   CHECK(printed[0].find("waiting: rank 0 in all_reduce #1 on group world") != std::string::npos);
   (void)s1;
+}
+
+namespace {
+
+// Rank `rank` of another node as its launcher sends it: waiting in all_reduce #seq, or idle.
+RankInput remote_rank(int rank, bool waiting, std::uint64_t seq, std::uint64_t version) {
+  RankInput in;
+  in.rank = rank;
+  in.pid = 999999;
+  in.host = "node-b";
+  status::RankView v;
+  v.rank = rank;
+  v.pid = in.pid;
+  v.stack_signal = status::kStackSignal;
+  status::GroupView g;
+  g.name = "world";
+  g.group_rank = rank;
+  g.group_size = 4;
+  g.in_collective = waiting;
+  g.seq = seq;
+  g.op = "all_reduce";
+  g.bytes = 4;
+  g.since_us = status::now_us();
+  g.completed_seq = waiting ? seq - 1 : seq;
+  g.completed_op = "all_reduce";
+  g.completed_us = g.since_us;
+  g.version = version;
+  v.groups.push_back(g);
+  in.record = v;
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE("HangWatch, coordinator: another node's ranks count for progress and are in the report; their stacks "
+          "are asked of their launcher",
+          "[hang]") {
+  StatusDir dir;
+  auto r0 = status::Recorder::create(dir.path, 0);
+  auto r1 = status::Recorder::create(dir.path, 1);
+  auto s0 = r0->add_group("world", 0, 4);
+  auto s1 = r1->add_group("world", 1, 4);
+  s0.enter("all_reduce", 2, 4);
+  s1.enter("all_reduce", 2, 4);
+  std::vector<std::string> printed;
+  std::vector<std::pair<int, std::vector<int>>> asked;
+  HangWatchOptions o;
+  o.dir = dir.path;
+  o.timeout = std::chrono::milliseconds(300);
+  o.stack_wait = std::chrono::milliseconds(2000);
+  o.print = [&](const std::string& t) { printed.push_back(t); };
+  o.ask_remote_stacks = [&](int node, const std::vector<int>& ranks) { asked.emplace_back(node, ranks); };
+  HangWatch watch(o);
+  // Node 1's rank 2 waits too; its rank 3 keeps making progress (its version changes) for a while.
+  std::uint64_t version = 1;
+  const auto until = Clock::now() + std::chrono::milliseconds(600);
+  while (Clock::now() < until) {
+    watch.set_remote(1, {remote_rank(2, true, 2, 1), remote_rank(3, false, 1, ++version)});
+    CHECK_FALSE(watch.poll(Clock::now(), two_workers()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK(printed.empty());  // remote progress is progress
+  // Now nothing changes anywhere: the watch fires and asks node 1 for rank 3's stack.
+  const auto t0 = Clock::now();
+  while (asked.empty() && Clock::now() - t0 < std::chrono::seconds(5)) {
+    watch.poll(Clock::now(), two_workers());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  REQUIRE(asked.size() == 1);
+  CHECK(asked[0].first == 1);
+  CHECK(asked[0].second == std::vector<int>{3});
+  CHECK(printed.empty());  // waits for the answer
+  RankInput answer;
+  answer.rank = 3;
+  answer.stack = {"pid 1 main thread", "/w(lspawn_test::sleep_outside_collectives()+0x1c) [0x55]"};
+  answer.stack.erase(answer.stack.begin());
+  watch.add_remote_stacks({answer});
+  CHECK(drive(watch, two_workers(), std::chrono::seconds(2)));
+  REQUIRE(printed.size() == 1);
+  INFO(printed[0]);
+  CHECK(printed[0].find("waiting: ranks 0-2 in all_reduce #2 on group world, 4 B") != std::string::npos);
+  CHECK(printed[0].find("(3 of 4 members)") != std::string::npos);
+  CHECK(printed[0].find("behind: rank 3 on node-b has not entered a collective") != std::string::npos);
+  CHECK(printed[0].find("lspawn_test::sleep_outside_collectives()") != std::string::npos);
+  CHECK(watch.last_report() == printed[0]);
+}
+
+TEST_CASE("HangWatch, coordinator: a launcher that never sends the stacks is named after the stack wait", "[hang]") {
+  StatusDir dir;
+  auto r0 = status::Recorder::create(dir.path, 0);
+  auto s0 = r0->add_group("world", 0, 2);
+  s0.enter("all_reduce", 1, 4);
+  std::vector<std::string> printed;
+  HangWatchOptions o;
+  o.dir = dir.path;
+  o.timeout = std::chrono::milliseconds(100);
+  o.stack_wait = std::chrono::milliseconds(200);
+  o.print = [&](const std::string& t) { printed.push_back(t); };
+  o.ask_remote_stacks = [](int, const std::vector<int>&) {};  // the answer never comes
+  HangWatch watch(o);
+  watch.set_remote(1, {remote_rank(1, false, 0, 1)});
+  std::vector<WorkerResult> one(1);
+  one[0].rank = 0;
+  one[0].pid = ::getpid();
+  REQUIRE(drive(watch, one, std::chrono::seconds(5)));
+  REQUIRE(printed.size() == 1);
+  INFO(printed[0]);
+  CHECK(printed[0].find("main thread of rank 1") != std::string::npos);
+  CHECK(printed[0].find("its node's lspawn sent no answer within 0.2 s") != std::string::npos);
+}
+
+TEST_CASE("HangWatch, member: the coordinator's stack request is answered for its ranks, and names the ones it "
+          "does not have",
+          "[hang]") {
+  StatusDir dir;
+  auto r0 = status::Recorder::create(dir.path, 0);  // no stack handler installed
+  HangWatchOptions o;
+  o.dir = dir.path;
+  o.stack_wait = std::chrono::milliseconds(100);
+  HangWatch watch(o);
+  std::vector<WorkerResult> one(1);
+  one[0].rank = 0;
+  one[0].pid = ::getpid();
+  std::optional<std::vector<RankInput>> answer;
+  watch.ask_stacks_for({0, 7}, one, [&](std::vector<RankInput> a) { answer = std::move(a); });
+  drive(watch, one, std::chrono::milliseconds(300));
+  REQUIRE(answer);
+  REQUIRE(answer->size() == 2);
+  CHECK((*answer)[0].rank == 0);
+  CHECK((*answer)[0].stack_problem == "its runtime did not install the stack handler");
+  CHECK((*answer)[1].rank == 7);
+  CHECK((*answer)[1].stack_problem == "not a rank of this node");
 }
