@@ -1,5 +1,7 @@
 #include "strategies/data_parallel.hpp"
 
+#include "runtime/torch_compat.hpp"
+
 #include <ATen/ThreadLocalState.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/csrc/autograd/function.h>
@@ -121,13 +123,14 @@ void DataParallel::setup(TrainingModule& module) {
   const auto root_params = module.named_parameters(/*recurse=*/true);
   const auto root_buffers = module.named_buffers(/*recurse=*/true);
   // One summing node per trainable root parameter, its next edge the parameter's accumulator.
-  std::vector<std::shared_ptr<ReplicaGradSum>> nodes;
+  using NodePtr = decltype(compat::make_autograd_node<ReplicaGradSum>(c10::Device(c10::kCPU)));
+  std::vector<NodePtr> nodes;
   for (const auto& p : root_params) {
     if (!p.value().requires_grad()) {
-      nodes.push_back(nullptr);
+      nodes.emplace_back();
       continue;
     }
-    auto node = std::make_shared<ReplicaGradSum>(p.value().device());
+    auto node = compat::make_autograd_node<ReplicaGradSum>(p.value().device());
     node->set_next_edges(torch::autograd::collect_next_edges(p.value()));
     nodes.push_back(std::move(node));
   }
