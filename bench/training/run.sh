@@ -31,7 +31,7 @@ run() {  # name, command...
 for r in $(seq 1 "$rounds"); do
   for n in ${NPROCS:-1 2 4}; do
     run "lspawn-gloo-$n-r$r" "$lspawn" --nprocs "$n" "$bench" --steps "$steps"
-    run "lspawn-shmhook-$n-r$r" "$lspawn" --nprocs "$n" "$bench" --steps "$steps" --backend shm --hook --bucket-view
+    run "lspawn-shmhook-$n-r$r" "$lspawn" --nprocs "$n" "$bench" --steps "$steps" --backend shm --hook
     run "pytorch-$n-r$r" "$lspawn" --nprocs "$n" "$py" "$script" --steps "$steps"
   done
 done
