@@ -14,6 +14,8 @@
 //   - c10::Error::backtrace() is a string on 1.13, a lazily symbolised one on 2.x: backtrace_of().
 //   - c10d::Reducer's constructor (DDP's engine) takes other arguments: make_reducer();
 //     autocast's per-device functions were renamed: autocast_enabled(), set_autocast().
+//   - autograd nodes are held by std::shared_ptr on 1.13, by c10::intrusive_ptr on 2.x:
+//     make_autograd_node<T>(…) (DataParallel's gradient-summing node).
 #pragma once
 
 #include <memory>
@@ -172,6 +174,18 @@ inline void set_autocast(at::DeviceType type, bool enabled, at::ScalarType dtype
     at::autocast::set_cpu_enabled(enabled);
     at::autocast::set_autocast_cpu_dtype(dtype);
   }
+#endif
+}
+
+// A new autograd node of type T (a torch::autograd::Node), held as each line's graph holds its
+// nodes: std::shared_ptr<T> on 1.13, c10::intrusive_ptr<T> on 2.x (both convert to the
+// pointer-to-Node that torch::autograd::set_history and Edge take).
+template <typename T, typename... Args>
+auto make_autograd_node(Args&&... args) {
+#if TORCH_VERSION_MAJOR >= 2
+  return c10::make_intrusive<T>(std::forward<Args>(args)...);
+#else
+  return std::make_shared<T>(std::forward<Args>(args)...);
 #endif
 }
 

@@ -42,6 +42,15 @@ class TrainingModule : public torch::nn::Module {
   // The optimizer over this module's parameters, created after the strategy's setup() (so it
   // sees the parameters on their device).
   virtual std::shared_ptr<torch::optim::Optimizer> configure_optimizers() = 0;
+  // A new module of the same architecture (any initial weights), for DataParallel over several
+  // devices: it copies this module's parameters and buffers into each replica (names, shapes and
+  // dtypes must match) before every step. Copy here the plain members a step reads.
+  //   std::shared_ptr<lspawn::TrainingModule> make_replica() const override { return std::make_shared<Net>(); }
+  // Default: std::logic_error (only DataParallel with more than one device calls it).
+  virtual std::shared_ptr<TrainingModule> make_replica() const {
+    throw std::logic_error("DataParallel over several devices needs TrainingModule::make_replica() (a new module of "
+                           "the same architecture); " + name() + " does not override it");
+  }
 };
 
 }  // namespace lspawn

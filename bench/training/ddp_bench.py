@@ -38,20 +38,38 @@ def bench(steps, warmup):
     torch.manual_seed(1 + rank)
     x, y = torch.randn(64, 784), torch.randint(0, 10, (64,))
 
+    phases = {}
+
     def run(n, sync):
+        # Per phase, as train_bench: forward (with zero_grad), backward, optimizer step.
+        fwd = bwd = ost = 0.0
+        clock = time.perf_counter
         dist.barrier()
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(n):
+            a = clock()
+            opt.zero_grad()
             if sync:
-                step(ddp, opt, x, y)
+                loss = F.nll_loss(F.log_softmax(ddp(x), 1), y)
+                b = clock()
+                loss.backward()
             else:
                 with ddp.no_sync():
-                    step(ddp, opt, x, y)
-        return (time.perf_counter() - t0) / n
+                    loss = F.nll_loss(F.log_softmax(ddp(x), 1), y)
+                    b = clock()
+                    loss.backward()
+            c = clock()
+            opt.step()
+            d = clock()
+            fwd, bwd, ost = fwd + b - a, bwd + c - b, ost + d - c
+        phases.update(fwd=fwd / n, bwd=bwd / n, opt=ost / n)
+        return (clock() - t0) / n
 
     run(warmup, True)
     t_ddp = run(steps, True)
+    sync_phases = dict(phases)
     t_compute = run(steps // 2, False)
+    bwd_nosync = phases["bwd"]
     flat = torch.zeros(sum(p.numel() for p in ddp.parameters()))
     dist.barrier()
     reps = max(10, steps // 4)
@@ -64,7 +82,10 @@ def bench(steps, warmup):
         print(json.dumps({"impl": "pytorch-ddp", "torch": torch.__version__, "world": world,
                           "steps_per_s": round(1 / t_ddp, 2), "step_ms": round(t_ddp * 1e3, 2),
                           "compute_ms": round(t_compute * 1e3, 2), "allreduce_ms": round(t_ar * 1e3, 2),
-                          "hidden": round(hidden, 2)}), flush=True)
+                          "hidden": round(hidden, 2), "fwd_ms": round(sync_phases["fwd"] * 1e3, 2),
+                          "bwd_ms": round(sync_phases["bwd"] * 1e3, 2), "bwd_nosync_ms": round(bwd_nosync * 1e3, 2),
+                          "opt_ms": round(sync_phases["opt"] * 1e3, 2), "intra_op_threads": torch.get_num_threads()}),
+              flush=True)
     dist.barrier()
     dist.destroy_process_group()
     # Debian's torch 1.13 on Python 3.11: after the measurement a rank sometimes never finishes

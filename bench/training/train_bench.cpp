@@ -2,6 +2,7 @@
 // Python reference: MLP 784-1024-1024-10, batch 64 per rank, fp32, SGD, synthetic data.
 //
 //   lspawn --nprocs N build/bench/training/train_bench [--steps S] [--warmup W] [--hook] [--backend gloo|shm]
+//                                                      [--bucket-view]   (DDPOptions::gradient_as_bucket_view)
 //   build/bench/training/train_bench --spawn N [--start fork|spawn|forkserver]   # DDPSpawn: fit() → first step
 //
 // Prints one JSON line from rank 0: steps/s per rank; the compute-only step time (same steps,
@@ -17,6 +18,7 @@
 #include <torch/optim/sgd.h>
 
 #include <chrono>
+#include <optional>
 #include <cstdio>
 #include <string>
 
@@ -46,13 +48,14 @@ double now() { return std::chrono::duration<double>(std::chrono::steady_clock::n
 int main(int argc, char** argv) {
   lspawn::init(argc, argv);
   int steps = 200, warmup = 20, spawn = 0;
-  bool hook = false;
+  bool hook = false, bucket_view = false;
   std::string backend = "gloo", start = "fork";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--steps") steps = std::stoi(argv[++i]);
     else if (a == "--warmup") warmup = std::stoi(argv[++i]);
     else if (a == "--hook") hook = true;
+    else if (a == "--bucket-view") bucket_view = true;
     else if (a == "--backend") backend = argv[++i];
     else if (a == "--spawn") spawn = std::stoi(argv[++i]);
     else if (a == "--start") start = argv[++i];
@@ -81,30 +84,45 @@ int main(int argc, char** argv) {
   o.accelerator = lspawn::AcceleratorKind::Cpu;
   o.backend = backend == "shm" ? lspawn::Backend::Shm : lspawn::Backend::Gloo;
   o.shm_comm_hook = hook;
+  o.gradient_as_bucket_view = bucket_view;
   lspawn::DDP ddp(o);
   Mlp net;
   ddp.setup(net);
   auto opt = net.configure_optimizers();
   at::manual_seed(1 + ddp.global_rank());
   lspawn::Batch batch = {at::randn({64, 784}), at::randint(0, 10, {64}, at::kLong)};
+  // Per phase of the synchronised steps (rank 0's view): forward (training_step), backward
+  // (with DDP: until every bucket is reduced), optimizer step; zero_grad counts as forward.
+  double t_fwd = 0, t_bwd = 0, t_opt = 0;
   auto run = [&](int n, bool sync) {
     ddp.barrier("phase");
+    t_fwd = t_bwd = t_opt = 0;
     const double t0 = now();
     for (int i = 0; i < n; ++i) {
+      const double a = now();
       opt->zero_grad();
-      if (sync) {
-        ddp.backward(ddp.training_step(batch, i));
-      } else {
-        lspawn::NoSync no_sync(ddp);
-        ddp.backward(ddp.training_step(batch, i));
+      at::Tensor loss;
+      {
+        std::optional<lspawn::NoSync> no_sync;
+        if (!sync) no_sync.emplace(ddp);
+        loss = ddp.training_step(batch, i);
+        const double b = now();
+        ddp.backward(loss);
+        t_fwd += b - a;
+        t_bwd += now() - b;
       }
+      const double c = now();
       ddp.optimizer_step(*opt);
+      t_opt += now() - c;
     }
+    t_fwd /= n, t_bwd /= n, t_opt /= n;
     return (now() - t0) / n;
   };
   run(warmup, true);
   const double t_ddp = run(steps, true);
+  const double f_sync = t_fwd, b_sync = t_bwd, o_sync = t_opt;
   const double t_compute = run(steps / 2, false);
+  const double b_compute = t_bwd;
   // The same gradients, reduced alone: one flat buffer through the path DDP's buckets take.
   std::vector<at::Tensor> grads;
   for (auto& p : net.parameters()) grads.push_back(at::zeros_like(p));
@@ -126,10 +144,12 @@ int main(int argc, char** argv) {
   if (ddp.is_global_zero()) {
     std::printf("{\"impl\": \"lspawn-ddp\", \"path\": \"%s\", \"world\": %d, \"steps_per_s\": %.2f, \"step_ms\": %.2f, "
                 "\"compute_ms\": %.2f, \"allreduce_ms\": %.2f, \"grad_floats\": %lld, \"buckets\": %zu, "
-                "\"hidden\": %.2f}\n",
+                "\"hidden\": %.2f, \"fwd_ms\": %.2f, \"bwd_ms\": %.2f, \"bwd_nosync_ms\": %.2f, \"opt_ms\": %.2f, "
+                "\"intra_op_threads\": %d, \"bucket_view\": %s}\n",
                 hook ? (ddp.uses_shm_hook() ? "shm-hook" : "hook-unavailable") : "gloo", ddp.world_size(),
                 1.0 / t_ddp, t_ddp * 1e3, t_compute * 1e3, t_ar * 1e3, static_cast<long long>(floats), ddp.num_buckets(),
-                hidden);
+                hidden, f_sync * 1e3, b_sync * 1e3, b_compute * 1e3, o_sync * 1e3, at::get_num_threads(),
+                o.gradient_as_bucket_view ? "true" : "false");
   }
   ddp.barrier("end");
   return 0;

@@ -31,6 +31,12 @@ struct TinyNet : lspawn::TrainingModule {
             {"acc", out.argmax(1).eq(b[1]).to(at::kFloat).mean()}};
   }
   at::Tensor predict_step(const lspawn::Batch& b, int64_t) override { return forward(b[0]).argmax(1); }
+  std::shared_ptr<lspawn::TrainingModule> make_replica() const override {
+    auto r = std::make_shared<TinyNet>();
+    r->lr = lr;
+    r->throw_at = throw_at;
+    return r;
+  }
   std::shared_ptr<torch::optim::Optimizer> configure_optimizers() override {
     return std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(lr).momentum(0.9));
   }

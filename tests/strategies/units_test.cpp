@@ -1,6 +1,6 @@
 // In-process tests of the strategies' pieces that need no peers: DistributedSampler arithmetic,
 // DataLoader, checkpoint files, precision plugin, ParallelLoader, SingleDevice / DataParallel
-// through the Trainer.
+// through the Trainer, DataParallel over several CPU replicas.
 #include "strategies/checkpoint.hpp"
 #include "strategies/data.hpp"
 #include "strategies/data_parallel.hpp"
@@ -8,9 +8,14 @@
 #include "strategies/spawn_strategies.hpp"
 #include "strategies/trainer.hpp"
 #include "tests/runtime/child.hpp"
+#include "runtime/torch_compat.hpp"
 #include "tests/strategies/model.hpp"
 
+#include <algorithm>
+#include <functional>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
@@ -136,13 +141,15 @@ TEST_CASE("precision: bf16-mixed autocasts on CPU inside the scope only; 16-mixe
   CHECK_THROWS_AS(lspawn::parse_precision("8-bit"), std::invalid_argument);
 }
 
-TEST_CASE("SingleDevice / DataParallel (one device) through the Trainer: fit, validate, test, predict", "[strategies][trainer]") {
+TEST_CASE("SingleDevice / DataParallel (one device, two CPU replicas) through the Trainer: fit, validate, test, predict",
+          "[strategies][trainer]") {
   auto data = lspawn::test::tiny_data(256, 4);
   lspawn::DataLoader train(lspawn::TensorDataset(data), {16, true, 1, false});
-  for (int dp = 0; dp < 2; ++dp) {
+  for (int dp = 0; dp < 3; ++dp) {
     lspawn::test::TinyNet net(1);
     std::unique_ptr<lspawn::Strategy> s;
-    if (dp) s = std::make_unique<lspawn::DataParallel>();
+    if (dp == 1) s = std::make_unique<lspawn::DataParallel>();
+    else if (dp == 2) s = std::make_unique<lspawn::DataParallel>(std::vector<c10::Device>{c10::kCPU, c10::kCPU});
     else s = std::make_unique<lspawn::SingleDevice>(lspawn::AcceleratorKind::Cpu, lspawn::Precision::Bf16Mixed);
     lspawn::TrainerOptions o;
     o.max_epochs = 8;
@@ -197,4 +204,193 @@ TEST_CASE("DDPSpawn with nprocs = 1 trains in the caller on one device", "[strat
   lspawn::SingleDevice s(lspawn::AcceleratorKind::Cpu);
   lspawn::Trainer(s, t).fit(ref, data);
   CHECK(lspawn::test::max_abs_diff(*net, ref) == 0.0);
+}
+
+namespace {
+
+// TinyNet whose steps record, per call, the rows they got, their thread, grad mode and CPU
+// autocast (shared by the module and its replicas); throws when given `throw_on_rows` rows.
+struct LoggedNet : lspawn::test::TinyNet {
+  struct Call {
+    int64_t rows;
+    std::thread::id thread;
+    bool grad;
+    bool autocast;
+  };
+  struct Log {
+    std::mutex mu;
+    std::vector<Call> calls;
+  };
+  explicit LoggedNet(uint64_t seed = 1, std::shared_ptr<Log> l = std::make_shared<Log>()) : TinyNet(seed), log(std::move(l)) {}
+  void record(const lspawn::Batch& b) {
+    if (b[0].size(0) == throw_on_rows) throw std::runtime_error("replica step failed on purpose");
+    std::lock_guard<std::mutex> lock(log->mu);
+    log->calls.push_back({b[0].size(0), std::this_thread::get_id(), at::GradMode::is_enabled(), lspawn::compat::autocast_enabled(at::kCPU)});
+  }
+  at::Tensor training_step(const lspawn::Batch& b, int64_t idx) override {
+    record(b);
+    return TinyNet::training_step(b, idx);
+  }
+  lspawn::StepMetrics validation_step(const lspawn::Batch& b, int64_t idx) override {
+    record(b);
+    return TinyNet::validation_step(b, idx);
+  }
+  std::shared_ptr<lspawn::TrainingModule> make_replica() const override {
+    auto r = std::make_shared<LoggedNet>(99, log);  // other weights: the strategy must copy the root's
+    r->lr = lr;
+    r->throw_on_rows = throw_on_rows;
+    return r;
+  }
+  std::vector<Call> take() {
+    std::lock_guard<std::mutex> lock(log->mu);
+    return std::exchange(log->calls, {});
+  }
+  std::shared_ptr<Log> log;
+  int64_t throw_on_rows = -1;
+};
+
+std::vector<int64_t> rows_of(const std::vector<LoggedNet::Call>& calls) {
+  std::vector<int64_t> r;
+  for (const auto& c : calls) r.push_back(c.rows);
+  std::sort(r.begin(), r.end(), std::greater<>());
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("DataParallel over several CPU replicas equals one device on the whole batch (odd batch sizes too)",
+          "[strategies][dp]") {
+  struct Case {
+    int devices;
+    int64_t batch;
+    std::vector<int64_t> chunks;  // torch's chunk(): ceil(batch / devices) rows each
+  };
+  for (const Case& c : {Case{2, 16, {8, 8}}, Case{3, 7, {3, 3, 1}}, Case{4, 5, {2, 2, 1}}}) {
+    CAPTURE(c.devices, c.batch);
+    LoggedNet net(1);
+    lspawn::test::TinyNet ref(1);
+    lspawn::DataParallel dp(std::vector<c10::Device>(c.devices, c10::Device(c10::kCPU)));
+    lspawn::SingleDevice single(lspawn::AcceleratorKind::Cpu);
+    dp.setup(net);
+    single.setup(ref);
+    REQUIRE(dp.num_devices() == c.devices);
+    REQUIRE(dp.replicas().size() == static_cast<std::size_t>(c.devices - 1));
+    auto opt = net.configure_optimizers();
+    auto ref_opt = ref.configure_optimizers();
+    const auto data = lspawn::test::tiny_data(c.batch * 4, 5);
+    for (int64_t k = 0; k < 4; ++k) {
+      const lspawn::Batch b = {data[0].slice(0, k * c.batch, (k + 1) * c.batch), data[1].slice(0, k * c.batch, (k + 1) * c.batch)};
+      opt->zero_grad();
+      ref_opt->zero_grad();
+      auto loss = dp.training_step(b, k);
+      auto ref_loss = single.training_step(b, k);
+      CHECK(std::abs(loss.item<double>() - ref_loss.item<double>()) < 1e-6);
+      dp.backward(loss);
+      single.backward(ref_loss);
+      dp.optimizer_step(*opt);
+      single.optimizer_step(*ref_opt);
+      const auto calls = net.take();
+      CHECK(rows_of(calls) == c.chunks);  // scattered, one call per chunk …
+      std::set<std::thread::id> threads;
+      for (const auto& call : calls) threads.insert(call.thread);
+      CHECK(threads.size() == c.chunks.size());  // … each on its own thread
+      for (const auto& call : calls) CHECK(call.grad);
+    }
+    CHECK(lspawn::test::max_abs_diff(net, ref) <= 1e-5);
+    // The replicas' parameters are not leaves and never get a .grad; the root's do.
+    for (const auto& p : net.parameters()) CHECK(p.grad().defined());
+    for (const auto& p : dp.replicas().front()->parameters()) CHECK_FALSE(p.is_leaf());
+  }
+}
+
+TEST_CASE("DataParallel: Lightning's plain mean, validation metrics, predict gathers every row, bf16 autocast in replicas",
+          "[strategies][dp]") {
+  const auto data = lspawn::test::tiny_data(7, 5);
+  LoggedNet net(1);
+  lspawn::DataParallelOptions o;
+  o.reduction = lspawn::LossReduction::Mean;
+  lspawn::DataParallel dp({c10::kCPU, c10::kCPU, c10::kCPU}, o);
+  dp.setup(net);
+  auto loss = dp.training_step(data, 0);
+  // chunks 3, 3, 1: the mean of the three chunk losses, not the loss of the 7 rows.
+  double manual = 0;
+  for (int64_t begin : {0, 3, 6}) {
+    const int64_t len = begin == 6 ? 1 : 3;
+    manual += at::nll_loss(at::log_softmax(net.forward(data[0].narrow(0, begin, len)), 1), data[1].narrow(0, begin, len))
+                  .item<double>() / 3;
+  }
+  CHECK(std::abs(loss.item<double>() - manual) < 1e-6);
+  net.take();
+
+  lspawn::DataParallel weighted({c10::kCPU, c10::kCPU, c10::kCPU});
+  LoggedNet net2(1);
+  weighted.setup(net2);
+  auto m = weighted.validation_step(data, 0);
+  auto ref = net2.TinyNet::validation_step(data, 0);
+  CHECK(std::abs(m.at("loss").item<double>() - ref.at("loss").item<double>()) < 1e-6);
+  CHECK(std::abs(m.at("acc").item<double>() - ref.at("acc").item<double>()) < 1e-6);
+  for (const auto& call : net2.take()) CHECK_FALSE(call.grad);  // NoGradGuard reaches the replica threads
+  auto pred = weighted.predict_step(data, 0);
+  CHECK(at::equal(pred, net2.TinyNet::predict_step(data, 0)));
+
+  LoggedNet net3(1);
+  lspawn::DataParallelOptions bf;
+  bf.precision = lspawn::Precision::Bf16Mixed;
+  lspawn::DataParallel bf16({c10::kCPU, c10::kCPU}, bf);
+  bf16.setup(net3);
+  bf16.training_step(data, 0);
+  const auto calls = net3.take();
+  REQUIRE(calls.size() == 2);
+  for (const auto& call : calls) CHECK(call.autocast);
+  CHECK_FALSE(lspawn::compat::autocast_enabled(at::kCPU));
+}
+
+TEST_CASE("DataParallel: a replica that throws is named with its device, every thread joined; the next step works",
+          "[strategies][dp]") {
+  const auto data = lspawn::test::tiny_data(7, 5);
+  LoggedNet net(1);
+  net.throw_on_rows = 1;  // chunks 3, 3, 1: replica 2 throws
+  lspawn::DataParallel dp({c10::kCPU, c10::kCPU, c10::kCPU});
+  dp.setup(net);
+  try {
+    dp.training_step(data, 0);
+    FAIL("no exception");
+  } catch (const lspawn::ReplicaError& e) {
+    CHECK(e.replica() == 2);
+    CHECK(e.device() == c10::Device(c10::kCPU));
+    CHECK_THAT(e.what(), Catch::Matchers::Contains("replica 2 on device cpu") &&
+                             Catch::Matchers::Contains("training_step") &&
+                             Catch::Matchers::Contains("replica step failed on purpose"));
+  }
+  CHECK(net.take().size() == 2);  // the other replicas ran to the end
+  auto even = lspawn::Batch{data[0].slice(0, 0, 6), data[1].slice(0, 0, 6)};
+  dp.backward(dp.training_step(even, 1));  // no thread left behind, the strategy still usable
+  CHECK(net.take().size() == 3);
+}
+
+TEST_CASE("DataParallel: device and replica errors are clear", "[strategies][dp]") {
+  lspawn::test::TinyNet net(1);
+  CHECK_THROWS_WITH(lspawn::DataParallel({c10::Device(c10::kCPU), c10::Device("cuda:0")}).setup(net),
+                    Catch::Matchers::Contains("mix cpu and cuda:0"));
+  const int visible = lspawn::Accelerator::device_count(lspawn::AcceleratorKind::Cuda);
+  CHECK_THROWS_WITH(lspawn::DataParallel(std::vector<int>{0, visible}).setup(net),
+                    Catch::Matchers::Contains("cuda:" + std::to_string(visible) + " asked for") &&
+                        Catch::Matchers::Contains(std::to_string(visible) + " CUDA device(s) are visible"));
+  CHECK_THROWS_WITH(lspawn::DataParallel({c10::Device(c10::kCUDA)}).setup(net), Catch::Matchers::Contains("no index"));
+  struct Plain : lspawn::test::TinyNet {
+    std::shared_ptr<lspawn::TrainingModule> make_replica() const override { return lspawn::TrainingModule::make_replica(); }
+  } plain;
+  CHECK_THROWS_WITH(lspawn::DataParallel({c10::kCPU, c10::kCPU}).setup(plain), Catch::Matchers::Contains("make_replica"));
+  struct Other : lspawn::test::TinyNet {
+    std::shared_ptr<lspawn::TrainingModule> make_replica() const override {
+      struct Wider : lspawn::test::TinyNet {
+        Wider() { fc3 = replace_module("fc3", torch::nn::Linear(32, 5)); }
+      };
+      return std::make_shared<Wider>();
+    }
+  } other;
+  CHECK_THROWS_WITH(lspawn::DataParallel({c10::kCPU, c10::kCPU}).setup(other), Catch::Matchers::Contains("fc3.weight"));
+  lspawn::DataParallel dp({c10::kCPU, c10::kCPU});
+  dp.setup(net);
+  CHECK_THROWS_WITH(dp.training_step({at::zeros({4, 8}), at::zeros({3}, at::kLong)}, 0), Catch::Matchers::Contains("3 rows"));
 }
