@@ -2,6 +2,7 @@
 
 #include "collectives/error.hpp"
 #include "collectives/group.hpp"
+#include "collectives/hierarchy.hpp"
 #include "collectives/shm/communicator.hpp"
 
 #include <algorithm>
@@ -50,6 +51,12 @@ void throw_collective_error(Group& group, const std::string& op, std::uint64_t s
     std::rethrow_exception(error);
   } catch (const CollectiveError&) {
     throw;  // already has its context
+  } catch (const HierarchyError& e) {
+    cause = e.what();
+    ranks = e.ranks();
+    ranks_known = !ranks.empty();
+    if (e.kind() == HierarchyError::Kind::Timeout) kind = Timeout;
+    if (e.kind() == HierarchyError::Kind::Mismatch) kind = Mismatch;
   } catch (const shm::Error& e) {
     cause = e.what();
     ranks = e.ranks();

@@ -279,8 +279,8 @@ void Communicator::read_peer(int q, void* local, std::uint64_t remote, std::size
     if (got <= 0) {
       const int e = got < 0 ? errno : EIO;
       std::ostringstream msg;
-      msg << "shm " << current_op_ << ": rank " << rank_ << "/" << size_ << " (pid " << getpid()
-          << ") cannot read rank " << q << " (pid " << pid << "): " << errno_text("process_vm_readv", e);
+      msg << "shm " << current_op_ << ": " << me() << " cannot read rank " << shown(q) << " (pid " << pid
+          << "): " << errno_text("process_vm_readv", e);
       if (e == ESRCH || process_dead(pid)) fail(Error(Error::Kind::PeerDied, {q}, msg.str()));
       fail(Error(Error::Kind::System, {q}, msg.str()));
     }
@@ -337,6 +337,17 @@ unsigned char* Communicator::slot(int set, int rank) const {
   return data_ + (static_cast<std::size_t>(set) * size_ + rank) * options_.slot_bytes;
 }
 
+int Communicator::shown(int q) const {
+  return q >= 0 && q < static_cast<int>(options_.shown_ranks.size()) ? options_.shown_ranks[q] : q;
+}
+
+std::string Communicator::me() const {
+  std::ostringstream s;
+  if (options_.shown_ranks.empty()) s << "rank " << rank_ << "/" << size_ << " (pid " << getpid() << ")";
+  else s << "rank " << shown(rank_) << " (" << rank_ << "/" << size_ << " here, pid " << getpid() << ")";
+  return s.str();
+}
+
 void Communicator::fail(Error e) {
   broken_ = true;
   throw e;
@@ -389,10 +400,10 @@ void Communicator::wait_all(std::uint32_t target, const char* what) {
         const int pid = LSPAWN_SEG_INFO(seg_, size_, p)->pid;
         late.push_back(p);
         if (process_dead(pid)) dead.push_back(p);
-        who << (late.size() > 1 ? ", " : "") << "rank " << p << " (pid " << pid << (process_dead(pid) ? ", dead" : "") << ")";
+        who << (late.size() > 1 ? ", " : "") << "rank " << shown(p) << " (pid " << pid << (process_dead(pid) ? ", dead" : "") << ")";
       }
       std::ostringstream msg;
-      msg << "shm " << what << ": rank " << rank_ << "/" << size_ << " (pid " << getpid() << ") ";
+      msg << "shm " << what << ": " << me() << " ";
       if (!dead.empty()) {
         msg << "peer died during the collective: " << who.str() << " after " << seconds(now - start)
             << " s of waiting";
@@ -423,7 +434,7 @@ void Communicator::check_descs(const Desc& mine) {
   msg << "collective mismatch: ";
   for (int q = 0; q < size_; ++q) {
     if (!(all[q] == all[0])) odd.push_back(q);
-    msg << (q ? ", " : "") << "rank " << q << " called " << all[q].str();
+    msg << (q ? ", " : "") << "rank " << shown(q) << " called " << all[q].str();
   }
   fail(Error(Error::Kind::Mismatch, odd, msg.str()));
 }

@@ -82,6 +82,10 @@ struct CommOptions {
   std::size_t single_copy_min_bytes = std::size_t{1} << 20;
   // Label put into the shm object name (run id, group name): helps whoever lists /dev/shm.
   std::string label = "lspawn";
+  // The numbers error messages give the ranks (e.g. their ranks in a larger group spanning
+  // nodes, collectives/hierarchy.hpp): rank q is shown as "rank shown_ranks[q]". Empty → q.
+  // Error::ranks() stay this communicator's ranks.
+  std::vector<int> shown_ranks;
 };
 
 class Communicator {
@@ -120,6 +124,8 @@ class Communicator {
   void read_peer(int q, void* local, std::uint64_t remote, std::size_t bytes);
   void all_reduce_single_copy(unsigned char* data, std::size_t count, ElemType type, KernelOp op, const Desc& d);
   void fail(Error e);
+  int shown(int q) const;  // q as messages name it (CommOptions::shown_ranks)
+  std::string me() const;  // "rank 2/4 (pid 123)" or, with shown_ranks, "rank 5 (2/4 here, pid 123)"
 
   int rank_;
   int size_;
