@@ -83,41 +83,34 @@ void Hierarchy::fail(std::exception_ptr error) {
   const int me = members[layout_.local_rank];
   std::ostringstream where;
   where << "node " << layout_.node << " (" << layout_.names[layout_.node] << ")";
+  using Kind = shm::Error::Kind;
   try {
     std::rethrow_exception(error);
-  } catch (const HierarchyError&) {
-    throw;
   } catch (const shm::Error& e) {
     std::vector<int> ranks;
     for (int q : e.ranks()) ranks.push_back(q >= 0 && q < static_cast<int>(members.size()) ? members[q] : q);
-    HierarchyError::Kind kind = HierarchyError::Kind::Other;
-    switch (e.kind()) {
-      case shm::Error::Kind::PeerDied: kind = HierarchyError::Kind::PeerDied; break;
-      case shm::Error::Kind::Timeout: kind = HierarchyError::Kind::Timeout; break;
-      case shm::Error::Kind::Mismatch: kind = HierarchyError::Kind::Mismatch; break;
-      default: break;
-    }
+    Kind kind = e.kind();
     std::string what = where.str() + ": " + e.what();
-    if (kind == HierarchyError::Kind::PeerDied && !ranks.empty()) {
+    if (kind == Kind::PeerDied && !ranks.empty()) {
       publish(ranks[0], "rank " + std::to_string(ranks[0]) + " died (" + where.str() + "), seen by rank " +
                             std::to_string(me) + ": " + first_line(e.what()));
     }
-    if (kind == HierarchyError::Kind::PeerDied || kind == HierarchyError::Kind::Timeout) {
+    if (kind == Kind::PeerDied || kind == Kind::Timeout) {
       // The member we saw die may have left because of an earlier failure elsewhere.
       if (auto note = read_note(std::chrono::milliseconds(0));
           note && std::find(ranks.begin(), ranks.end(), note->rank) == ranks.end()) {
         what += "; first failure in the group: " + note->text;
         ranks = {note->rank};
-        kind = HierarchyError::Kind::PeerDied;
+        kind = Kind::PeerDied;
       }
     }
-    throw HierarchyError(kind, std::move(ranks), what);
+    throw shm::Error(kind, std::move(ranks), what);
   } catch (const std::exception& e) {
     // A gloo stage (leaders): the peer that closed its connection is named by address only. The
     // rank that saw the first death on its node says which rank it was.
     auto note = read_note(note_wait_);
     if (!note) throw;
-    throw HierarchyError(HierarchyError::Kind::PeerDied, {note->rank},
+    throw shm::Error(Kind::PeerDied, {note->rank},
                          where.str() + ": " + first_line(e.what()) + "; first failure in the group: " + note->text);
   }
 }

@@ -21,7 +21,7 @@
 // first writer wins: "rank 3 died (node 1, host mn-b), seen by rank 2: …". Every rank whose op then
 // fails — a leader whose gloo peer closed its connection, a member whose leader left — reads that
 // note (waiting up to `note_wait` for it) and reports the rank that died first, not its own
-// neighbour: fail() throws HierarchyError with that rank.
+// neighbour: fail() throws shm::Error (collectives/shm/communicator.hpp) naming that rank.
 #pragma once
 
 #include "collectives/shm/communicator.hpp"
@@ -55,21 +55,6 @@ struct NodeLayout {
   int max_members() const;
 };
 
-// A hierarchical op failed. ranks(): the group ranks known to be the cause (the rank that died
-// first when a note says so), empty when unknown.
-class HierarchyError : public std::runtime_error {
- public:
-  enum class Kind { PeerDied, Timeout, Mismatch, Other };
-  HierarchyError(Kind kind, std::vector<int> ranks, const std::string& what)
-      : std::runtime_error(what), kind_(kind), ranks_(std::move(ranks)) {}
-  Kind kind() const { return kind_; }
-  const std::vector<int>& ranks() const { return ranks_; }
-
- private:
-  Kind kind_;
-  std::vector<int> ranks_;
-};
-
 class Hierarchy {
  public:
   // `local`: this node's members (size 1 when alone: its ops are then local no-ops), with
@@ -84,10 +69,11 @@ class Hierarchy {
   // The leaders' gloo group (rank = node number); null on ranks that do not lead their node.
   c10d::ProcessGroup* leaders() { return leaders_.get(); }
 
-  // Called with the exception a stage of an op threw; never returns. A shm failure is rethrown as
-  // HierarchyError naming group ranks (and, when a member died, leaves the note for the others);
-  // any other failure (gloo) becomes a HierarchyError naming the rank of the group's failure note
-  // when one appears within `note_wait`, else it is rethrown as it is.
+  // Called with the exception a stage of an op threw; never returns. Throws shm::Error whose
+  // ranks() are group ranks: for a shm failure, its kind, prefixed with the node (and, when a
+  // member died, the note is left for the others); for any other failure (gloo), Kind::PeerDied
+  // naming the rank of the group's failure note when one appears within `note_wait` — else the
+  // exception is rethrown as it is.
   [[noreturn]] void fail(std::exception_ptr error);
 
  private:

@@ -2,7 +2,6 @@
 
 #include "collectives/error.hpp"
 #include "collectives/group.hpp"
-#include "collectives/hierarchy.hpp"
 #include "collectives/shm/communicator.hpp"
 
 #include <algorithm>
@@ -51,13 +50,7 @@ void throw_collective_error(Group& group, const std::string& op, std::uint64_t s
     std::rethrow_exception(error);
   } catch (const CollectiveError&) {
     throw;  // already has its context
-  } catch (const HierarchyError& e) {
-    cause = e.what();
-    ranks = e.ranks();
-    ranks_known = !ranks.empty();
-    if (e.kind() == HierarchyError::Kind::Timeout) kind = Timeout;
-    if (e.kind() == HierarchyError::Kind::Mismatch) kind = Mismatch;
-  } catch (const shm::Error& e) {
+  } catch (const shm::Error& e) {  // also the hierarchy's (collectives/hierarchy.hpp)
     cause = e.what();
     ranks = e.ranks();
     ranks_known = !ranks.empty();

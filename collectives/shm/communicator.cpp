@@ -271,41 +271,26 @@ void Communicator::probe_single_copy() {
   for (int q = 0; q < size_; ++q) single_copy_ = single_copy_ && LSPAWN_SEG_INFO(seg_, size_, q)->single_copy_ok;
 }
 
-void Communicator::peer_copy_failed(const char* call, int q, int pid, int err) {
-  std::ostringstream msg;
-  msg << "shm " << current_op_ << ": " << me() << " cannot " << (std::strcmp(call, "process_vm_readv") == 0 ? "read" : "write") << " rank "
-      << shown(q) << " (pid " << pid << "): " << errno_text(call, err);
-  if (err == ESRCH || process_dead(pid)) fail(Error(Error::Kind::PeerDied, {q}, msg.str()));
-  fail(Error(Error::Kind::System, {q}, msg.str()));
-}
-
-// Copies `bytes` from address `remote` of rank q's process into `local`.
-void Communicator::read_peer(int q, void* local, std::uint64_t remote, std::size_t bytes) {
+// Copies `bytes` between `local` and address `remote` of rank q's process: from the peer with
+// process_vm_readv, to it (`to_peer`) with process_vm_writev.
+void Communicator::peer_copy(int q, void* local, std::uint64_t remote, std::size_t bytes, bool to_peer) {
   const int pid = LSPAWN_SEG_INFO(seg_, size_, q)->pid;
-  auto* dst = static_cast<unsigned char*>(local);
+  auto* mine = static_cast<unsigned char*>(local);
   while (bytes > 0) {
-    iovec l{dst, bytes};
+    iovec l{mine, bytes};
     iovec r{reinterpret_cast<void*>(remote), bytes};
-    const ssize_t got = ::process_vm_readv(pid, &l, 1, &r, 1, 0);
-    if (got <= 0) peer_copy_failed("process_vm_readv", q, pid, got < 0 ? errno : EIO);
-    dst += got;
-    remote += static_cast<std::uint64_t>(got);
-    bytes -= static_cast<std::size_t>(got);
-  }
-}
-
-// Copies `bytes` from `local` to address `remote` of rank q's process.
-void Communicator::write_peer(int q, std::uint64_t remote, const void* local, std::size_t bytes) {
-  const int pid = LSPAWN_SEG_INFO(seg_, size_, q)->pid;
-  auto* src = static_cast<unsigned char*>(const_cast<void*>(local));
-  while (bytes > 0) {
-    iovec l{src, bytes};
-    iovec r{reinterpret_cast<void*>(remote), bytes};
-    const ssize_t put = ::process_vm_writev(pid, &l, 1, &r, 1, 0);
-    if (put <= 0) peer_copy_failed("process_vm_writev", q, pid, put < 0 ? errno : EIO);
-    src += put;
-    remote += static_cast<std::uint64_t>(put);
-    bytes -= static_cast<std::size_t>(put);
+    const ssize_t done = to_peer ? ::process_vm_writev(pid, &l, 1, &r, 1, 0) : ::process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (done <= 0) {
+      const int e = done < 0 ? errno : EIO;
+      std::ostringstream msg;
+      msg << "shm " << current_op_ << ": " << me() << " cannot " << (to_peer ? "write" : "read") << " rank "
+          << shown(q) << " (pid " << pid << "): " << errno_text(to_peer ? "process_vm_writev" : "process_vm_readv", e);
+      if (e == ESRCH || process_dead(pid)) fail(Error(Error::Kind::PeerDied, {q}, msg.str()));
+      fail(Error(Error::Kind::System, {q}, msg.str()));
+    }
+    mine += done;
+    remote += static_cast<std::uint64_t>(done);
+    bytes -= static_cast<std::size_t>(done);
   }
 }
 
@@ -345,13 +330,13 @@ void Communicator::all_reduce_single_copy(unsigned char* data, std::size_t count
         continue;
       }
       auto* tmp = piece_buffer_.data() + static_cast<std::size_t>(k++) * piece * es;
-      read_peer(q, tmp, addr[q] + off * es, m * es);
+      peer_copy(q, tmp, addr[q] + off * es, m * es, false);
       srcs[q] = tmp;
     }
     reduce_into(result, srcs.data(), size_, m, type, op);
     copy(data + off * es, result, m * es);
     for (int q = 0; q < size_; ++q)
-      if (q != rank_) write_peer(q, addr[q] + off * es, result, m * es);
+      if (q != rank_) peer_copy(q, result, addr[q] + off * es, m * es, true);
   }
   begin_round(d);
 }
@@ -537,7 +522,7 @@ void Communicator::broadcast(void* data, std::size_t bytes, int root) {
     const int parity = static_cast<int>(round_ % 2);
     LSPAWN_SEG_INFO(seg_, size_, rank_)->addr[parity] = reinterpret_cast<std::uint64_t>(p);
     begin_round(d);
-    if (rank_ != root) read_peer(root, p, LSPAWN_SEG_INFO(seg_, size_, root)->addr[parity], bytes);
+    if (rank_ != root) peer_copy(root, p, LSPAWN_SEG_INFO(seg_, size_, root)->addr[parity], bytes, false);
     begin_round(d);
     return;
   }
@@ -572,7 +557,7 @@ void Communicator::all_gather(const void* in, std::size_t bytes, void* out) {
       if (q == rank_) {
         if (o + q * bytes != i) std::memmove(o + q * bytes, i, bytes);
       } else {
-        read_peer(q, o + q * bytes, LSPAWN_SEG_INFO(seg_, size_, q)->addr[parity], bytes);
+        peer_copy(q, o + q * bytes, LSPAWN_SEG_INFO(seg_, size_, q)->addr[parity], bytes, false);
       }
     }
     begin_round(d);

@@ -121,9 +121,7 @@ class Communicator {
   void check_descs(const Desc& mine);
   unsigned char* slot(int set, int rank) const;
   void probe_single_copy();
-  void read_peer(int q, void* local, std::uint64_t remote, std::size_t bytes);
-  void write_peer(int q, std::uint64_t remote, const void* local, std::size_t bytes);
-  [[noreturn]] void peer_copy_failed(const char* call, int q, int pid, int err);
+  void peer_copy(int q, void* local, std::uint64_t remote, std::size_t bytes, bool to_peer);
   void all_reduce_single_copy(unsigned char* data, std::size_t count, ElemType type, KernelOp op, const Desc& d);
   [[noreturn]] void fail(Error e);
   int shown(int q) const;  // q as messages name it (CommOptions::shown_ranks)
