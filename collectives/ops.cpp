@@ -178,26 +178,44 @@ void hier_broadcast(Hierarchy& h, at::Tensor& work, int src) {
   }
 }
 
-// shm all_gather on the node (into a block padded to the largest node) → leaders all_gather the
-// blocks and put every rank's piece at its group rank → shm broadcast of the output.
+// shm all_gather on the node → leaders all_gather the node blocks → shm broadcast of the output.
+// When every node holds the same number of consecutive ranks (a world of N nodes x K), the node's
+// block is its slice of the output and the leaders gather straight into the output; otherwise
+// the blocks are padded to the largest node and each piece is put at its group rank.
 void hier_all_gather(Hierarchy& h, const at::Tensor& in, at::Tensor& work) {
   const NodeLayout& l = h.layout();
   const std::size_t bytes = in.nbytes();
-  const auto block_bytes = static_cast<std::int64_t>(bytes) * l.max_members();
+  const int m = l.max_members();
+  const auto block_bytes = static_cast<std::int64_t>(bytes) * m;
+  bool regular = true;
+  for (int k = 0; k < l.nodes(); ++k)
+    for (int j = 0; j < m; ++j)
+      regular = regular && static_cast<int>(l.members[k].size()) == m && l.members[k][j] == k * m + j;
   try {
-    auto block = at::empty({block_bytes}, at::kByte);
-    h.local().all_gather(in.data_ptr(), bytes, block.data_ptr());
     auto* out = static_cast<unsigned char*>(work.data_ptr());
-    if (auto* leaders = h.leaders(); leaders && bytes > 0) {
-      auto all = at::empty({l.nodes(), block_bytes}, at::kByte);
-      std::vector<std::vector<at::Tensor>> outs(1);
-      for (int k = 0; k < l.nodes(); ++k) outs[0].push_back(all[k]);
-      std::vector<at::Tensor> ins{block};
-      leaders->allgather(outs, ins)->wait();
-      for (int k = 0; k < l.nodes(); ++k) {
-        const auto* from = static_cast<const unsigned char*>(outs[0][k].data_ptr());
-        for (std::size_t j = 0; j < l.members[k].size(); ++j)
-          std::memcpy(out + static_cast<std::size_t>(l.members[k][j]) * bytes, from + j * bytes, bytes);
+    if (regular) {
+      h.local().all_gather(in.data_ptr(), bytes, out + static_cast<std::size_t>(l.node) * block_bytes);
+      if (auto* leaders = h.leaders(); leaders && bytes > 0) {
+        auto blocks = work.reshape({-1}).view(at::kByte).reshape({l.nodes(), block_bytes});
+        std::vector<std::vector<at::Tensor>> outs(1);
+        for (int k = 0; k < l.nodes(); ++k) outs[0].push_back(blocks[k]);
+        std::vector<at::Tensor> ins{blocks[l.node]};
+        leaders->allgather(outs, ins)->wait();
+      }
+    } else {
+      auto block = at::empty({block_bytes}, at::kByte);
+      h.local().all_gather(in.data_ptr(), bytes, block.data_ptr());
+      if (auto* leaders = h.leaders(); leaders && bytes > 0) {
+        auto all = at::empty({l.nodes(), block_bytes}, at::kByte);
+        std::vector<std::vector<at::Tensor>> outs(1);
+        for (int k = 0; k < l.nodes(); ++k) outs[0].push_back(all[k]);
+        std::vector<at::Tensor> ins{block};
+        leaders->allgather(outs, ins)->wait();
+        for (int k = 0; k < l.nodes(); ++k) {
+          const auto* from = static_cast<const unsigned char*>(outs[0][k].data_ptr());
+          for (std::size_t j = 0; j < l.members[k].size(); ++j)
+            std::memcpy(out + static_cast<std::size_t>(l.members[k][j]) * bytes, from + j * bytes, bytes);
+        }
       }
     }
     h.local().broadcast(out, work.nbytes(), 0);
