@@ -65,6 +65,50 @@ GroupOptions resolve(GroupOptions o) {
   return o;
 }
 
+// The device gloo binds to: GroupOptions::gloo_host, else loopback on one node; across nodes
+// LSPAWN_GLOO_HOST, else the interface GLOO_SOCKET_IFNAME names, else the address this host's
+// name resolves to (gloo's default device).
+std::shared_ptr<::gloo::transport::Device> gloo_device(const GroupOptions& o, bool one_node) {
+  if (!o.gloo_host.empty()) return c10d::ProcessGroupGloo::createDeviceForHostname(o.gloo_host);
+  if (one_node) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  const std::string host = env_or("LSPAWN_GLOO_HOST", "");
+  if (!host.empty()) return c10d::ProcessGroupGloo::createDeviceForHostname(host);
+  const std::string ifname = env_or("GLOO_SOCKET_IFNAME", "");
+  if (!ifname.empty()) return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+// A gloo process group of `size` ranks under "<prefix>" of `store`.
+c10::intrusive_ptr<c10d::ProcessGroup> make_gloo(const c10::intrusive_ptr<c10d::Store>& store, const std::string& prefix,
+                                                 int rank, int size, const GroupOptions& o, bool one_node) {
+  auto gopts = c10d::ProcessGroupGloo::Options::create(o.timeout);
+  gopts->devices.push_back(gloo_device(o, one_node));
+  gopts->threads = 2;
+  auto gstore = c10::make_intrusive<c10d::PrefixStore>(prefix, store);
+  return compat::wrap_backend(c10::make_intrusive<c10d::ProcessGroupGloo>(gstore, rank, size, gopts), gstore, "gloo");
+}
+
+// A shm communicator of `size` ranks of one node, meeting under "<prefix>" of `store`.
+std::unique_ptr<shm::Communicator> make_shm(const c10::intrusive_ptr<c10d::Store>& store, const std::string& prefix,
+                                            int rank, int size, const GroupOptions& o, const std::string& label,
+                                            std::vector<int> shown_ranks) {
+  shm::Rendezvous rv;
+  rv.set = [store, prefix](const std::string& k, const std::string& v) {
+    store->set(prefix + k, std::vector<uint8_t>(v.begin(), v.end()));
+  };
+  rv.get = [store, prefix](const std::string& k) {
+    const auto v = store->get(prefix + k);
+    return std::string(v.begin(), v.end());
+  };
+  shm::CommOptions so;
+  so.slot_bytes = o.shm_slot_bytes;
+  so.flat_max_bytes = o.shm_flat_max_bytes;
+  so.timeout = o.timeout;
+  so.label = label;
+  so.shown_ranks = std::move(shown_ranks);
+  return std::make_unique<shm::Communicator>(rank, size, rv, so);
+}
+
 }  // namespace
 
 bool have_nccl_backend() {
@@ -163,39 +207,37 @@ std::shared_ptr<Group> Group::build(c10::intrusive_ptr<c10d::Store> store, int r
 #endif
   }
   try {
-    auto gopts = c10d::ProcessGroupGloo::Options::create(g->options_.timeout);
-    if (!g->options_.gloo_host.empty())
-      gopts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(g->options_.gloo_host));
-    else if (one_node)
-      gopts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-    else
-      gopts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-    gopts->threads = 2;
-    auto gstore = c10::make_intrusive<c10d::PrefixStore>("gloo", g->store_);
-    g->gloo_ = compat::wrap_backend(c10::make_intrusive<c10d::ProcessGroupGloo>(gstore, rank, size, gopts), gstore,
-                                    "gloo");
+    g->gloo_ = make_gloo(g->store_, "gloo", rank, size, g->options_, one_node);
   } catch (const std::exception& e) {
     throw CollectiveError("create", g->options_.name, {}, "lspawn: " + who + ": gloo setup failed: " + e.what());
   }
   if (size > 1 && one_node && g->options_.backend != Backend::Gloo) {
-    shm::Rendezvous rv;
-    auto st = g->store_;
-    rv.set = [st](const std::string& k, const std::string& v) {
-      st->set("shm/" + k, std::vector<uint8_t>(v.begin(), v.end()));
-    };
-    rv.get = [st](const std::string& k) {
-      const auto v = st->get("shm/" + k);
-      return std::string(v.begin(), v.end());
-    };
-    shm::CommOptions so;
-    so.slot_bytes = g->options_.shm_slot_bytes;
-    so.flat_max_bytes = g->options_.shm_flat_max_bytes;
-    so.timeout = g->options_.timeout;
-    so.label = g->options_.name;
     try {
-      g->shm_ = std::make_unique<shm::Communicator>(rank, size, rv, so);
+      g->shm_ = make_shm(g->store_, "shm/", rank, size, g->options_, g->options_.name, {});
     } catch (const std::exception& e) {
       throw CollectiveError("create", g->options_.name, {}, "lspawn: " + who + ": shm setup failed: " + e.what());
+    }
+  }
+  if (size > 1 && !one_node && g->options_.backend == Backend::Auto) {
+    NodeLayout layout = NodeLayout::of(g->node_ids_, rank);
+    // With one member per node the leaders are the whole group: flat gloo is the same thing.
+    if (layout.max_members() > 1) {
+      auto hstore = c10::make_intrusive<c10d::PrefixStore>("hier", g->store_);
+      c10::intrusive_ptr<c10d::ProcessGroup> leaders;
+      std::unique_ptr<shm::Communicator> local;
+      const auto& members = layout.members[layout.node];
+      try {
+        if (layout.leader()) leaders = make_gloo(hstore, "leaders/gloo", layout.node, layout.nodes(), g->options_, false);
+        local = make_shm(hstore, "node" + std::to_string(layout.node) + "/shm/", layout.local_rank,
+                         static_cast<int>(members.size()), g->options_,
+                         g->options_.name + ".node" + std::to_string(layout.node), members);
+      } catch (const std::exception& e) {
+        throw CollectiveError("create", g->options_.name, {},
+                              "lspawn: " + who + ": hierarchical setup (node " + std::to_string(layout.node) + " of " +
+                                  std::to_string(layout.nodes()) + ") failed: " + e.what());
+      }
+      const auto note_wait = std::min<std::chrono::milliseconds>(g->options_.timeout, std::chrono::seconds(3));
+      g->hier_ = std::make_unique<Hierarchy>(std::move(layout), std::move(local), std::move(leaders), hstore, note_wait);
     }
   }
   return g;
@@ -203,7 +245,9 @@ std::shared_ptr<Group> Group::build(c10::intrusive_ptr<c10d::Store> store, int r
 
 Group::~Group() = default;
 
-std::string Group::backend() const { return nccl_ ? "nccl" : shm_ ? "shm+gloo" : "gloo"; }
+std::string Group::backend() const {
+  return nccl_ ? "nccl" : shm_ ? "shm+gloo" : hier_ ? "hierarchical" : "gloo";
+}
 
 std::string Group::describe() const {
   std::ostringstream s;

@@ -14,6 +14,10 @@
 //   - Backend: gloo always exists (it carries the ops shm does not implement). With
 //     Backend::Shm, or Backend::Auto when all members run on one node (same host name and boot id,
 //     or same LSPAWN_NODE_ID), the ops listed in docs/shm-backend.md go through shared memory.
+//     With Backend::Auto when the members span nodes and some node holds several of them,
+//     all_reduce, broadcast and all_gather (and reduce, reduce_scatter, built on all_reduce) are
+//     hierarchical: shm inside each node, gloo between one leader per node
+//     (collectives/hierarchy.hpp). Backend::Gloo keeps every op on flat gloo.
 //   - Errors: CollectiveError and subclasses (collectives/error.hpp), naming the op, the group
 //     and the ranks concerned. After one, the group is unusable (other ranks may be anywhere).
 //
@@ -21,6 +25,7 @@
 // same order on every rank. Different groups may be used from different threads.
 #pragma once
 
+#include "collectives/hierarchy.hpp"
 #include "collectives/shm/communicator.hpp"
 #include "status/recorder.hpp"
 
@@ -39,8 +44,9 @@ struct World;  // runtime/process_group.hpp
 
 enum class Backend {
   Default,  // env LSPAWN_BACKEND (shm|gloo|auto), else Auto
-  Auto,     // shm among ranks of one node, gloo otherwise
-  Gloo,     // gloo only (loopback TCP on one node)
+  Auto,     // shm among ranks of one node; across nodes shm inside each node + gloo between
+            // nodes (hierarchical), or flat gloo when every node holds one member
+  Gloo,     // gloo only, flat (loopback TCP on one node; no hierarchy across nodes)
   Shm,      // shm for what it implements; creation fails if the members span several nodes
   Nccl,     // c10d ProcessGroupNCCL for every op (CUDA tensors). Only in builds configured with
             // LSPAWN_WITH_NCCL against a CUDA LibTorch (have_nccl_backend()); else creation throws.
@@ -59,8 +65,9 @@ struct GroupOptions {
   // Costs one extra small all_gather per op (~0.3 ms on gloo). The shm path always checks (free).
   // false → env LSPAWN_COLLECTIVES_CHECKED=1 turns it on.
   bool checked = false;
-  // Address gloo binds to. "" → 127.0.0.1 when all members are on one node, else the address
-  // that resolves from this host's name (gloo's default device).
+  // Address gloo binds to. "" → 127.0.0.1 when all members are on one node; else env
+  // LSPAWN_GLOO_HOST, else the interface env GLOO_SOCKET_IFNAME names, else the address that
+  // resolves from this host's name (gloo's default device). from_world() passes the world's.
   std::string gloo_host;
   // Shared-memory staging slot per rank (two sets per rank are mapped) and the all_reduce size
   // up to which the one-round flat path is used. See shm/communicator.hpp.
@@ -92,7 +99,8 @@ class Group {
   const std::string& name() const { return options_.name; }
   std::chrono::milliseconds timeout() const { return options_.timeout; }
   bool checked() const { return options_.checked; }
-  // "gloo", "shm+gloo" (shm for the ops it implements, gloo for the rest) or "nccl".
+  // "gloo", "shm+gloo" (shm for the ops it implements, gloo for the rest), "hierarchical" (shm
+  // inside nodes + gloo between them for the ops Hierarchy implements, gloo for the rest) or "nccl".
   std::string backend() const;
   // Ranks of the members in the root group, indexed by this group's rank.
   const std::vector<int>& root_ranks() const { return root_ranks_; }
@@ -108,6 +116,8 @@ class Group {
   const c10::intrusive_ptr<c10d::ProcessGroup>& process_group() const { return gloo_; }
   // The shm communicator, or nullptr when this group does not use shm.
   shm::Communicator* shm() { return shm_.get(); }
+  // The two-level structure across nodes, or nullptr when this group is not hierarchical.
+  Hierarchy* hierarchy() { return hier_.get(); }
   // The group's own namespace of the store.
   const c10::intrusive_ptr<c10d::Store>& store() const { return store_; }
 
@@ -136,6 +146,7 @@ class Group {
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroup> gloo_;
   std::unique_ptr<shm::Communicator> shm_;
+  std::unique_ptr<Hierarchy> hier_;
   std::vector<std::string> node_ids_;  // per group rank: host identity
   std::vector<int> root_ranks_;
   std::uint64_t sequence_ = 0;

@@ -2,6 +2,8 @@
 
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
+#include <algorithm>
+#include <cstring>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -125,6 +127,101 @@ void apply_mean(at::Tensor& t, int size) {
 
 bool use_shm(Group& g, const at::Tensor& t) {
   return g.shm() && t.device().is_cpu() && elem_of(t.scalar_type()).has_value();
+}
+
+bool use_hier(Group& g, const at::Tensor& t) {
+  return g.hierarchy() && t.device().is_cpu() && elem_of(t.scalar_type()).has_value();
+}
+
+// ---- hierarchical ops (collectives/hierarchy.hpp): shm inside each node, gloo between leaders.
+// Each runs every stage in the calling thread; a failed stage goes to Hierarchy::fail.
+
+// shm all_reduce on the node → leaders all_reduce the node results → shm broadcast from the leader.
+void hier_all_reduce(Hierarchy& h, at::Tensor& work, ReduceOp op) {
+  try {
+    h.local().all_reduce(work.data_ptr(), static_cast<std::size_t>(work.numel()), *elem_of(work.scalar_type()),
+                         kernel_of(op));
+    if (auto* leaders = h.leaders(); leaders && work.numel() > 0) {
+      const bool boolean = work.scalar_type() == at::kBool;
+      const bool widened = work.scalar_type() == at::kBFloat16;  // gloo has no bfloat16 sum
+      at::Tensor wire = boolean ? work.view(at::kByte) : widened ? work.to(at::kFloat) : work;
+      c10d::AllreduceOptions o;
+      o.reduceOp = c10d_of(op, boolean);
+      std::vector<at::Tensor> v{wire};
+      leaders->allreduce(v, o)->wait();
+      if (widened) work.copy_(wire);
+    }
+    h.local().broadcast(work.data_ptr(), work.nbytes(), 0);
+  } catch (...) {
+    h.fail(std::current_exception());
+  }
+}
+
+// On the root's node: shm broadcast from the root; leaders: gloo broadcast from the root's node;
+// on the other nodes: shm broadcast from the leader.
+void hier_broadcast(Hierarchy& h, at::Tensor& work, int src) {
+  const NodeLayout& l = h.layout();
+  const int src_node = l.node_of[src];
+  const auto& src_members = l.members[src_node];
+  const int src_local = static_cast<int>(std::find(src_members.begin(), src_members.end(), src) - src_members.begin());
+  try {
+    if (l.node == src_node) h.local().broadcast(work.data_ptr(), work.nbytes(), src_local);
+    if (auto* leaders = h.leaders(); leaders && work.numel() > 0) {
+      c10d::BroadcastOptions o;
+      o.rootRank = src_node;
+      std::vector<at::Tensor> v{movable(work)};
+      leaders->broadcast(v, o)->wait();
+    }
+    if (l.node != src_node) h.local().broadcast(work.data_ptr(), work.nbytes(), 0);
+  } catch (...) {
+    h.fail(std::current_exception());
+  }
+}
+
+// shm all_gather on the node → leaders all_gather the node blocks → shm broadcast of the output.
+// When every node holds the same number of consecutive ranks (a world of N nodes x K), the node's
+// block is its slice of the output and the leaders gather straight into the output; otherwise
+// the blocks are padded to the largest node and each piece is put at its group rank.
+void hier_all_gather(Hierarchy& h, const at::Tensor& in, at::Tensor& work) {
+  const NodeLayout& l = h.layout();
+  const std::size_t bytes = in.nbytes();
+  const int m = l.max_members();
+  const auto block_bytes = static_cast<std::int64_t>(bytes) * m;
+  bool regular = true;
+  for (int k = 0; k < l.nodes(); ++k)
+    for (int j = 0; j < m; ++j)
+      regular = regular && static_cast<int>(l.members[k].size()) == m && l.members[k][j] == k * m + j;
+  try {
+    auto* out = static_cast<unsigned char*>(work.data_ptr());
+    if (regular) {
+      h.local().all_gather(in.data_ptr(), bytes, out + static_cast<std::size_t>(l.node) * block_bytes);
+      if (auto* leaders = h.leaders(); leaders && bytes > 0) {
+        auto blocks = work.reshape({-1}).view(at::kByte).reshape({l.nodes(), block_bytes});
+        std::vector<std::vector<at::Tensor>> outs(1);
+        for (int k = 0; k < l.nodes(); ++k) outs[0].push_back(blocks[k]);
+        std::vector<at::Tensor> ins{blocks[l.node]};
+        leaders->allgather(outs, ins)->wait();
+      }
+    } else {
+      auto block = at::empty({block_bytes}, at::kByte);
+      h.local().all_gather(in.data_ptr(), bytes, block.data_ptr());
+      if (auto* leaders = h.leaders(); leaders && bytes > 0) {
+        auto all = at::empty({l.nodes(), block_bytes}, at::kByte);
+        std::vector<std::vector<at::Tensor>> outs(1);
+        for (int k = 0; k < l.nodes(); ++k) outs[0].push_back(all[k]);
+        std::vector<at::Tensor> ins{block};
+        leaders->allgather(outs, ins)->wait();
+        for (int k = 0; k < l.nodes(); ++k) {
+          const auto* from = static_cast<const unsigned char*>(outs[0][k].data_ptr());
+          for (std::size_t j = 0; j < l.members[k].size(); ++j)
+            std::memcpy(out + static_cast<std::size_t>(l.members[k][j]) * bytes, from + j * bytes, bytes);
+        }
+      }
+    }
+    h.local().broadcast(out, work.nbytes(), 0);
+  } catch (...) {
+    h.fail(std::current_exception());
+  }
 }
 
 // One op from its start: numbered, and recorded in the group's status slot (docs/hang-diagnosis.md)
@@ -273,6 +370,12 @@ Work all_reduce_async(Group& g, at::Tensor& tensor, ReduceOp op) {
     });
   }
   check_call(c, OpCode::AllReduce, &work, -1, static_cast<int>(op));
+  if (use_hier(g, work)) {
+    return run_now(c, [&] {
+      hier_all_reduce(*g.hierarchy(), work, op);
+      finish();
+    });
+  }
   if (work.numel() == 0 || size == 1) return run_now(c, finish);
   const bool boolean = work.scalar_type() == at::kBool;
   at::Tensor wire = work;
@@ -330,8 +433,9 @@ void all_reduce_coalesced(Group& g, std::vector<at::Tensor>& tensors, ReduceOp o
 Work reduce_async(Group& g, at::Tensor& tensor, int dst, ReduceOp op) {
   validate_root(g, "reduce", dst);
   validate_reduce(g, "reduce", tensor, op);
-  if (use_shm(g, tensor)) {
-    // Over shm, an all_reduce costs what a reduce costs (every rank folds its region).
+  if (use_shm(g, tensor) || use_hier(g, tensor)) {
+    // Over shm, an all_reduce costs what a reduce costs (every rank folds its region); across
+    // nodes, the hierarchy's all_reduce is a reduce plus broadcasts that are cheap next to it.
     auto tmp = tensor.contiguous().clone();
     all_reduce_async(g, tmp, op).wait();
     if (g.rank() == dst) tensor.copy_(tmp);
@@ -388,6 +492,12 @@ Work broadcast_async(Group& g, at::Tensor& tensor, int src) {
     });
   }
   check_call(c, OpCode::Broadcast, &work, src, -1);
+  if (use_hier(g, work)) {
+    return run_now(c, [&] {
+      hier_broadcast(*g.hierarchy(), work, src);
+      finish();
+    });
+  }
   if (work.numel() == 0 || g.size() == 1) return run_now(c, finish);
   c10d::BroadcastOptions o;
   o.rootRank = src;
@@ -421,6 +531,12 @@ Work all_gather_async(Group& g, const at::Tensor& input, at::Tensor& output) {
     });
   }
   check_call(c, OpCode::AllGather, &in, -1, -1);
+  if (use_hier(g, in)) {
+    return run_now(c, [&] {
+      hier_all_gather(*g.hierarchy(), in, work);
+      finish();
+    });
+  }
   if (in.numel() == 0) return run_now(c, finish);
   if (g.size() == 1) return run_now(c, [&] { work[0].copy_(in); finish(); });
   std::vector<std::vector<at::Tensor>> outs(1);

@@ -14,7 +14,11 @@
 //
 // Backends: on a group with shm (Group::backend() == "shm+gloo"), all_reduce, all_reduce_coalesced,
 // reduce, reduce_scatter, broadcast, all_gather and barrier run over shared memory for CPU
-// tensors; gather, scatter, all_to_all, send and recv always use gloo.
+// tensors; gather, scatter, all_to_all, send and recv always use gloo. On a hierarchical group
+// (Group::backend() == "hierarchical": members on several nodes), all_reduce (and reduce,
+// reduce_scatter, all_reduce_coalesced), broadcast and all_gather of CPU tensors run in two levels
+// (collectives/hierarchy.hpp); the rest uses flat gloo. Ops over shm or the hierarchy complete
+// inside the *_async call.
 #pragma once
 
 #include "collectives/error.hpp"

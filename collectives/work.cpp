@@ -50,7 +50,7 @@ void throw_collective_error(Group& group, const std::string& op, std::uint64_t s
     std::rethrow_exception(error);
   } catch (const CollectiveError&) {
     throw;  // already has its context
-  } catch (const shm::Error& e) {
+  } catch (const shm::Error& e) {  // also the hierarchy's (collectives/hierarchy.hpp)
     cause = e.what();
     ranks = e.ranks();
     ranks_known = !ranks.empty();

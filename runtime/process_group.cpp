@@ -83,8 +83,9 @@ std::string local_address_towards(const std::string& host, uint16_t port, const 
                           why + " (set LSPAWN_GLOO_HOST or GLOO_SOCKET_IFNAME)");
 }
 
+// `chosen`: set to the address the device binds to ("" for an interface named by GLOO_SOCKET_IFNAME).
 std::shared_ptr<::gloo::transport::Device> gloo_device(const InitOptions& options, const WorkerEnv& env,
-                                                       const std::string& who) {
+                                                       const std::string& who, std::string& chosen) {
   std::string host = options.interface_host;
   if (host.empty()) host = getenv_or("LSPAWN_GLOO_HOST", "");
   try {
@@ -94,6 +95,7 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const InitOptions& option
       host = env.group_world_size == 1 ? "127.0.0.1"
                                        : local_address_towards(env.master_addr, env.master_port, who);
     }
+    chosen = host;
     return c10d::ProcessGroupGloo::createDeviceForHostname(host);
   } catch (const ProcessGroupError&) {
     throw;
@@ -299,7 +301,7 @@ World init_process_group(const InitOptions& options) {
   try {
     if (w.backend == "gloo") {
       auto opts = c10d::ProcessGroupGloo::Options::create(w.timeout);
-      opts->devices.push_back(gloo_device(options, w.env, who));
+      opts->devices.push_back(gloo_device(options, w.env, who, w.gloo_host));
       opts->threads = options.gloo_threads > 0 ? options.gloo_threads : 2;
       w.pg = compat::wrap_backend(
           c10::make_intrusive<TickingProcessGroupGloo>(pg_store, w.env.rank, w.env.world_size, opts), pg_store,

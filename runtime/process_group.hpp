@@ -71,6 +71,8 @@ struct World {
   std::string backend;                        // "gloo" or "nccl" (shm/auto ask for gloo here)
   int cuda_device = -1;                       // nccl: cuda:LOCAL_RANK, made current; else -1
   std::vector<PeerInfo> peers;                // host and pid of every rank, indexed by rank
+  std::string gloo_host;                      // gloo: the address its device binds to; "" when
+                                              // GLOO_SOCKET_IFNAME chose an interface, or nccl
   std::chrono::milliseconds timeout{0};       // collective timeout in effect
   std::chrono::milliseconds init_time{0};     // time spent in init_process_group()
 

@@ -1,7 +1,7 @@
 // lspawn_bench_collectives: op x size x backend sweep of lspawn collectives, nccl-tests style.
 //
 //   lspawn --nprocs 2 lspawn_bench_collectives [--ops all_reduce,broadcast,all_gather]
-//        [--backends shm,gloo] [--min-bytes 4] [--max-bytes 64M] [--step 4]
+//        [--backends shm,gloo,auto] [--min-bytes 4] [--max-bytes 64M] [--step 4]
 //        [--budget-ms 300] [--json FILE] [--label NAME]
 //
 // Reads its place in the job from the env contract (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT…)
@@ -131,6 +131,8 @@ int main(int argc, char** argv) {
       go.backend = backend == "shm" ? lspawn::Backend::Shm : backend == "gloo" ? lspawn::Backend::Gloo : lspawn::Backend::Auto;
       go.name = "bench-" + backend;
       auto g = lspawn::Group::from_world(world, go);
+      // "auto" is reported as what it chose ("shm+gloo" on one node, "hierarchical" across nodes).
+      const std::string shown = backend == "auto" ? g->backend() : backend;
       for (const auto& op : args.ops) {
         for (std::int64_t bytes = args.min_bytes; bytes <= args.max_bytes; bytes *= args.step) {
           const std::int64_t count = std::max<std::int64_t>(1, bytes / 4);
@@ -151,10 +153,10 @@ int main(int argc, char** argv) {
           const double mine = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
           const double secs = max_over_ranks(*g, mine);
           const double algbw = count * 4.0 / secs / 1e9;
-          Row row{op, backend, count * 4, secs * 1e6, algbw, algbw * bus_factor(op, n)};
+          Row row{op, shown, count * 4, secs * 1e6, algbw, algbw * bus_factor(op, n)};
           rows.push_back(row);
           if (rank == 0) {
-            std::printf("  %-11s %-9s %12lld %12.2f %12.3f %12.3f\n", op.c_str(), backend.c_str(),
+            std::printf("  %-11s %-9s %12lld %12.2f %12.3f %12.3f\n", op.c_str(), shown.c_str(),
                         static_cast<long long>(row.bytes), row.time_us, row.algbw, row.busbw);
             std::fflush(stdout);
           }

@@ -2,7 +2,7 @@
  * MPI_Bcast and MPI_Allgather on float32, same timing rules (3 warm-ups, an op count sized by
  * rank 0 to last about the budget, the slowest rank's time). Prints one JSON object per line.
  *
- *   mpirun --allow-run-as-root --oversubscribe -np 2 ./mpi_bench [max_bytes] [step] [budget_ms]
+ *   mpirun --allow-run-as-root --oversubscribe -np 2 ./mpi_bench [max_bytes] [step] [budget_ms] [min_bytes]
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -29,9 +29,10 @@ int main(int argc, char** argv) {
   long max_bytes = argc > 1 ? atol(argv[1]) : 64L << 20;
   long step = argc > 2 ? atol(argv[2]) : 4;
   double budget = (argc > 3 ? atof(argv[3]) : 300.0) / 1e3;
+  long min_bytes = argc > 4 ? atol(argv[4]) : 4;
   const char* ops[] = {"all_reduce", "broadcast", "all_gather"};
   for (int o = 0; o < 3; ++o) {
-    for (long bytes = 4; bytes <= max_bytes; bytes *= step) {
+    for (long bytes = min_bytes; bytes <= max_bytes; bytes *= step) {
       long count = bytes / 4 > 0 ? bytes / 4 : 1;
       float* in = malloc(count * sizeof(float));
       float* out = malloc(count * sizeof(float) * n);

@@ -10,44 +10,10 @@ BUILD=$(cd "${1:?usage: netns_hello.sh BUILD [REPS]}" && pwd)
 REPS=${2:-5}
 LSPAWN=$BUILD/launcher/lspawn
 HELLO=$BUILD/examples/hello_allreduce
-[[ $(id -u) == 0 ]] || { echo "needs root"; exit 1; }
-TOK=$(printf '%05x%03x' $(( $$ & 0xfffff )) $(( RANDOM & 0xfff )))
-A=lspbn-$TOK-a B=lspbn-$TOK-b VA=lb${TOK}a VB=lb${TOK}b
 NET=10.79.0
-WORK=$(mktemp -d /tmp/lspawn-netns-bench-XXXXXX)
-cleanup() {
-  for ns in $A $B; do
-    pids=$(ip netns pids $ns 2>/dev/null | tr '\n' ' ')
-    [[ -n ${pids// /} ]] && kill -KILL $pids 2>/dev/null
-  done
-  ip netns del $A 2>/dev/null; ip netns del $B 2>/dev/null; ip link del $VA 2>/dev/null
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-ip netns add $A && ip netns add $B
-ip link add $VA type veth peer name $VB
-ip link set $VA netns $A && ip link set $VB netns $B
-# The same interface name on both hosts: one GLOO_SOCKET_IFNAME for every rank under mpirun.
-ip -n $A link set $VA name mnet0 && ip -n $B link set $VB name mnet0
-ip -n $A addr add $NET.1/24 dev mnet0 && ip -n $B addr add $NET.2/24 dev mnet0
-for ns in $A $B; do ip -n $ns link set lo up; ip -n $ns link set mnet0 up; done
-sleep 0.5
+source "$(dirname "$0")/netns_hosts.sh"
+hosts_up
 
-cat >$WORK/agent <<AGENT
-#!/bin/bash
-# rsh agent for mpirun: "agent [opts] HOST cmd..." runs cmd on mn-b
-while [[ \${1:-} == -* ]]; do case \$1 in -[oplFiJ]) shift 2 ;; *) shift ;; esac; done
-shift
-exec nsenter --net=/run/netns/$B unshare --uts sh -c 'hostname mn-b && exec bash -c "\$*"' sh "\$@"
-AGENT
-chmod +x $WORK/agent
-
-on() {
-  local h=$1 ns
-  shift
-  [[ $h == a ]] && ns=$A || ns=$B
-  exec nsenter --net=/run/netns/$ns unshare --uts sh -c 'hostname "$0" && exec "$@"' "mn-$h" "$@"
-}
 now() { date +%s.%N; }
 export OMP_NUM_THREADS=1
 
@@ -68,7 +34,7 @@ run_mpirun() {
   local t0 t1 r
   t0=$(now)
   (on a mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 --host $NET.1:2,$NET.2:2 \
-     --mca plm_rsh_agent $WORK/agent --mca btl_tcp_if_include mnet0 --mca oob_tcp_if_include mnet0 \
+     --mca plm_rsh_agent $AGENT --mca btl_tcp_if_include mnet0 --mca oob_tcp_if_include mnet0 \
      -x MASTER_ADDR=$NET.1 -x MASTER_PORT=29600 -x GLOO_SOCKET_IFNAME=mnet0 -x OMP_NUM_THREADS \
      "$HELLO" >$WORK/m.out 2>&1)
   r=$?

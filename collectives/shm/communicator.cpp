@@ -241,7 +241,8 @@ Communicator::Communicator(int rank, int size, const Rendezvous& rendezvous, Com
   probe_single_copy();
 }
 
-// Two more init rounds: publish a canary, read the neighbour's with process_vm_readv, agree.
+// Two more init rounds: publish a canary, read the neighbour's with process_vm_readv and write it
+// back with process_vm_writev, agree.
 // Every rank runs them (also with single copy disabled: it then just reports "no").
 void Communicator::probe_single_copy() {
   InfoLine* mine = LSPAWN_SEG_INFO(seg_, size_, rank_);
@@ -261,6 +262,8 @@ void Communicator::probe_single_copy() {
     iovec remote{reinterpret_cast<void*>(peer->canary_addr), sizeof seen};
     ok = ::process_vm_readv(peer->pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(sizeof seen) &&
          seen == peer->canary_value;
+    // all_reduce also writes into the peers' buffers: put the same value back.
+    ok = ok && ::process_vm_writev(peer->pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(sizeof seen);
   }
   mine->single_copy_ok = ok ? 1 : 0;
   begin_round(d);
@@ -268,63 +271,72 @@ void Communicator::probe_single_copy() {
   for (int q = 0; q < size_; ++q) single_copy_ = single_copy_ && LSPAWN_SEG_INFO(seg_, size_, q)->single_copy_ok;
 }
 
-// Copies `bytes` from address `remote` of rank q's process into `local`.
-void Communicator::read_peer(int q, void* local, std::uint64_t remote, std::size_t bytes) {
+// Copies `bytes` between `local` and address `remote` of rank q's process: from the peer with
+// process_vm_readv, to it (`to_peer`) with process_vm_writev.
+void Communicator::peer_copy(int q, void* local, std::uint64_t remote, std::size_t bytes, bool to_peer) {
   const int pid = LSPAWN_SEG_INFO(seg_, size_, q)->pid;
-  auto* dst = static_cast<unsigned char*>(local);
+  auto* mine = static_cast<unsigned char*>(local);
   while (bytes > 0) {
-    iovec l{dst, bytes};
+    iovec l{mine, bytes};
     iovec r{reinterpret_cast<void*>(remote), bytes};
-    const ssize_t got = ::process_vm_readv(pid, &l, 1, &r, 1, 0);
-    if (got <= 0) {
-      const int e = got < 0 ? errno : EIO;
+    const ssize_t done = to_peer ? ::process_vm_writev(pid, &l, 1, &r, 1, 0) : ::process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (done <= 0) {
+      const int e = done < 0 ? errno : EIO;
       std::ostringstream msg;
-      msg << "shm " << current_op_ << ": rank " << rank_ << "/" << size_ << " (pid " << getpid()
-          << ") cannot read rank " << q << " (pid " << pid << "): " << errno_text("process_vm_readv", e);
+      msg << "shm " << current_op_ << ": " << me() << " cannot " << (to_peer ? "write" : "read") << " rank "
+          << shown(q) << " (pid " << pid << "): " << errno_text(to_peer ? "process_vm_writev" : "process_vm_readv", e);
       if (e == ESRCH || process_dead(pid)) fail(Error(Error::Kind::PeerDied, {q}, msg.str()));
       fail(Error(Error::Kind::System, {q}, msg.str()));
     }
-    dst += got;
-    remote += static_cast<std::uint64_t>(got);
-    bytes -= static_cast<std::size_t>(got);
+    mine += done;
+    remote += static_cast<std::uint64_t>(done);
+    bytes -= static_cast<std::size_t>(done);
   }
 }
 
-// Single copy (large all_reduce, when every rank may read the others' memory): 3 rounds in all.
-//   round 1: publish the buffer address;
-//   rank q folds region q: reads it from every peer's buffer (process_vm_readv, in pieces that
-//   stay in cache) and reduces, in rank order, into its own buffer;
-//   round 2: every region is final; each rank reads the other regions from their owners straight
-//   into its buffer;
-//   round 3: nobody returns (and reuses its buffer) while a peer may still be reading it.
+// Single copy (large all_reduce, when every rank may read the others' memory): 2 rounds in all.
+//   round 1: publish the buffer address (every input is in place);
+//   rank q owns region q (cache-line-aligned bounds). Piece by piece (cache-sized), it reads the
+//   piece from every peer's buffer (process_vm_readv), folds all of them and its own, in rank
+//   order, into a cache-resident result, and writes the result into its own buffer and every
+//   peer's (process_vm_writev), from cache. Only rank q ever touches region q of any buffer (it
+//   reads a piece everywhere before it writes it), so no piece is overwritten before it is read;
+//   round 2: every region is final in every buffer; nobody returns (and reuses its buffer) while a
+//   peer may still write into it.
+// Per rank that is (N-1)/N of the buffer read remotely and written remotely, 1/N read and written
+// locally: 2 passes over the buffer's size, where reading the final regions back (a third round)
+// took 3.
 void Communicator::all_reduce_single_copy(unsigned char* data, std::size_t count, ElemType type, KernelOp op,
                                           const Desc& d) {
   const std::size_t es = elem_size(type);
-  LSPAWN_SEG_INFO(seg_, size_, rank_)->addr[round_ % 2] = reinterpret_cast<std::uint64_t>(data);
   const int parity = static_cast<int>(round_ % 2);
+  LSPAWN_SEG_INFO(seg_, size_, rank_)->addr[parity] = reinterpret_cast<std::uint64_t>(data);
   begin_round(d);
   std::vector<std::uint64_t> addr(size_);
   for (int q = 0; q < size_; ++q) addr[q] = LSPAWN_SEG_INFO(seg_, size_, q)->addr[parity];
   const std::size_t align = std::max<std::size_t>(1, kLine / es);
   auto edge = [&](int q) { return std::min(count, round_up(count * q / size_, align)); };
-  const std::size_t piece = std::max<std::size_t>(1, (std::size_t{256} << 10) / es);
+  // The peers' pieces and the result stay in this core's cache (about 1 MiB in all).
+  const std::size_t piece_bytes = std::max<std::size_t>(std::size_t{64} << 10, (std::size_t{1} << 20) / size_);
+  const std::size_t piece = std::max<std::size_t>(1, piece_bytes / es);
   piece_buffer_.resize(static_cast<std::size_t>(size_) * piece * es);
+  unsigned char* result = piece_buffer_.data() + static_cast<std::size_t>(size_ - 1) * piece * es;
   std::vector<const void*> srcs(size_);
-  for (int q = 0; q < size_; ++q) srcs[q] = piece_buffer_.data() + q * piece * es;
   for (std::size_t off = edge(rank_), hi = edge(rank_ + 1); off < hi; off += piece) {
     const std::size_t m = std::min(piece, hi - off);
-    for (int q = 0; q < size_; ++q) {
-      auto* tmp = piece_buffer_.data() + q * piece * es;
-      if (q == rank_) copy(tmp, data + off * es, m * es);
-      else read_peer(q, tmp, addr[q] + off * es, m * es);
+    for (int q = 0, k = 0; q < size_; ++q) {
+      if (q == rank_) {
+        srcs[q] = data + off * es;
+        continue;
+      }
+      auto* tmp = piece_buffer_.data() + static_cast<std::size_t>(k++) * piece * es;
+      peer_copy(q, tmp, addr[q] + off * es, m * es, false);
+      srcs[q] = tmp;
     }
-    reduce_into(data + off * es, srcs.data(), size_, m, type, op);
-  }
-  begin_round(d);
-  for (int q = 0; q < size_; ++q) {
-    if (q == rank_) continue;
-    const std::size_t lo = edge(q), hi = edge(q + 1);
-    if (hi > lo) read_peer(q, data + lo * es, addr[q] + lo * es, (hi - lo) * es);
+    reduce_into(result, srcs.data(), size_, m, type, op);
+    copy(data + off * es, result, m * es);
+    for (int q = 0; q < size_; ++q)
+      if (q != rank_) peer_copy(q, result, addr[q] + off * es, m * es, true);
   }
   begin_round(d);
 }
@@ -335,6 +347,17 @@ Communicator::~Communicator() {
 
 unsigned char* Communicator::slot(int set, int rank) const {
   return data_ + (static_cast<std::size_t>(set) * size_ + rank) * options_.slot_bytes;
+}
+
+int Communicator::shown(int q) const {
+  return q >= 0 && q < static_cast<int>(options_.shown_ranks.size()) ? options_.shown_ranks[q] : q;
+}
+
+std::string Communicator::me() const {
+  std::ostringstream s;
+  if (options_.shown_ranks.empty()) s << "rank " << rank_ << "/" << size_ << " (pid " << getpid() << ")";
+  else s << "rank " << shown(rank_) << " (" << rank_ << "/" << size_ << " here, pid " << getpid() << ")";
+  return s.str();
 }
 
 void Communicator::fail(Error e) {
@@ -389,10 +412,10 @@ void Communicator::wait_all(std::uint32_t target, const char* what) {
         const int pid = LSPAWN_SEG_INFO(seg_, size_, p)->pid;
         late.push_back(p);
         if (process_dead(pid)) dead.push_back(p);
-        who << (late.size() > 1 ? ", " : "") << "rank " << p << " (pid " << pid << (process_dead(pid) ? ", dead" : "") << ")";
+        who << (late.size() > 1 ? ", " : "") << "rank " << shown(p) << " (pid " << pid << (process_dead(pid) ? ", dead" : "") << ")";
       }
       std::ostringstream msg;
-      msg << "shm " << what << ": rank " << rank_ << "/" << size_ << " (pid " << getpid() << ") ";
+      msg << "shm " << what << ": " << me() << " ";
       if (!dead.empty()) {
         msg << "peer died during the collective: " << who.str() << " after " << seconds(now - start)
             << " s of waiting";
@@ -423,7 +446,7 @@ void Communicator::check_descs(const Desc& mine) {
   msg << "collective mismatch: ";
   for (int q = 0; q < size_; ++q) {
     if (!(all[q] == all[0])) odd.push_back(q);
-    msg << (q ? ", " : "") << "rank " << q << " called " << all[q].str();
+    msg << (q ? ", " : "") << "rank " << shown(q) << " called " << all[q].str();
   }
   fail(Error(Error::Kind::Mismatch, odd, msg.str()));
 }
@@ -499,7 +522,7 @@ void Communicator::broadcast(void* data, std::size_t bytes, int root) {
     const int parity = static_cast<int>(round_ % 2);
     LSPAWN_SEG_INFO(seg_, size_, rank_)->addr[parity] = reinterpret_cast<std::uint64_t>(p);
     begin_round(d);
-    if (rank_ != root) read_peer(root, p, LSPAWN_SEG_INFO(seg_, size_, root)->addr[parity], bytes);
+    if (rank_ != root) peer_copy(root, p, LSPAWN_SEG_INFO(seg_, size_, root)->addr[parity], bytes, false);
     begin_round(d);
     return;
   }
@@ -534,7 +557,7 @@ void Communicator::all_gather(const void* in, std::size_t bytes, void* out) {
       if (q == rank_) {
         if (o + q * bytes != i) std::memmove(o + q * bytes, i, bytes);
       } else {
-        read_peer(q, o + q * bytes, LSPAWN_SEG_INFO(seg_, size_, q)->addr[parity], bytes);
+        peer_copy(q, o + q * bytes, LSPAWN_SEG_INFO(seg_, size_, q)->addr[parity], bytes, false);
       }
     }
     begin_round(d);

@@ -28,8 +28,8 @@
 //   all_reduce up to `flat_max_bytes`: one round, every rank folds all slots (lowest latency).
 //   Larger: per chunk of `slot_bytes`, a reduce-scatter round (rank q folds region q of every
 //   slot into slot 0) and an all-gather (everyone copies slot 0 out): two rounds per chunk.
-//   From `single_copy_min_bytes` on, when allowed: single copy (process_vm_readv) for
-//   all_reduce (3 rounds), broadcast and all_gather (2 rounds), whatever the size.
+//   From `single_copy_min_bytes` on, when allowed: single copy (process_vm_readv/writev) for
+//   all_reduce, broadcast and all_gather: 2 rounds each, whatever the size.
 #pragma once
 
 #include "collectives/shm/reduce_kernels.hpp"
@@ -82,6 +82,10 @@ struct CommOptions {
   std::size_t single_copy_min_bytes = std::size_t{1} << 20;
   // Label put into the shm object name (run id, group name): helps whoever lists /dev/shm.
   std::string label = "lspawn";
+  // The numbers error messages give the ranks (e.g. their ranks in a larger group spanning
+  // nodes, collectives/hierarchy.hpp): rank q is shown as "rank shown_ranks[q]". Empty → q.
+  // Error::ranks() stay this communicator's ranks.
+  std::vector<int> shown_ranks;
 };
 
 class Communicator {
@@ -117,9 +121,11 @@ class Communicator {
   void check_descs(const Desc& mine);
   unsigned char* slot(int set, int rank) const;
   void probe_single_copy();
-  void read_peer(int q, void* local, std::uint64_t remote, std::size_t bytes);
+  void peer_copy(int q, void* local, std::uint64_t remote, std::size_t bytes, bool to_peer);
   void all_reduce_single_copy(unsigned char* data, std::size_t count, ElemType type, KernelOp op, const Desc& d);
-  void fail(Error e);
+  [[noreturn]] void fail(Error e);
+  int shown(int q) const;  // q as messages name it (CommOptions::shown_ranks)
+  std::string me() const;  // "rank 2/4 (pid 123)" or, with shown_ranks, "rank 5 (2/4 here, pid 123)"
 
   int rank_;
   int size_;
@@ -132,7 +138,7 @@ class Communicator {
   bool broken_ = false;
   bool single_copy_ = false;      // every rank can process_vm_readv every other
   std::uint64_t canary_ = 0;      // read by the neighbour's probe at construction
-  std::vector<unsigned char> piece_buffer_;  // single copy: size pieces of 256 KiB
+  std::vector<unsigned char> piece_buffer_;  // single copy all_reduce: size pieces (peers' + result)
   const char* current_op_ = "";
   std::uint64_t epoch_ = 0;      // data rounds started: picks the slot set (epoch % 2)
 };

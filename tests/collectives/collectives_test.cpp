@@ -7,6 +7,8 @@
 
 #include <signal.h>
 
+#include <algorithm>
+
 using lspawn::test::RunResult;
 using lspawn::test::run_ranks;
 
@@ -113,4 +115,47 @@ TEST_CASE("backend nccl without NCCL built in fails at creation with a clear mes
     // A CUDA build with NCCL on a GPU machine: the group exists; the CPU suite is not meant for it.
     CHECK(r.ranks[0].signal == 0);
   }
+}
+
+// Groups spanning nodes, faked on this machine (LSPAWN_TEST_NODES: LSPAWN_NODE_ID and the env
+// contract per rank): 2 nodes x 2 in rank order, interleaved nodes (non-contiguous members), and
+// 2 + 1 (uneven nodes: the all_gather blocks are padded).
+TEST_CASE("hierarchical: every op matches a local reference across (faked) nodes", "[collectives][processes][hierarchical]") {
+  const std::string nodes = GENERATE(as<std::string>{}, "0,0,1,1", "0,1,0,1", "0,0,1");
+  const int n = static_cast<int>(std::count(nodes.begin(), nodes.end(), ',')) + 1;
+  auto r = run_ranks(n, "suite", "auto", {{"LSPAWN_TEST_NODES", nodes}, {"LSPAWN_TEST_EXPECT_BACKEND", "hierarchical"}});
+  INFO("nodes " << nodes);
+  require_all_ok(r);
+}
+
+TEST_CASE("hierarchical: LSPAWN_BACKEND=gloo keeps flat gloo, and so does one member per node", "[collectives][processes][hierarchical]") {
+  INFO("backend gloo on 2 x 2");
+  require_all_ok(run_ranks(4, "sum", "gloo", {{"LSPAWN_TEST_NODES", "0,0,1,1"}, {"LSPAWN_TEST_EXPECT_BACKEND", "gloo"}}));
+  INFO("auto on 1 + 1");
+  require_all_ok(run_ranks(2, "sum", "auto", {{"LSPAWN_TEST_NODES", "0,1"}, {"LSPAWN_TEST_EXPECT_BACKEND", "gloo"}}));
+}
+
+// Rank 3 (a member) or rank 2 (its node's leader) is SIGKILLed in an all_reduce: every other rank
+// fails in bounded time naming it, also rank 0 and 1 on the other node, whose own view is a
+// closed gloo connection or their leader leaving.
+TEST_CASE("hierarchical: a rank SIGKILLed mid-collective is named on every node", "[collectives][processes][hierarchical][failure]") {
+  const int victim = GENERATE(3, 2);
+  auto r = run_ranks(4, "kill", "auto",
+                     {{"LSPAWN_TEST_NODES", "0,0,1,1"}, {"LSPAWN_TEST_KILL_RANK", std::to_string(victim)},
+                      {"LSPAWN_TEST_TIMEOUT_MS", "20000"}},
+                     std::chrono::seconds(60));
+  INFO("victim " << victim << "\n" << r.all_output());
+  REQUIRE_FALSE(r.timed_out);
+  CHECK(r.ranks[victim].signal == SIGKILL);
+  const std::string died = "rank " + std::to_string(victim) + " died";
+  for (int q = 0; q < 4; ++q) {
+    if (q == victim) continue;
+    CHECK(r.ranks[q].exit_code == 2);
+    CHECK_THAT(r.ranks[q].output, Catch::Contains("all_reduce") && Catch::Contains("ranks concerned: " + std::to_string(victim)));
+    // Its node-mate saw it die itself; the others read the note it left.
+    if (q == (victim ^ 1)) CHECK_THAT(r.ranks[q].output, Catch::Contains("peer died during the collective: rank " + std::to_string(victim)));
+    else CHECK_THAT(r.ranks[q].output, Catch::Contains("first failure in the group: " + died));
+  }
+  // Far below the 20 s timeout: nobody waited for it.
+  CHECK(r.seconds < 15);
 }

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -19,6 +20,34 @@
 extern char** environ;
 
 namespace lspawn::test {
+namespace {
+
+// LSPAWN_TEST_NODES="0,0,1,1": rank r runs as if on node nodes[r]: LSPAWN_NODE_ID (what Group
+// compares) and the env contract's GROUP_RANK, GROUP_WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE;
+// gloo binds to loopback (LSPAWN_GLOO_HOST), since every "node" is this machine.
+void fake_node(std::map<std::string, std::string>& vars, const std::string& spec, int r, int n) {
+  std::vector<int> nodes;
+  std::stringstream ss(spec);
+  for (std::string item; std::getline(ss, item, ',');) nodes.push_back(std::stoi(item));
+  if (static_cast<int>(nodes.size()) != n)
+    throw std::invalid_argument("LSPAWN_TEST_NODES='" + spec + "' must list one node per rank (" + std::to_string(n) + ")");
+  int local = 0, local_size = 0, count = 0;
+  for (int q = 0; q < n; ++q) {
+    if (nodes[q] == nodes[r]) {
+      if (q < r) ++local;
+      ++local_size;
+    }
+    if (std::find(nodes.begin(), nodes.begin() + q, nodes[q]) == nodes.begin() + q) ++count;
+  }
+  vars["LSPAWN_NODE_ID"] = "fake-node-" + std::to_string(nodes[r]);
+  vars["GROUP_RANK"] = std::to_string(nodes[r]);
+  vars["GROUP_WORLD_SIZE"] = std::to_string(count);
+  vars["LOCAL_RANK"] = std::to_string(local);
+  vars["LOCAL_WORLD_SIZE"] = std::to_string(local_size);
+  vars["LSPAWN_GLOO_HOST"] = "127.0.0.1";
+}
+
+}  // namespace
 
 std::string RunResult::all_output() const {
   std::string s;
@@ -53,6 +82,7 @@ RunResult run_ranks(int n, const std::string& scenario, const std::string& backe
       if (eq != std::string::npos) vars[kv.substr(0, eq)] = kv.substr(eq + 1);
     }
     for (const auto& [k, v] : env) vars[k] = v;
+    if (const auto it = env.find("LSPAWN_TEST_NODES"); it != env.end()) fake_node(vars, it->second, r, n);
     vars["RANK"] = std::to_string(r);
     vars["WORLD_SIZE"] = std::to_string(n);
     vars["MASTER_ADDR"] = "127.0.0.1";

@@ -24,6 +24,8 @@ struct RunResult {
 
 // Starts `n` workers `<worker> <scenario> <backend>` with RANK/WORLD_SIZE/MASTER_PORT and `env`,
 // waits up to `deadline` for all of them (then SIGKILLs the rest), returns what they did.
+// env LSPAWN_TEST_NODES="0,0,1,1" fakes nodes: rank r gets LSPAWN_NODE_ID and the env contract's
+// GROUP_RANK / LOCAL_RANK / LOCAL_WORLD_SIZE / GROUP_WORLD_SIZE of node nodes[r] (all on loopback).
 RunResult run_ranks(int n, const std::string& scenario, const std::string& backend,
                     const std::map<std::string, std::string>& env = {},
                     std::chrono::seconds deadline = std::chrono::seconds(120));

@@ -2,7 +2,10 @@
 //
 //   lspawn_collectives_test_worker <scenario> <backend gloo|shm|auto>
 //   env: RANK, WORLD_SIZE, MASTER_PORT (a TCPStore server on 127.0.0.1 hosted by the test),
-//        LSPAWN_TEST_TIMEOUT_MS (group timeout), LSPAWN_TEST_BIG=1 (add the 64 MiB case)
+//        LSPAWN_TEST_TIMEOUT_MS (group timeout), LSPAWN_TEST_BIG=1 (add the 64 MiB case),
+//        LSPAWN_TEST_EXPECT_BACKEND (Group::backend() must say so), LSPAWN_TEST_KILL_RANK (the
+//        rank scenario "kill" SIGKILLs; default the last), LSPAWN_TEST_FROM_WORLD=1 (join through
+//        runtime's init_process_group() and Group::from_world(): run under lspawn, any host)
 //
 // Exit status: 0 all checks passed; 1 a check failed (message on stderr); 2 CollectiveError;
 // 3 CollectiveTimeout; 4 CollectiveMismatch; 5 any other exception. Errors print
@@ -10,6 +13,7 @@
 #include "collectives/object.hpp"
 #include "collectives/ops.hpp"
 #include "collectives/strategy_ops.hpp"
+#include "runtime/process_group.hpp"
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -18,6 +22,7 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -108,8 +113,6 @@ std::vector<ReduceOp> ops_for(at::ScalarType t) {
 void scenario_suite(Group& g) {
   const int n = g.size(), me = g.rank();
   const std::vector<int64_t> sizes = {0, 1, 7, 1000, 300001};
-  const std::string expected_backend = std::getenv("LSPAWN_TEST_EXPECT_BACKEND") ? std::getenv("LSPAWN_TEST_EXPECT_BACKEND") : "";
-  if (!expected_backend.empty()) check(g.backend() == expected_backend, "backend is " + g.backend());
 
   for (auto dt : kDtypes)
     for (auto op : ops_for(dt))
@@ -347,11 +350,31 @@ void scenario_timeout(Group& g) {
   check(false, "all_reduce returned although a rank never joined");
 }
 
-// The last rank dies (SIGKILL) at the all_reduce the others are in.
+// Sums of rank+1 in float, double and int at odd sizes (one more than a 1 MiB shm slot in
+// float), a broadcast from the last rank and an all_gather; prints "rank R/N: <backend> all_reduce
+// sum = S" (the multi-node tests grep it).
+void scenario_sum(Group& g) {
+  const int n = g.size(), me = g.rank();
+  const double want = n * (n + 1) / 2.0;
+  for (auto dt : {at::kFloat, at::kDouble, at::kInt})
+    for (int64_t len : {1, 7, 262145}) {
+      auto t = at::full({len}, me + 1, at::TensorOptions(dt));
+      lspawn::all_reduce(g, t);
+      check(t.eq(want).all().item<bool>(), std::string("sum ") + c10::toString(dt) + " x" + std::to_string(len));
+    }
+  auto b = at::full({262145}, me, at::kFloat);
+  lspawn::broadcast(g, b, n - 1);
+  check(b.eq(n - 1).all().item<bool>(), "broadcast from the last rank");
+  auto all = lspawn::all_gather(g, at::full({7}, me, at::kInt));
+  for (int r = 0; r < n; ++r) check(all[r].eq(r).all().item<bool>(), "all_gather row " + std::to_string(r));
+  std::cout << "rank " << me << "/" << n << ": " << g.backend() << " all_reduce sum = " << want << std::endl;
+}
+
+// A rank (LSPAWN_TEST_KILL_RANK, default the last) dies (SIGKILL) at the all_reduce the others are in.
 void scenario_kill(Group& g) {
   auto t = at::ones({1 << 20});
   for (int i = 0; i < 3; ++i) lspawn::all_reduce(g, t);
-  if (g.rank() == g.size() - 1) ::raise(SIGKILL);
+  if (g.rank() == env_int("LSPAWN_TEST_KILL_RANK", g.size() - 1)) ::raise(SIGKILL);
   for (int i = 0; i < 5; ++i) lspawn::all_reduce(g, t);
   check(false, "all_reduce returned although a rank died");
 }
@@ -382,21 +405,32 @@ int main(int argc, char** argv) {
     return 64;
   }
   const std::string scenario = argv[1], backend = argv[2];
+  std::optional<lspawn::World> world;  // LSPAWN_TEST_FROM_WORLD: outlives the group
   try {
-    c10d::TCPStoreOptions so;
-    so.port = static_cast<uint16_t>(port);
-    so.isServer = false;
-    so.timeout = std::chrono::seconds(30);
-    auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
-    g_test_store = store;
     lspawn::GroupOptions go;
     go.backend = backend == "gloo"   ? lspawn::Backend::Gloo
                  : backend == "shm"  ? lspawn::Backend::Shm
                  : backend == "nccl" ? lspawn::Backend::Nccl
                                      : lspawn::Backend::Auto;
     go.timeout = std::chrono::milliseconds(env_int("LSPAWN_TEST_TIMEOUT_MS", 30000));
-    auto g = Group::create(store, rank, size, go);
+    std::shared_ptr<Group> g;
+    if (env_int("LSPAWN_TEST_FROM_WORLD", 0) == 1) {
+      world = lspawn::init_process_group();
+      g_test_store = world->store;
+      g = Group::from_world(*world, go);
+    } else {
+      c10d::TCPStoreOptions so;
+      so.port = static_cast<uint16_t>(port);
+      so.isServer = false;
+      so.timeout = std::chrono::seconds(30);
+      auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+      g_test_store = store;
+      g = Group::create(store, rank, size, go);
+    }
+    if (const char* want = std::getenv("LSPAWN_TEST_EXPECT_BACKEND"); want && *want)
+      check(g->backend() == want, "backend is " + g->backend() + ", expected " + want);
     if (scenario == "suite") scenario_suite(*g);
+    else if (scenario == "sum") scenario_sum(*g);
     else if (scenario == "objects") scenario_objects(*g);
     else if (scenario == "subgroups") scenario_subgroups(*g);
     else if (scenario == "timeout") scenario_timeout(*g);
@@ -406,7 +440,8 @@ int main(int argc, char** argv) {
     else throw std::invalid_argument("unknown scenario " + scenario);
     // Nobody leaves (and closes sockets) while a peer still checks; failure scenarios that
     // reach here are the rank that stayed out on purpose.
-    if (scenario == "suite" || scenario == "objects" || scenario == "subgroups") lspawn::barrier(*g);
+    if (scenario == "suite" || scenario == "sum" || scenario == "objects" || scenario == "subgroups")
+      lspawn::barrier(*g);
     std::cout << "rank " << rank << ": OK" << std::endl;
     return 0;
   } catch (...) {

@@ -1,5 +1,5 @@
 #!/bin/bash
-# netns_test.sh LSPAWN HELLO_ALLREDUCE — a multi-node job across two hosts, each a network
+# netns_test.sh LSPAWN HELLO_ALLREDUCE [COLLECTIVES_WORKER] — a multi-node job across two hosts, each a network
 # namespace made here (hosts mn-a 10.78.0.1 and mn-b 10.78.0.2, joined by a veth pair), 2 nodes x
 # 2 workers of examples/hello_allreduce:
 #   1. static rendezvous (--node-rank, --master-addr/--master-port): all_reduce correct, output
@@ -19,6 +19,7 @@
 set -uo pipefail
 LSPAWN=${1:?usage: netns_test.sh LSPAWN HELLO_ALLREDUCE}
 HELLO=${2:?usage: netns_test.sh LSPAWN HELLO_ALLREDUCE}
+COLLWORKER=${3:-}
 [[ $(id -u) == 0 ]] || { echo "SKIP: needs root (network namespaces)"; exit 77; }
 for t in ip nsenter unshare timeout; do
   command -v $t >/dev/null || { echo "SKIP: $t not installed"; exit 77; }
@@ -183,6 +184,21 @@ check "restart: attempt 0's failure was rank 3 on mn-b, on both nodes" eval 'has
 check "restart: both nodes restarted once" eval 'has $WORK/6a.err "restart 1 of 2: starting 2 workers" && has $WORK/6b.err "restart 1 of 2: starting 2 workers" && ! has $WORK/6a.err "restart 2 of 2"'
 check "restart: all_reduce correct on attempt 1 on every rank" eval 'has $WORK/6a.out "[mn-a rank 0] rank 0/4: allreduce sum = 10" && has $WORK/6b.out "[mn-b rank 3] rank 3/4: allreduce sum = 10"'
 check "restart: nothing left" nothing_left
+
+if [[ -n $COLLWORKER ]]; then
+  echo "== [$(stamp)] 7. lspawn::Group across hosts: hierarchical all_reduce, broadcast, all_gather"
+  run7() {  # HOST NODE_RANK
+    on $1 env LSPAWN_TEST_FROM_WORLD=1 LSPAWN_TEST_EXPECT_BACKEND=hierarchical LSPAWN_TEST_TIMEOUT_MS=30000 \
+      timeout 60 "$LSPAWN" "${COMMON[@]}" --node-rank $2 --master-addr $NET.1 --master-port 29500 "$COLLWORKER" sum auto
+  }
+  (run7 b 1 >$WORK/7b.out 2>$WORK/7b.err) & pb=$!
+  (run7 a 0 >$WORK/7a.out 2>$WORK/7a.err) & pa=$!
+  wait $pa; ra=$?; wait $pb; rb=$?
+  check "hierarchical: both nodes exit 0 (a=$ra b=$rb)" test $ra = 0 -a $rb = 0
+  check "hierarchical: right sums on mn-a" eval 'has $WORK/7a.out "[mn-a rank 0] rank 0/4: hierarchical all_reduce sum = 10" && has $WORK/7a.out "[mn-a rank 1] rank 1/4: hierarchical all_reduce sum = 10"'
+  check "hierarchical: right sums on mn-b" eval 'has $WORK/7b.out "[mn-b rank 2] rank 2/4: hierarchical all_reduce sum = 10" && has $WORK/7b.out "[mn-b rank 3] rank 3/4: hierarchical all_reduce sum = 10"'
+  check "hierarchical: nothing left" nothing_left
+fi
 
 echo "$PASSES passed, $FAILS failed ($(stamp))"
 if [[ $FAILS != 0 ]]; then
