@@ -58,10 +58,9 @@ void ensure_private_dir(const std::string& dir) {
 }
 
 std::string seconds_text(Clock::duration d) {
-  std::ostringstream s;
-  s.precision(3);
-  s << std::chrono::duration<double>(d).count() << " s";
-  return s.str();
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f s", std::chrono::duration<double>(d).count());
+  return buf;
 }
 
 // What makes a program file "unchanged": the same file (device, inode) with the same size and
@@ -456,8 +455,8 @@ int run(const Options& in) {
     ensure_private_dir(dir_of(o.socket_path));
     int err = 0;
     if (sys::Fd other = sys::unix_connect(o.socket_path, &err)) {
-      std::string pid;
-      if (auto r = ask(o.socket_path, "status", &pid)) pid = " (pid " + std::to_string(r->daemon_pid) + ")";
+      std::string pid, why;
+      if (auto r = ask(o.socket_path, "status", &why)) pid = " (pid " + std::to_string(r->daemon_pid) + ")";
       throw DaemonError("a daemon" + pid + " already listens on " + o.socket_path);
     }
     ::unlink(o.socket_path.c_str());  // a socket left by a daemon that died
