@@ -36,6 +36,18 @@ std::string dir_of(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
+// One line of the daemon's log: to o.log, else to stderr as "lspawn daemon: LINE".
+void log_line(const Options& o, const std::string& line) {
+  if (o.log) {
+    o.log(line);
+    return;
+  }
+  try {
+    sys::write_all(2, "lspawn daemon: " + line + "\n", "stderr");
+  } catch (const sys::SysError&) {
+  }
+}
+
 // The socket's directory: created 0700 when missing; else it must be a directory (not a link)
 // of this user with no access for group and others.
 void ensure_private_dir(const std::string& dir) {
@@ -153,16 +165,7 @@ class Server {
   }
 
  private:
-  void log(const std::string& line) {
-    if (o_.log) {
-      o_.log(line);
-    } else {
-      try {
-        sys::write_all(2, "lspawn daemon: " + line + "\n", "stderr");
-      } catch (const sys::SysError&) {
-      }
-    }
-  }
+  void log(const std::string& line) { log_line(o_, line); }
 
   Clock::time_point next_deadline() const {
     Clock::time_point due = Clock::time_point::max();
@@ -426,16 +429,7 @@ std::string default_socket_path() {
 int run(const Options& in) {
   Options o = in;
   if (o.socket_path.empty()) o.socket_path = default_socket_path();
-  auto say = [&](const std::string& line) {
-    if (o.log) {
-      o.log(line);
-    } else {
-      try {
-        sys::write_all(2, "lspawn daemon: " + line + "\n", "stderr");
-      } catch (const sys::SysError&) {
-      }
-    }
-  };
+  auto say = [&](const std::string& line) { log_line(o, line); };
   sigset_t stop, old;
   sigemptyset(&stop);
   for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&stop, sig);

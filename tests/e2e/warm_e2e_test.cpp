@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <fstream>
+#include <memory>
 #include <random>
 #include <regex>
 #include <set>
@@ -116,6 +117,16 @@ std::vector<std::string> with_bin(std::vector<std::string> args) {
   return args;
 }
 
+// A warm run of 2 child-then-wait workers, once both printed their pids; *w: its warm line.
+std::unique_ptr<Child> start_waiting(const Daemon& d, WarmLine* w) {
+  auto c = std::make_unique<Child>(with_bin(warm(d, {"--nprocs", "2", worker_bin(), "child-then-wait"})));
+  INFO(c->err());
+  REQUIRE(c->wait_stdout_count("pids ", 2, 10s));
+  *w = warm_line(c->err());
+  REQUIRE(w->found);
+  return c;
+}
+
 std::string status_of(const Daemon& d) {
   return run_lspawn({"daemon", "--status", "--socket", d.socket()}).out;
 }
@@ -171,11 +182,9 @@ TEST_CASE("warm: the second run reuses the daemon's forkserver, with its own env
 
 TEST_CASE("warm: workers are forked by this run's server, a child of the warm forkserver", "[e2e][forkserver][warm]") {
   Daemon d;
-  Child c(with_bin(warm(d, {"--nprocs", "2", worker_bin(), "child-then-wait"})));
-  INFO(c.err());
-  REQUIRE(c.wait_stdout_count("pids ", 2, 10s));
-  const WarmLine w = warm_line(c.err());
-  REQUIRE(w.found);
+  WarmLine w;
+  auto child = start_waiting(d, &w);
+  Child& c = *child;
   for (const auto& l : lines(c.out())) {
     const auto at = l.find("pids ");
     if (at == std::string::npos) continue;
@@ -249,10 +258,9 @@ TEST_CASE("warm: SIGTERM or SIGKILL to lspawn stops its workers; the forkserver 
   Daemon d;
   for (int sig : {SIGTERM, SIGKILL}) {
     INFO("signal " << sig);
-    Child c(with_bin(warm(d, {"--nprocs", "2", worker_bin(), "child-then-wait"})));
-    INFO(c.err());
-    REQUIRE(c.wait_stdout_count("pids ", 2, 10s));
-    const WarmLine w = warm_line(c.err());
+    WarmLine w;
+    auto child = start_waiting(d, &w);
+    Child& c = *child;
     const std::set<pid_t> pids = pids_in(c.out());  // workers, their children, the run's server
     c.signal(sig);
     CHECK(code_of(c.wait(20s)) == 128 + sig);
@@ -265,11 +273,9 @@ TEST_CASE("warm: SIGTERM or SIGKILL to lspawn stops its workers; the forkserver 
 TEST_CASE("warm: killing the daemon kills its forkservers and their workers - 0 processes left", "[e2e][forkserver][warm]") {
   Subreaper reaper;  // the forkservers' orphans come here to be reaped
   Daemon d;
-  Child c(with_bin(warm(d, {"--nprocs", "2", worker_bin(), "child-then-wait"})));
-  INFO(c.err());
-  REQUIRE(c.wait_stdout_count("pids ", 2, 10s));
-  const WarmLine w = warm_line(c.err());
-  REQUIRE(w.found);
+  WarmLine w;
+  auto child = start_waiting(d, &w);
+  Child& c = *child;
   std::set<pid_t> pids = pids_in(c.out());
   pids.insert(w.forkserver);
   pids.insert(w.server);
