@@ -133,7 +133,7 @@ std::string status_of(const Daemon& d) {
 
 }  // namespace
 
-TEST_CASE("warm: the second run reuses the daemon's forkserver, with its own environment, directory and umask", "[e2e][forkserver][warm]") {
+TEST_CASE("warm: the second run reuses the daemon's forkserver - with its own environment and directory and umask", "[e2e][forkserver][warm]") {
   Daemon d;
   auto r1 = run_lspawn(warm(d, {"--nprocs", "2", worker_bin(), "env"}));
   INFO(r1.err);
@@ -180,7 +180,7 @@ TEST_CASE("warm: the second run reuses the daemon's forkserver, with its own env
   CHECK(out.find("[rank 1] cwd=" + elsewhere.path + " umask=027") != std::string::npos);
 }
 
-TEST_CASE("warm: workers are forked by this run's server, a child of the warm forkserver", "[e2e][forkserver][warm]") {
+TEST_CASE("warm: workers are forked by this run's server - a child of the warm forkserver", "[e2e][forkserver][warm]") {
   Daemon d;
   WarmLine w;
   auto child = start_waiting(d, &w);
@@ -199,7 +199,7 @@ TEST_CASE("warm: workers are forked by this run's server, a child of the warm fo
   CHECK(code_of(c.wait(20s)) == 143);
 }
 
-TEST_CASE("warm: a changed program gets a new forkserver; the old one is stopped", "[e2e][forkserver][warm]") {
+TEST_CASE("warm: a changed program gets a new forkserver - the old one is stopped", "[e2e][forkserver][warm]") {
   Daemon d;
   TempDir dir;
   const std::string prog = dir.path + "/worker";
@@ -253,7 +253,7 @@ TEST_CASE("warm: a failing rank gives the report and exit code of a cold run", "
   CHECK(summary(warm_run.err).find("root cause: process 1 terminated with exit code 3") != std::string::npos);
 }
 
-TEST_CASE("warm: SIGTERM or SIGKILL to lspawn stops its workers; the forkserver stays warm", "[e2e][forkserver][warm]") {
+TEST_CASE("warm: SIGTERM or SIGKILL to lspawn stops its workers - the forkserver stays warm", "[e2e][forkserver][warm]") {
   Subreaper reaper;
   Daemon d;
   for (int sig : {SIGTERM, SIGKILL}) {
@@ -287,7 +287,7 @@ TEST_CASE("warm: killing the daemon kills its forkservers and their workers - 0 
   CHECK(alive_after(pids, 2s).empty());
 }
 
-TEST_CASE("warm: a peer with another uid is refused, named by its pid and uid", "[e2e][forkserver][warm]") {
+TEST_CASE("warm: a peer with another uid is refused - named by its pid and uid", "[e2e][forkserver][warm]") {
   if (::geteuid() != 0) {
     WARN("skipped: needs root to connect as another uid");
     return;
@@ -357,7 +357,7 @@ TEST_CASE("warm: garbage on the daemon socket is survived with a message", "[e2e
   CHECK(warm_line(r.err).found);
 }
 
-TEST_CASE("warm: no daemon - a cold forkserver, said once; a second daemon and an open directory are refused", "[e2e][forkserver][warm]") {
+TEST_CASE("warm: no daemon - a cold forkserver said once - a second daemon and an open directory are refused", "[e2e][forkserver][warm]") {
   TempDir dir;
   auto r = run_lspawn({"--start-method", "warm", "--daemon-socket", dir.path + "/none.sock", "--nprocs", "2", worker_bin(), "env"});
   INFO(r.err);
