@@ -11,10 +11,14 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <unistd.h>
 #include <sys/stat.h>
 
 #include "launcher/cli_options.hpp"
+#include "launcher/daemon.hpp"
+#include "launcher/daemon_client.hpp"
 #include "launcher/elf.hpp"
 #include "launcher/env_contract.hpp"
 #include "launcher/hang_watch.hpp"
@@ -79,6 +83,46 @@ std::vector<std::string> common_environment(const std::vector<std::vector<std::s
   return out;
 }
 
+// --start-method warm: a server of the daemon's warm forkserver of the program (executed with
+// the workers' common environment minus every per-run variable: it outlives this run), with
+// this run's working directory and umask for the workers. Null when no daemon runs (said once:
+// the caller starts a cold forkserver). Throws what daemon::warm_server throws.
+std::unique_ptr<Forkserver> warm_forkserver(const CliOptions& o, const std::string& path,
+                                            const std::vector<std::vector<std::string>>& envs,
+                                            const sigset_t* stop) {
+  const std::string socket = o.daemon_socket.empty() ? daemon::default_socket_path() : o.daemon_socket;
+  std::vector<std::string> env = env::without_run_variables(common_environment(envs));
+  // Also what a shell keeps per directory or invocation: a run from another directory (or
+  // another shell) still finds the warm forkserver; each worker gets the run's own values.
+  env.erase(std::remove_if(env.begin(), env.end(),
+                           [](const std::string& kv) {
+                             const std::string name = kv.substr(0, kv.find('='));
+                             return name == status::kDirEnv || name == "PWD" || name == "OLDPWD" ||
+                                    name == "SHLVL" || name == "_";
+                           }),
+            env.end());
+  char resolved[PATH_MAX];
+  if (!::realpath(path.c_str(), resolved)) sys::throw_errno("realpath", path);
+  std::string why;
+  auto w = daemon::warm_server(socket, resolved, o.program, env, stop, &why);
+  if (!w) {
+    say("--start-method warm: no daemon on " + socket + " (" + why +
+        "); starting a cold forkserver (start one with 'lspawn daemon')");
+    return nullptr;
+  }
+  char cwd[PATH_MAX];
+  if (!::getcwd(cwd, sizeof cwd)) sys::throw_errno("getcwd", "the workers' working directory");
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  w->server->set_worker_context(cwd, static_cast<int>(mask));
+  if (!o.quiet) {
+    say(std::string(w->reply.reused ? "warm" : "new") + " forkserver (pid " + std::to_string(w->reply.forkserver_pid) +
+        ", run " + std::to_string(w->reply.runs) + ") of the daemon (pid " + std::to_string(w->reply.daemon_pid) +
+        ") on " + socket + "; this run's server: pid " + std::to_string(w->reply.server_pid));
+  }
+  return std::move(w->server);
+}
+
 void make_dirs(const std::string& dir) {
   std::string cur;
   size_t pos = 0;
@@ -101,17 +145,18 @@ int run(const CliOptions& o) {
     say("cannot execute '" + o.program[0] + "': " + std::strerror(err));
     return err == ENOENT ? exit_codes::kNotFound : exit_codes::kCannotExecute;
   }
-  const bool use_forkserver = o.start_method == CliStartMethod::Forkserver;
+  const bool use_forkserver = o.start_method == CliStartMethod::Forkserver || o.start_method == CliStartMethod::Warm;
+  const char* method_flag = o.start_method == CliStartMethod::Warm ? "--start-method warm" : "--start-method forkserver";
   if (use_forkserver) {
     bool hooked = false;
     try {
       hooked = elf::has_section(*path, kForkserverNoteSection);
     } catch (const sys::SysError& e) {
-      say(std::string("--start-method forkserver: cannot read '") + *path + "': " + e.what());
+      say(std::string(method_flag) + ": cannot read '" + *path + "': " + e.what());
       return exit_codes::kUsage;
     }
     if (!hooked) {
-      say("--start-method forkserver: '" + *path +
+      say(std::string(method_flag) + ": '" + *path +
           "' does not link lspawn's forkserver hook (lspawn::runtime or lspawn::forkserver_hook; "
           "no " + kForkserverNoteSection + " section); use --start-method exec");
       return exit_codes::kUsage;
@@ -302,7 +347,7 @@ int run(const CliOptions& o) {
   if (!o.quiet) {
     say("starting " + std::to_string(o.nproc_per_node) + " worker" +
         (o.nproc_per_node == 1 ? "" : "s") + " of '" + *path + "'" +
-        (use_forkserver ? " by forkserver" : "") + " (node " + std::to_string(node_rank) + "/" +
+        (o.start_method == CliStartMethod::Warm ? " by warm forkserver" : use_forkserver ? " by forkserver" : "") + " (node " + std::to_string(node_rank) + "/" +
         std::to_string(assign.nnodes) + (multi ? " on " + host : "") + ", master " +
         assign.master_addr + ":" + std::to_string(assign.master_port) + ", run id " + job.run_id + ")");
   }
@@ -337,15 +382,18 @@ int run(const CliOptions& o) {
     // Loading the program blocks this thread (no heartbeats): the other nodes allow for it.
     group->announce_busy(kForkserverReadyTimeout + std::chrono::seconds(5));
     try {
-      forkserver = Forkserver::exec(*path, o.program, common_environment(envs),
-                                    kForkserverReadyTimeout, &stop);
+      if (o.start_method == CliStartMethod::Warm) forkserver = warm_forkserver(o, *path, envs, &stop);
+      if (!forkserver) {
+        forkserver = Forkserver::exec(*path, o.program, common_environment(envs),
+                                      kForkserverReadyTimeout, &stop);
+      }
       forked.emplace(*forkserver, sup, "rank", say);
     } catch (const ForkserverInterrupted& e) {
       say(std::string("interrupted by ") + sys::signal_name(e.signal()) +
           " while the forkserver started; no worker was started");
       return 128 + e.signal();
     } catch (const std::exception& e) {
-      say(std::string("--start-method forkserver: ") + e.what());
+      say(std::string(method_flag) + ": " + e.what());
       return 1;
     }
   }
@@ -551,6 +599,9 @@ int run(const CliOptions& o) {
 int run_cli(const std::vector<std::string>& args) {
   if (!args.empty() && args[0] == "status") {
     return run_status_command(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
+  if (!args.empty() && args[0] == "daemon") {
+    return daemon::run_command(std::vector<std::string>(args.begin() + 1, args.end()));
   }
   CliOptions o;
   try {

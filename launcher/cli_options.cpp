@@ -116,6 +116,12 @@ options (--opt value and --opt=value are both accepted):
                                   worker after its static initialisation (LibTorch's loading and
                                   init happen once, not per worker); program must link lspawn's
                                   runtime (or lspawn::forkserver_hook). See docs/cli.md
+  --start-method warm, --warm     as forkserver, but the forkserver comes from `lspawn daemon`,
+                                  which keeps it between runs of the same unchanged program
+                                  (same arguments and environment): workers start from warm
+                                  memory. No daemon running: a cold forkserver (docs/warm-start.md)
+  --daemon-socket PATH            the daemon's socket (default $XDG_RUNTIME_DIR/lspawn/daemon.sock,
+                                  else /tmp/lspawn-UID/daemon.sock)
   --max-restarts K                on a failure, stop every node's workers and start them all
                                   again, up to K times (TORCHELASTIC_RESTART_COUNT counts; default 0)
   --rdzv-endpoint HOST[:PORT]     multi-node rendezvous at HOST:PORT (default port 29400): the
@@ -140,6 +146,10 @@ exit status: 0 all workers succeeded; the failing worker's code (128+N for signa
 125 lspawn internal error. See docs/exit-codes.md.
 
 lspawn status PID                 print the status report of the running lspawn PID (same user)
+lspawn daemon [--socket PATH] [--max-forkservers N] [--idle-timeout SECONDS]
+                                  run the per-node warm-start daemon (foreground) for
+                                  --start-method warm; lspawn daemon --status | --stop [--socket
+                                  PATH] asks a running one (docs/warm-start.md)
 )";
 }
 
@@ -223,14 +233,22 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
       flag();
       o.quiet = true;
     } else if (name == "--start-method") {
-      const std::string m = take("exec|forkserver");
+      const std::string m = take("exec|forkserver|warm");
       if (m == "exec") {
         o.start_method = CliStartMethod::Exec;
       } else if (m == "forkserver") {
         o.start_method = CliStartMethod::Forkserver;
+      } else if (m == "warm") {
+        o.start_method = CliStartMethod::Warm;
       } else {
-        usage(name + ": expected exec or forkserver (" + name + " exec|forkserver), got '" + m + "'");
+        usage(name + ": expected exec, forkserver or warm (" + name + " exec|forkserver|warm), got '" + m + "'");
       }
+    } else if (name == "--warm") {
+      flag();
+      o.start_method = CliStartMethod::Warm;
+    } else if (name == "--daemon-socket") {
+      o.daemon_socket = take("PATH");
+      if (o.daemon_socket.empty()) usage(name + ": empty path (" + name + " PATH)");
     } else if (name == "--hang-timeout") {
       o.hang_timeout_s = parse_seconds(name, take("SECONDS"));
     } else if (parse_multinode_option(name, take, o)) {

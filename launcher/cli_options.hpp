@@ -27,6 +27,8 @@ inline constexpr int kNotFound = 127;         // program not found
 enum class CliStartMethod {
   Exec,        // fork + exec of the program per worker (any program)
   Forkserver,  // exec the program once; it forks the workers after its static initialisation
+  Warm,        // like Forkserver, from the per-node daemon's forkserver kept between runs
+               // (docs/warm-start.md); a cold forkserver when no daemon runs
 };
 
 struct CliOptions {
@@ -43,7 +45,8 @@ struct CliOptions {
   bool tee = false;                // --tee: with --log-dir, also to the console
   bool prefix = true;              // --no-prefix clears it
   bool quiet = false;              // --quiet: no info lines (errors still printed)
-  CliStartMethod start_method = CliStartMethod::Exec;  // --start-method exec|forkserver
+  CliStartMethod start_method = CliStartMethod::Exec;  // --start-method exec|forkserver|warm, --warm
+  std::string daemon_socket;       // --daemon-socket PATH (warm); empty: daemon::default_socket_path()
   int max_restarts = 0;            // --max-restarts K: restart every node's workers up to K times
   // Multi-node (parse_multinode_option; docs/multi-node.md).
   bool node_rank_given = false;    // --node-rank was given (else rdzv mode assigns one)

@@ -33,6 +33,21 @@ bool needs_omp_default(const std::vector<std::string>& base, int nproc_per_node)
   return !has_var(base.empty() ? current_environment() : base, kOmpNumThreads);
 }
 
+std::vector<std::string> without_run_variables(const std::vector<std::string>& env) {
+  static const char* const kPerRun[] = {
+      kRank, kLocalRank, kWorldSize, kLocalWorldSize, kGroupRank, kGroupWorldSize, kRoleRank,
+      kRoleWorldSize, kMasterAddr, kMasterPort, kRunId, kRestartCount, kMaxRestarts, kErrorFile,
+      kLspawnErrorFile, kLspawnRunDir, kLspawnJobSecret, kLspawnBindAddr};
+  std::vector<std::string> out;
+  for (const auto& kv : env) {
+    const std::string name = kv.substr(0, kv.find('='));
+    bool per_run = false;
+    for (const char* n : kPerRun) per_run = per_run || name == n;
+    if (!per_run) out.push_back(kv);
+  }
+  return out;
+}
+
 std::vector<std::string> worker_environment(const JobEnv& job, const WorkerPlace& place,
                                             const std::vector<std::string>& base_in) {
   const std::vector<std::string> base = base_in.empty() ? current_environment() : base_in;

@@ -81,6 +81,12 @@ bool needs_omp_default(const std::vector<std::string>& base, int nproc_per_node)
 std::vector<std::string> worker_environment(const JobEnv& job, const WorkerPlace& place,
                                             const std::vector<std::string>& base = {});
 
+// `env` without the variables worker_environment() sets per run or per worker (ranks, sizes,
+// master address and port, run id, restart counts, error files, run directory, job secret, bind
+// address); OMP_NUM_THREADS and the rest stay. What a forkserver kept between runs is executed
+// with (docs/warm-start.md): nothing of one run may leak into the next.
+std::vector<std::string> without_run_variables(const std::vector<std::string>& env);
+
 // The current process environment as "NAME=value" strings.
 std::vector<std::string> current_environment();
 

@@ -84,7 +84,12 @@ std::vector<Message> Link::read() {
   if (!msgs.empty()) last_in_ = sys::Clock::now();
   // At EOF, the messages before it first (a "finish" then the peer's exit); the next read()
   // sees the EOF again and throws.
-  if (eof && msgs.empty()) throw LinkError("connection closed");
+  if (eof && msgs.empty()) {
+    if (!in_.empty()) {
+      throw LinkError("connection closed inside a frame (" + std::to_string(in_.size()) + " bytes of it)");
+    }
+    throw LinkError("connection closed");
+  }
   return msgs;
 }
 

@@ -215,7 +215,8 @@ class Link {
   void flush();
   bool pending() const { return !out_.empty(); }
   // Reads what is available; returns the complete messages (heartbeats included). Throws
-  // LinkError on EOF, a socket error or a bad frame.
+  // LinkError on EOF ("connection closed", or "connection closed inside a frame (N bytes of
+  // it)"), a socket error, or a bad frame ("bad frame: ...").
   std::vector<Message> read();
 
   // Restarts the heartbeat clocks (when the job has formed: the wait for the last node to join

@@ -145,6 +145,7 @@ std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd li
     std::unique_ptr<Link> link;
     std::vector<Message> queue;
     std::optional<JoinMsg> join;
+    std::string endpoint;  // "IP:PORT" of the peer, for what is said about a stranger
   };
   std::vector<Pending> pending;
   auto reject_all = [&](const std::string& reason) {
@@ -173,7 +174,8 @@ std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd li
       while (sys::Fd fd = sys::tcp_accept(listener.get(), "rendezvous on " + ep)) {
         sys::tcp_set_liveness(fd.get(), o.node_timeout, "rendezvous on " + ep);
         const std::string peer = sys::peer_ip(fd.get());
-        pending.push_back({std::make_unique<Link>(std::move(fd), "node at " + peer), {}, {}});
+        const std::string endpoint = sys::peer_endpoint(fd.get());
+        pending.push_back({std::make_unique<Link>(std::move(fd), "node at " + peer), {}, {}, endpoint});
       }
     }
     for (size_t i = 0; i < pending.size(); ++i) {
@@ -209,10 +211,25 @@ std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd li
           p.link->set_peer(j.host + " (" + sys::peer_ip(p.link->fd()) + ")");
         }
         p.queue.clear();
-      } catch (const LinkError&) {
-        drop = true;  // it went away before the job formed: it is simply not part of it
+      } catch (const LinkError& e) {
+        // It went away before the job formed (it is simply not part of it), or it is not an
+        // lspawn: either way the rendezvous goes on without it. Bytes that are no frame of
+        // ours are said, naming the sender.
+        drop = true;
+        const std::string why = e.what();
+        if (why.rfind("bad frame", 0) == 0 || why.rfind("connection closed inside a frame", 0) == 0) {
+          g->info("rendezvous on " + ep + ": rejected connection from " + p.endpoint + ": " + e.what());
+        }
       } catch (const nlohmann::json::exception& e) {
-        reject_all("rendezvous on " + ep + ": bad join message from " + p.link->peer() + ": " + e.what());
+        // A frame of ours with a body that is no join message: a stranger (or a broken lspawn)
+        // is turned away; the nodes that did join are not.
+        drop = true;
+        g->info("rendezvous on " + ep + ": rejected connection from " + p.endpoint +
+                ": bad join message (" + e.what() + ")");
+        try {
+          p.link->send("reject", RejectMsg{"bad join message: " + std::string(e.what())});
+        } catch (const LinkError&) {
+        }
       }
       if (drop) {
         pending.erase(pending.begin() + static_cast<long>(i));

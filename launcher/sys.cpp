@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -393,6 +394,121 @@ std::string peer_ip(int fd) {
   socklen_t len = sizeof ss;
   if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
   return numeric(ss);
+}
+
+std::string peer_endpoint(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
+  int port = 0;
+  if (ss.ss_family == AF_INET) port = ntohs(reinterpret_cast<const sockaddr_in&>(ss).sin_port);
+  if (ss.ss_family == AF_INET6) port = ntohs(reinterpret_cast<const sockaddr_in6&>(ss).sin6_port);
+  const std::string ip = numeric(ss);
+  return (ss.ss_family == AF_INET6 && ip.find(':') != std::string::npos ? "[" + ip + "]" : ip) + ":" +
+         std::to_string(port);
+}
+
+void send_with_fds(int sock, std::string_view data, const int* fds, size_t nfds,
+                   const std::string& context) {
+  iovec iov{const_cast<char*>(data.data()), data.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  std::vector<char> control(CMSG_SPACE(nfds * sizeof(int)));
+  if (nfds > 0) {
+    msg.msg_control = control.data();
+    msg.msg_controllen = control.size();
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+    std::memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
+  }
+  ssize_t sent;
+  do {
+    sent = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
+  } while (sent < 0 && errno == EINTR);
+  if (sent < 0) throw_errno("sendmsg", context);
+  if (static_cast<size_t>(sent) < data.size()) write_all(sock, data.substr(static_cast<size_t>(sent)), context);
+}
+
+ssize_t recv_with_fds(int sock, char* buf, size_t n, Fd* fds, size_t max_fds,
+                      const std::string& context) {
+  alignas(cmsghdr) char control[CMSG_SPACE(8 * sizeof(int))];
+  iovec iov{buf, n};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t r;
+  do {
+    r = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+  } while (r < 0 && errno == EINTR);
+  if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return -1;
+  if (r < 0) throw_errno("recvmsg", context);
+  size_t k = 0;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+      if (k < max_fds) {
+        fds[k++].reset(fd);
+      } else {
+        close(fd);  // more than the protocol carries: not ours to keep
+      }
+    }
+  }
+  return r;
+}
+
+namespace {
+sockaddr_un unix_address(const std::string& path) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (path.size() >= sizeof a.sun_path) {
+    throw SysError("bind", ENAMETOOLONG, "unix socket '" + path + "' (at most " +
+                                             std::to_string(sizeof a.sun_path - 1) + " bytes)");
+  }
+  std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
+  return a;
+}
+}  // namespace
+
+Fd unix_listen(const std::string& path) {
+  const sockaddr_un a = unix_address(path);
+  Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd) throw_errno("socket", "unix socket " + path);
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) throw_errno("bind", path);
+  if (::listen(fd.get(), 64) != 0) throw_errno("listen", path);
+  return fd;
+}
+
+Fd unix_connect(const std::string& path, int* err) {
+  const sockaddr_un a = unix_address(path);
+  Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) throw_errno("socket", "unix socket " + path);
+  for (;;) {
+    if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) return fd;
+    if (errno == EINTR) continue;
+    if (errno == ENOENT || errno == ECONNREFUSED || errno == ENOTSOCK || errno == EACCES ||
+        errno == ENOTDIR || errno == EPERM) {
+      *err = errno;
+      return Fd();
+    }
+    throw_errno("connect", path);
+  }
+}
+
+Fd unix_accept(int listen_fd, const std::string& context) { return tcp_accept(listen_fd, context); }
+
+PeerCred peer_cred(int fd, const std::string& context) {
+  ucred c{};
+  socklen_t len = sizeof c;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c, &len) != 0) throw_errno("getsockopt(SO_PEERCRED)", context);
+  return PeerCred{c.pid, c.uid, c.gid};
 }
 
 }  // namespace lspawn::sys

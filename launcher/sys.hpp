@@ -154,6 +154,34 @@ ssize_t send_some(int fd, const char* data, size_t n, const std::string& context
 // The numeric address of this end / the other end of a connected socket ("10.77.0.2").
 std::string local_ip(int fd);
 std::string peer_ip(int fd);
+// "10.77.0.2:45678" ("[::1]:45678" for IPv6): the other end of a connected TCP socket.
+std::string peer_endpoint(int fd);
+
+// ---- unix sockets: the forkserver protocol and the warm daemon (docs/warm-start.md) ----
+
+// sendmsg(2) of `data` with `fds` attached (SCM_RIGHTS, with its first bytes), MSG_NOSIGNAL;
+// what one sendmsg did not take is written with write_all. Throws SysError (EPIPE included).
+void send_with_fds(int sock, std::string_view data, const int* fds, size_t nfds,
+                   const std::string& context);
+// recvmsg(2) once into buf, EINTR retried, MSG_CMSG_CLOEXEC. The fds that came with the bytes
+// are stored in fds[0..max_fds) (the others unset; extra ones are closed). Returns bytes read
+// (0 = EOF), or -1 with errno EAGAIN on a non-blocking socket with nothing. Other errors throw.
+ssize_t recv_with_fds(int sock, char* buf, size_t n, Fd* fds, size_t max_fds,
+                      const std::string& context);
+// A listening unix stream socket at `path` (O_CLOEXEC, non-blocking, backlog 64). Throws.
+Fd unix_listen(const std::string& path);
+// Connects to the unix stream socket at `path` (blocking, O_CLOEXEC). Returns an invalid Fd and
+// sets *err when nobody listens there (ENOENT, ECONNREFUSED, ENOTSOCK, EACCES); other errors throw.
+Fd unix_connect(const std::string& path, int* err);
+// accept4 on a non-blocking listening unix socket: an invalid Fd when nothing is pending.
+Fd unix_accept(int listen_fd, const std::string& context);
+// The peer's credentials (SO_PEERCRED) of a connected unix socket.
+struct PeerCred {
+  pid_t pid = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+PeerCred peer_cred(int fd, const std::string& context);
 
 // mkdir(2) of one directory with `mode`. Throws SysError (EEXIST included).
 void make_dir(const std::string& path, mode_t mode);

@@ -97,7 +97,8 @@ bool operator==(const SpawnResult& a, const SpawnResult& b) {
 
 bool operator==(const ForkRequest& a, const ForkRequest& b) {
   auto t = [](const ForkRequest& r) {
-    return std::tie(r.version, r.index, r.shutdown, r.call, r.env, r.has_stdio);
+    return std::tie(r.version, r.index, r.shutdown, r.call, r.env, r.has_stdio, r.server, r.cwd,
+                    r.umask);
   };
   return t(a) == t(b);
 }
@@ -110,6 +111,19 @@ bool operator==(const ForkReply& a, const ForkReply& b) {
 bool operator==(const ChildExit& a, const ChildExit& b) {
   auto t = [](const ChildExit& e) {
     return std::tie(e.version, e.index, e.pid, e.exit_code, e.signal);
+  };
+  return t(a) == t(b);
+}
+
+bool operator==(const DaemonRequest& a, const DaemonRequest& b) {
+  auto t = [](const DaemonRequest& r) { return std::tie(r.version, r.op, r.path, r.argv, r.env); };
+  return t(a) == t(b);
+}
+
+bool operator==(const DaemonReply& a, const DaemonReply& b) {
+  auto t = [](const DaemonReply& r) {
+    return std::tie(r.version, r.error, r.daemon_pid, r.forkserver_pid, r.server_pid, r.reused,
+                    r.runs, r.forkservers);
   };
   return t(a) == t(b);
 }

@@ -110,6 +110,12 @@ struct ForkRequest {
   std::vector<std::string> env;  // "NAME=value" set in the worker before it runs (env contract)
   bool has_stdio = false;        // the request carries the worker's stdout and stderr fds
                                  // (SCM_RIGHTS on the unix socket, in that order)
+  // Fork a server of its own (the same fork_loop, a child of this one) instead of a worker: the
+  // request carries the new server's request socket and exit pipe (SCM_RIGHTS, in that order)
+  // instead of stdio. How the warm daemon gives each run a server of its own (docs/warm-start.md).
+  bool server = false;
+  std::string cwd;               // the worker's working directory; empty: the server's
+  int32_t umask = -1;            // the worker's umask; -1: the server's
 };
 
 struct ForkReply {
@@ -129,6 +135,31 @@ struct ChildExit {
   int32_t signal = 0;     // terminating signal number, 0 if it exited
 };
 
+// Client → warm daemon (`lspawn daemon`, docs/warm-start.md), on its unix socket.
+struct DaemonRequest {
+  uint32_t version = 0;
+  std::string op;                 // "forkserver" | "status" | "stop"
+  // forkserver: the program (absolute path), its argv (argv[0] included) and the environment
+  // it is executed with; together with the file's identity they key the warm forkserver.
+  std::string path;
+  std::vector<std::string> argv;
+  std::vector<std::string> env;
+};
+
+// Warm daemon → client. For "forkserver" with no error, the reply carries this run's server's
+// request socket and exit pipe (SCM_RIGHTS, in that order): the client uses them as a
+// Forkserver of its own.
+struct DaemonReply {
+  uint32_t version = 0;
+  std::string error;               // why the request was refused or failed; empty: done
+  int64_t daemon_pid = 0;
+  int64_t forkserver_pid = 0;      // the warm forkserver (kept between runs)
+  int64_t server_pid = 0;          // this run's server, a fork of the warm forkserver
+  bool reused = false;             // the warm forkserver existed before this request
+  int64_t runs = 0;                // runs the warm forkserver has served, this one included
+  std::vector<std::string> forkservers;  // status: one line per warm forkserver
+};
+
 // Field-by-field equality (tests, and callers that compare a round trip).
 bool operator==(const ErrorReport& a, const ErrorReport& b);
 bool operator==(const Value& a, const Value& b);
@@ -137,5 +168,7 @@ bool operator==(const SpawnResult& a, const SpawnResult& b);
 bool operator==(const ForkRequest& a, const ForkRequest& b);
 bool operator==(const ForkReply& a, const ForkReply& b);
 bool operator==(const ChildExit& a, const ChildExit& b);
+bool operator==(const DaemonRequest& a, const DaemonRequest& b);
+bool operator==(const DaemonReply& a, const DaemonReply& b);
 
 }  // namespace lspawn::proto

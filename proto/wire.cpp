@@ -17,6 +17,8 @@ namespace {
 
 using json = nlohmann::json;
 using proto::ChildExit;
+using proto::DaemonReply;
+using proto::DaemonRequest;
 using proto::ErrorReport;
 using proto::ForkReply;
 using proto::ForkRequest;
@@ -39,6 +41,8 @@ const char* type_name() {
   else if constexpr (std::is_same_v<T, ForkRequest>) return "ForkRequest";
   else if constexpr (std::is_same_v<T, ForkReply>) return "ForkReply";
   else if constexpr (std::is_same_v<T, ChildExit>) return "ChildExit";
+  else if constexpr (std::is_same_v<T, DaemonRequest>) return "DaemonRequest";
+  else if constexpr (std::is_same_v<T, DaemonReply>) return "DaemonReply";
   else static_assert(kAlwaysFalse<T>, "not a top-level message of proto/messages.hpp");
 }
 
@@ -77,6 +81,9 @@ void each_field(M& m, F&& f) {
     f("call", m.call);
     f("env", m.env);
     f("has_stdio", m.has_stdio);
+    f("server", m.server);
+    f("cwd", m.cwd);
+    f("umask", m.umask);
   } else if constexpr (std::is_same_v<T, ForkReply>) {
     f("version", m.version);
     f("index", m.index);
@@ -88,6 +95,21 @@ void each_field(M& m, F&& f) {
     f("pid", m.pid);
     f("exit_code", m.exit_code);
     f("signal", m.signal);
+  } else if constexpr (std::is_same_v<T, DaemonRequest>) {
+    f("version", m.version);
+    f("op", m.op);
+    f("path", m.path);
+    f("argv", m.argv);
+    f("env", m.env);
+  } else if constexpr (std::is_same_v<T, DaemonReply>) {
+    f("version", m.version);
+    f("error", m.error);
+    f("daemon_pid", m.daemon_pid);
+    f("forkserver_pid", m.forkserver_pid);
+    f("server_pid", m.server_pid);
+    f("reused", m.reused);
+    f("runs", m.runs);
+    f("forkservers", m.forkservers);
   } else {
     static_assert(kAlwaysFalse<T>, "not a message of proto/messages.hpp");
   }
@@ -97,7 +119,8 @@ template <class T>
 inline constexpr bool kIsMessage =
     std::is_same_v<T, ErrorReport> || std::is_same_v<T, SpawnCall> ||
     std::is_same_v<T, SpawnResult> || std::is_same_v<T, ForkRequest> ||
-    std::is_same_v<T, ForkReply> || std::is_same_v<T, ChildExit>;
+    std::is_same_v<T, ForkReply> || std::is_same_v<T, ChildExit> ||
+    std::is_same_v<T, DaemonRequest> || std::is_same_v<T, DaemonReply>;
 
 // Value kinds on the wire: a map with one entry named after the kind (the field names of the
 // former protobuf oneof); an empty map is kNone, an unknown name (a newer writer) too.
@@ -519,6 +542,8 @@ LSPAWN_WIRE_INSTANTIATE(proto::SpawnCall)
 LSPAWN_WIRE_INSTANTIATE(proto::SpawnResult)
 LSPAWN_WIRE_INSTANTIATE(proto::ForkRequest)
 LSPAWN_WIRE_INSTANTIATE(proto::ForkReply)
+LSPAWN_WIRE_INSTANTIATE(proto::DaemonRequest)
+LSPAWN_WIRE_INSTANTIATE(proto::DaemonReply)
 LSPAWN_WIRE_INSTANTIATE(proto::ChildExit)
 #undef LSPAWN_WIRE_INSTANTIATE
 

@@ -10,7 +10,8 @@
 // field's range) is an error naming the message and the field.
 //
 // `Msg` below is one of the top-level messages: proto::ErrorReport, SpawnCall, SpawnResult,
-// ForkRequest, ForkReply, ChildExit (the functions are instantiated for those in wire.cpp).
+// ForkRequest, ForkReply, ChildExit, DaemonRequest, DaemonReply (the functions are instantiated for
+// those in wire.cpp).
 //
 // Thread-safety: none; one reader and one writer per fd.
 #pragma once

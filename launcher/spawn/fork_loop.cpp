@@ -5,6 +5,7 @@
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <map>
 
+#include "launcher/fd_frame.hpp"
 #include "launcher/sys.hpp"
 #include "proto/wire.hpp"
 
@@ -23,61 +25,13 @@ namespace {
 
 constexpr uint32_t kMaxRequestBytes = 1u << 30;  // a request carries spawn()'s arguments
 
-// Reads exactly n bytes; false on EOF before the first byte; throws on a truncated read.
-bool read_exact(int fd, char* p, size_t n, const char* what) {
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = sys::read_some(fd, p + got, n - got, what);
-    if (r == 0) {
-      if (got == 0) return false;
-      throw wire::WireError(std::string(what) + ": truncated frame");
-    }
-    got += static_cast<size_t>(r);
-  }
-  return true;
-}
-
 // Receives one ForkRequest frame with up to two SCM_RIGHTS fds. False on EOF.
 bool receive_request(int sock, proto::ForkRequest& req, int fds[2]) {
-  fds[0] = fds[1] = -1;
-  char hdr[4];
-  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))];
-  iovec iov{hdr, sizeof hdr};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  ssize_t r;
-  do {
-    r = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-  } while (r < 0 && errno == EINTR);
-  if (r < 0) sys::throw_errno("recvmsg", "forkserver request");
-  if (r == 0) return false;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-      const size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      std::memcpy(fds, CMSG_DATA(c), std::min<size_t>(n, 2) * sizeof(int));
-    }
-  }
-  if (r < 4 && !read_exact(sock, hdr + r, 4 - static_cast<size_t>(r), "forkserver request")) {
-    throw wire::WireError("forkserver request: truncated frame header");
-  }
-  std::string frame(hdr, 4);
-  const uint32_t len = uint32_t(uint8_t(hdr[0])) | uint32_t(uint8_t(hdr[1])) << 8 |
-                       uint32_t(uint8_t(hdr[2])) << 16 | uint32_t(uint8_t(hdr[3])) << 24;
-  if (len > kMaxRequestBytes) {
-    throw wire::WireError("forkserver request: frame of " + std::to_string(len) +
-                          " bytes exceeds the bound");
-  }
-  frame.resize(4 + size_t(len));
-  if (len > 0 && !read_exact(sock, frame.data() + 4, len, "forkserver request")) {
-    throw wire::WireError("forkserver request: truncated frame");
-  }
-  if (!wire::try_decode_frame(frame, req, "forkserver request", kMaxRequestBytes)) {
-    throw wire::WireError("forkserver request: incomplete frame");
-  }
+  sys::Fd got[2];
+  if (!fd_frame::read(sock, req, got, 2, kMaxRequestBytes, "forkserver request")) return false;
   wire::check_version(req.version, "ForkRequest");
+  fds[0] = got[0].release();
+  fds[1] = got[1].release();
   return true;
 }
 
@@ -98,6 +52,23 @@ void set_up_worker(const proto::ForkRequest& req, pid_t server, const int stdio[
     ::clearenv();
     for (const auto& kv : req.env) ::putenv(::strdup(kv.c_str()));  // owned by environ
   }
+  if (req.umask >= 0) ::umask(static_cast<mode_t>(req.umask & 0777));
+  if (!req.cwd.empty() && ::chdir(req.cwd.c_str()) != 0) {
+    std::fprintf(stderr, "lspawn forkserver: worker %d (pid %d): cannot change to the directory '%s': %s\n",
+                 static_cast<int>(req.index), static_cast<int>(::getpid()), req.cwd.c_str(),
+                 std::strerror(errno));
+    std::fflush(stderr);
+    ::_exit(126);
+  }
+}
+
+// In a forked server (ForkRequest::server), before it serves: its own process group, killed
+// with the server that forked it, the caller's signal mask back (serve() blocks SIGCHLD again).
+void set_up_server(pid_t parent, const sigset_t& old_mask) {
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(0);
+  ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
 }
 
 }  // namespace
@@ -166,7 +137,10 @@ proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& c
       proto::ForkReply reply;
       reply.version = wire::kSchemaVersion;
       reply.index = req.index;
-      const std::string problem = check ? check(req) : std::string();
+      std::string problem = check && !req.server ? check(req) : std::string();
+      if (req.server && (stdio[0] < 0 || stdio[1] < 0)) {
+        problem = "a request for a server must carry its request socket and exit pipe";
+      }
       if (!problem.empty()) {
         reply.error = problem;
       } else {
@@ -176,6 +150,11 @@ proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& c
           sys::close(sock);
           sys::close(exits);
           sys::close(sigfd);
+          if (req.server) {
+            // A server of its own, on the fds the request carried; its workers return from here.
+            set_up_server(self, old_mask);
+            return serve(stdio[0], stdio[1], self, check);
+          }
           set_up_worker(req, self, stdio, old_mask);
           return req;
         }

@@ -9,6 +9,10 @@
 // optionally with the worker's stdout and stderr fds attached (SCM_RIGHTS); each is answered
 // by one ForkReply (the worker's pid, or why it was not forked). The server is the parent of
 // every worker, so it alone can wait for them: it writes a ChildExit frame on `exits` for each.
+// A request with `server` set forks a server of its own instead (its request socket and exit
+// pipe attached in place of stdio): a child of this one, in its own process group, killed with
+// it, serving the same loop on those fds — the warm daemon gives each run one
+// (docs/warm-start.md); its exit is reported on `exits` like a worker's.
 //
 // The server: PR_SET_PDEATHSIG(SIGKILL) on `owner` (exits at once if the owner is already
 // gone), SIGPIPE ignored, SIGCHLD blocked and read through a signalfd, single-threaded. When
@@ -32,7 +36,9 @@ using RequestCheck = std::function<std::string(const proto::ForkRequest&)>;
 // with the request that made it, already set up: its own process group (pgid == pid),
 // PR_SET_PDEATHSIG(SIGKILL) on the server, SIGPIPE and SIGCHLD at their defaults, the signal
 // mask the caller had, stdout/stderr from the request (when it carried them), the environment
-// replaced by the request's (when it has one), and sock, exits and the server's own fds closed.
+// replaced by the request's (when it has one), umask and working directory from the request
+// (when given; a directory it cannot enter ends the worker with 126 and a message), and sock,
+// exits and the server's own fds closed.
 proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& check);
 
 }  // namespace lspawn::fork_loop

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <map>
 
+#include "launcher/fd_frame.hpp"
 #include "launcher/spawn/errors.hpp"
 #include "launcher/spawn/fork_loop.hpp"
 #include "launcher/spawn/init.hpp"
@@ -221,9 +222,31 @@ std::unique_ptr<Forkserver> Forkserver::exec(const std::string& path,
       new Forkserver(pid, std::move(parent_end), std::move(exits.read)));
 }
 
+std::unique_ptr<Forkserver> Forkserver::attach(pid_t pid, sys::Fd requests, sys::Fd exits) {
+  sys::set_nonblocking(exits.get(), "exit pipe of forkserver (pid " + std::to_string(pid) + ")");
+  std::unique_ptr<Forkserver> s(new Forkserver(pid, std::move(requests), std::move(exits)));
+  s->attached_ = true;
+  return s;
+}
+
 Forkserver::~Forkserver() {
   if (owner_ != ::getpid()) return;  // a forked copy: the server is not ours to stop
   requests_.reset();  // EOF: the server kills what is left and exits
+  if (attached_) {
+    // Not our child: its exit pipe's EOF says it is gone (its workers killed and reaped).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    char buf[4096];
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{exits_.get(), POLLIN, 0};
+      if (::poll(&p, 1, 100) < 0 && errno != EINTR) break;
+      try {
+        if (sys::read_some(exits_.get(), buf, sizeof buf, "forkserver exit pipe") == 0) break;
+      } catch (...) {
+        break;
+      }
+    }
+    return;
+  }
   try {
     int status;
     sys::waitpid(pid_, &status, 0, "forkserver");
@@ -238,36 +261,37 @@ pid_t Forkserver::fork_worker(const proto::SpawnCall& call, const std::vector<st
   req.index = call.index;
   req.call = call;
   for (const auto& kv : env) req.env.push_back(kv);
-  const bool has_stdio = stdout_fd >= 0 && stderr_fd >= 0;
-  req.has_stdio = has_stdio;
-  const std::string frame = wire::encode_frame(req);
+  req.has_stdio = stdout_fd >= 0 && stderr_fd >= 0;
+  req.cwd = worker_cwd_;
+  req.umask = worker_umask_;
   const std::string context = "forkserver (pid " + std::to_string(pid_) + ") request for process " +
                               std::to_string(call.index);
+  const proto::ForkReply reply = request(req, stdout_fd, stderr_fd, context);
+  return static_cast<pid_t>(reply.pid);
+}
 
-  iovec iov{const_cast<char*>(frame.data()), frame.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
-  if (has_stdio) {
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(2 * sizeof(int));
-    const int fds[2] = {stdout_fd, stderr_fd};
-    std::memcpy(CMSG_DATA(c), fds, sizeof fds);
-  }
-  ssize_t sent;
-  do {
-    sent = ::sendmsg(requests_.get(), &msg, MSG_NOSIGNAL);
-  } while (sent < 0 && errno == EINTR);
-  if (sent < 0) sys::throw_errno("sendmsg", context);
-  if (static_cast<size_t>(sent) < frame.size()) {
-    sys::write_all(requests_.get(), std::string_view(frame).substr(static_cast<size_t>(sent)),
-                   context);
-  }
+Forkserver::Handle Forkserver::fork_server() {
+  const std::string context = "forkserver (pid " + std::to_string(pid_) + ") request for a server";
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) sys::throw_errno("socketpair", context);
+  sys::Fd ours(sv[0]), theirs(sv[1]);
+  sys::Pipe exits = sys::make_pipe(context + " (exit pipe)");
+  proto::ForkRequest req;
+  req.version = wire::kSchemaVersion;
+  req.index = -1;
+  req.server = true;
+  const proto::ForkReply reply = request(req, theirs.get(), exits.write.get(), context);
+  Handle h;
+  h.pid = static_cast<pid_t>(reply.pid);
+  h.requests = std::move(ours);
+  h.exits = std::move(exits.read);
+  return h;
+}
+
+proto::ForkReply Forkserver::request(const proto::ForkRequest& req, int a, int b,
+                                     const std::string& context) {
+  const int fds[2] = {a, b};
+  fd_frame::write(requests_.get(), req, fds, a >= 0 && b >= 0 ? 2 : 0, context);
   proto::ForkReply reply;
   wire::read_frame(requests_.get(), reply, context.c_str());
   wire::check_version(reply.version, "ForkReply");
@@ -275,7 +299,7 @@ pid_t Forkserver::fork_worker(const proto::SpawnCall& call, const std::vector<st
     throw SpawnError(context + " failed: " +
                      (reply.error.empty() ? std::string("no pid") : reply.error));
   }
-  return static_cast<pid_t>(reply.pid);
+  return reply;
 }
 
 std::vector<proto::ChildExit> Forkserver::read_exits(bool* server_gone) {

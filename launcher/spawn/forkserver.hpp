@@ -78,8 +78,14 @@ class Forkserver {
                                           std::chrono::milliseconds ready_timeout,
                                           const sigset_t* interrupt = nullptr);
 
+  // A server this process did not start, handed over with its two fds (the warm daemon's
+  // per-run server, docs/warm-start.md): `requests` its request socket, `exits` the read end
+  // of its exit pipe. It is not this process's child: the destructor does not reap it but
+  // waits (up to 10 s) for its exit pipe's EOF, i.e. until it killed its workers and exited.
+  static std::unique_ptr<Forkserver> attach(pid_t pid, sys::Fd requests, sys::Fd exits);
+
   // Closes the request socket (the server kills any worker still running and exits) and reaps
-  // the server. Never throws.
+  // the server (an attached one: waits for its exit pipe's EOF). Never throws.
   ~Forkserver();
   Forkserver(const Forkserver&) = delete;
   Forkserver& operator=(const Forkserver&) = delete;
@@ -91,6 +97,24 @@ class Forkserver {
   // sys::SysError / wire::WireError when the server is gone.
   pid_t fork_worker(const proto::SpawnCall& call, const std::vector<std::string>& env,
                     int stdout_fd = -1, int stderr_fd = -1);
+
+  // Asks the server to fork a server of its own (a child of it, same memory, same loop; its
+  // exit is reported on exit_fd() like a worker's). Returns its pid and the fds to drive it
+  // with: its request socket and the read end of its exit pipe (blocking). Throws like
+  // fork_worker.
+  struct Handle {
+    pid_t pid = -1;
+    sys::Fd requests;
+    sys::Fd exits;
+  };
+  Handle fork_server();
+
+  // The working directory and umask of the workers forked from now on ("" / -1: the server's).
+  // A server executed or forked for another process's run needs that run's.
+  void set_worker_context(std::string cwd, int umask) {
+    worker_cwd_ = std::move(cwd);
+    worker_umask_ = umask;
+  }
 
   // Non-blocking fd, readable when ChildExit frames (or EOF: the server died) are pending.
   int exit_fd() const { return exits_.get(); }
@@ -114,7 +138,12 @@ class Forkserver {
 
  private:
   Forkserver(pid_t pid, sys::Fd requests, sys::Fd exits);
+  // Sends `req` with fds a and b attached (when both >= 0) and reads the reply.
+  proto::ForkReply request(const proto::ForkRequest& req, int a, int b, const std::string& context);
   pid_t pid_;
+  bool attached_ = false;  // not our child (attach())
+  std::string worker_cwd_;
+  int worker_umask_ = -1;
   pid_t owner_;
   sys::Fd requests_;
   sys::Fd exits_;

@@ -70,7 +70,7 @@ TEST_CASE("forkserver: a program without the hook is refused before anything sta
   CHECK(::access((script + ".ran").c_str(), F_OK) != 0);
   auto bad = run_lspawn({"--start-method", "zygote", "/bin/true"});
   CHECK(bad.exit_code == 2);
-  CHECK(bad.err.find("--start-method: expected exec or forkserver") != std::string::npos);
+  CHECK(bad.err.find("--start-method: expected exec, forkserver or warm") != std::string::npos);
 }
 
 TEST_CASE("forkserver: workers are children of one forkserver - which is gone after the run", "[e2e][forkserver]") {

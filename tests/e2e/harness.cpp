@@ -24,10 +24,16 @@ std::string hang_worker_bin() { return LSPAWN_TEST_HANG_WORKER; }
 
 std::vector<std::string> with_start_method(std::vector<std::string> argv) {
   const char* m = std::getenv("LSPAWN_E2E_START_METHOD");
-  // Subcommands (`lspawn status PID`) take no launcher options.
-  const bool subcommand = argv.size() > 1 && argv[1] == "status";
+  // Subcommands (`lspawn status PID`, `lspawn daemon`) take no launcher options.
+  const bool subcommand = argv.size() > 1 && (argv[1] == "status" || argv[1] == "daemon");
   if (m && *m && !argv.empty() && argv[0] == lspawn_bin() && !subcommand) {
-    argv.insert(argv.begin() + 1, {"--start-method", m});
+    if (std::string(m) == "warm") {
+      static Daemon daemon;  // one per test process, stopped at exit
+      const auto w = daemon.warm_args();
+      argv.insert(argv.begin() + 1, w.begin(), w.end());
+    } else {
+      argv.insert(argv.begin() + 1, {"--start-method", m});
+    }
   }
   return argv;
 }
@@ -195,6 +201,26 @@ int free_port() {
 int code_of(int status) {
   if (status == -1) return -1;
   return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
+Daemon::Daemon(const std::vector<std::string>& extra) {
+  socket_ = dir_.path + "/daemon.sock";
+  std::vector<std::string> argv{lspawn_bin(), "daemon", "--socket", socket_};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  child_ = std::make_unique<Child>(argv);
+  if (!child_->wait_output([](const std::string&, const std::string& err) { return err.find("listening on") != std::string::npos; },
+                           std::chrono::seconds(20))) {
+    throw std::runtime_error("lspawn daemon did not start: " + child_->err());
+  }
+}
+
+Daemon::~Daemon() {
+  child_->signal(SIGTERM);
+  if (child_->wait(std::chrono::seconds(10)) == -1) child_->signal(SIGKILL);
+}
+
+std::vector<std::string> Daemon::warm_args() const {
+  return {"--start-method", "warm", "--daemon-socket", socket_};
 }
 
 }  // namespace lspawn::test

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -20,8 +21,10 @@ std::string worker_bin();
 std::string hang_worker_bin();  // tests/e2e/fixtures/hang_worker.cpp (links the collectives)
 
 // argv of an lspawn run (argv[0] == lspawn_bin()) with "--start-method M" inserted when the
-// environment has LSPAWN_E2E_START_METHOD=M (how ctest runs the suite a second time, under
-// --start-method forkserver); any other argv (and `lspawn status ...`) unchanged.
+// environment has LSPAWN_E2E_START_METHOD=M (how ctest runs the suite again, under
+// --start-method forkserver and warm); any other argv (and `lspawn status|daemon ...`)
+// unchanged. For M=warm also "--daemon-socket S": the socket of one `lspawn daemon` this test
+// process starts on first use (and kills at exit).
 std::vector<std::string> with_start_method(std::vector<std::string> argv);
 
 class Child {
@@ -90,6 +93,26 @@ struct TempDir {
   std::string path;
   TempDir();
   ~TempDir();
+};
+
+// `lspawn daemon` (docs/warm-start.md) on a socket in a private temp directory of its own, for
+// the object's life; its stderr (the daemon's log) is err() of process(). Destruction stops it
+// (SIGTERM; SIGKILL after 10 s) and reaps it.
+class Daemon {
+ public:
+  // Starts it with `extra` options and waits (20 s) until it listens. Throws std::runtime_error.
+  explicit Daemon(const std::vector<std::string>& extra = {});
+  ~Daemon();
+  const std::string& socket() const { return socket_; }
+  pid_t pid() const { return child_->pid(); }
+  Child& process() { return *child_; }
+  // "--start-method", "warm", "--daemon-socket", socket()
+  std::vector<std::string> warm_args() const;
+
+ private:
+  TempDir dir_;
+  std::string socket_;
+  std::unique_ptr<Child> child_;
 };
 
 // True while `pid` exists and is not a zombie (reads /proc/<pid>/stat).

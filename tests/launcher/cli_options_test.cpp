@@ -100,15 +100,21 @@ TEST_CASE("parse_cli: multi-node options", "[cli][multinode]") {
   CHECK(s.rdzv_endpoint.empty());
 }
 
-TEST_CASE("parse_cli: --start-method exec or forkserver", "[cli]") {
+TEST_CASE("parse_cli: --start-method exec, forkserver or warm; --warm; --daemon-socket", "[cli]") {
   CHECK(parse_cli({"prog"}).start_method == lspawn::CliStartMethod::Exec);
   CHECK(parse_cli({"--start-method", "forkserver", "prog"}).start_method ==
         lspawn::CliStartMethod::Forkserver);
   CHECK(parse_cli({"--start_method=exec", "prog"}).start_method == lspawn::CliStartMethod::Exec);
+  CHECK(parse_cli({"--start-method", "warm", "prog"}).start_method == lspawn::CliStartMethod::Warm);
+  const CliOptions w = parse_cli({"--warm", "--daemon-socket", "/run/d.sock", "prog"});
+  CHECK(w.start_method == lspawn::CliStartMethod::Warm);
+  CHECK(w.daemon_socket == "/run/d.sock");
+  CHECK(parse_cli({"prog"}).daemon_socket.empty());
   CHECK_THROWS_WITH(parse_cli({"--start-method", "fork", "prog"}),
-                    "--start-method: expected exec or forkserver (--start-method exec|forkserver), got 'fork'");
+                    "--start-method: expected exec, forkserver or warm (--start-method exec|forkserver|warm), got 'fork'");
   CHECK_THROWS_WITH(parse_cli({"--start-method"}),
-                    "--start-method: missing value (--start-method exec|forkserver)");
+                    "--start-method: missing value (--start-method exec|forkserver|warm)");
+  CHECK_THROWS_WITH(parse_cli({"--daemon-socket", "", "prog"}), "--daemon-socket: empty path (--daemon-socket PATH)");
 }
 
 TEST_CASE("parse_cli: records which options were given, by canonical name", "[cli]") {

@@ -168,6 +168,14 @@ TEST_CASE("wire: every message round-trips field by field", "[wire]") {
   req.env = {"RANK=2", "A=b=c", std::string("BYTES=\xff\xfe", 8)};  // env values need not be UTF-8
   req.has_stdio = true;
   CHECK(round_trip(req) == req);
+  ForkRequest server;  // a per-run server of the warm daemon, with a worker directory and umask
+  server.version = 1;
+  server.index = -1;
+  server.server = true;
+  server.cwd = "/home/u/run";
+  server.umask = 027;
+  CHECK(round_trip(server) == server);
+  CHECK(round_trip(ForkRequest()).umask == -1);
   ForkRequest stop;
   stop.version = 1;
   stop.shutdown = true;
@@ -187,6 +195,25 @@ TEST_CASE("wire: every message round-trips field by field", "[wire]") {
   e.exit_code = 0;
   e.signal = 9;
   CHECK(round_trip(e) == e);
+
+  lspawn::proto::DaemonRequest dq;
+  dq.version = 1;
+  dq.op = "forkserver";
+  dq.path = "/opt/prog";
+  dq.argv = {"prog", "--lr", "0.1"};
+  dq.env = {"OMP_NUM_THREADS=1", "PATH=/usr/bin"};
+  CHECK(round_trip(dq) == dq);
+  lspawn::proto::DaemonReply dr;
+  dr.version = 1;
+  dr.daemon_pid = 10;
+  dr.forkserver_pid = 11;
+  dr.server_pid = 12;
+  dr.reused = true;
+  dr.runs = 7;
+  dr.forkservers = {"forkserver pid 11, runs 7"};
+  CHECK(round_trip(dr) == dr);
+  dr.error = "refused";
+  CHECK(round_trip(dr) == dr);
 
   // Defaults survive too (an empty message is a map of defaults, not an empty frame).
   CHECK(round_trip(ForkReply()) == ForkReply());

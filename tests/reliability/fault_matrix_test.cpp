@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,6 +31,7 @@
 
 #include "harness.hpp"
 #include "launcher/cli_options.hpp"
+#include "support/loopback.hpp"
 
 using namespace lspawn::test;
 using namespace std::chrono_literals;
@@ -125,19 +127,6 @@ int tagged_processes(const std::string& tag) {
 std::string new_tag() {
   static int counter = 0;
   return std::to_string(::getpid()) + "-" + std::to_string(++counter);
-}
-
-int connect_to(uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(port);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
 }
 
 // One worker fault: run lspawn to its end, measure from the worker's "fault at".
@@ -377,6 +366,83 @@ TEST_CASE("fault matrix: garbage on the store's port", "[fault-matrix]") {
   CHECK(r.exit_code == 0);
   CHECK(count(job.c.out(), "collectives ok") == 3);
   CHECK(r.left == 0);
+}
+
+TEST_CASE("fault matrix: garbage on the rendezvous port of a multi-node job (node channel)", "[fault-matrix]") {
+  Subreaper reaper;
+  const std::string tag = new_tag();
+  const int port = free_port();
+  auto node = [&](int r) {
+    return std::vector<std::string>{lspawn_bin(), "--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "1",
+                                    "--master-addr", "127.0.0.1", "--master-port", std::to_string(port), worker_bin(), "env"};
+  };
+  const int64_t t0 = now_us();
+  Child n0(node(0), {"LSPAWN_FAULT_TAG=" + tag});  // the coordinator listens on the port
+  bool up = false;
+  for (int i = 0; i < 5000 && !up; ++i) {
+    if (const int fd = connect_to(static_cast<uint16_t>(port)); fd >= 0) {
+      ::close(fd);
+      up = true;
+    } else {
+      std::this_thread::sleep_for(2ms);
+    }
+  }
+  REQUIRE(up);
+  std::mt19937 rng(5);
+  std::string junk(4096, '\0');
+  for (auto& b : junk) b = static_cast<char>(rng());
+  junk[0] = junk[1] = junk[3] = 0;  // big-endian length 0x0f00 = 3840: the CBOR decoder rejects it
+  junk[2] = 0x0f;
+  // A frame of the channel's own with a body that is no join message: {"t":"join","m":{"version":"x"}}.
+  const std::string body("\xa2\x61t\x64join\x61m\xa1\x67version\x61x", 21);
+  const std::string bad_join = std::string("\0\0\0", 3) + static_cast<char>(body.size()) + body;
+  const std::string half("\0\0\0\x40partial", 11);  // 7 bytes of a 64-byte frame, then EOF
+  for (const std::string& attack : {junk, std::string("\x7f\xff\xff\xff", 4), bad_join, half}) {
+    if (const int fd = connect_to(static_cast<uint16_t>(port)); fd >= 0) {
+      (void)!::send(fd, attack.data(), attack.size(), MSG_NOSIGNAL);
+      std::this_thread::sleep_for(50ms);  // read as it is, before the connection closes
+      ::close(fd);
+    }
+  }
+  REQUIRE(n0.wait_output([](const std::string&, const std::string& err) { return count(err, "rejected connection from 127.0.0.1:") >= 4; }, 10s));
+  Child n1(node(1), {"LSPAWN_FAULT_TAG=" + tag});
+  const int s0 = n0.wait(60s), s1 = n1.wait(60s);
+  Row r{"garbage to the rendezvous port (multi-node control channel)", "survived; job took " + seconds_text(now_us() - t0),
+        code_of(s0), line_with(n0.err(), "bad frame"), tagged_processes(tag)};
+  print_row(r);
+  INFO(n0.err() << n1.err());
+  CHECK(r.exit_code == 0);
+  CHECK(code_of(s1) == 0);
+  CHECK(r.message.find("rejected connection from 127.0.0.1:") != std::string::npos);
+  CHECK(n0.err().find("bad frame: length 2147483647 exceeds") != std::string::npos);
+  CHECK(n0.err().find("bad join message") != std::string::npos);
+  CHECK(n0.err().find("connection closed inside a frame (11 bytes of it)") != std::string::npos);
+  CHECK(r.left == 0);
+}
+
+TEST_CASE("fault matrix: garbage on the warm daemon's socket", "[fault-matrix]") {
+  Daemon d;
+  const int64_t t0 = now_us();
+  for (const std::string& attack : {std::string("\x10\0\0\0garbage-garbage!", 20), std::string("\xff\xff\xff\x7f", 4)}) {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", d.socket().c_str());
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    (void)!::send(fd, attack.data(), attack.size(), MSG_NOSIGNAL);
+    char buf[256];
+    (void)!::read(fd, buf, sizeof buf);  // the daemon's error reply, then EOF
+    ::close(fd);
+  }
+  REQUIRE(d.process().wait_output([](const std::string&, const std::string& err) { return count(err, "bad frame (") >= 2; }, 10s));
+  auto run = run_lspawn({"--start-method", "warm", "--daemon-socket", d.socket(), "--nprocs", "2", worker_bin(), "env"});
+  Row r{"garbage to the warm daemon's socket", "survived; rejected in " + seconds_text(now_us() - t0) + ", next run served",
+        run.exit_code, line_with(d.process().err(), "bad frame"), 0};
+  print_row(r);
+  INFO(d.process().err() << run.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.message.find("rejected the request of pid") != std::string::npos);
+  CHECK(run.err.find("forkserver (pid") != std::string::npos);
 }
 
 TEST_CASE("fault matrix: a client without the job's secret writes records", "[fault-matrix]") {

@@ -18,12 +18,14 @@
 #include "runtime/store_listener.hpp"
 #include "tests/runtime/child.hpp"
 #include "tests/runtime/sockets.hpp"
+#include "support/loopback.hpp"
 // Last: c10's glog headers define CHECK too; Catch's must win.
 #include <catch2/catch.hpp>
 
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
 using lspawn::test::Child;
+using lspawn::test::connect_to;
 using lspawn::test::ReservedPort;
 using lspawn::test::TempDir;
 
@@ -83,19 +85,6 @@ void watch_listeners(std::vector<Child>& ranks, std::chrono::milliseconds limit,
     if (!any) return;
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
-}
-
-int connect_to(uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(port);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
 }
 
 // Random bytes then close; a connection reset (SO_LINGER 0) after a few bytes.
