@@ -112,7 +112,7 @@ TEST_CASE("multi-node: --rdzv-endpoint: node ranks assigned by the rendezvous, -
   CHECK(groups == std::set<std::string>{"0", "1"});
 }
 
-TEST_CASE("multi-node: a rank failing on one node stops the other; both report it and exit with its code", "[e2e][multinode][exec-only]") {
+TEST_CASE("multi-node: a rank failing on one node stops the other - both report it and exit with its code", "[e2e][multinode][exec-only]") {
   const std::string port = std::to_string(free_port());
   // Rank 3 (node 1) exits 7 once started; every other rank would run for a minute.
   const std::string script = "if [ $RANK = 3 ]; then sleep 0.3; echo 'rank 3 gives up' >&2; exit 7; fi; exec sleep 60";
@@ -137,7 +137,7 @@ TEST_CASE("multi-node: a rank failing on one node stops the other; both report i
   CHECK(secs < 6.0);
 }
 
-TEST_CASE("multi-node: a node whose lspawn is SIGKILLed is lost; the other stops in bounded time and names it", "[e2e][multinode][exec-only]") {
+TEST_CASE("multi-node: a node whose lspawn is SIGKILLed is lost - the other stops in bounded time and names it", "[e2e][multinode][exec-only]") {
   Subreaper reaper;
   TempDir dir;
   const std::string port = std::to_string(free_port());
@@ -202,7 +202,7 @@ TEST_CASE("multi-node: nodes that disagree on --nproc-per-node are rejected, on 
   CHECK(b.err().find("has --nproc-per-node 3, this node 2") != std::string::npos);
 }
 
-TEST_CASE("restarts: --max-restarts 2: a rank failing on its first attempt only; the job succeeds on attempt 1", "[e2e][restarts][exec-only]") {
+TEST_CASE("restarts: --max-restarts 2: a rank failing on its first attempt only - the job succeeds on attempt 1", "[e2e][restarts][exec-only]") {
   const std::string script =
       "if [ $RANK = 1 ] && [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then exit 5; fi; "
       "echo \"ok rank=$RANK restart=$TORCHELASTIC_RESTART_COUNT max=$TORCHELASTIC_MAX_RESTARTS run=$TORCHELASTIC_RUN_ID\"";
@@ -216,7 +216,7 @@ TEST_CASE("restarts: --max-restarts 2: a rank failing on its first attempt only;
   CHECK(r.err.find("process 1 terminated with exit code 5") != std::string::npos);
 }
 
-TEST_CASE("restarts: --max-restarts 1: a rank failing every time; the last attempt's root cause is reported", "[e2e][restarts][exec-only]") {
+TEST_CASE("restarts: --max-restarts 1: a rank failing every time - the last attempt's root cause is reported", "[e2e][restarts][exec-only]") {
   auto r = run_lspawn({"--nprocs", "2", "--max-restarts", "1", "/bin/sh", "-c",
                        "if [ $RANK = 0 ]; then exit $((10 + TORCHELASTIC_RESTART_COUNT)); fi; exec sleep 30"});
   INFO(r.err);
@@ -281,7 +281,7 @@ TEST_CASE("multi-node: the coordinator's lspawn SIGKILLed: the other node names 
   CHECK(job.b->err().find("root cause: node 0 (" + kHost + ", 127.0.0.1) was lost: connection closed") != std::string::npos);
 }
 
-TEST_CASE("multi-node: SIGTERM to one lspawn stops the whole job; both exit 143 and name it", "[e2e][multinode][exec-only]") {
+TEST_CASE("multi-node: SIGTERM to one lspawn stops the whole job - both exit 143 and name it", "[e2e][multinode][exec-only]") {
   TwoNodes job;
   job.b->signal(SIGTERM);
   const int sa = job.a->wait(std::chrono::seconds(15)), sb = job.b->wait(std::chrono::seconds(15));
@@ -344,7 +344,7 @@ TEST_CASE("multi-node: node 0 must listen on --master-addr: an address of anothe
   CHECK(r.out.empty());
 }
 
-TEST_CASE("multi-node: --rdzv-endpoint with given node ranks: the host of the endpoint may be node 1; node 0 hosts the workers' store", "[e2e][multinode]") {
+TEST_CASE("multi-node: --rdzv-endpoint with given node ranks: the host of the endpoint may be node 1 - node 0 hosts the workers' store", "[e2e][multinode]") {
   const std::string ep = "127.0.0.1:" + std::to_string(free_port());
   auto node = [&](int r) {
     return lspawn_args({"--nnodes", "2", "--nprocs", "2", "--node-rank", std::to_string(r), "--rdzv-endpoint", ep,
@@ -388,7 +388,7 @@ TEST_CASE("multi-node: --rdzv-endpoint with the same --node-rank twice is reject
   CHECK(b.err().find("both have --node-rank 1") != std::string::npos);
 }
 
-TEST_CASE("multi-node hang: the coordinator's watch covers every node; a rank of node 1 that never enters is named "
+TEST_CASE("multi-node hang: the coordinator's watch covers every node - a rank of node 1 that never enters is named "
           "with its stack on both nodes, both exit 124",
           "[e2e][multinode][hang][exec-only]") {
   Subreaper reaper;

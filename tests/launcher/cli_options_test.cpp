@@ -100,7 +100,7 @@ TEST_CASE("parse_cli: multi-node options", "[cli][multinode]") {
   CHECK(s.rdzv_endpoint.empty());
 }
 
-TEST_CASE("parse_cli: --start-method exec, forkserver or warm; --warm; --daemon-socket", "[cli]") {
+TEST_CASE("parse_cli: --start-method exec, forkserver or warm - --warm - --daemon-socket", "[cli]") {
   CHECK(parse_cli({"prog"}).start_method == lspawn::CliStartMethod::Exec);
   CHECK(parse_cli({"--start-method", "forkserver", "prog"}).start_method ==
         lspawn::CliStartMethod::Forkserver);

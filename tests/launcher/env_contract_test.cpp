@@ -64,7 +64,7 @@ TEST_CASE("OMP_NUM_THREADS default only with several workers per node and none s
   CHECK(m.count("OMP_NUM_THREADS") == 0);
 }
 
-TEST_CASE("worker_environment: the job's secret and bind address; an inherited secret is never passed on",
+TEST_CASE("worker_environment: the job's secret and bind address - an inherited secret is never passed on",
           "[env][security]") {
   env::JobEnv job;
   job.master_port = 1;

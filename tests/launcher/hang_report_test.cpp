@@ -271,7 +271,7 @@ RankInput remote_rank(int rank, bool waiting, std::uint64_t seq, std::uint64_t v
 
 }  // namespace
 
-TEST_CASE("HangWatch, coordinator: another node's ranks count for progress and are in the report; their stacks "
+TEST_CASE("HangWatch, coordinator: another node's ranks count for progress and are in the report - their stacks "
           "are asked of their launcher",
           "[hang]") {
   StatusDir dir;

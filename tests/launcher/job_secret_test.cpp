@@ -16,7 +16,7 @@ TEST_CASE("job secret: 64 hex digits from getrandom, different every time", "[se
   CHECK(seen.size() == 16);
 }
 
-TEST_CASE("job secret: lspawn's own LSPAWN_JOB_SECRET is used; a short one is refused unseen", "[security]") {
+TEST_CASE("job secret: lspawn's own LSPAWN_JOB_SECRET is used - a short one is refused unseen", "[security]") {
   ::unsetenv("LSPAWN_JOB_SECRET");
   CHECK_FALSE(lspawn::job_secret_from_environment());
   ::setenv("LSPAWN_JOB_SECRET", "a-secret-shared-by-every-node", 1);

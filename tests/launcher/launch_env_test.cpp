@@ -182,7 +182,7 @@ TEST_CASE("resolve_launch: Kubernetes PyTorchJob", "[launch-env][k8s]") {
   }
 }
 
-TEST_CASE("resolve_launch: Slurm wins over PyTorchJob variables; flags over both", "[launch-env]") {
+TEST_CASE("resolve_launch: Slurm wins over PyTorchJob variables - flags over both", "[launch-env]") {
   EnvMap env = cluster_env("slurm-sbatch-srun-one-per-node.env", 0);
   env["PET_NNODES"] = "5";
   env["PET_NODE_RANK"] = "4";

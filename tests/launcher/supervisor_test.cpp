@@ -291,7 +291,7 @@ TEST_CASE("supervisor: stop_workers stops for someone else - no stop signal, no 
   CHECK(sup.root_cause_report().empty());
 }
 
-TEST_CASE("supervisor: new_round runs a second round on the same supervisor; not while running", "[supervisor][multinode]") {
+TEST_CASE("supervisor: new_round runs a second round on the same supervisor - not while running", "[supervisor][multinode]") {
   CaptureSink cap;
   Supervisor sup(opts(&cap));
   sup.start_fork(0, ForkSpec{[] { return 3; }, "", 0});

@@ -65,7 +65,7 @@ TEST_CASE("hello_allreduce: 2 ranks all-reduce, broadcast, all-gather and exit 0
   CHECK_THAT(ranks[0].output(), Contains("broadcast, all_gather, barrier ok"));
 }
 
-TEST_CASE("hello_allreduce: --throw-rank writes an error report; the peer fails instead of hanging", "[examples]") {
+TEST_CASE("hello_allreduce: --throw-rank writes an error report - the peer fails instead of hanging", "[examples]") {
   TempDir dir;
   ReservedPort reserved;
   auto ranks = start_job({LSPAWN_HELLO_ALLREDUCE, "--throw-rank", "1"}, 2, reserved.port(), dir,

@@ -102,7 +102,7 @@ TEST_CASE("init_process_group: nccl on a node without a CUDA device names LOCAL_
   ::unsetenv("CUDA_VISIBLE_DEVICES");
 }
 
-TEST_CASE("cuda_device_for: LOCAL_RANK indexes the visible devices; too few devices is a clear error",
+TEST_CASE("cuda_device_for: LOCAL_RANK indexes the visible devices - too few devices is a clear error",
           "[process_group][nccl]") {
   CHECK(lspawn::cuda_device_for(0, 1, nullptr) == 0);
   CHECK(lspawn::cuda_device_for(3, 8, "4,5,6,7,0,1,2,3") == 3);  // CUDA renumbers the visible list from 0

@@ -152,7 +152,7 @@ TEST_CASE("secured rendezvous: the store listens where it is told, never on ever
   CHECK(on_port == 1);
 }
 
-TEST_CASE("secured rendezvous: records of a stranger without the secret are refused and named; the job goes on",
+TEST_CASE("secured rendezvous: records of a stranger without the secret are refused and named - the job goes on",
           "[security]") {
   TempDir dir;
   ReservedPort reserved;

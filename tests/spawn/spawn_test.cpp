@@ -123,7 +123,7 @@ SpawnOptions quiet(StartMethod m, int nprocs) {
 
 }  // namespace
 
-TEST_CASE("spawn success: each index once, first, with the env contract; results come back") {
+TEST_CASE("spawn success: each index once, first, with the env contract - results come back") {
   const StartMethod m = GENERATE(from_range(std::begin(kMethods), std::end(kMethods)));
   INFO("start method " << lspawn::start_method_name(m));
   lspawn::CaptureSink capture;
@@ -323,7 +323,7 @@ TEST_CASE("spawn Forkserver: 8 workers with a slow start-up start in parallel") 
   CHECK(elapsed < std::chrono::milliseconds(kProcs * kStartupMs / 2));
 }
 
-TEST_CASE("spawn terminate() stops running workers; a daemon context does it when destroyed") {
+TEST_CASE("spawn terminate() stops running workers - a daemon context does it when destroyed") {
   const StartMethod m = GENERATE(from_range(std::begin(kMethods), std::end(kMethods)));
   INFO("start method " << lspawn::start_method_name(m));
   SpawnOptions o = quiet(m, 2);
@@ -356,7 +356,7 @@ TEST_CASE("spawn with results from rank 0 only") {
   CHECK_FALSE(r[2]);
 }
 
-TEST_CASE("spawn nprocs: 1 runs in the calling process; invalid values fail before starting") {
+TEST_CASE("spawn nprocs: 1 runs in the calling process - invalid values fail before starting") {
   const pid_t self = ::getpid();
   SpawnOptions o = quiet(StartMethod::Spawn, 1);
   auto ctx = lspawn::spawn([self](int index) { return index == 0 && ::getpid() == self; }, o);

@@ -121,7 +121,7 @@ TEST_CASE("checkpoint files: round trip, atomic replace, clear errors", "[strate
   CHECK_THROWS_AS(lspawn::write_checkpoint_file(ck, dir.file("no/such/dir/x.ckpt")), lspawn::CheckpointError);
 }
 
-TEST_CASE("precision: bf16-mixed autocasts on CPU inside the scope only; 16-mixed refuses CPU", "[strategies][precision]") {
+TEST_CASE("precision: bf16-mixed autocasts on CPU inside the scope only - 16-mixed refuses CPU", "[strategies][precision]") {
   lspawn::PrecisionPlugin bf16(lspawn::Precision::Bf16Mixed, at::kCPU);
   auto x = at::randn({4, 8});
   auto w = at::randn({8, 3});
@@ -345,7 +345,7 @@ TEST_CASE("DataParallel: Lightning's plain mean, validation metrics, predict gat
   CHECK_FALSE(lspawn::compat::autocast_enabled(at::kCPU));
 }
 
-TEST_CASE("DataParallel: a replica that throws is named with its device, every thread joined; the next step works",
+TEST_CASE("DataParallel: a replica that throws is named with its device, every thread joined - the next step works",
           "[strategies][dp]") {
   const auto data = lspawn::test::tiny_data(7, 5);
   LoggedNet net(1);
