@@ -204,6 +204,10 @@ bool HangWatch::ask_stack(RankInput& in) {
   return false;
 }
 
+std::string HangWatch::stack_wait_text() const {
+  return seconds_text(std::chrono::duration<double>(opts_.stack_wait).count());
+}
+
 void HangWatch::set_remote(int node_rank, std::vector<RankInput> inputs) { remote_[node_rank] = std::move(inputs); }
 
 void HangWatch::add_remote_stacks(const std::vector<RankInput>& answers) {
@@ -258,7 +262,7 @@ void HangWatch::finish_stack_job(bool force) {
     if (std::find(job.asked.begin(), job.asked.end(), in.rank) != job.asked.end()) {
       if (auto frames = read_stack(status::stack_path(opts_.dir, in.rank))) a.stack = std::move(*frames);
       else
-        a.stack_problem = "no answer within " + seconds_text(std::chrono::duration<double>(opts_.stack_wait).count()) + " s";
+        a.stack_problem = "no answer within " + stack_wait_text() + " s";
     }
     answers.push_back(std::move(a));
   }
@@ -279,13 +283,13 @@ void HangWatch::finish_report() {
   for (auto& in : p.inputs) {
     if (std::find(p.remote_asked.begin(), p.remote_asked.end(), in.rank) != p.remote_asked.end()) {
       in.stack_problem = "its node's lspawn sent no answer within " +
-                         seconds_text(std::chrono::duration<double>(opts_.stack_wait).count()) + " s";
+                         stack_wait_text() + " s";
       continue;
     }
     if (std::find(p.asked.begin(), p.asked.end(), in.rank) == p.asked.end()) continue;
     if (auto frames = read_stack(status::stack_path(opts_.dir, in.rank))) in.stack = std::move(*frames);
     else
-      in.stack_problem = "no answer within " + seconds_text(std::chrono::duration<double>(opts_.stack_wait).count()) + " s";
+      in.stack_problem = "no answer within " + stack_wait_text() + " s";
   }
   std::string headline;
   if (p.hang) {
