@@ -10,20 +10,8 @@
 #include <algorithm>
 
 using lspawn::test::RunResult;
+using lspawn::test::require_all_ok;
 using lspawn::test::run_ranks;
-
-namespace {
-
-void require_all_ok(const RunResult& r) {
-  INFO(r.all_output());
-  REQUIRE_FALSE(r.timed_out);
-  for (const auto& rank : r.ranks) {
-    CHECK(rank.signal == 0);
-    CHECK(rank.exit_code == 0);
-  }
-}
-
-}  // namespace
 
 TEST_CASE("every op matches a local reference on gloo and shm for N = 1 to 4", "[collectives][processes]") {
   const std::string backend = GENERATE(as<std::string>{}, "gloo", "shm");

@@ -1,5 +1,7 @@
 #include "ranks.hpp"
 
+#include <catch2/catch.hpp>
+
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <fcntl.h>
@@ -158,6 +160,15 @@ RunResult run_ranks(int n, const std::string& scenario, const std::string& backe
   }
   ::rmdir(dir.c_str());
   return result;
+}
+
+void require_all_ok(const RunResult& r) {
+  INFO(r.all_output());
+  REQUIRE_FALSE(r.timed_out);
+  for (const auto& rank : r.ranks) {
+    CHECK(rank.signal == 0);
+    CHECK(rank.exit_code == 0);
+  }
 }
 
 }  // namespace lspawn::test

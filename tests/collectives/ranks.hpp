@@ -30,4 +30,7 @@ RunResult run_ranks(int n, const std::string& scenario, const std::string& backe
                     const std::map<std::string, std::string>& env = {},
                     std::chrono::seconds deadline = std::chrono::seconds(120));
 
+// Test-case assertion: the run ended in time and every rank exited 0 (its output in the message).
+void require_all_ok(const RunResult& r);
+
 }  // namespace lspawn::test

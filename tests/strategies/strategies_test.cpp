@@ -13,52 +13,40 @@
 
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
+using lspawn::test::require_all_ok;
 using lspawn::test::run_ranks;
 using lspawn::test::TempDir;
-
-namespace {
-
-void expect_all_ok(const lspawn::test::RunResult& r) {
-  INFO(r.all_output());
-  REQUIRE_FALSE(r.timed_out);
-  for (const auto& rank : r.ranks) {
-    CHECK(rank.signal == 0);
-    CHECK(rank.exit_code == 0);
-  }
-}
-
-}  // namespace
 
 TEST_CASE("DDP (c10d::Reducer, several buckets) equals one process on the concatenated batch", "[strategies][ddp]") {
   for (int n : {2, 4}) {
     auto r = run_ranks(n, "equiv", "gloo", {{"LSPAWN_TEST_STRATEGY", "ddp"}}, 90s);
-    expect_all_ok(r);
+    require_all_ok(r);
     CHECK_THAT(r.ranks[0].output, Contains("max_abs_diff"));
   }
 }
 
 TEST_CASE("DDP find_unused_parameters: a parameter the loss never reaches does not stall the buckets", "[strategies][ddp]") {
-  expect_all_ok(run_ranks(2, "equiv", "gloo", {{"LSPAWN_TEST_STRATEGY", "ddp_unused"}}, 90s));
+  require_all_ok(run_ranks(2, "equiv", "gloo", {{"LSPAWN_TEST_STRATEGY", "ddp_unused"}}, 90s));
 }
 
 TEST_CASE("DDP with the shm comm hook equals one process (buckets through shared memory)", "[strategies][ddp]") {
   auto r = run_ranks(2, "equiv", "shm", {{"LSPAWN_TEST_STRATEGY", "ddp_hook"}}, 90s);
-  expect_all_ok(r);
+  require_all_ok(r);
 }
 
 // N = 4 for XLA runs through XLASpawn below.
 TEST_CASE("XLA strategy (grads all-reduced at optimizer_step, shm) equals one process", "[strategies][xla]") {
-  expect_all_ok(run_ranks(2, "equiv", "shm", {{"LSPAWN_TEST_STRATEGY", "xla"}}, 90s));
+  require_all_ok(run_ranks(2, "equiv", "shm", {{"LSPAWN_TEST_STRATEGY", "xla"}}, 90s));
 }
 
 TEST_CASE("DDP no_sync accumulation equals a larger batch", "[strategies][ddp]") {
-  expect_all_ok(run_ranks(2, "nosync", "gloo", {}, 90s));
+  require_all_ok(run_ranks(2, "nosync", "gloo", {}, 90s));
 }
 
 TEST_CASE("strategy calls: barrier, broadcast, all_gather (sync_grads), reduce, reduce_boolean_decision", "[strategies]") {
   for (const char* backend : {"gloo", "shm"}) {
     auto r = run_ranks(3, "calls", backend, {}, 90s);
-    expect_all_ok(r);
+    require_all_ok(r);
     CHECK_THAT(r.ranks[0].output, Contains("strategy calls ok"));
   }
 }
@@ -66,7 +54,7 @@ TEST_CASE("strategy calls: barrier, broadcast, all_gather (sync_grads), reduce, 
 TEST_CASE("checkpoints: rank 0 writes atomically, resume reproduces the uninterrupted run", "[strategies][checkpoint]") {
   TempDir dir;
   auto r = run_ranks(2, "checkpoint", "gloo", {{"LSPAWN_TEST_DIR", dir.path()}}, 90s);
-  expect_all_ok(r);
+  require_all_ok(r);
   CHECK_THAT(r.ranks[0].output, Contains("resume max_abs_diff 0"));
 }
 
@@ -92,7 +80,7 @@ TEST_CASE("DDPSpawn: the caller gets rank 0's weights, metrics and checkpoint (f
                        {{"LSPAWN_TEST_STRATEGY", "ddp"}, {"LSPAWN_TEST_START", start}, {"LSPAWN_TEST_NPROCS", "2"},
                         {"LSPAWN_TEST_DIR", dir.path()}},
                        90s);
-    expect_all_ok(r);
+    require_all_ok(r);
   }
 }
 
@@ -103,7 +91,7 @@ TEST_CASE("DDPSpawn and XLASpawn with 4 workers equal one process", "[strategies
                        {{"LSPAWN_TEST_STRATEGY", kind}, {"LSPAWN_TEST_START", "fork"}, {"LSPAWN_TEST_NPROCS", "4"},
                         {"LSPAWN_TEST_DIR", dir.path()}},
                        90s);
-    expect_all_ok(r);
+    require_all_ok(r);
   }
 }
 
