@@ -267,6 +267,16 @@ std::string numeric(const sockaddr_storage& ss) {
   return buf;
 }
 
+// "10.77.0.2:45678", "[::1]:45678".
+std::string endpoint_text(const sockaddr_storage& ss) {
+  int port = 0;
+  if (ss.ss_family == AF_INET) port = ntohs(reinterpret_cast<const sockaddr_in&>(ss).sin_port);
+  if (ss.ss_family == AF_INET6) port = ntohs(reinterpret_cast<const sockaddr_in6&>(ss).sin6_port);
+  const std::string ip = numeric(ss);
+  return (ss.ss_family == AF_INET6 && ip.find(':') != std::string::npos ? "[" + ip + "]" : ip) + ":" +
+         std::to_string(port);
+}
+
 }  // namespace
 
 Fd tcp_listen(const std::string& addr, int port, int* err) {
@@ -347,10 +357,15 @@ Fd tcp_connect(const std::string& addr, int port, std::chrono::milliseconds time
   return Fd();
 }
 
-Fd tcp_accept(int listen_fd, const std::string& context) {
+Fd tcp_accept(int listen_fd, const std::string& context, std::string* peer) {
   for (;;) {
-    int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd >= 0) return Fd(fd);
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd >= 0) {
+      if (peer) *peer = endpoint_text(ss);
+      return Fd(fd);
+    }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED) return Fd();
     throw_errno("accept4", context);
@@ -400,12 +415,7 @@ std::string peer_endpoint(int fd) {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
   if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
-  int port = 0;
-  if (ss.ss_family == AF_INET) port = ntohs(reinterpret_cast<const sockaddr_in&>(ss).sin_port);
-  if (ss.ss_family == AF_INET6) port = ntohs(reinterpret_cast<const sockaddr_in6&>(ss).sin6_port);
-  const std::string ip = numeric(ss);
-  return (ss.ss_family == AF_INET6 && ip.find(':') != std::string::npos ? "[" + ip + "]" : ip) + ":" +
-         std::to_string(port);
+  return endpoint_text(ss);
 }
 
 void send_with_fds(int sock, std::string_view data, const int* fds, size_t nfds,

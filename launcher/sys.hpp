@@ -143,8 +143,10 @@ int local_port(int fd);
 // not there (yet): ECONNREFUSED, ETIMEDOUT, ENETUNREACH, EHOSTUNREACH, ECONNRESET. An
 // unresolvable name throws SysError("getaddrinfo", EINVAL, ...).
 Fd tcp_connect(const std::string& addr, int port, std::chrono::milliseconds timeout, int* err);
-// accept4 on a non-blocking listening socket: an invalid Fd when nothing is pending.
-Fd tcp_accept(int listen_fd, const std::string& context);
+// accept4 on a non-blocking listening socket: an invalid Fd when nothing is pending. `peer`, when
+// given, gets the client's endpoint as peer_endpoint() spells it (known even when the client has
+// already reset the connection).
+Fd tcp_accept(int listen_fd, const std::string& context, std::string* peer = nullptr);
 // TCP_NODELAY, and a dead peer noticed within `timeout`: TCP_USER_TIMEOUT (unacknowledged data)
 // and keepalive probes (an idle connection).
 void tcp_set_liveness(int fd, std::chrono::milliseconds timeout, const std::string& context);

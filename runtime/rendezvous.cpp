@@ -15,6 +15,7 @@
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include "launcher/sys.hpp"
 #include "runtime/authenticated_store.hpp"
 #include "runtime/store_listener.hpp"
 #include "runtime/torch_compat.hpp"
@@ -242,53 +243,84 @@ milliseconds resolve_rendezvous_timeout(milliseconds requested) {
   return kDefaultRendezvousTimeout;
 }
 
-c10::intrusive_ptr<c10d::TCPStore> host_store(const std::string& host, uint16_t port,
-                                              milliseconds timeout, const std::string& bind_addr) {
+namespace {
+
+// The TCPStore server rank 0 runs, on 127.0.0.1 and a port of its own choosing: only the gate
+// (and rank 0's own client) talk to it. 2.x: a loopback socket handed over; 1.13: its wildcard
+// bind() steered to loopback.
+c10d::TCPStoreOptions loopback_server_options(milliseconds timeout, std::optional<BindSteering>& steering,
+                                              int& fd) {
   c10d::TCPStoreOptions o;
-  o.port = port;
+  o.port = 0;
   o.isServer = true;
   o.waitWorkers = false;  // else the constructor blocks before the port can be published
   // TCPStore 1.13 truncates its connect timeout to whole seconds (0 s fails at once).
   o.timeout = std::max(timeout, kMinConnectTimeout);
-  const bool steer = !bind_addr.empty() && !is_wildcard_address(bind_addr);
-  const std::string listen_on = steer ? " (listening on " + endpoint(bind_addr, port) + ")" : "";
+  fd = listen_socket("127.0.0.1", 0);
+  if (compat::set_listen_fd(o, fd)) {
+    o.port = static_cast<uint16_t>(sys::local_port(fd));  // TCPStore checks the socket's port
+  } else {
+    ::close(fd);
+    fd = -1;
+    steering.emplace("127.0.0.1");
+  }
+  return o;
+}
+
+// The gate's public socket: bind_addr ("" → every interface, dual-stack where IPv6 exists).
+int public_listen_socket(const std::string& bind_addr, uint16_t port) {
+  if (!bind_addr.empty()) return listen_socket(bind_addr, port);
   try {
+    return listen_socket("::", port);
+  } catch (const std::system_error&) {
+    return listen_socket("0.0.0.0", port);
+  }
+}
+
+}  // namespace
+
+HostedStore::HostedStore(const std::string& host, c10d::TCPStoreOptions options, int public_fd,
+                         const std::string& where)
+    : c10d::TCPStore(host, options) {
+  gate_ = std::make_unique<StoreGate>(public_fd, getPort(), compat::store_protocol(), where);
+}
+
+HostedStore::~HostedStore() = default;
+
+uint16_t HostedStore::public_port() const { return gate_->port(); }
+
+int HostedStore::refused() const { return gate_->refused(); }
+
+c10::intrusive_ptr<HostedStore> host_store(const std::string& host, uint16_t port, milliseconds timeout,
+                                           const std::string& bind_addr) {
+  const bool wildcard = bind_addr.empty() || is_wildcard_address(bind_addr);
+  const std::string listen_on = wildcard ? "" : " (listening on " + endpoint(bind_addr, port) + ")";
+  int public_fd = -1;
+  int server_fd = -1;
+  try {
+    public_fd = public_listen_socket(wildcard ? "" : bind_addr, port);
+    const uint16_t real_port = static_cast<uint16_t>(sys::local_port(public_fd));
     std::optional<BindSteering> steering;
-    int fd = -1;
-    if (steer) {
-      // 2.x: our own listening socket; 1.13: steer the bind() inside TCPStore's constructor.
-      fd = listen_socket(bind_addr, port);
-      if (compat::set_listen_fd(o, fd)) {
-        // TCPStore checks that the socket is bound to the port it is told.
-        sockaddr_storage ss{};
-        socklen_t len = sizeof ss;
-        if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
-          o.port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
-                                                  : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-        }
-      } else {
-        ::close(fd);
-        fd = -1;
-        steering.emplace(bind_addr);
-      }
-    }
-    c10::intrusive_ptr<c10d::TCPStore> store;
+    auto o = loopback_server_options(timeout, steering, server_fd);
+    c10::intrusive_ptr<HostedStore> store;
     try {
-      store = c10::make_intrusive<c10d::TCPStore>(host, o);
+      store = c10::make_intrusive<HostedStore>("127.0.0.1", o, public_fd, endpoint(host, real_port));
     } catch (...) {
-      if (fd >= 0) ::close(fd);
-      throw;
+      if (server_fd >= 0) ::close(server_fd);
+      throw;  // public_fd: closed below unless the gate took it
     }
+    public_fd = -1;  // the gate owns it
     if (steering && steering->applied() == 0) {
       std::fprintf(stderr,
-                   "[lspawn] warning: the rendezvous store at %s listens on every interface "
-                   "(this LibTorch binds its own socket, and lspawn's bind() is not the one linked "
-                   "into this program)\n",
-                   endpoint(host, port).c_str());
+                   "[lspawn] warning: the rendezvous store's server (behind its gate at %s) listens "
+                   "on every interface (this LibTorch binds its own socket, and lspawn's bind() is "
+                   "not the one linked into this program)\n",
+                   endpoint(host, real_port).c_str());
     }
     store->setTimeout(timeout);
     return store;
   } catch (const std::exception& e) {
+    if (public_fd >= 0) ::close(public_fd);
     throw RendezvousError("cannot host the rendezvous store at " + endpoint(host, port) + listen_on +
                           " (is the port in use, or MASTER_ADDR not this host?): " + e.what());
   }
@@ -363,8 +395,9 @@ Rendezvous rendezvous(const WorkerEnv& env, const RendezvousOptions& options) {
     } catch (const std::exception& e) {
       throw RendezvousError(who() + ": " + e.what());
     }
-    out.tcp_store = host_store(env.master_addr, env.master_port, timeout, bind_addr);
-    out.port = out.tcp_store->getPort();
+    auto hosted = host_store(env.master_addr, env.master_port, timeout, bind_addr);
+    out.port = hosted->public_port();
+    out.tcp_store = std::move(hosted);
   } else {
     try {
       out.tcp_store = connect_store(env.master_addr, env.master_port, timeout);

@@ -1,8 +1,9 @@
 // Rendezvous: how the workers of one job find each other, through LibTorch's c10d TCPStore.
 //
 // Who hosts the store: rank 0 of the job, on MASTER_ADDR:MASTER_PORT (lspawn reserves that port
-// with a bound, non-listening SO_REUSEADDR socket; TCPStore's server socket also sets
-// SO_REUSEADDR, so it can bind and listen on it). Under torchrun's static rendezvous
+// with a bound, non-listening SO_REUSEADDR socket; rank 0's listening socket also sets
+// SO_REUSEADDR, so it can bind and listen on it). That port is the store's gate, which checks each
+// connection's first bytes and relays it to the TCPStore server on loopback (HostedStore below). Under torchrun's static rendezvous
 // (TORCHELASTIC_USE_AGENT_STORE=True) the launcher hosts it and every rank is a client.
 //
 // Security (docs/security.md): rank 0's store listens on MASTER_ADDR's address only (or
@@ -28,6 +29,7 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -38,6 +40,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "runtime/authenticated_store.hpp"
+#include "runtime/store_gate.hpp"
 #include "runtime/worker_env.hpp"
 
 namespace lspawn {
@@ -96,13 +99,29 @@ struct Rendezvous {
 // Joins the job described by `env`. Blocking; throws RendezvousError / RendezvousTimeout.
 Rendezvous rendezvous(const WorkerEnv& env, const RendezvousOptions& options = {});
 
-// Lower level, used by rendezvous(): starts a TCPStore server on host:port (port 0 → a free
-// port, see getPort()) without waiting for workers, listening on `bind_addr` only (a numeric
-// address; "" → every interface, as torch does; runtime/store_listener.hpp). Throws
-// RendezvousError naming host:port when the port cannot be bound.
-c10::intrusive_ptr<c10d::TCPStore> host_store(const std::string& host, uint16_t port,
-                                              std::chrono::milliseconds timeout,
-                                              const std::string& bind_addr = "");
+// Rank 0's store: a TCPStore server on 127.0.0.1 (a port of its own; the object is also rank 0's
+// client of it) behind a StoreGate (runtime/store_gate.hpp) that listens on the public port,
+// refuses connections whose first bytes are no store request (naming the peer on stderr) and
+// relays the others. getPort() is the server's loopback port; clients are told public_port().
+// The gate goes first when the object is destroyed.
+class HostedStore : public c10d::TCPStore {
+ public:
+  HostedStore(const std::string& host, c10d::TCPStoreOptions options, int public_fd, const std::string& where);
+  ~HostedStore() override;
+  uint16_t public_port() const;
+  int refused() const;  // connections the gate refused so far
+
+ private:
+  std::unique_ptr<StoreGate> gate_;
+};
+
+// Lower level, used by rendezvous(): hosts the store for host:port (port 0 → a free port, see
+// public_port()) without waiting for workers, listening on `bind_addr` only (a numeric address;
+// "" → every interface, as torch does; runtime/store_listener.hpp). Throws RendezvousError naming
+// host:port when the port cannot be bound.
+c10::intrusive_ptr<HostedStore> host_store(const std::string& host, uint16_t port,
+                                           std::chrono::milliseconds timeout,
+                                           const std::string& bind_addr = "");
 
 // Lower level: connects a TCPStore client to host:port, retrying (with a short backoff, unlike
 // TCPStore's 1 s) while the server is not yet listening, until `timeout`. Throws RendezvousError

@@ -11,6 +11,7 @@
 //   - 2.x's c10d::Store has a pure virtual clone(): ForwardingStore<T> supplies it for stores that
 //     wrap another one.
 //   - 2.x's TCPStore can take a listening socket from its caller (masterListenFd): set_listen_fd().
+//   - 2.1+ clients open each connection with VALIDATE + a magic number: store_protocol().
 //   - c10::Error::backtrace() is a string on 1.13, a lazily symbolised one on 2.x: backtrace_of().
 //   - c10d::Reducer's constructor (DDP's engine) takes other arguments: make_reducer();
 //     autocast's per-device functions were renamed: autocast_enabled(), set_autocast().
@@ -29,6 +30,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "runtime/store_gate.hpp"
 
 #define LSPAWN_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
@@ -131,6 +134,16 @@ inline bool set_listen_fd(::c10d::TCPStoreOptions& options, int fd) {
   (void)options;
   (void)fd;
   return false;
+#endif
+}
+
+// How a TCPStore client opens a connection (runtime/store_gate.hpp checks it): from 2.1 on, with
+// a VALIDATE request and a magic number (pytorch/pytorch#107607); before, with its first request.
+inline StoreProtocol store_protocol() {
+#if LSPAWN_TORCH_AT_LEAST(2, 1)
+  return StoreProtocol::Validated;
+#else
+  return StoreProtocol::Legacy;
 #endif
 }
 

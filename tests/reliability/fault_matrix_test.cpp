@@ -359,12 +359,16 @@ TEST_CASE("fault matrix: garbage on the store's port", "[fault-matrix]") {
   (void)!::send(half, partial, sizeof partial, MSG_NOSIGNAL);
   const int status = job.c.wait(60s);
   ::close(half);
+  const std::string all = job.c.out() + job.c.err();
   Row r{"garbage to the store port", "survived; job took " + seconds_text(now_us() - job.t0), code_of(status),
-        line_with(job.c.out(), "collectives ok"), tagged_processes(job.tag)};
+        line_with(all, "refused a connection"), tagged_processes(job.tag)};
   print_row(r);
   INFO(job.c.out() << job.c.err());
   CHECK(r.exit_code == 0);
   CHECK(count(job.c.out(), "collectives ok") == 3);
+  // Rank 0's store gate names each of the 8 garbage connections and the half request.
+  CHECK(count(all, "refused a connection from 127.0.0.1:") == 9);
+  CHECK(count(all, "not a c10d store request") >= 8);
   CHECK(r.left == 0);
 }
 

@@ -106,7 +106,7 @@ TEST_CASE("rendezvous: under an agent store (torchrun static) rank 0 is a client
   TempDir dir;
   std::vector<Child> ranks;
   for (int r = 0; r < 2; ++r) {
-    auto env = lspawn::test::contract_env(r, 2, agent->getPort(), "agent");
+    auto env = lspawn::test::contract_env(r, 2, agent->public_port(), "agent");
     env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
     env["TORCHELASTIC_RESTART_COUNT"] = "1";
     env["LSPAWN_RDZV_TIMEOUT"] = "20";
@@ -122,13 +122,13 @@ TEST_CASE("rendezvous: under an agent store (torchrun static) rank 0 is a client
   CHECK(agent->check({"lspawn/agent/1/rdzv/rank/0", "lspawn/agent/1/rdzv/rank/1"}));
 }
 
-TEST_CASE("host_store: port 0 picks a free port, published by getPort()", "[rendezvous]") {
+TEST_CASE("host_store: port 0 picks a free port, published by public_port()", "[rendezvous]") {
   auto server = lspawn::host_store("127.0.0.1", 0, 5s);
-  REQUIRE(server->getPort() != 0);
-  auto client = lspawn::connect_store("127.0.0.1", server->getPort(), 5s);
+  REQUIRE(server->public_port() != 0);
+  auto client = lspawn::connect_store("127.0.0.1", server->public_port(), 5s);
   client->set("k", std::vector<uint8_t>{'v'});
   // A sub-second timeout still connects (TCPStore 1.13 truncates its own to whole seconds).
-  auto quick = lspawn::connect_store("127.0.0.1", server->getPort(), 300ms);
+  auto quick = lspawn::connect_store("127.0.0.1", server->public_port(), 300ms);
   CHECK(quick->get("k") == std::vector<uint8_t>{'v'});
   CHECK(server->get("k") == std::vector<uint8_t>{'v'});
 }
@@ -136,7 +136,7 @@ TEST_CASE("host_store: port 0 picks a free port, published by getPort()", "[rend
 TEST_CASE("host_store: TCPStore can bind a port that lspawn reserves without listening", "[rendezvous]") {
   ReservedPort reserved;
   auto server = lspawn::host_store("127.0.0.1", reserved.port(), 5s);
-  CHECK(server->getPort() == reserved.port());
+  CHECK(server->public_port() == reserved.port());
   auto client = lspawn::connect_store("127.0.0.1", reserved.port(), 5s);
   client->set("x", std::vector<uint8_t>{1, 2});
   CHECK((server->get("x") == std::vector<uint8_t>{1, 2}));
@@ -199,7 +199,7 @@ using Bytes = std::vector<uint8_t>;
 
 TEST_CASE("try_get: the value of a set key, nullopt for a missing one, nothing created", "[rendezvous]") {
   auto server = lspawn::host_store("127.0.0.1", 0, 5s);
-  auto client = lspawn::connect_store("127.0.0.1", server->getPort(), 5s);
+  auto client = lspawn::connect_store("127.0.0.1", server->public_port(), 5s);
   client->set("k", Bytes{'v'});
   client->set("empty", Bytes{});
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("pre", client);
@@ -224,8 +224,8 @@ TEST_CASE("try_get: the value of a set key, nullopt for a missing one, nothing c
 // not send such a probe, and get_when_set must not return such a value, whoever sent the probe.
 TEST_CASE("try_get does not wake a client waiting for the missing key", "[rendezvous]") {
   auto server = lspawn::host_store("127.0.0.1", 0, 10s);
-  auto waiter = lspawn::connect_store("127.0.0.1", server->getPort(), 10s);
-  auto prober = lspawn::connect_store("127.0.0.1", server->getPort(), 10s);
+  auto waiter = lspawn::connect_store("127.0.0.1", server->public_port(), 10s);
+  auto prober = lspawn::connect_store("127.0.0.1", server->public_port(), 10s);
   std::vector<uint8_t> got;
   std::thread t([&] { got = waiter->get("late"); });  // c10d's own get(): waits for the key
   std::this_thread::sleep_for(200ms);                  // the waiter is registered
@@ -239,8 +239,8 @@ TEST_CASE("try_get does not wake a client waiting for the missing key", "[rendez
 TEST_CASE("get_when_set: a wake-up without the key (a stranger's compareSet) does not return an empty value",
           "[rendezvous]") {
   auto server = lspawn::host_store("127.0.0.1", 0, 10s);
-  auto waiter = lspawn::connect_store("127.0.0.1", server->getPort(), 10s);
-  auto stranger = lspawn::connect_store("127.0.0.1", server->getPort(), 10s);
+  auto waiter = lspawn::connect_store("127.0.0.1", server->public_port(), 10s);
+  auto stranger = lspawn::connect_store("127.0.0.1", server->public_port(), 10s);
   std::vector<uint8_t> got;
   std::thread t([&] { got = lspawn::get_when_set(*waiter, "late"); });
   std::this_thread::sleep_for(200ms);
@@ -256,7 +256,7 @@ TEST_CASE("get_when_set: a wake-up without the key (a stranger's compareSet) doe
 
 TEST_CASE("get_when_set: a key never set fails after the store timeout, naming it", "[rendezvous]") {
   auto server = lspawn::host_store("127.0.0.1", 0, 10s);
-  auto client = lspawn::connect_store("127.0.0.1", server->getPort(), 10s);
+  auto client = lspawn::connect_store("127.0.0.1", server->public_port(), 10s);
   client->setTimeout(300ms);
   CHECK_THROWS_WITH(lspawn::get_when_set(*client, "never"), Contains("never"));
 }

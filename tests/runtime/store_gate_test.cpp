@@ -1,0 +1,150 @@
+// The gate in front of rank 0's store (runtime/store_gate.hpp): the first-bytes check of both
+// store protocols, and a real TCPStore of this LibTorch behind a real gate — clients that open
+// correctly are relayed, a silent one is left alone, and garbage, a probe and half a request are
+// refused with a message naming the peer while the store keeps serving.
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "launcher/sys.hpp"
+#include "runtime/rendezvous.hpp"
+#include "runtime/store_gate.hpp"
+#include "runtime/store_listener.hpp"
+#include "runtime/torch_compat.hpp"
+#include "support/loopback.hpp"
+
+using namespace std::chrono_literals;
+using lspawn::HeadVerdict;
+using lspawn::StoreProtocol;
+using lspawn::check_store_head;
+
+namespace {
+
+HeadVerdict head(StoreProtocol p, std::vector<std::uint8_t> b) { return check_store_head(p, b.data(), b.size()); }
+
+std::vector<std::uint8_t> legacy_set(std::uint64_t key_len) {
+  std::vector<std::uint8_t> b{0};  // SET
+  for (int i = 0; i < 8; ++i) b.push_back(static_cast<std::uint8_t>(key_len >> (8 * i)));
+  return b;
+}
+
+// Waits until `f()` or 5 s.
+template <class F>
+bool eventually(F f) {
+  for (auto end = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < end;) {
+    if (f()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return f();
+}
+
+}  // namespace
+
+TEST_CASE("store gate: the first bytes of each store protocol", "[store_gate]") {
+  const auto V = StoreProtocol::Validated;
+  const auto L = StoreProtocol::Legacy;
+  // VALIDATE (0) and 0x3C85F7CE, little-endian: what every 2.1+ client sends first.
+  CHECK(head(V, {0x00, 0xce, 0xf7, 0x85, 0x3c}) == HeadVerdict::Accept);
+  CHECK(head(V, {0x00, 0xce, 0xf7}) == HeadVerdict::NeedMore);
+  CHECK(head(V, {0x00, 0xce, 0xf7, 0x85, 0x3d}) == HeadVerdict::Refuse);
+  CHECK(head(V, {0x01}) == HeadVerdict::Refuse);             // a SET without validation
+  CHECK(head(V, {'G', 'E', 'T', ' '}) == HeadVerdict::Refuse);  // a probe
+  // 1.13: a query type, then a sane length.
+  CHECK(head(L, legacy_set(40)) == HeadVerdict::Accept);
+  CHECK(head(L, legacy_set(lspawn::kMaxFirstLength)) == HeadVerdict::Accept);
+  CHECK(head(L, legacy_set(lspawn::kMaxFirstLength + 1)) == HeadVerdict::Refuse);
+  CHECK(head(L, legacy_set(0x0000'4745'5420'2f20ull)) == HeadVerdict::Refuse);  // terabytes
+  CHECK(head(L, {0x00, 0x05}) == HeadVerdict::NeedMore);
+  CHECK(head(L, {6}) == HeadVerdict::Accept);  // GETNUMKEYS has no argument
+  CHECK(head(L, {'G'}) == HeadVerdict::Refuse);
+  CHECK(head(L, {}) == HeadVerdict::NeedMore);
+}
+
+TEST_CASE("store gate: a real store behind it serves its clients and refuses garbage with a message naming the peer",
+          "[store_gate]") {
+  // A TCPStore of this LibTorch on loopback, and a gate with a captured log in front of it.
+  c10d::TCPStoreOptions o;
+  o.port = 0;
+  o.isServer = true;
+  o.waitWorkers = false;
+  o.timeout = 5s;
+  auto server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
+  std::mutex mu;
+  std::vector<std::string> log;
+  const int public_fd = lspawn::listen_socket("127.0.0.1", 0);
+  lspawn::StoreGate gate(public_fd, server->getPort(), lspawn::compat::store_protocol(), "gate-under-test",
+                         [&](const std::string& line) {
+                           std::lock_guard<std::mutex> l(mu);
+                           log.push_back(line);
+                         });
+  auto logged = [&](const std::string& what) {
+    std::lock_guard<std::mutex> l(mu);
+    for (const auto& line : log) {
+      if (line.find(what) != std::string::npos) return true;
+    }
+    return false;
+  };
+
+  // A silent connection (1.13's callback client, a port check) is neither refused nor logged.
+  const int silent = lspawn::test::connect_to(gate.port());
+  REQUIRE(silent >= 0);
+  // An HTTP probe, and half a request held open.
+  const int probe = lspawn::test::connect_to(gate.port());
+  REQUIRE(probe >= 0);
+  const char get[] = "GET / HTTP/1.0\r\n\r\n";
+  REQUIRE(::send(probe, get, sizeof get - 1, MSG_NOSIGNAL) > 0);
+  const int half = lspawn::test::connect_to(gate.port());
+  REQUIRE(half >= 0);
+  const unsigned char partial[] = {0x00};
+  REQUIRE(::send(half, partial, sizeof partial, MSG_NOSIGNAL) == 1);
+
+  // Real clients through the gate: set, get, a wait woken by another client's set.
+  auto a = lspawn::connect_store("127.0.0.1", gate.port(), 5s);
+  auto b = lspawn::connect_store("127.0.0.1", gate.port(), 5s);
+  a->set("k", std::vector<uint8_t>{1, 2, 3});
+  CHECK(b->get("k") == std::vector<uint8_t>{1, 2, 3});
+  std::thread setter([&] {
+    std::this_thread::sleep_for(100ms);
+    b->set("later", std::vector<uint8_t>(100000, 7));  // larger than one relay chunk
+  });
+  a->wait({"later"}, 5s);
+  setter.join();
+  CHECK(a->get("later") == std::vector<uint8_t>(100000, 7));
+  CHECK(server->get("k") == std::vector<uint8_t>{1, 2, 3});  // the same store behind the gate
+
+  REQUIRE(eventually([&] { return logged("47 45 54 20"); }));
+  CHECK(logged("store at gate-under-test: refused a connection from 127.0.0.1:"));
+  CHECK(logged("not a c10d store request (first bytes 47 45 54 20"));
+  // The half request: 1 byte, then nothing for kStoreReceiveTimeout.
+  REQUIRE(eventually([&] { return logged("sent 1 byte of a request (00), then nothing for"); }));
+  CHECK(gate.refused() == 2);
+  char c;
+  CHECK(::recv(probe, &c, 1, 0) <= 0);  // the gate closed the refused connections (a reset: it
+  CHECK(::recv(half, &c, 1, 0) <= 0);   // left the probe's bytes unread)
+  {
+    std::lock_guard<std::mutex> l(mu);
+    INFO(log.size() << " lines");
+    CHECK(log.size() == 2);  // the silent connection and the real clients said nothing
+  }
+  ::close(silent);
+  ::close(probe);
+  ::close(half);
+  CHECK(b->get("k") == std::vector<uint8_t>{1, 2, 3});  // still served
+}
+
+TEST_CASE("store gate: a store that goes away closes its relayed clients", "[store_gate]") {
+  auto hosted = lspawn::host_store("127.0.0.1", 0, 5s, "127.0.0.1");
+  auto client = lspawn::connect_store("127.0.0.1", hosted->public_port(), 5s);
+  client->set("x", std::vector<uint8_t>{1});
+  CHECK(hosted->refused() == 0);
+  hosted.reset();  // rank 0 leaves: the gate, then the server
+  client->setTimeout(2s);
+  CHECK_THROWS(client->get("x"));
+}
