@@ -218,7 +218,7 @@ struct StoreGate::Loop {
                       pump(c.client.get(), c.store.get(), c.out[0], false, out);
             }
           }
-        } catch (const sys::SysError&) {
+        } catch (const std::exception&) {
           alive = false;  // reset by either end: the connection ends, as a direct one would
         }
         if (!alive) done.push_back(&c);
@@ -298,7 +298,13 @@ StoreGate::StoreGate(int listen_fd, std::uint16_t store_port, StoreProtocol prot
   loop_->protocol = protocol;
   loop_->where = std::move(where);
   loop_->log = std::move(log);
-  loop_->thread = std::thread([l = loop_.get()] { l->run(); });
+  loop_->thread = std::thread([l = loop_.get()] {
+    try {
+      l->run();
+    } catch (const std::exception& e) {  // accept() out of memory and the like: say so, stop
+      l->say("store at " + l->where + ": the gate stops (no new clients reach the store): " + e.what());
+    }
+  });
 }
 
 StoreGate::~StoreGate() {

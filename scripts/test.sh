@@ -37,7 +37,8 @@ if ((tsan)); then
     -DLSPAWN_BUILD_TESTS=ON -DLSPAWN_BUILD_BENCH=OFF -DLSPAWN_BUILD_EXAMPLES=OFF >/dev/null
   cmake --build "$root/build-tsan" -j "${LSPAWN_JOBS:-$(nproc)}" --target \
     lspawn lspawn-guardian lspawn_launcher_tests spawn_core_tests spawn_tests lspawn_test_worker lspawn_test_hang_worker \
-    lspawn_e2e_tests collectives_test shm_communicator_test lspawn_collectives_test_worker
+    lspawn_e2e_tests collectives_test shm_communicator_test lspawn_collectives_test_worker \
+    lspawn_status_tests lspawn_runtime_tests
   echo "test.sh: TSan build took $((SECONDS - start)) s"
   export TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 suppressions=$root/scripts/tsan.supp"
   failed=0
@@ -55,6 +56,14 @@ if ((tsan)); then
     (cd "$root/build-tsan/$(dirname "$t")" && timeout 900 "./$(basename "$t")" "${excluded[@]}") ||
       { echo "test.sh: --tsan: $t FAILED"; failed=1; }
   done
+  # The status record's seqlock (a reader racing a writer) and rank 0's store gate (its relay
+  # thread in front of a real TCPStore).
+  echo "test.sh: --tsan: tests/status/lspawn_status_tests"
+  (cd "$root/build-tsan/tests/status" && timeout 900 ./lspawn_status_tests) ||
+    { echo "test.sh: --tsan: lspawn_status_tests FAILED"; failed=1; }
+  echo "test.sh: --tsan: tests/runtime/lspawn_runtime_tests [store_gate]"
+  (cd "$root/build-tsan/tests/runtime" && timeout 900 ./lspawn_runtime_tests '[store_gate]') ||
+    { echo "test.sh: --tsan: lspawn_runtime_tests [store_gate] FAILED"; failed=1; }
   exit $failed
 fi
 
