@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
     const double t0 = now();
     for (int i = 0; i < n; ++i) {
       const double a = now();
-      opt->zero_grad();
+      ddp.zero_grad(*opt);
       at::Tensor loss;
       {
         std::optional<lspawn::NoSync> no_sync;
