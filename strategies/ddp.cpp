@@ -163,6 +163,47 @@ void DDP::setup(TrainingModule& module) {
   }
 }
 
+std::vector<at::Tensor> DDP::bucket_buffers() const {
+  std::vector<at::Tensor> out;
+  if (!reducer_) return out;
+  for (const auto& bucket : reducer_->get_grad_buckets(/*return_zero_tensors=*/false))
+    out.push_back(bucket.getBuffer());
+  return out;
+}
+
+void DDP::zero_grad(torch::optim::Optimizer& optimizer) {
+  if (!reducer_ || !ddp_.gradient_as_bucket_view) return Strategy::zero_grad(optimizer);
+  const auto buckets = bucket_buffers();
+  auto in_bucket = [&](const at::Tensor& grad) {
+    return std::any_of(buckets.begin(), buckets.end(), [&](const at::Tensor& b) { return grad.is_alias_of(b); });
+  };
+  // The bucket views are set aside while the optimizer clears the other gradients its own way,
+  // then zeroed in place and put back.
+  std::vector<std::pair<at::Tensor, at::Tensor>> views;  // (parameter, its gradient)
+  for (auto& group : optimizer.param_groups()) {
+    for (auto& p : group.params()) {
+      at::Tensor& grad = p.mutable_grad();
+      if (!grad.defined() || !in_bucket(grad)) continue;
+      views.emplace_back(p, grad);
+      grad.reset();
+    }
+  }
+  auto put_back = [&] {
+    for (auto& [param, grad] : views) param.mutable_grad() = grad;
+  };
+  try {
+    Strategy::zero_grad(optimizer);
+  } catch (...) {
+    put_back();
+    throw;
+  }
+  {
+    at::NoGradGuard no_grad;
+    for (auto& view : views) view.second.zero_();
+  }
+  put_back();
+}
+
 void DDP::sync_buffers() {
   if (!ddp_.broadcast_buffers || buffers_.empty() || world_size() == 1) return;
   at::NoGradGuard no_grad;

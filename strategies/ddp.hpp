@@ -16,6 +16,14 @@
 //     backward() returns.
 //   - no_sync (NoSync / set_gradient_sync(false)): backward passes accumulate locally; the first
 //     synchronised backward after them reduces the accumulated gradients.
+//   - gradient_as_bucket_view: after the first backward each gradient *is* a view of its slice of
+//     the bucket (torch's DDP option of that name): no separate .grad tensors (one copy of the
+//     gradients' memory saved) and no per-step copy into the buckets; the all-reduce averages
+//     them in place. zero_grad() keeps them so: it zeroes the views in place, as Python's
+//     optimizer.zero_grad(set_to_none=False) does. (LibTorch's Optimizer::zero_grad() cannot: it
+//     detach_()es every gradient first, which throws "Can't detach views in-place" on 1.13 and
+//     2.x.) The views move once, when the buckets are rebuilt at the second step; a gradient a
+//     caller sets to none is copied into its bucket and made a view again by the next backward.
 //
 // The all-reduce goes through the Group's c10d process group (gloo; NCCL for NCCL groups), or,
 // with shm_comm_hook on a group that has shared memory, through lspawn's shm all_reduce on a
@@ -26,6 +34,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace c10d {
 class Reducer;
@@ -54,12 +63,21 @@ class DDP : public ParallelStrategy {
   at::Tensor training_step(const Batch& batch, int64_t batch_idx) override;
   void set_gradient_sync(bool enabled) override { sync_ = enabled; }
   bool gradient_sync() const { return sync_; }
+  // gradient_as_bucket_view: gradients that are views of a bucket are zeroed in place and stay
+  // views; optimizer.zero_grad() clears the others (it never sees the views). Otherwise
+  // optimizer.zero_grad().
+  void zero_grad(torch::optim::Optimizer& optimizer) override;
 
   const DDPOptions& ddp_options() const { return ddp_; }
   // Number of gradient buckets (after setup()).
   std::size_t num_buckets() const { return num_buckets_; }
   // True when buckets are reduced through the shm comm hook.
   bool uses_shm_hook() const { return shm_hook_; }
+  // The reducer's flat gradient buckets, in reduction order (empty before setup() or without
+  // parameters that require grad). With gradient_as_bucket_view each such parameter's .grad is
+  // a view of one of them once a backward pass has run (they change once, when the buckets are
+  // rebuilt at the second step).
+  std::vector<at::Tensor> bucket_buffers() const;
 
  private:
   void sync_buffers();

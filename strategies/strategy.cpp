@@ -74,6 +74,8 @@ void Strategy::backward(const at::Tensor& loss) { precision_plugin().backward(lo
 
 bool Strategy::optimizer_step(torch::optim::Optimizer& optimizer) { return precision_plugin().optimizer_step(optimizer); }
 
+void Strategy::zero_grad(torch::optim::Optimizer& optimizer) { optimizer.zero_grad(); }
+
 void SingleDevice::setup_environment() {
   if (!accelerator_) accelerator_ = Accelerator::choose(kind_, 0);
   accelerator_->setup_device();

@@ -7,7 +7,7 @@
 //   auto opt = net->configure_optimizers();
 //   auto loader = strategy.process_dataloader(train);        // this rank's shard
 //   for (...) { auto b = strategy.batch_to_device(loader.batch(i));
-//               opt->zero_grad(); auto loss = strategy.training_step(b, i);
+//               strategy.zero_grad(*opt); auto loss = strategy.training_step(b, i);
 //               strategy.backward(loss); strategy.optimizer_step(*opt); }
 //   strategy.teardown();
 //
@@ -92,6 +92,11 @@ class Strategy {
   virtual void backward(const at::Tensor& loss);
   // The optimizer step through the precision plugin. Returns false when it was skipped (16-mixed).
   virtual bool optimizer_step(torch::optim::Optimizer& optimizer);
+  // Clears the gradients of `optimizer`'s parameters before the next accumulation (the Trainer
+  // calls it instead of optimizer.zero_grad()). Default: optimizer.zero_grad() — on 1.13 each
+  // gradient is detach_()ed and zeroed in place, on 2.x detach_()ed and set to none. DDP with
+  // gradient_as_bucket_view zeroes its bucket views in place instead (ddp.hpp).
+  virtual void zero_grad(torch::optim::Optimizer& optimizer);
   // Gradient synchronisation of the next backward passes (DDP's no_sync()); no-op elsewhere.
   virtual void set_gradient_sync(bool /*enabled*/) {}
   // > 0: the Trainer feeds batches through a ParallelLoader prefetching this many (XLA).

@@ -97,7 +97,7 @@ FitResult Trainer::fit(TrainingModule& module, const DataLoader& train, const st
       if (strategy_.prefetch_batches() > 0)
         prefetcher.emplace(loader, strategy_.root_device(), strategy_.prefetch_batches());
       try {
-        optimizer->zero_grad();
+        strategy_.zero_grad(*optimizer);
         for (int64_t i = 0; i < n; ++i) {
           const Batch batch = prefetcher ? *prefetcher->next() : strategy_.batch_to_device(loader.batch(i));
           const bool step = (i + 1) % accumulate == 0 || i + 1 == n;
@@ -110,7 +110,7 @@ FitResult Trainer::fit(TrainingModule& module, const DataLoader& train, const st
             loss = strategy_.training_step(batch, i);
             strategy_.backward(accumulate > 1 ? loss / static_cast<double>(accumulate) : loss);
             strategy_.optimizer_step(*optimizer);
-            optimizer->zero_grad();
+            strategy_.zero_grad(*optimizer);
             ++result.global_step;
             if (result.first_step_ns == 0)
               result.first_step_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(

@@ -9,7 +9,7 @@
 // fit():
 //   - strategy.setup(module), module.configure_optimizers(), loaders through
 //     strategy.process_dataloader() (each rank its shard; set_epoch(e) before each epoch);
-//   - per batch: zero_grad, training_step, backward, optimizer_step; with
+//   - per batch: strategy.zero_grad, training_step, backward, optimizer_step; with
 //     accumulate_grad_batches = k, the first k-1 batches of each group run under no_sync and only
 //     the k-th steps (DDP then reduces the accumulated gradients once);
 //   - per epoch: validation when a val loader is given; the mean train loss (over every sample

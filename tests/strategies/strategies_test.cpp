@@ -39,6 +39,14 @@ TEST_CASE("XLA strategy (grads all-reduced at optimizer_step, shm) equals one pr
   require_all_ok(run_ranks(2, "equiv", "shm", {{"LSPAWN_TEST_STRATEGY", "xla"}}, 90s));
 }
 
+TEST_CASE("DDP gradient_as_bucket_view: zero_grad keeps the gradients as bucket views, results equal copies and one process",
+          "[strategies][ddp]") {
+  auto r = run_ranks(2, "bucket_view", "gloo", {{"LSPAWN_TEST_STRATEGY", "ddp"}}, 90s);
+  require_all_ok(r);
+  CHECK_THAT(r.ranks[0].output, Contains("max_abs_diff vs plain"));
+  require_all_ok(run_ranks(2, "bucket_view", "shm", {{"LSPAWN_TEST_STRATEGY", "ddp_hook"}}, 90s));
+}
+
 TEST_CASE("DDP no_sync accumulation equals a larger batch", "[strategies][ddp]") {
   require_all_ok(run_ranks(2, "nosync", "gloo", {}, 90s));
 }

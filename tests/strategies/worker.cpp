@@ -3,8 +3,8 @@
 // or under the lspawn CLI ("throw"), or once as the caller of DDPSpawn / XLASpawn ("spawn").
 //
 //   lspawn_strategies_test_worker <scenario> <backend gloo|shm>
-//   scenarios: equiv, nosync, calls, checkpoint, throw, spawn
-//   env: LSPAWN_TEST_STRATEGY (ddp | ddp_hook | xla), LSPAWN_TEST_DIR, LSPAWN_TEST_THROW_RANK,
+//   scenarios: equiv, nosync, bucket_view, calls, checkpoint, throw, spawn
+//   env: LSPAWN_TEST_STRATEGY (ddp | ddp_hook | ddp_unused | xla), LSPAWN_TEST_DIR, LSPAWN_TEST_THROW_RANK,
 //        LSPAWN_TEST_START (fork | spawn | forkserver), LSPAWN_TEST_NPROCS
 // Exit status: 0 all checks passed; 1 a check failed; 5 an exception. Prints "rank R: ..." lines.
 #include "collectives/group.hpp"
@@ -203,9 +203,11 @@ int calls(const std::string& backend) {
   return 0;
 }
 
-lspawn::FitResult fit_run(const std::shared_ptr<lspawn::Group>& g, TinyNet& net, lspawn::TrainerOptions t) {
+lspawn::FitResult fit_run(const std::shared_ptr<lspawn::Group>& g, TinyNet& net, lspawn::TrainerOptions t,
+                          bool bucket_view = false) {
   lspawn::DDPOptions o;
   o.accelerator = lspawn::AcceleratorKind::Cpu;
+  o.gradient_as_bucket_view = bucket_view;
   lspawn::DDP s(g, o);
   t.print_epochs = false;
   t.progress_bar = false;
@@ -214,6 +216,122 @@ lspawn::FitResult fit_run(const std::shared_ptr<lspawn::Group>& g, TinyNet& net,
   auto r = trainer.fit(net, train);
   s.teardown();
   return r;
+}
+
+// The parameters' gradients: the tensors themselves (not copies), in parameter order.
+std::vector<at::Tensor> grads_of(TinyNet& net) {
+  std::vector<at::Tensor> out;
+  for (auto& p : net.parameters()) out.push_back(p.grad());
+  return out;
+}
+
+// Each gradient is defined and aliases one of `ddp`'s bucket buffers.
+void check_bucket_views(lspawn::DDP& ddp, TinyNet& net, const std::string& when) {
+  const auto buckets = ddp.bucket_buffers();
+  check(!buckets.empty(), "buckets exist " + when);
+  std::size_t i = 0;
+  for (const auto& g : grads_of(net)) {
+    check(g.defined(), "gradient " + std::to_string(i) + " defined " + when);
+    bool in_bucket = false;
+    for (const auto& b : buckets) in_bucket = in_bucket || g.is_alias_of(b);
+    check(in_bucket, "gradient " + std::to_string(i) + " is a view of a bucket " + when);
+    ++i;
+  }
+}
+
+// DDPOptions::gradient_as_bucket_view: K steps through the strategy calls equal the same steps
+// with it false and one process on the concatenated batch; after every zero_grad the gradients
+// are still the bucket views (same data, zeroed in place), and after the bucket rebuild (second
+// step) they stay the same tensors; then through the Trainer (2-batch accumulation under
+// no_sync) it equals the Trainer with it false.
+int bucket_view(const std::string& backend) {
+  auto g = make_group(backend);
+  const int r = g->rank(), n = g->size();
+  const bool hook = env_str("LSPAWN_TEST_STRATEGY", "ddp") == "ddp_hook";
+  const int64_t B = 4, K = 5;
+  auto steps = [&](bool as_view, TinyNet& net) {
+    lspawn::DDPOptions o;
+    o.accelerator = lspawn::AcceleratorKind::Cpu;
+    o.first_bucket_cap_bytes = 1024;  // several buckets
+    o.bucket_cap_bytes = 2048;
+    o.shm_comm_hook = hook;
+    o.gradient_as_bucket_view = as_view;
+    lspawn::DDP s(g, o);
+    s.setup(net);
+    check(s.num_buckets() > 1, "several buckets, got " + std::to_string(s.num_buckets()));
+    if (hook) check(s.uses_shm_hook() == (backend == "shm"), "shm hook in use on shm only");
+    auto opt = net.configure_optimizers();
+    std::vector<const void*> rebuilt;  // data pointers of the gradients after the rebuild
+    for (int64_t k = 0; k < K; ++k) {
+      auto data = tiny_data(B * n, 300 + static_cast<uint64_t>(k));
+      lspawn::Batch mine = {data[0].slice(0, r * B, (r + 1) * B), data[1].slice(0, r * B, (r + 1) * B)};
+      std::vector<const void*> before;
+      if (as_view && k > 0)
+        for (const auto& gr : grads_of(net)) before.push_back(gr.data_ptr());
+      s.zero_grad(*opt);
+      if (as_view && k > 0) {
+        const std::string when = "after zero_grad at step " + std::to_string(k);
+        check_bucket_views(s, net, when);
+        std::size_t i = 0;
+        for (const auto& gr : grads_of(net)) {
+          check(gr.data_ptr() == before[i], "gradient " + std::to_string(i) + " kept its storage " + when);
+          check(gr.eq(0).all().item<bool>(), "gradient " + std::to_string(i) + " zeroed " + when);
+          ++i;
+        }
+      }
+      s.backward(s.training_step(mine, k));
+      if (as_view) {
+        check_bucket_views(s, net, "after backward at step " + std::to_string(k));
+        std::vector<const void*> now;
+        for (const auto& gr : grads_of(net)) now.push_back(gr.data_ptr());
+        if (k == 1) rebuilt = now;
+        if (k > 1) check(now == rebuilt, "gradients are the same bucket views at step " + std::to_string(k));
+      }
+      s.optimizer_step(*opt);
+    }
+    s.teardown();
+  };
+  TinyNet viewed(static_cast<uint64_t>(r + 1)), plain(static_cast<uint64_t>(r + 1));
+  steps(true, viewed);
+  steps(false, plain);
+  const double vs_plain = max_abs_diff(viewed, plain);
+  check(vs_plain <= 1e-5, "bucket views vs copies into buckets, diff " + std::to_string(vs_plain));
+  std::vector<at::Tensor> flat;
+  for (auto& p : viewed.parameters()) flat.push_back(p.detach().flatten());
+  lspawn::DDPOptions co;
+  co.accelerator = lspawn::AcceleratorKind::Cpu;
+  lspawn::DDP calls(g, co);
+  calls.setup_environment();
+  auto all = calls.all_gather(at::cat(flat));
+  const double spread = (all - all[0]).abs().max().item<double>();
+  check(spread == 0.0, "ranks agree exactly, spread " + std::to_string(spread));
+  double vs_one = 0;
+  if (r == 0) {
+    TinyNet ref(1);
+    auto ropt = ref.configure_optimizers();
+    for (int64_t k = 0; k < K; ++k) {
+      auto data = tiny_data(B * n, 300 + static_cast<uint64_t>(k));
+      ropt->zero_grad();
+      ref.training_step(data, k).backward();
+      ropt->step();
+    }
+    vs_one = max_abs_diff(viewed, ref);
+    check(vs_one <= 1e-5, "bucket views vs one process, diff " + std::to_string(vs_one));
+  }
+  // Through the Trainer: zero_grad, accumulation under no_sync into the views, optimizer steps.
+  lspawn::TrainerOptions t;
+  t.max_epochs = 2;
+  t.accumulate_grad_batches = 2;
+  TinyNet fit_viewed(1), fit_plain(1);
+  const auto a = fit_run(g, fit_viewed, t, /*bucket_view=*/true);
+  const auto b = fit_run(g, fit_plain, t, /*bucket_view=*/false);
+  check(a.global_step == b.global_step && a.global_step > 2, "Trainer steps " + std::to_string(a.global_step));
+  const double fit_diff = max_abs_diff(fit_viewed, fit_plain);
+  check(fit_diff <= 1e-5, "Trainer with bucket views vs without, diff " + std::to_string(fit_diff));
+  std::printf("rank %d: bucket_view %s%s N=%d max_abs_diff vs plain %.3g, vs one process %.3g, Trainer %.3g\n", r,
+              backend.c_str(), hook ? " hook" : "", n, vs_plain, vs_one, fit_diff);
+  calls.barrier("end");
+  return 0;
 }
 
 int checkpoint(const std::string& backend) {
@@ -339,6 +457,7 @@ int main(int argc, char** argv) {
   try {
     if (scenario == "equiv") return equiv(backend);
     if (scenario == "nosync") return nosync(backend);
+    if (scenario == "bucket_view") return bucket_view(backend);
     if (scenario == "calls") return calls(backend);
     if (scenario == "checkpoint") return checkpoint(backend);
     if (scenario == "spawn") return spawn_scenario();
