@@ -154,6 +154,14 @@ Communicator::Communicator(int rank, int size, const Rendezvous& rendezvous, Com
     throw Error(Error::Kind::System, {}, "shm: invalid rank " + std::to_string(rank) + " of " + std::to_string(size));
   options_.slot_bytes = round_up(std::max<std::size_t>(options_.slot_bytes, 4096), kLine);
   options_.flat_max_bytes = std::min(options_.flat_max_bytes, options_.slot_bytes);
+  // LSPAWN_SHM_SINGLE_COPY overrides CommOptions::single_copy either way; checked before the
+  // segment exists, so a bad value fails every rank alike and leaves nothing behind.
+  if (const char* env = std::getenv("LSPAWN_SHM_SINGLE_COPY"); env && *env) {
+    const std::string v = env;
+    if (v != "0" && v != "1")
+      throw Error(Error::Kind::System, {}, "shm: LSPAWN_SHM_SINGLE_COPY='" + v + "': expected 1 (on) or 0 (off)");
+    options_.single_copy = v == "1";
+  }
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   oversubscribed_ = cpus > 0 && size > cpus;
   if (size == 1) return;  // every operation is local
@@ -243,7 +251,7 @@ Communicator::Communicator(int rank, int size, const Rendezvous& rendezvous, Com
 
 // Two more init rounds: publish a canary, read the neighbour's with process_vm_readv and write it
 // back with process_vm_writev, agree.
-// Every rank runs them (also with single copy disabled: it then just reports "no").
+// Every rank runs them (also with single copy off: it then just reports "no").
 void Communicator::probe_single_copy() {
   InfoLine* mine = LSPAWN_SEG_INFO(seg_, size_, rank_);
   std::random_device rd;
@@ -253,8 +261,7 @@ void Communicator::probe_single_copy() {
   Desc d;
   d.op = static_cast<std::uint32_t>(OpCode::Init);
   begin_round(d);
-  const char* env = std::getenv("LSPAWN_SHM_SINGLE_COPY");
-  bool ok = options_.single_copy && !(env && std::string(env) == "0");
+  bool ok = options_.single_copy;
   if (ok) {
     const InfoLine* peer = LSPAWN_SEG_INFO(seg_, size_, (rank_ + 1) % size_);
     std::uint64_t seen = 0;

@@ -28,8 +28,9 @@
 //   all_reduce up to `flat_max_bytes`: one round, every rank folds all slots (lowest latency).
 //   Larger: per chunk of `slot_bytes`, a reduce-scatter round (rank q folds region q of every
 //   slot into slot 0) and an all-gather (everyone copies slot 0 out): two rounds per chunk.
-//   From `single_copy_min_bytes` on, when allowed: single copy (process_vm_readv/writev) for
-//   all_reduce, broadcast and all_gather: 2 rounds each, whatever the size.
+//   With CommOptions::single_copy (off by default), from `single_copy_min_bytes` on and when
+//   allowed: single copy (process_vm_readv/writev) for all_reduce, broadcast and all_gather:
+//   2 rounds each, whatever the size.
 #pragma once
 
 #include "collectives/shm/reduce_kernels.hpp"
@@ -74,11 +75,15 @@ struct CommOptions {
   // A call that cannot complete throws Error{Timeout} after this long.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   // Single copy for all_reduce / broadcast / all_gather of at least `single_copy_min_bytes`
-  // (per rank): ranks read each other's
-  // buffers directly with process_vm_readv (Linux cross-memory attach) instead of staging
-  // through the slots: half the memory traffic. Used only when every rank's probe at
-  // construction succeeds (same user, ptrace allowed); env LSPAWN_SHM_SINGLE_COPY=0 disables it.
-  bool single_copy = true;
+  // (per rank): ranks read and write each other's buffers directly with process_vm_readv/writev
+  // (Linux cross-memory attach) instead of staging through the slots: half the memory traffic,
+  // but every call pins the pages it touches. Off by default: where it was measured (2-core
+  // VM, kernel 6.18) cross-memory attach moved ~10 GB/s against memcpy's ~45 GB/s, and the
+  // staged path was faster at every size from 256 KiB to 64 MiB, N = 2 and 4, for all three ops
+  // (docs/shm-backend.md, "Single copy or staged"). Used only when every rank's probe at
+  // construction succeeds (same user, ptrace allowed). Env LSPAWN_SHM_SINGLE_COPY=1 / =0
+  // overrides this either way; another value is an error.
+  bool single_copy = false;
   std::size_t single_copy_min_bytes = std::size_t{1} << 20;
   // Label put into the shm object name (run id, group name): helps whoever lists /dev/shm.
   std::string label = "lspawn";

@@ -26,8 +26,31 @@ TEST_CASE("every op matches a local reference on gloo and shm for N = 1 to 4", "
   }
 }
 
+TEST_CASE("shm single copy, when asked for (LSPAWN_SHM_SINGLE_COPY=1), matches the reference across processes",
+          "[collectives][processes]") {
+  // Off by default (the staged path is faster where measured); this keeps the cross-memory
+  // attach path (process_vm_readv/writev between real processes) tested, 64 MiB case included.
+  for (int n : {2, 3}) {
+    INFO("N=" << n);
+    require_all_ok(run_ranks(n, "suite", "shm",
+                             {{"LSPAWN_SHM_SINGLE_COPY", "1"}, {"LSPAWN_TEST_BIG", n == 3 ? "1" : "0"},
+                              {"LSPAWN_TEST_EXPECT_BACKEND", "shm+gloo"}, {"LSPAWN_TEST_EXPECT_SINGLE_COPY", "1"}}));
+  }
+}
+
+TEST_CASE("a bad LSPAWN_SHM_SINGLE_COPY fails every rank naming it", "[collectives][processes][failure]") {
+  auto r = run_ranks(2, "suite", "shm", {{"LSPAWN_SHM_SINGLE_COPY", "yes"}}, std::chrono::seconds(60));
+  INFO(r.all_output());
+  REQUIRE_FALSE(r.timed_out);
+  for (int q : {0, 1}) {
+    CHECK(r.ranks[q].exit_code != 0);
+    CHECK_THAT(r.ranks[q].output, Catch::Contains("LSPAWN_SHM_SINGLE_COPY='yes': expected 1 (on) or 0 (off)"));
+  }
+}
+
 TEST_CASE("auto picks shm for ranks of one node", "[collectives][processes]") {
-  auto r = run_ranks(2, "objects", "auto", {{"LSPAWN_TEST_EXPECT_BACKEND", "shm+gloo"}});
+  // ... with the staged path: single copy is off unless asked for.
+  auto r = run_ranks(2, "objects", "auto", {{"LSPAWN_TEST_EXPECT_BACKEND", "shm+gloo"}, {"LSPAWN_TEST_EXPECT_SINGLE_COPY", "0"}});
   require_all_ok(r);
 }
 

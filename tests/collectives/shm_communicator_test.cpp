@@ -14,6 +14,7 @@
 #include <random>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 
 using namespace lspawn::shm;
 
@@ -144,6 +145,42 @@ TEST_CASE("threads as ranks: all_reduce and broadcast and all_gather agree bit f
   for (int r = 0; r < n; ++r)
     if (errors[r]) std::rethrow_exception(errors[r]);
   for (int r = 1; r < n; ++r) REQUIRE(std::memcmp(results[r].data(), results[0].data(), results[0].size() * 4) == 0);
+}
+
+TEST_CASE("threads as ranks: LSPAWN_SHM_SINGLE_COPY overrides the option either way; another value is refused", "[shm]") {
+  struct EnvGuard {
+    ~EnvGuard() { ::unsetenv("LSPAWN_SHM_SINGLE_COPY"); }
+  } guard;
+  CommOptions opts;
+  opts.timeout = std::chrono::seconds(20);
+  opts.label = "envtest" + std::to_string(::getpid());
+  REQUIRE_FALSE(opts.single_copy);  // off by default
+  for (auto [value, option, want] : {std::tuple{"1", false, true}, std::tuple{"0", true, false},
+                                     std::tuple{"", true, true}, std::tuple{"", false, false}}) {
+    INFO("LSPAWN_SHM_SINGLE_COPY='" << value << "', option " << option);
+    ::setenv("LSPAWN_SHM_SINGLE_COPY", value, 1);
+    opts.single_copy = option;
+    auto errors = on_ranks(2, opts, [&](Communicator& c) {
+      expect(c.single_copy() == want, "single copy as the environment says");
+      std::vector<float> v(1 << 19, 1.0f);  // 2 MiB: over single_copy_min_bytes
+      c.all_reduce(v.data(), v.size(), ElemType::Float32, KernelOp::Sum);
+      for (float x : v) expect(x == 2.0f, "all_reduce result");
+    });
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
+  ::setenv("LSPAWN_SHM_SINGLE_COPY", "yes", 1);
+  auto errors = on_ranks(2, opts, [](Communicator&) {});
+  for (auto& e : errors) {
+    REQUIRE(e);
+    try {
+      std::rethrow_exception(e);
+    } catch (const Error& err) {
+      CHECK(err.kind() == Error::Kind::System);
+      CHECK_THAT(err.what(), Catch::Contains("LSPAWN_SHM_SINGLE_COPY='yes': expected 1 (on) or 0 (off)"));
+    }
+  }
+  CHECK_FALSE(shm_entry_exists(opts.label));  // refused before any segment was made
 }
 
 TEST_CASE("threads as ranks: a mismatched call throws Mismatch on every rank", "[shm]") {

@@ -3,7 +3,8 @@
 //   lspawn_collectives_test_worker <scenario> <backend gloo|shm|auto>
 //   env: RANK, WORLD_SIZE, MASTER_PORT (a TCPStore server on 127.0.0.1 hosted by the test),
 //        LSPAWN_TEST_TIMEOUT_MS (group timeout), LSPAWN_TEST_BIG=1 (add the 64 MiB case),
-//        LSPAWN_TEST_EXPECT_BACKEND (Group::backend() must say so), LSPAWN_TEST_KILL_RANK (the
+//        LSPAWN_TEST_EXPECT_BACKEND (Group::backend() must say so), LSPAWN_TEST_EXPECT_SINGLE_COPY
+//        (0/1: the shm communicator's single-copy path must be off/on), LSPAWN_TEST_KILL_RANK (the
 //        rank scenario "kill" SIGKILLs; default the last), LSPAWN_TEST_FROM_WORLD=1 (join through
 //        runtime's init_process_group() and Group::from_world(): run under lspawn, any host)
 //
@@ -429,6 +430,10 @@ int main(int argc, char** argv) {
     }
     if (const char* want = std::getenv("LSPAWN_TEST_EXPECT_BACKEND"); want && *want)
       check(g->backend() == want, "backend is " + g->backend() + ", expected " + want);
+    if (const char* want = std::getenv("LSPAWN_TEST_EXPECT_SINGLE_COPY"); want && *want)
+      check(g->shm() && g->shm()->single_copy() == (std::string(want) == "1"),
+            std::string("shm single copy is ") + (g->shm() && g->shm()->single_copy() ? "on" : "off") +
+                ", expected " + (std::string(want) == "1" ? "on" : "off"));
     if (scenario == "suite") scenario_suite(*g);
     else if (scenario == "sum") scenario_sum(*g);
     else if (scenario == "objects") scenario_objects(*g);
