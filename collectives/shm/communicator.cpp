@@ -162,6 +162,7 @@ Communicator::Communicator(int rank, int size, const Rendezvous& rendezvous, Com
       throw Error(Error::Kind::System, {}, "shm: LSPAWN_SHM_SINGLE_COPY='" + v + "': expected 1 (on) or 0 (off)");
     options_.single_copy = v == "1";
   }
+  srcs_.resize(static_cast<std::size_t>(size));
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   oversubscribed_ = cpus > 0 && size > cpus;
   if (size == 1) return;  // every operation is local
@@ -440,13 +441,15 @@ void Communicator::wait_all(std::uint32_t target, const char* what) {
 
 void Communicator::check_descs(const Desc& mine) {
   const int parity = static_cast<int>(round_ % 2);
-  std::vector<Desc> all(size_);
   bool same = true;
-  for (int q = 0; q < size_; ++q) {
-    std::memcpy(&all[q], LSPAWN_SEG_INFO(seg_, size_, q)->desc[parity], sizeof(Desc));
-    same = same && all[q] == mine;
+  for (int q = 0; q < size_ && same; ++q) {  // the common case: no allocation
+    Desc d;
+    std::memcpy(&d, LSPAWN_SEG_INFO(seg_, size_, q)->desc[parity], sizeof(Desc));
+    same = d == mine;
   }
   if (same) return;
+  std::vector<Desc> all(size_);
+  for (int q = 0; q < size_; ++q) std::memcpy(&all[q], LSPAWN_SEG_INFO(seg_, size_, q)->desc[parity], sizeof(Desc));
   // Name the ranks that differ from rank 0 (every rank computes the same list).
   std::vector<int> odd;
   std::ostringstream msg;
@@ -483,7 +486,7 @@ void Communicator::all_reduce(void* data, std::size_t count, ElemType type, Kern
   d.kop = static_cast<std::uint32_t>(op);
   d.count = count;
   auto* bytes = static_cast<unsigned char*>(data);
-  std::vector<const void*> srcs(size_);
+  std::vector<const void*>& srcs = srcs_;
   if (single_copy_ && count * es >= options_.single_copy_min_bytes) {
     all_reduce_single_copy(bytes, count, type, op, d);
     return;

@@ -143,6 +143,7 @@ class Communicator {
   bool broken_ = false;
   bool single_copy_ = false;      // every rank can process_vm_readv every other
   std::uint64_t canary_ = 0;      // read by the neighbour's probe at construction
+  std::vector<const void*> srcs_;  // all_reduce: the slots to fold, in rank order (no allocation per call)
   std::vector<unsigned char> piece_buffer_;  // single copy all_reduce: size pieces (peers' + result)
   const char* current_op_ = "";
   std::uint64_t epoch_ = 0;      // data rounds started: picks the slot set (epoch % 2)

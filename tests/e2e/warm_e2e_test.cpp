@@ -231,9 +231,18 @@ TEST_CASE("warm: a changed program gets a new forkserver - the old one is stoppe
 
 TEST_CASE("warm: a failing rank gives the report and exit code of a cold run", "[e2e][forkserver][warm]") {
   Daemon d;
-  REQUIRE(run_lspawn(warm(d, {"--nprocs", "3", worker_bin(), "exit-rank", "1", "3"})).exit_code == 3);
-  auto warm_run = run_lspawn(warm(d, {"--nprocs", "3", worker_bin(), "exit-rank", "1", "3"}));
-  auto cold_run = run_lspawn({"--start-method", "forkserver", "--nprocs", "3", worker_bin(), "exit-rank", "1", "3"});
+  // Rank 1 fails only once every rank is up (LSPAWN_TEST_SYNC_DIR, emptied before each run):
+  // else a fast failure can stop a run before rank 2 starts ("rank 2 not started"), in one run
+  // and not the other. One directory for all runs: the warm forkserver is reused only for the
+  // same environment.
+  TempDir sync;
+  auto run = [&sync](const std::vector<std::string>& args) {
+    for (int r = 0; r < 3; ++r) ::unlink((sync.path + "/ready-" + std::to_string(r)).c_str());
+    return run_lspawn(args, {"LSPAWN_TEST_SYNC_DIR=" + sync.path});
+  };
+  REQUIRE(run(warm(d, {"--nprocs", "3", worker_bin(), "exit-rank", "1", "3"})).exit_code == 3);
+  auto warm_run = run(warm(d, {"--nprocs", "3", worker_bin(), "exit-rank", "1", "3"}));
+  auto cold_run = run({"--start-method", "forkserver", "--nprocs", "3", worker_bin(), "exit-rank", "1", "3"});
   INFO(warm_run.err << "\n---\n" << cold_run.err);
   REQUIRE(warm_line(warm_run.err).reused);
   CHECK(warm_run.exit_code == 3);
