@@ -39,6 +39,8 @@ using Clock = std::chrono::steady_clock;
 constexpr std::uint64_t kMagic = 0x6c7370776e73686dULL;  // "lspwnshm"
 constexpr std::uint32_t kVersion = 1;
 constexpr std::size_t kLine = 64;
+// How long a waiter yields before it sleeps on the futex (Communicator::wait_all).
+constexpr auto kYieldFor = std::chrono::microseconds(20);
 
 enum class OpCode : std::uint32_t { Init = 1, AllReduce, Broadcast, AllGather, Barrier };
 
@@ -395,9 +397,13 @@ void Communicator::wait_all(std::uint32_t target, const char* what) {
         done = reached(word->load(std::memory_order_acquire));
       }
     }
-    for (int i = 0; i < 4 && !done; ++i) {  // few: under load a yield can cost a whole time slice
+    // Yield for up to kYieldFor: on a node with more ranks than CPUs this hands the CPU to the
+    // rank we wait for, cheaper than a futex sleep and wake-up. Bounded in time, not in count:
+    // under load one yield can cost a whole time slice, and then the first one ends it.
+    for (const auto until = Clock::now() + kYieldFor; !done;) {
       sched_yield();
       done = reached(word->load(std::memory_order_acquire));
+      if (Clock::now() >= until) break;
     }
     while (!done) {
       seg_->sleepers.fetch_add(1, std::memory_order_seq_cst);
