@@ -19,6 +19,7 @@ py=${PYTHON:-/usr/bin/python3}
 rounds=${ROUNDS:-1}
 spawn_rounds=${SPAWN_ROUNDS:-1}
 logs=${LOG_DIR:-$(mktemp -d /tmp/lspawn-train-bench-XXXXXX)}
+mkdir -p "$logs"
 lspawn=$build/launcher/lspawn
 bench=$build/bench/training/train_bench
 script=$root/bench/training/ddp_bench.py
