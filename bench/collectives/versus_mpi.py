@@ -20,6 +20,8 @@ import subprocess
 import sys
 import time
 
+from compare import human  # bench/collectives/compare.py: 4096 -> "4 KiB"
+
 
 def sizes(lo, hi, step):
     s = lo
@@ -54,13 +56,6 @@ def run_mpi(a, n):
             if d["op"] == a.op:
                 rows[d["bytes"]] = (d["time_us"], d["busbw_gbs"])
     return rows
-
-
-def human(b):
-    for unit, k in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if b >= k:
-            return f"{b // k} {unit}"
-    return f"{b} B"
 
 
 def main():
