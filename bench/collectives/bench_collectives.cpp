@@ -6,13 +6,14 @@
 //
 // Reads its place in the job from the env contract (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT…)
 // through runtime's init_process_group(). Each point: 3 warm-up ops, then a count of ops chosen
-// by rank 0 to last about --budget-ms (5..2000), timed between two barriers; the time of the
+// from the fastest of 5 more to last about --budget-ms (5..2000), timed between two barriers; the time of the
 // slowest rank is reported. Sizes are float32 bytes per rank (all_gather: bytes each rank sends).
 // busbw as nccl-tests: all_reduce algbw*2(n-1)/n, all_gather algbw*(n-1) (per-rank bytes),
 // broadcast algbw.
 #include "collectives/ops.hpp"
 #include "runtime/process_group.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -139,16 +140,21 @@ int main(int argc, char** argv) {
           Runner r{*g, op, at::full({count}, static_cast<float>(rank + 1)), at::Tensor()};
           if (op == "all_gather") r.out = at::empty({n, count}, at::kFloat);
           for (int i = 0; i < 3; ++i) r.once();
-          // Rank 0 sizes the run from one more timed op.
+          // The run is sized from the fastest of 5 more timed ops (the slowest rank's): one op
+          // alone can include the ranks' start-up skew, and then too few ops are timed.
           lspawn::barrier(*g);
-          auto t0 = Clock::now();
-          r.once();
-          const double one = max_over_ranks(*g, std::chrono::duration<double>(Clock::now() - t0).count());
+          double fastest = 1e9;
+          for (int i = 0; i < 5; ++i) {
+            const auto t = Clock::now();
+            r.once();
+            fastest = std::min(fastest, std::chrono::duration<double>(Clock::now() - t).count());
+          }
+          const double one = max_over_ranks(*g, fastest);
           auto iters_t = at::full({1}, static_cast<std::int64_t>(std::clamp(args.budget_ms / 1e3 / std::max(one, 1e-7), 5.0, 2000.0)), at::kLong);
           lspawn::broadcast(*g, iters_t, 0);
           const auto iters = iters_t.item<std::int64_t>();
           lspawn::barrier(*g);
-          t0 = Clock::now();
+          const auto t0 = Clock::now();
           for (std::int64_t i = 0; i < iters; ++i) r.once();
           const double mine = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
           const double secs = max_over_ranks(*g, mine);

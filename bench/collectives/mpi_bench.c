@@ -1,6 +1,6 @@
 /* Open MPI reference for lspawn_bench_collectives: the same op x size sweep with MPI_Allreduce,
- * MPI_Bcast and MPI_Allgather on float32, same timing rules (3 warm-ups, an op count sized by
- * rank 0 to last about the budget, the slowest rank's time). Prints one JSON object per line.
+ * MPI_Bcast and MPI_Allgather on float32, same timing rules (3 warm-ups, an op count sized from
+ * the fastest of 5 more to last about the budget, the slowest rank's time). Prints one JSON object per line.
  *
  *   mpirun --allow-run-as-root --oversubscribe -np 2 ./mpi_bench [max_bytes] [step] [budget_ms] [min_bytes]
  */
@@ -39,9 +39,15 @@ int main(int argc, char** argv) {
       for (long i = 0; i < count; ++i) in[i] = (float)(rank + 1);
       for (int i = 0; i < 3; ++i) run(ops[o], in, out, count);
       MPI_Barrier(MPI_COMM_WORLD);
-      double t0 = MPI_Wtime();
-      run(ops[o], in, out, count);
-      double one = slowest(MPI_Wtime() - t0);
+      double fastest = 1e9;
+      for (int i = 0; i < 5; ++i) {
+        double t = MPI_Wtime();
+        run(ops[o], in, out, count);
+        t = MPI_Wtime() - t;
+        if (t < fastest) fastest = t;
+      }
+      double one = slowest(fastest);
+      double t0;
       long iters = (long)(budget / (one > 1e-7 ? one : 1e-7));
       if (iters < 5) iters = 5;
       if (iters > 2000) iters = 2000;
