@@ -127,6 +127,12 @@ void apply_mean(at::Tensor& t, int size) {
   else t.copy_(at::div(t, size, "trunc"));
 }
 
+// The end of an all_reduce, once `work` (the staged `out`) holds the sum: mean, copy back.
+void finish_all_reduce(at::Tensor& work, at::Tensor& out, ReduceOp op, int size) {
+  if (op == ReduceOp::Mean) apply_mean(work, size);
+  if (!work.is_same(out)) out.copy_(work);
+}
+
 bool use_shm(Group& g, const at::Tensor& t) {
   return g.shm() && t.device().is_cpu() && elem_of(t.scalar_type()).has_value();
 }
@@ -371,17 +377,12 @@ Work all_reduce_async(Group& g, at::Tensor& tensor, ReduceOp op) {
       at::Tensor work = staged(tensor);
       g.shm()->all_reduce(work.data_ptr(), static_cast<std::size_t>(work.numel()), *elem_of(work.scalar_type()),
                           kernel_of(op));
-      if (op == ReduceOp::Mean) apply_mean(work, size);
-      if (!work.is_same(tensor)) tensor.copy_(work);
+      finish_all_reduce(work, tensor, op, size);
     });
   }
   at::Tensor t = tensor;
   at::Tensor work = staged(t);
-  const bool copy_back = !work.is_same(t);
-  auto finish = [t, work, copy_back, op, size]() mutable {
-    if (op == ReduceOp::Mean) apply_mean(work, size);
-    if (copy_back) t.copy_(work);
-  };
+  auto finish = [t, work, op, size]() mutable { finish_all_reduce(work, t, op, size); };
   check_call(c, OpCode::AllReduce, &work, -1, static_cast<int>(op));
   if (use_hier(g, work)) {
     return run_now(c, [&] {

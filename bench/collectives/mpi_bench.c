@@ -47,13 +47,12 @@ int main(int argc, char** argv) {
         if (t < fastest) fastest = t;
       }
       double one = slowest(fastest);
-      double t0;
       long iters = (long)(budget / (one > 1e-7 ? one : 1e-7));
       if (iters < 5) iters = 5;
       if (iters > 2000) iters = 2000;
       MPI_Bcast(&iters, 1, MPI_LONG, 0, MPI_COMM_WORLD);
       MPI_Barrier(MPI_COMM_WORLD);
-      t0 = MPI_Wtime();
+      double t0 = MPI_Wtime();
       for (long i = 0; i < iters; ++i) run(ops[o], in, out, count);
       double secs = slowest((MPI_Wtime() - t0) / iters);
       double algbw = count * 4.0 / secs / 1e9;

@@ -447,15 +447,16 @@ void Communicator::wait_all(std::uint32_t target, const char* what) {
 
 void Communicator::check_descs(const Desc& mine) {
   const int parity = static_cast<int>(round_ % 2);
-  bool same = true;
-  for (int q = 0; q < size_ && same; ++q) {  // the common case: no allocation
+  auto desc_of = [&](int q) {
     Desc d;
     std::memcpy(&d, LSPAWN_SEG_INFO(seg_, size_, q)->desc[parity], sizeof(Desc));
-    same = d == mine;
-  }
+    return d;
+  };
+  bool same = true;
+  for (int q = 0; q < size_ && same; ++q) same = desc_of(q) == mine;  // the common case: no allocation
   if (same) return;
   std::vector<Desc> all(size_);
-  for (int q = 0; q < size_; ++q) std::memcpy(&all[q], LSPAWN_SEG_INFO(seg_, size_, q)->desc[parity], sizeof(Desc));
+  for (int q = 0; q < size_; ++q) all[q] = desc_of(q);
   // Name the ranks that differ from rank 0 (every rank computes the same list).
   std::vector<int> odd;
   std::ostringstream msg;

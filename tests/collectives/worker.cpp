@@ -430,10 +430,11 @@ int main(int argc, char** argv) {
     }
     if (const char* want = std::getenv("LSPAWN_TEST_EXPECT_BACKEND"); want && *want)
       check(g->backend() == want, "backend is " + g->backend() + ", expected " + want);
-    if (const char* want = std::getenv("LSPAWN_TEST_EXPECT_SINGLE_COPY"); want && *want)
-      check(g->shm() && g->shm()->single_copy() == (std::string(want) == "1"),
-            std::string("shm single copy is ") + (g->shm() && g->shm()->single_copy() ? "on" : "off") +
-                ", expected " + (std::string(want) == "1" ? "on" : "off"));
+    if (const char* want = std::getenv("LSPAWN_TEST_EXPECT_SINGLE_COPY"); want && *want) {
+      const bool on = g->shm() && g->shm()->single_copy(), want_on = std::string(want) == "1";
+      check(on == want_on, std::string("shm single copy is ") + (on ? "on" : "off") + ", expected " +
+                               (want_on ? "on" : "off"));
+    }
     if (scenario == "suite") scenario_suite(*g);
     else if (scenario == "sum") scenario_sum(*g);
     else if (scenario == "objects") scenario_objects(*g);
