@@ -2,6 +2,7 @@
 
 #include "collectives/error.hpp"
 #include "runtime/cuda_device.hpp"
+#include "runtime/gloo_guard.hpp"
 #include "runtime/torch_compat.hpp"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -81,6 +82,9 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const GroupOptions& o, bo
 // A gloo process group of `size` ranks under "<prefix>" of `store`.
 c10::intrusive_ptr<c10d::ProcessGroup> make_gloo(const c10::intrusive_ptr<c10d::Store>& store, const std::string& prefix,
                                                  int rank, int size, const GroupOptions& o, bool one_node) {
+  // gloo's connections carry the job's secret when it has one (runtime/gloo_guard.hpp).
+  GlooGuard::install_from_environment("rank " + std::to_string(rank) + "/" + std::to_string(size));
+  GlooSetupScope guarded;
   auto gopts = c10d::ProcessGroupGloo::Options::create(o.timeout);
   gopts->devices.push_back(gloo_device(o, one_node));
   gopts->threads = 2;

@@ -22,6 +22,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "runtime/authenticated_store.hpp"
+#include "runtime/gloo_guard.hpp"
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/tcp/loop.h>
@@ -294,12 +295,15 @@ World init_process_group(const InitOptions& options) {
   Rendezvous rdzv = rendezvous(w.env, ro);
   w.store = rdzv.store;
   w.peers = std::move(rdzv.peers);
+  // gloo's connections carry the job's secret too (runtime/gloo_guard.hpp).
+  if (!w.env.job_secret.empty()) GlooGuard::install(RecordAuth(w.env.job_secret), who);
 
   // The backend keeps its own keys apart from the run's other users of the store.
   c10::intrusive_ptr<c10d::Store> pg_store = c10::make_intrusive<c10d::PrefixStore>(w.backend, w.store);
   if (w.backend == "gloo") pg_store = c10::make_intrusive<GlooConnectStore>(pg_store);
   try {
     if (w.backend == "gloo") {
+      GlooSetupScope guarded;  // gloo's listeners and pair connections (runtime/gloo_guard.hpp)
       auto opts = c10d::ProcessGroupGloo::Options::create(w.timeout);
       opts->devices.push_back(gloo_device(options, w.env, who, w.gloo_host));
       opts->threads = options.gloo_threads > 0 ? options.gloo_threads : 2;

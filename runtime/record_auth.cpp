@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <system_error>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 
 #include <openssl/crypto.h>
@@ -83,6 +86,27 @@ std::optional<std::vector<uint8_t>> RecordAuth::open(const std::string& key,
   const auto m = mac(secret_, "lspawn-record-v1", key, value, n);
   if (::CRYPTO_memcmp(m.data(), sealed.data() + 4, kMacSize) != 0) return std::nullopt;
   return std::vector<uint8_t>(value, value + n);
+}
+
+RecordAuth::Token RecordAuth::connection_token() const {
+  Token t{};
+  std::memcpy(t.data(), kTokenMagic, 4);
+  uint8_t* nonce = t.data() + 4;
+  for (size_t got = 0; got < kNonceSize;) {
+    const ssize_t n = ::getrandom(nonce + got, kNonceSize - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw std::system_error(errno, std::generic_category(), "getrandom (gloo connection token)");
+    got += static_cast<size_t>(n);
+  }
+  const auto m = mac(secret_, "lspawn-gloo-connection-v1", std::string(), nonce, kNonceSize);
+  std::memcpy(t.data() + 4 + kNonceSize, m.data(), kMacSize);
+  return t;
+}
+
+bool RecordAuth::check_connection_token(const Token& t) const {
+  if (std::memcmp(t.data(), kTokenMagic, 4) != 0) return false;
+  const auto m = mac(secret_, "lspawn-gloo-connection-v1", std::string(), t.data() + 4, kNonceSize);
+  return ::CRYPTO_memcmp(m.data(), t.data() + 4 + kNonceSize, kMacSize) == 0;
 }
 
 std::string describe_foreign_record(const std::vector<uint8_t>& sealed_or_plain) {

@@ -18,6 +18,7 @@
 // libcrypto). Thread-safe: every member is const.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -52,6 +53,18 @@ class RecordAuth {
   // The value inside `sealed` when its MAC is right for `key`, else nullopt (wrong secret,
   // another key's record, truncated, not sealed at all).
   std::optional<std::vector<uint8_t>> open(const std::string& key, const std::vector<uint8_t>& sealed) const;
+
+  // A connection token: the first bytes a rank sends on each gloo connection it opens, so that
+  // the peer's listener can tell a rank of the job from a stranger (runtime/gloo_guard.hpp).
+  // "LSG1" ‖ nonce (16 random bytes) ‖ HMAC-SHA256(secret, domain ‖ nonce).
+  static constexpr char kTokenMagic[5] = "LSG1";
+  static constexpr size_t kNonceSize = 16;
+  static constexpr size_t kTokenSize = 4 + kNonceSize + kMacSize;
+  using Token = std::array<uint8_t, kTokenSize>;
+  // A fresh token (the nonce from getrandom(2)). Throws std::system_error when getrandom fails.
+  Token connection_token() const;
+  // Whether `token` was made by connection_token() with this secret (constant-time MAC check).
+  bool check_connection_token(const Token& token) const;
 
  private:
   std::string secret_;  // never printed: not in what(), not in any message

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "launcher/env_contract.hpp"
+#include "runtime/gloo_guard.hpp"
 
 namespace lspawn {
 namespace {
@@ -140,32 +141,42 @@ BindSteering::~BindSteering() { t_steering = Steering{}; }
 
 int BindSteering::applied() const { return t_steering.applied; }
 
-}  // namespace lspawn
+namespace {
 
-// The process's bind(): the system call, except on a thread with a BindSteering alive, where a
-// wildcard address becomes the steered one (same port). See store_listener.hpp.
-extern "C" int bind(int fd, const struct sockaddr* addr, socklen_t len) noexcept {
-  using lspawn::t_steering;
-  if (t_steering.v6 != nullptr && lspawn::wildcard(addr, len)) {
+// bind() with this thread's steering applied.
+int steered_bind(int fd, const struct sockaddr* addr, socklen_t len) {
+  if (t_steering.v6 != nullptr && wildcard(addr, len)) {
     if (addr->sa_family == AF_INET && t_steering.v4 != nullptr) {
       sockaddr_in a;
       std::memcpy(&a, t_steering.v4, sizeof a);
       a.sin_port = reinterpret_cast<const sockaddr_in*>(addr)->sin_port;
       ++t_steering.applied;
-      lspawn::bound_receive_time(fd);
-      return lspawn::raw_bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+      bound_receive_time(fd);
+      return raw_bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
     }
     if (addr->sa_family == AF_INET6) {
       sockaddr_in6 a;
       std::memcpy(&a, t_steering.v6, sizeof a);
       a.sin6_port = reinterpret_cast<const sockaddr_in6*>(addr)->sin6_port;
       ++t_steering.applied;
-      lspawn::bound_receive_time(fd);
-      return lspawn::raw_bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+      bound_receive_time(fd);
+      return raw_bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
     }
     // An AF_INET socket while steering to an IPv6 address: refuse, TCPStore tries the next.
     errno = EADDRNOTAVAIL;
     return -1;
   }
-  return lspawn::raw_bind(fd, addr, len);
+  return raw_bind(fd, addr, len);
+}
+
+}  // namespace
+}  // namespace lspawn
+
+// The process's bind(): the system call, except on a thread with a BindSteering alive, where a
+// wildcard address becomes the steered one (same port); gloo's listeners are noted for the guard
+// (gloo_guard.hpp). See store_listener.hpp.
+extern "C" int bind(int fd, const struct sockaddr* addr, socklen_t len) noexcept {
+  const int rc = lspawn::steered_bind(fd, addr, len);
+  if (rc == 0) lspawn::detail::gloo_guard_note_bind(fd);
+  return rc;
 }

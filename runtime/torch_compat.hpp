@@ -92,6 +92,12 @@ inline constexpr bool kGlooLoopTicker = TORCH_VERSION_MAJOR < 2;
 // serialises it in another layout, which lspawn does not decode (it only names it by size).
 inline constexpr bool kGlooPairAddressIsSockaddrSeq = TORCH_VERSION_MAJOR < 2;
 
+// How gloo's tcp transport listens (runtime/gloo_guard.hpp): Debian's gloo (2022) opens one
+// listening socket per pair while the group connects and takes the first connection accepted as
+// the pair's peer; the gloo of 2.x has one non-blocking listener per device for its lifetime and
+// routes each accepted connection by the sequence number it sends first.
+inline constexpr bool kGlooListenerPerPair = TORCH_VERSION_MAJOR < 2;
+
 // The backtrace a c10::Error carries ("" when none was taken).
 inline std::string backtrace_of(const c10::Error& e) {
 #if TORCH_VERSION_MAJOR >= 2

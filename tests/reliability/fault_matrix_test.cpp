@@ -22,6 +22,7 @@
 #include <fstream>
 #include <optional>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -32,6 +33,7 @@
 #include "harness.hpp"
 #include "launcher/cli_options.hpp"
 #include "support/loopback.hpp"
+#include "tests/runtime/gloo_strangers.hpp"
 
 using namespace lspawn::test;
 using namespace std::chrono_literals;
@@ -369,6 +371,49 @@ TEST_CASE("fault matrix: garbage on the store's port", "[fault-matrix]") {
   // Rank 0's store gate names each of the 8 garbage connections and the half request.
   CHECK(count(all, "refused a connection from 127.0.0.1:") == 9);
   CHECK(count(all, "not a c10d store request") >= 8);
+  CHECK(r.left == 0);
+}
+
+TEST_CASE("fault matrix: garbage on gloo's listeners", "[fault-matrix]") {
+  // test_worker's gloo-strangers mode (tests/runtime/gloo_strangers.hpp): the last rank holds its
+  // second gloo group back while the test sends strangers to every listener the group opened.
+  Subreaper reaper;
+  TempDir sync;
+  const std::string tag = new_tag();
+  const int64_t t0 = now_us();
+  Child c({lspawn_bin(), "--nprocs", "3", LSPAWN_RUNTIME_WORKER, "gloo-strangers"},
+          {"LSPAWN_FAULT_TAG=" + tag, "LSPAWN_TEST_SYNC_DIR=" + sync.path});
+  std::set<uint16_t> known;
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 3; ++r) {
+    REQUIRE(lspawn::test::wait_file(sync.path + "/ready-" + std::to_string(r), 90s));
+    const auto ready = lspawn::test::read_ready(sync.path + "/ready-" + std::to_string(r));
+    pids.push_back(ready.pid);
+    known.insert(ready.ports.begin(), ready.ports.end());
+  }
+  const auto late = lspawn::test::late_listeners(pids, known, 30s);
+  REQUIRE(!late.empty());
+  std::mt19937 rng(11);
+  std::vector<int> held;
+  for (uint16_t port : late) {
+    const auto fds = lspawn::test::strangers(port, rng, false);
+    held.insert(held.end(), fds.begin(), fds.end());
+  }
+  std::this_thread::sleep_for(300ms);
+  lspawn::test::touch(sync.path + "/go-1");
+  for (int r = 0; r < 3; ++r) REQUIRE(lspawn::test::wait_file(sync.path + "/connected-" + std::to_string(r), 60s));
+  lspawn::test::touch(sync.path + "/go-2");
+  const int status = c.wait(60s);
+  for (int fd : held) ::close(fd);
+  const std::string all = c.out() + c.err();
+  Row r{"garbage to gloo's listeners", "survived; job took " + seconds_text(now_us() - t0), code_of(status),
+        line_with(all, "gloo at"), tagged_processes(tag)};
+  print_row(r);
+  INFO(all);
+  CHECK(r.exit_code == 0);
+  CHECK(count(all, "gloo-strangers ok") == 3);
+  // Every stranger that reached a listener is named (random bytes and gloo's opening at once).
+  CHECK(count(all, "not an lspawn connection token (first bytes") >= 2);
   CHECK(r.left == 0);
 }
 

@@ -3,20 +3,24 @@
 // processes (test_worker) on loopback; the stranger is a TCPStore client in the test process.
 #include <chrono>
 #include <fstream>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "runtime/torch_compat.hpp"
+#include "runtime/gloo_guard.hpp"
 #include "runtime/record_auth.hpp"
 #include "runtime/rendezvous.hpp"
 #include "runtime/store_listener.hpp"
 #include "tests/runtime/child.hpp"
+#include "tests/runtime/gloo_strangers.hpp"
 #include "tests/runtime/sockets.hpp"
 #include "support/loopback.hpp"
 // Last: c10's glog headers define CHECK too; Catch's must win.
@@ -28,6 +32,9 @@ using lspawn::test::Child;
 using lspawn::test::connect_to;
 using lspawn::test::ReservedPort;
 using lspawn::test::TempDir;
+using lspawn::test::strangers;
+using lspawn::test::touch;
+using lspawn::test::wait_file;
 
 namespace {
 
@@ -267,4 +274,107 @@ TEST_CASE("secured rendezvous: garbage on the store's and gloo's ports is surviv
   // store's are those the polling caught (often none); the store always is.
   INFO("ports hit: " << hit.size() << ", job took " << took << " s");
   CHECK(took < 30);
+}
+
+// runtime/gloo_guard.hpp: every gloo connection opens with a token made from the job's secret;
+// strangers on gloo's listeners are refused and named, and the job goes on. Ranks 0 and 1 build
+// a second gloo group while rank 2 is held back, so their listeners for it stay open (on 1.13 one
+// per pair, only while the group connects; on 2.x one per device, for its lifetime); the test
+// sends strangers to each, lets rank 2 go, and sends more to the listeners still open once the
+// group is connected.
+TEST_CASE("secured rendezvous: strangers on gloo's listeners are refused and named; the job goes on", "[security]") {
+  TempDir dir, sync;
+  ReservedPort reserved;
+  const int n = 3;
+  std::mt19937 rng(4242);
+  std::vector<Child> ranks;
+  for (int r = 0; r < n; ++r) {
+    auto env = secured_env(r, n, reserved.port(), "gs");
+    env["LSPAWN_TEST_SYNC_DIR"] = sync.path();
+    ranks.emplace_back(worker("gloo-strangers"), env, dir.file("r" + std::to_string(r)));
+  }
+  // What every rank listened on with the world group up (it writes them before the second
+  // group): the store's and the world's gloo ports. The second group's listeners are new.
+  std::set<uint16_t> known;
+  for (int r = 0; r < n; ++r) {
+    REQUIRE(wait_file(sync.file("ready-" + std::to_string(r)), 60s));
+    const auto ready = lspawn::test::read_ready(sync.file("ready-" + std::to_string(r)));
+    known.insert(ready.ports.begin(), ready.ports.end());
+  }
+  const auto late = lspawn::test::late_listeners({ranks[0].pid(), ranks[1].pid(), ranks[2].pid()}, known, 30s);
+  if (late.empty()) {
+    for (auto& c : ranks) {
+      ::kill(c.pid(), SIGKILL);
+      c.wait(10s);
+      UNSCOPED_INFO(c.output());
+    }
+  }
+  REQUIRE(!late.empty());
+  std::vector<int> held;
+  bool silent = true;  // one silent stranger (it costs kGlooTokenWait)
+  const auto forged = lspawn::RecordAuth(std::string(64, 'f')).connection_token();  // another secret's
+  const std::vector<unsigned char> forged_bytes(forged.begin(), forged.end());
+  for (uint16_t port : late) {
+    auto fds = strangers(port, rng, silent, forged_bytes);
+    silent = false;
+    held.insert(held.end(), fds.begin(), fds.end());
+  }
+  // The silent one is refused after kGlooTokenWait; the rest at once.
+  std::this_thread::sleep_for(lspawn::kGlooTokenWait + 500ms);
+  touch(sync.file("go-1"));
+  bool connected = true;
+  for (int r = 0; r < n && connected; ++r) connected = wait_file(sync.file("connected-" + std::to_string(r)), 60s);
+  if (!connected) {
+    for (auto& c : ranks) {
+      ::kill(c.pid(), SIGKILL);
+      c.wait(10s);
+      UNSCOPED_INFO(c.output());
+    }
+  }
+  REQUIRE(connected);
+  // Listeners still open with the group connected (2.x: the device's, for good): more strangers.
+  for (auto& c : ranks) {
+    for (uint16_t port : lspawn::test::new_ports(c.pid(), known)) {
+      auto fds = strangers(port, rng, false, forged_bytes);
+      held.insert(held.end(), fds.begin(), fds.end());
+    }
+  }
+  std::this_thread::sleep_for(300ms);
+  touch(sync.file("go-2"));
+  std::string all;
+  for (auto& c : ranks) {
+    const auto st = c.wait(60s);
+    INFO(st.describe() << "\n" << c.output());
+    CHECK(st.code == 0);
+    CHECK_THAT(c.output(), Contains("gloo-strangers ok; guard active 1"));
+    all += c.output();
+  }
+  for (int fd : held) ::close(fd);
+  INFO(all);
+  // Each refusal names the listener, the stranger and why.
+  CHECK_THAT(all, Contains(": gloo at 127.0.0.1:"));
+  CHECK_THAT(all, Contains(" refused a connection from 127.0.0.1:"));
+  CHECK_THAT(all, Contains("not an lspawn connection token (first bytes 00 00 00 00 00 00 00 00); the job goes on"));
+  CHECK_THAT(all, Contains("a connection token not signed with this job's secret"));
+  CHECK_THAT(all, Contains("it sent nothing for 2 s"));
+  CHECK_THAT(all, Contains("it reset the connection"));
+  CHECK(all.find(kSecret) == std::string::npos);
+  // Every legitimate connection carried a token and was admitted: one per pair of each group
+  // (the world's, the late one, and a lspawn::Group's: the three places gloo groups are made).
+  uint64_t sent = 0, admitted = 0, stand_ins = 0;
+  for (auto& c : ranks) {
+    const auto at = c.output().find("tokens sent ");
+    REQUIRE(at != std::string::npos);
+    unsigned long long s = 0, a = 0, f = 0, i = 0;
+    REQUIRE(std::sscanf(c.output().c_str() + at, "tokens sent %llu, admitted %llu, refused %llu, stand-ins %llu", &s,
+                        &a, &f, &i) == 4);
+    sent += s;
+    admitted += a;
+    stand_ins += i;
+  }
+  CHECK(sent == 3 * n * (n - 1) / 2);  // three groups
+  CHECK(admitted == sent);
+  // 1.13: both sides of the pairs with rank 2 were hit while listening; each got a stand-in, and
+  // the listening side's was relayed to its real peer (the all_reduce above went through it).
+  if (lspawn::compat::kGlooListenerPerPair) CHECK(stand_ins >= 2);
 }

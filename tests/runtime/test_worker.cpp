@@ -7,6 +7,13 @@
 //                             socket this process listens on and "gloo record of rank R
 //                             pointing to <addr>:<port>..." for what each rank's gloo listened
 //                             on, then a barrier; exit 0
+//   test_worker gloo-strangers  init_process_group(); writes its pid and the ports it listens on
+//                             to $LSPAWN_TEST_SYNC_DIR/ready-<rank> (tests/runtime/gloo_strangers.hpp);
+//                             the last rank waits for go-1 there; all build a second gloo process
+//                             group and all_reduce on it; touch connected-<rank>, wait for go-2,
+//                             all_reduce on both, then on a third group (lspawn::Group, gloo);
+//                             prints "gloo-strangers ok" and the guard's counts
+//                             (runtime/gloo_guard.hpp); exit 0, 5 on a wrong value
 //   (LSPAWN_TEST_ABSENT_RANK=R: rank R never arrives, whatever the mode)
 //   test_worker stranger      not a rank: writes forged plain records into the job's store
 //   (LSPAWN_TEST_DELAY_RANKS_MS=N: ranks other than 0 start N ms late)
@@ -15,21 +22,29 @@
 //   test_worker throw-c10     run_main() around a TORCH_CHECK failure (c10::Error)
 //   test_worker terminate     install_error_handler(); main throws with no handler (terminate)
 //   test_worker terminate-thread  same from a std::thread (stack unwound to its noexcept frame)
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
 
 #include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <c10/util/Exception.h>
 #include <unistd.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include "collectives/group.hpp"
+#include "collectives/ops.hpp"
 #include "runtime/error_report.hpp"
+#include "runtime/gloo_guard.hpp"
 #include "runtime/process_group.hpp"
 #include "runtime/record_auth.hpp"
+#include "runtime/torch_compat.hpp"
 #include "runtime/rendezvous.hpp"
 #include "tests/runtime/sockets.hpp"
 
@@ -119,6 +134,101 @@ int do_collectives() {
   return bad ? 5 : 0;
 }
 
+// Waits (at most 60 s) for file `name` in $LSPAWN_TEST_SYNC_DIR; false when it never came.
+bool wait_for_file(const std::string& name) {
+  const std::string path = std::string(std::getenv("LSPAWN_TEST_SYNC_DIR")) + "/" + name;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (::access(path.c_str(), F_OK) != 0) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+void touch(const std::string& name) {
+  std::ofstream(std::string(std::getenv("LSPAWN_TEST_SYNC_DIR")) + "/" + name) << "\n";
+}
+
+// A store that holds back the publication of gloo's pair addresses (1.13's connectFullMesh
+// writes them under the rank's number, after every rank's host name) until go-1: the other
+// ranks have made their pairs and wait, each pair listening (gloo of 2022 listens per pair only
+// then; the gloo of 2.x listens per device, from its creation).
+class HoldStore final : public lspawn::compat::ForwardingStore<HoldStore> {
+ public:
+  explicit HoldStore(c10::intrusive_ptr<c10d::Store> store) : ForwardingStore(std::move(store)) {}
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    const std::string last = key.substr(key.rfind('/') + 1);
+    if (!last.empty() && last.find_first_not_of("0123456789") == std::string::npos) (void)wait_for_file("go-1");
+    inner_->set(key, value);
+  }
+  std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
+                                  const std::vector<uint8_t>& desired) override {
+    return inner_->compareSet(key, expected, desired);
+  }
+  std::vector<uint8_t> get(const std::string& key) override { return inner_->get(key); }
+  int64_t add(const std::string& key, int64_t value) override { return inner_->add(key, value); }
+  bool deleteKey(const std::string& key) override { return inner_->deleteKey(key); }
+  bool check(const std::vector<std::string>& keys) override { return inner_->check(keys); }
+  int64_t getNumKeys() override { return inner_->getNumKeys(); }
+  void wait(const std::vector<std::string>& keys) override { inner_->wait(keys); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    inner_->wait(keys, timeout);
+  }
+  const std::chrono::milliseconds& getTimeout() const noexcept override { return inner_->getTimeout(); }
+  void setTimeout(const std::chrono::milliseconds& timeout) override { inner_->setTimeout(timeout); }
+};
+
+int do_gloo_strangers() {
+  auto w = lspawn::init_process_group();
+  const int r = w.rank(), n = w.size();
+  {
+    // What this rank listens on before the second group: the store (rank 0), the world's gloo.
+    std::ofstream ready(std::string(std::getenv("LSPAWN_TEST_SYNC_DIR")) + "/ready-" + std::to_string(r) + ".tmp");
+    ready << ::getpid() << "\n";
+    for (const auto& l : lspawn::test::tcp_listeners(::getpid())) ready << l.port << "\n";
+  }
+  const std::string dir = std::getenv("LSPAWN_TEST_SYNC_DIR");
+  std::rename((dir + "/ready-" + std::to_string(r) + ".tmp").c_str(), (dir + "/ready-" + std::to_string(r)).c_str());
+  // A gloo process group made as lspawn makes its own (runtime/process_group.cpp), so that the
+  // last rank can hold it back: the others wait in gloo's connectFullMesh, listening.
+  c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::PrefixStore>("late", w.store);
+  if (r == n - 1) store = c10::make_intrusive<HoldStore>(store);
+  c10::intrusive_ptr<c10d::ProcessGroup> late;
+  {
+    lspawn::GlooSetupScope guarded;
+    auto opts = c10d::ProcessGroupGloo::Options::create(w.timeout);
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    late = c10::make_intrusive<c10d::ProcessGroupGloo>(store, r, n, opts);
+  }
+  int bad = 0;
+  auto sum_on = [&](c10d::ProcessGroup& pg) {
+    std::vector<at::Tensor> ts{at::full({4}, double(r + 1), at::kDouble)};
+    pg.allreduce(ts)->wait();
+    if (!close_to(ts[0], n * (n + 1) / 2.0)) ++bad;
+  };
+  sum_on(*late);
+  touch("connected-" + std::to_string(r));
+  if (!wait_for_file("go-2")) return 6;
+  sum_on(*late);
+  sum_on(*w.pg);
+  // And a group of lspawn's collectives (collectives/group.cpp), on gloo.
+  lspawn::GroupOptions o;
+  o.backend = lspawn::Backend::Gloo;
+  o.name = "third";
+  auto g = lspawn::Group::from_world(w, o);
+  at::Tensor t = at::full({4}, double(r + 1), at::kDouble);
+  lspawn::all_reduce(*g, t, lspawn::ReduceOp::Sum);
+  if (!close_to(t, n * (n + 1) / 2.0)) ++bad;
+  std::printf("rank %d/%d: gloo-strangers %s; guard active %d, tokens sent %llu, admitted %llu, refused %llu, stand-ins %llu\n",
+              r, n,
+              bad ? "WRONG" : "ok", lspawn::GlooGuard::active() ? 1 : 0,
+              static_cast<unsigned long long>(lspawn::GlooGuard::sent()),
+              static_cast<unsigned long long>(lspawn::GlooGuard::admitted()),
+              static_cast<unsigned long long>(lspawn::GlooGuard::refused()),
+              static_cast<unsigned long long>(lspawn::GlooGuard::stand_ins()));
+  return bad ? 5 : 0;
+}
+
 int do_listeners() {
   auto w = lspawn::init_process_group();
   for (const auto& l : lspawn::test::tcp_listeners(::getpid())) {
@@ -171,6 +281,7 @@ int worker_main(int argc, char** argv) {
   }
   if (mode == "rendezvous") return do_rendezvous();
   if (mode == "collectives") return do_collectives();
+  if (mode == "gloo-strangers") return do_gloo_strangers();
   if (mode == "listeners") return do_listeners();
   if (mode == "throw") lspawn_test_throw_runtime_error();
   if (mode == "throw-custom") throw lspawn_test::CustomError("custom failure");

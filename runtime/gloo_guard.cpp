@@ -1,0 +1,479 @@
+#include "runtime/gloo_guard.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "launcher/env_contract.hpp"
+#include "runtime/torch_compat.hpp"
+
+namespace lspawn {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How many nonces the replay check remembers (a group of N ranks uses at most N - 1 per rank).
+constexpr size_t kNoncesKept = 4096;
+
+struct GuardState {
+  std::atomic<bool> on{false};
+  std::mutex mu;
+  std::optional<RecordAuth> auth;                  // set once, by the first install()
+  std::string who;                                 // "rank 1/4"
+  std::unordered_map<int, std::string> listeners;  // fd → endpoint it was bound to (gloo's listeners)
+  std::set<std::string> destinations;              // endpoints gloo connected to from a setup scope
+  std::set<std::string> nonces;                    // tokens admitted so far (replays refused)
+  std::deque<std::string> nonce_order;             // oldest first, to forget beyond kNoncesKept
+  std::atomic<uint64_t> refused{0}, sent{0}, admitted{0}, stand_ins{0};
+};
+
+// Never destroyed: gloo's threads may still call accept()/connect() while the process exits.
+GuardState& state() {
+  static GuardState* s = new GuardState;
+  return *s;
+}
+
+thread_local int t_scope = 0;
+
+int raw_connect(int fd, const sockaddr* addr, socklen_t len) {
+  return static_cast<int>(::syscall(SYS_connect, fd, addr, len));
+}
+
+int raw_accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
+  return static_cast<int>(::syscall(SYS_accept4, fd, addr, len, flags));
+}
+
+// An endpoint as a comparable key and as text: IPv4-mapped IPv6 addresses in their IPv4 form.
+struct Endpoint {
+  std::string key;   // "" when not an IP endpoint
+  std::string text;  // "127.0.0.1:40123", "[::1]:40123"
+};
+
+Endpoint endpoint_of(const sockaddr* sa, socklen_t len) {
+  Endpoint e;
+  if (sa == nullptr) return e;
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (sa->sa_family == AF_INET && len >= static_cast<socklen_t>(sizeof(sockaddr_in))) {
+    sockaddr_in in;
+    std::memcpy(&in, sa, sizeof in);
+    ::inet_ntop(AF_INET, &in.sin_addr, buf, sizeof buf);
+    e.text = std::string(buf) + ":" + std::to_string(ntohs(in.sin_port));
+  } else if (sa->sa_family == AF_INET6 && len >= static_cast<socklen_t>(sizeof(sockaddr_in6))) {
+    sockaddr_in6 in6;
+    std::memcpy(&in6, sa, sizeof in6);
+    if (IN6_IS_ADDR_V4MAPPED(&in6.sin6_addr)) {
+      ::inet_ntop(AF_INET, &in6.sin6_addr.s6_addr[12], buf, sizeof buf);
+      e.text = std::string(buf) + ":" + std::to_string(ntohs(in6.sin6_port));
+    } else {
+      ::inet_ntop(AF_INET6, &in6.sin6_addr, buf, sizeof buf);
+      e.text = "[" + std::string(buf) + "]:" + std::to_string(ntohs(in6.sin6_port));
+    }
+  } else {
+    return e;
+  }
+  e.key = e.text;
+  return e;
+}
+
+Endpoint local_endpoint(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return {};
+  return endpoint_of(reinterpret_cast<sockaddr*>(&ss), len);
+}
+
+bool is_stream(int fd) {
+  int type = 0;
+  socklen_t len = sizeof type;
+  return ::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_STREAM;
+}
+
+int ms_left(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return left <= 0 ? 0 : static_cast<int>(left);
+}
+
+// poll() for `events` on `fd` until `deadline`, EINTR retried: the revents, 0 on timeout.
+short wait_for(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    const int n = ::poll(&p, 1, ms_left(deadline));
+    if (n > 0) return p.revents;
+    if (n == 0) return 0;
+    if (errno != EINTR) return POLLERR;
+  }
+}
+
+std::string hex_bytes(const uint8_t* p, size_t n) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < n && i < 8; ++i) {
+    if (i) out += ' ';
+    out += kHex[p[i] >> 4];
+    out += kHex[p[i] & 15];
+  }
+  return out;
+}
+
+std::string seconds(std::chrono::milliseconds d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g s", static_cast<double>(d.count()) / 1000.0);
+  return buf;
+}
+
+// Reads the connection token from accepted socket `c`. "" when it is valid (and not a replay),
+// else why it is refused.
+std::string read_token(GuardState& s, int c) {
+  RecordAuth::Token t{};
+  size_t got = 0;
+  const auto deadline = Clock::now() + kGlooTokenWait;
+  while (got < t.size()) {
+    const ssize_t n = ::recv(c, t.data() + got, t.size() - got, MSG_DONTWAIT);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+      const size_t magic = std::min<size_t>(got, 4);
+      if (std::memcmp(t.data(), RecordAuth::kTokenMagic, magic) != 0) {
+        return "not an lspawn connection token (first bytes " + hex_bytes(t.data(), got) + ")";
+      }
+      continue;
+    }
+    if (n == 0) {
+      return got == 0 ? "it closed without sending anything"
+                      : "it closed after " + std::to_string(got) + " bytes of a connection token";
+    }
+    if (errno == EINTR) continue;
+    if (errno == ECONNRESET) return "it reset the connection";
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return std::string("recv: ") + std::strerror(errno);
+    if (wait_for(c, POLLIN, deadline) == 0) {
+      return got == 0 ? "it sent nothing for " + seconds(kGlooTokenWait)
+                      : "it sent " + std::to_string(got) + " bytes of a connection token and nothing more for " +
+                            seconds(kGlooTokenWait);
+    }
+  }
+  if (!s.auth->check_connection_token(t)) return "a connection token not signed with this job's secret";
+  const std::string nonce(reinterpret_cast<const char*>(t.data()) + 4, RecordAuth::kNonceSize);
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.nonces.insert(nonce).second) return "a connection token used before (a replay)";
+  s.nonce_order.push_back(nonce);
+  if (s.nonce_order.size() > kNoncesKept) {
+    s.nonces.erase(s.nonce_order.front());
+    s.nonce_order.pop_front();
+  }
+  return "";
+}
+
+void report_refusal(GuardState& s, const std::string& listener, const std::string& peer, const std::string& why) {
+  const uint64_t n = s.refused.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (n > static_cast<uint64_t>(kGlooRefusalsPrinted)) return;
+  std::string line = "[lspawn] " + s.who + ": gloo at " + listener + " refused a connection from " + peer + ": " +
+                     why + "; the job goes on";
+  if (n == static_cast<uint64_t>(kGlooRefusalsPrinted)) {
+    line += " (further refusals on gloo's listeners are counted, not printed)";
+  }
+  line += "\n";
+  (void)!::write(STDERR_FILENO, line.data(), line.size());
+}
+
+// The listening endpoint of `fd` when it is one of gloo's listeners, else "".
+std::string gloo_listener(GuardState& s, int fd) {
+  std::string bound;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    const auto it = s.listeners.find(fd);
+    if (it == s.listeners.end()) return "";
+    bound = it->second;
+  }
+  const Endpoint now = local_endpoint(fd);
+  if (now.key == bound) return now.text;
+  // The descriptor was closed and its number reused for another socket: forget it.
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.listeners.erase(fd);
+  return "";
+}
+
+// Copies what `from` has to `to` (both blocking or not: at most one read). False at EOF or error.
+bool pump(int from, int to, std::vector<char>& buf) {
+  const ssize_t n = ::recv(from, buf.data(), buf.size(), MSG_DONTWAIT);
+  if (n == 0) return false;
+  if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+  for (ssize_t off = 0; off < n;) {
+    const ssize_t w = ::send(to, buf.data() + off, static_cast<size_t>(n - off), MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    off += w;
+  }
+  return true;
+}
+
+// 1.13's pair, after the guard refused a stranger on its listener (`listening`, lspawn's own
+// descriptor of it: gloo closes its one): gloo holds `gloo_end` as the pair's connection. Waits
+// for the real peer on the listener (refusing further strangers) and relays between it and
+// `ours` until either side closes; gives up when gloo closes its end first (this side of the
+// pair was the one to connect out, and has).
+void relay_pair(GuardState& s, int listening, int ours, std::string listener) {
+  std::vector<char> buf(256 * 1024);
+  int peer = -1;
+  while (peer < 0) {
+    pollfd p[2] = {{listening, POLLIN, 0}, {ours, POLLRDHUP, 0}};
+    if (::poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) break;  // gloo gave the pair up
+    if ((p[0].revents & POLLIN) == 0) continue;
+    sockaddr_storage from{};
+    socklen_t flen = sizeof from;
+    const int c = raw_accept4(listening, reinterpret_cast<sockaddr*>(&from), &flen, SOCK_CLOEXEC);
+    if (c < 0) continue;
+    const std::string why = read_token(s, c);
+    if (why.empty()) {
+      s.admitted.fetch_add(1, std::memory_order_relaxed);
+      peer = c;
+      int one = 1;
+      ::setsockopt(peer, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    } else {
+      report_refusal(s, listener, endpoint_of(reinterpret_cast<sockaddr*>(&from), flen).text, why);
+      ::close(c);
+    }
+  }
+  ::close(listening);
+  while (peer >= 0) {
+    pollfd p[2] = {{peer, POLLIN, 0}, {ours, POLLIN, 0}};
+    if (::poll(p, 2, -1) < 0 && errno != EINTR) break;
+    if ((p[0].revents & (POLLIN | POLLHUP | POLLERR)) && !pump(peer, ours, buf)) break;
+    if ((p[1].revents & (POLLIN | POLLHUP | POLLERR)) && !pump(ours, peer, buf)) break;
+  }
+  if (peer >= 0) ::close(peer);
+  ::close(ours);
+}
+
+// 1.13, after a refusal on pair listener `fd`: a connection for gloo to take as the pair's, made
+// to the listener itself, so that its local address is the listener's (gloo compares it with the
+// peer's to decide which side connects out) — or the real peer's, if it is already waiting. A
+// thread relays the stand-in to the real peer once it connects (relay_pair). -1 with errno set
+// when none could be made.
+int stand_in(GuardState& s, int fd, const std::string& listener, sockaddr* addr, socklen_t* len, int flags) {
+  sockaddr_storage self{};
+  socklen_t slen = sizeof self;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&self), &slen) != 0) return -1;
+  const int ours = ::socket(self.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (ours < 0) return -1;
+  if (raw_connect(ours, reinterpret_cast<sockaddr*>(&self), slen) != 0 && errno != EINPROGRESS) {
+    const int err = errno;
+    ::close(ours);
+    errno = err;
+    return -1;
+  }
+  sockaddr_storage mine{};
+  socklen_t mlen = sizeof mine;
+  ::getsockname(ours, reinterpret_cast<sockaddr*>(&mine), &mlen);
+  const std::string mine_key = endpoint_of(reinterpret_cast<sockaddr*>(&mine), mlen).key;
+  const auto deadline = Clock::now() + kGlooTokenWait;
+  for (;;) {
+    if (wait_for(fd, POLLIN, deadline) == 0) {
+      ::close(ours);
+      errno = ETIMEDOUT;
+      return -1;
+    }
+    sockaddr_storage from{};
+    socklen_t flen = sizeof from;
+    const int c = raw_accept4(fd, reinterpret_cast<sockaddr*>(&from), &flen, flags | SOCK_NONBLOCK);
+    if (c < 0) continue;
+    if ((flags & SOCK_NONBLOCK) == 0) ::fcntl(c, F_SETFL, ::fcntl(c, F_GETFL) & ~O_NONBLOCK);
+    const Endpoint peer = endpoint_of(reinterpret_cast<sockaddr*>(&from), flen);
+    if (peer.key == mine_key) {
+      // gloo's pair gets the stand-in; lspawn keeps the listener and waits for the real peer.
+      const int listening = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+      if (listening < 0) {
+        const int err = errno;
+        ::close(c);
+        ::close(ours);
+        errno = err;
+        return -1;
+      }
+      ::fcntl(ours, F_SETFL, ::fcntl(ours, F_GETFL) & ~O_NONBLOCK);
+      s.stand_ins.fetch_add(1, std::memory_order_relaxed);
+      std::thread(relay_pair, std::ref(s), listening, ours, listener).detach();
+      if (addr != nullptr && len != nullptr) {
+        std::memcpy(addr, &from, std::min<size_t>(*len, flen));
+        *len = flen;
+      }
+      return c;
+    }
+    const std::string why = read_token(s, c);
+    if (why.empty()) {  // the real peer came first: no stand-in needed
+      s.admitted.fetch_add(1, std::memory_order_relaxed);
+      ::close(ours);
+      if (addr != nullptr && len != nullptr) {
+        std::memcpy(addr, &from, std::min<size_t>(*len, flen));
+        *len = flen;
+      }
+      return c;
+    }
+    report_refusal(s, listener, peer.text, why);
+    ::close(c);
+  }
+}
+
+int guarded_accept(int fd, sockaddr* addr, socklen_t* len, int flags) {
+  GuardState& s = state();
+  if (!s.on.load(std::memory_order_acquire)) return raw_accept4(fd, addr, len, flags);
+  const std::string listener = gloo_listener(s, fd);
+  if (listener.empty()) return raw_accept4(fd, addr, len, flags);
+  for (;;) {
+    sockaddr_storage peer{};
+    socklen_t plen = sizeof peer;
+    const int c = raw_accept4(fd, reinterpret_cast<sockaddr*>(&peer), &plen, flags);
+    if (c < 0) return c;  // 2.x, after a refusal: EAGAIN, the next connection is for a later tick
+    const std::string why = read_token(s, c);
+    if (why.empty()) {
+      s.admitted.fetch_add(1, std::memory_order_relaxed);
+      if (addr != nullptr && len != nullptr) {
+        std::memcpy(addr, &peer, std::min<size_t>(*len, plen));
+        *len = plen;
+      }
+      return c;
+    }
+    report_refusal(s, listener, endpoint_of(reinterpret_cast<sockaddr*>(&peer), plen).text, why);
+    ::close(c);
+    if (!compat::kGlooListenerPerPair) continue;  // 2.x: the next pending connection, or EAGAIN
+    // 1.13: the pair takes whatever accept() returns as its peer and closes its listener; its real
+    // peer may come later, or never (when this side is the one to connect out).
+    return stand_in(s, fd, listener, addr, len, flags);
+  }
+}
+
+// After connect() on `fd` to `addr`: when it is one of gloo's connections, wait until it is
+// established and send the token. Leaves errno and SO_ERROR as connect() left them.
+void send_token_if_gloo(GuardState& s, int fd, const sockaddr* addr, socklen_t len, bool connected) {
+  const Endpoint dest = endpoint_of(addr, len);
+  if (dest.key.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (t_scope == 0 && s.destinations.count(dest.key) == 0) return;
+  }
+  if (!is_stream(fd)) return;
+  if (t_scope > 0) {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.destinations.insert(dest.key);
+  }
+  if (!connected) {
+    const short ev = wait_for(fd, POLLOUT, Clock::now() + kGlooConnectWait);
+    // Refused, reset or still pending: gloo reads SO_ERROR (untouched here) and decides.
+    if ((ev & POLLOUT) == 0 || (ev & (POLLERR | POLLHUP)) != 0) return;
+    sockaddr_storage peer{};
+    socklen_t plen = sizeof peer;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &plen) != 0) return;
+  }
+  const RecordAuth::Token t = s.auth->connection_token();
+  const ssize_t n = ::send(fd, t.data(), t.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n == static_cast<ssize_t>(t.size())) s.sent.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool interposed() {
+  // lspawn's definitions are what the process's symbol lookup finds (what gloo calls).
+  return ::dlsym(RTLD_DEFAULT, "accept") == reinterpret_cast<void*>(&::accept) &&
+         ::dlsym(RTLD_DEFAULT, "accept4") == reinterpret_cast<void*>(&::accept4) &&
+         ::dlsym(RTLD_DEFAULT, "connect") == reinterpret_cast<void*>(&::connect);
+}
+
+}  // namespace
+
+void GlooGuard::install(const RecordAuth& auth, const std::string& who) {
+  GuardState& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.auth) {
+    if (!s.auth->check_connection_token(auth.connection_token())) {
+      throw std::logic_error("GlooGuard::install: already installed with another secret");
+    }
+    return;
+  }
+  s.auth = auth;
+  s.who = who;
+  if (!interposed()) {
+    std::fprintf(stderr,
+                 "[lspawn] %s: warning: gloo's connections are not authenticated: this program does not "
+                 "export lspawn_runtime's accept()/connect() (link it with ENABLE_EXPORTS / -rdynamic)\n",
+                 who.c_str());
+    return;
+  }
+  s.on.store(true, std::memory_order_release);
+}
+
+void GlooGuard::install_from_environment(const std::string& who) {
+  if (auto auth = RecordAuth::from_environment()) install(*auth, who);
+}
+
+bool GlooGuard::active() { return state().on.load(std::memory_order_acquire); }
+uint64_t GlooGuard::refused() { return state().refused.load(std::memory_order_relaxed); }
+uint64_t GlooGuard::sent() { return state().sent.load(std::memory_order_relaxed); }
+uint64_t GlooGuard::admitted() { return state().admitted.load(std::memory_order_relaxed); }
+uint64_t GlooGuard::stand_ins() { return state().stand_ins.load(std::memory_order_relaxed); }
+
+GlooSetupScope::GlooSetupScope() { ++t_scope; }
+GlooSetupScope::~GlooSetupScope() { --t_scope; }
+
+namespace detail {
+
+void gloo_guard_note_bind(int fd) noexcept {
+  if (t_scope == 0) return;
+  GuardState& s = state();
+  if (!s.on.load(std::memory_order_acquire) || !is_stream(fd)) return;
+  try {
+    const Endpoint e = local_endpoint(fd);
+    if (e.key.empty()) return;
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.listeners[fd] = e.key;
+  } catch (...) {
+    // Out of memory: this listener goes unguarded, as without a secret.
+  }
+}
+
+}  // namespace detail
+}  // namespace lspawn
+
+// The process's accept(), accept4() and connect(): the system calls, plus the guard's work on
+// gloo's sockets (see gloo_guard.hpp).
+extern "C" int accept(int fd, struct sockaddr* addr, socklen_t* len) {
+  return lspawn::guarded_accept(fd, addr, len, 0);
+}
+
+extern "C" int accept4(int fd, struct sockaddr* addr, socklen_t* len, int flags) {
+  return lspawn::guarded_accept(fd, addr, len, flags);
+}
+
+extern "C" int connect(int fd, const struct sockaddr* addr, socklen_t len) {
+  const int rc = lspawn::raw_connect(fd, addr, len);
+  auto& s = lspawn::state();
+  if (!s.on.load(std::memory_order_acquire) || addr == nullptr ||
+      (addr->sa_family != AF_INET && addr->sa_family != AF_INET6)) {
+    return rc;
+  }
+  if (rc != 0 && errno != EINPROGRESS) return rc;
+  const int saved = errno;
+  lspawn::send_token_if_gloo(s, fd, addr, len, rc == 0);
+  errno = saved;
+  return rc;
+}
