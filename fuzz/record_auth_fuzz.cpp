@@ -1,9 +1,12 @@
 // Store records anyone who reaches the store can write: RecordAuth::open accepts only what
 // seal() made with the same secret and key, and describe_foreign_record (which names a
-// refused record in messages) reads any bytes safely.
+// refused record in messages) reads any bytes safely. The first bytes anyone can send to a gloo
+// listener: check_connection_token accepts only what connection_token() made with the secret.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -21,5 +24,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto opened = auth.open(key, sealed);
   if (!opened || *opened != value) std::abort();
   (void)lspawn::describe_foreign_record(value);
+  lspawn::RecordAuth::Token token{};
+  std::memcpy(token.data(), data, std::min(size, token.size()));
+  if (auth.check_connection_token(token)) std::abort();  // forging a MAC by chance is not expected
+  if (!auth.check_connection_token(auth.connection_token())) std::abort();
   return 0;
 }

@@ -46,6 +46,7 @@ struct GuardState {
   std::set<std::string> destinations;              // endpoints gloo connected to from a setup scope
   std::set<std::string> nonces;                    // tokens admitted so far (replays refused)
   std::deque<std::string> nonce_order;             // oldest first, to forget beyond kNoncesKept
+  std::set<std::string> unused_stand_ins;          // endpoints of stand-ins not needed after all
   std::atomic<uint64_t> refused{0}, sent{0}, admitted{0}, stand_ins{0};
 };
 
@@ -196,6 +197,13 @@ void report_refusal(GuardState& s, const std::string& listener, const std::strin
   (void)!::write(STDERR_FILENO, line.data(), line.size());
 }
 
+// Whether an accepted connection from `peer` is a stand-in made for a pair that then got its real
+// peer first (stand_in): closed without a word.
+bool unused_stand_in(GuardState& s, const std::string& peer) {
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.unused_stand_ins.erase(peer) > 0;
+}
+
 // The listening endpoint of `fd` when it is one of gloo's listeners, else "".
 std::string gloo_listener(GuardState& s, int fd) {
   std::string bound;
@@ -247,6 +255,11 @@ void relay_pair(GuardState& s, int listening, int ours, std::string listener) {
     socklen_t flen = sizeof from;
     const int c = raw_accept4(listening, reinterpret_cast<sockaddr*>(&from), &flen, SOCK_CLOEXEC);
     if (c < 0) continue;
+    const Endpoint who = endpoint_of(reinterpret_cast<sockaddr*>(&from), flen);
+    if (unused_stand_in(s, who.key)) {
+      ::close(c);
+      continue;
+    }
     const std::string why = read_token(s, c);
     if (why.empty()) {
       s.admitted.fetch_add(1, std::memory_order_relaxed);
@@ -254,7 +267,7 @@ void relay_pair(GuardState& s, int listening, int ours, std::string listener) {
       int one = 1;
       ::setsockopt(peer, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     } else {
-      report_refusal(s, listener, endpoint_of(reinterpret_cast<sockaddr*>(&from), flen).text, why);
+      report_refusal(s, listener, who.text, why);
       ::close(c);
     }
   }
@@ -322,9 +335,17 @@ int stand_in(GuardState& s, int fd, const std::string& listener, sockaddr* addr,
       }
       return c;
     }
+    if (unused_stand_in(s, peer.key)) {
+      ::close(c);
+      continue;
+    }
     const std::string why = read_token(s, c);
     if (why.empty()) {  // the real peer came first: no stand-in needed
       s.admitted.fetch_add(1, std::memory_order_relaxed);
+      {
+        std::lock_guard<std::mutex> lock(s.mu);
+        s.unused_stand_ins.insert(mine_key);
+      }
       ::close(ours);
       if (addr != nullptr && len != nullptr) {
         std::memcpy(addr, &from, std::min<size_t>(*len, flen));
@@ -347,6 +368,11 @@ int guarded_accept(int fd, sockaddr* addr, socklen_t* len, int flags) {
     socklen_t plen = sizeof peer;
     const int c = raw_accept4(fd, reinterpret_cast<sockaddr*>(&peer), &plen, flags);
     if (c < 0) return c;  // 2.x, after a refusal: EAGAIN, the next connection is for a later tick
+    const Endpoint from = endpoint_of(reinterpret_cast<sockaddr*>(&peer), plen);
+    if (unused_stand_in(s, from.key)) {
+      ::close(c);
+      continue;
+    }
     const std::string why = read_token(s, c);
     if (why.empty()) {
       s.admitted.fetch_add(1, std::memory_order_relaxed);
@@ -356,7 +382,7 @@ int guarded_accept(int fd, sockaddr* addr, socklen_t* len, int flags) {
       }
       return c;
     }
-    report_refusal(s, listener, endpoint_of(reinterpret_cast<sockaddr*>(&peer), plen).text, why);
+    report_refusal(s, listener, from.text, why);
     ::close(c);
     if (!compat::kGlooListenerPerPair) continue;  // 2.x: the next pending connection, or EAGAIN
     // 1.13: the pair takes whatever accept() returns as its peer and closes its listener; its real

@@ -74,3 +74,18 @@ TEST_CASE("record auth: a sealed record with a wrong MAC is described by what it
   const RecordAuth wrong("not-the-secret-of-this-job");
   CHECK(lspawn::describe_foreign_record(wrong.seal("k", bytes("evil\n42"))) == "claiming 'evil pid 42' (43 bytes, sealed)");
 }
+
+TEST_CASE("record auth: a connection token checks with the same secret only", "[security]") {
+  const RecordAuth a("secret-one-0123456789"), b("secret-two-0123456789");
+  const auto t = a.connection_token();
+  CHECK(std::memcmp(t.data(), RecordAuth::kTokenMagic, 4) == 0);
+  CHECK(a.check_connection_token(t));
+  CHECK_FALSE(b.check_connection_token(t));  // another secret
+  CHECK(a.connection_token() != t);          // a fresh nonce each time
+  for (size_t at : {size_t{0}, size_t{4}, RecordAuth::kTokenSize - 1}) {  // magic, nonce, MAC
+    auto tampered = t;
+    tampered[at] ^= 1;
+    CHECK_FALSE(a.check_connection_token(tampered));
+  }
+  CHECK_FALSE(a.check_connection_token(RecordAuth::Token{}));
+}
