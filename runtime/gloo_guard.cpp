@@ -438,6 +438,15 @@ void GlooGuard::install(const RecordAuth& auth, const std::string& who) {
   }
   s.auth = auth;
   s.who = who;
+  // torch 2.x's lazy gloo init connects pairs at their first use, from whatever thread uses them,
+  // outside any setup scope: such connections would carry no token and be refused.
+  if (const char* lazy = std::getenv("TORCH_GLOO_LAZY_INIT"); lazy != nullptr && std::strcmp(lazy, "0") != 0 && *lazy) {
+    std::fprintf(stderr,
+                 "[lspawn] %s: warning: gloo's connections are not authenticated: TORCH_GLOO_LAZY_INIT=%s "
+                 "connects gloo's pairs outside lspawn's setup (unset it to authenticate them)\n",
+                 who.c_str(), lazy);
+    return;
+  }
   if (!interposed()) {
     std::fprintf(stderr,
                  "[lspawn] %s: warning: gloo's connections are not authenticated: this program does not "

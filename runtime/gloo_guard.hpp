@@ -37,7 +37,8 @@
 // (ENABLE_EXPORTS, as every lspawn program is built): gloo, in libgloo (1.13) or libtorch_cpu
 // (2.x), then calls them instead of libc's. install() checks that they do and, where not, leaves
 // gloo unguarded (active() is false) with one warning; every rank of a job runs the same binary,
-// so tokens are then neither sent nor expected anywhere.
+// so tokens are then neither sent nor expected anywhere. The same with TORCH_GLOO_LAZY_INIT set
+// (2.x connects pairs at first use, outside any scope).
 //
 // The state is process-wide by necessity: accept() and connect() are called by gloo, which
 // cannot pass lspawn anything. install() is idempotent for the process's secret.

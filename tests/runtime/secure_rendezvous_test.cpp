@@ -378,3 +378,23 @@ TEST_CASE("secured rendezvous: strangers on gloo's listeners are refused and nam
   // the listening side's was relayed to its real peer (the all_reduce above went through it).
   if (lspawn::compat::kGlooListenerPerPair) CHECK(stand_ins >= 2);
 }
+
+TEST_CASE("secured rendezvous: with TORCH_GLOO_LAZY_INIT gloo's connections go unguarded, said once per rank",
+          "[security]") {
+  TempDir dir;
+  ReservedPort reserved;
+  const int n = 2;
+  std::vector<Child> ranks;
+  for (int r = 0; r < n; ++r) {
+    auto env = secured_env(r, n, reserved.port(), "lazy");
+    env["TORCH_GLOO_LAZY_INIT"] = "1";
+    ranks.emplace_back(worker("collectives"), env, dir.file("r" + std::to_string(r)));
+  }
+  for (auto& c : ranks) {
+    const auto st = c.wait(60s);
+    INFO(st.describe() << "\n" << c.output());
+    CHECK(st.code == 0);
+    CHECK_THAT(c.output(), Contains("collectives ok"));
+    CHECK_THAT(c.output(), Contains("warning: gloo's connections are not authenticated: TORCH_GLOO_LAZY_INIT=1"));
+  }
+}

@@ -198,7 +198,7 @@ int do_gloo_strangers() {
     lspawn::GlooSetupScope guarded;
     auto opts = c10d::ProcessGroupGloo::Options::create(w.timeout);
     opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-    late = c10::make_intrusive<c10d::ProcessGroupGloo>(store, r, n, opts);
+    late = lspawn::compat::wrap_backend(c10::make_intrusive<c10d::ProcessGroupGloo>(store, r, n, opts), store, "gloo");
   }
   int bad = 0;
   auto sum_on = [&](c10d::ProcessGroup& pg) {
