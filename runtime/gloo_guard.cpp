@@ -221,7 +221,53 @@ std::string gloo_listener(GuardState& s, int fd) {
   return "";
 }
 
-// Copies what `from` has to `to` (both blocking or not: at most one read). False at EOF or error.
+// One connection accepted from `listening` and checked. kind None: accept() failed (errno set).
+// Mine: the connection is from `mine` (a stand-in of ours), unchecked. Admitted: it carried a
+// valid token (counted). Refused: it did not; named on stderr and closed. Dropped: a stand-in not
+// needed after all, closed.
+struct Checked {
+  enum Kind { None, Mine, Admitted, Refused, Dropped } kind = None;
+  int fd = -1;
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(sockaddr_storage);
+};
+
+Checked accept_checked(GuardState& s, int listening, const std::string& listener, int flags,
+                       const std::string& mine = "") {
+  Checked c;
+  c.fd = raw_accept4(listening, reinterpret_cast<sockaddr*>(&c.addr), &c.len, flags);
+  if (c.fd < 0) return c;
+  const Endpoint peer = endpoint_of(reinterpret_cast<sockaddr*>(&c.addr), c.len);
+  if (!mine.empty() && peer.key == mine) {
+    c.kind = Checked::Mine;
+    return c;
+  }
+  std::string why;
+  if (unused_stand_in(s, peer.key)) {
+    c.kind = Checked::Dropped;
+  } else if ((why = read_token(s, c.fd)).empty()) {
+    s.admitted.fetch_add(1, std::memory_order_relaxed);
+    c.kind = Checked::Admitted;
+    return c;
+  } else {
+    report_refusal(s, listener, peer.text, why);
+    c.kind = Checked::Refused;
+  }
+  ::close(c.fd);
+  c.fd = -1;
+  return c;
+}
+
+// accept()'s result for the caller: the peer's address in `addr`/`len` (when given), the fd.
+int give(const Checked& c, sockaddr* addr, socklen_t* len) {
+  if (addr != nullptr && len != nullptr) {
+    std::memcpy(addr, &c.addr, std::min<size_t>(*len, c.len));
+    *len = c.len;
+  }
+  return c.fd;
+}
+
+// Copies what `from` has to `to` (at most one read). False at EOF or error.
 bool pump(int from, int to, std::vector<char>& buf) {
   const ssize_t n = ::recv(from, buf.data(), buf.size(), MSG_DONTWAIT);
   if (n == 0) return false;
@@ -235,10 +281,10 @@ bool pump(int from, int to, std::vector<char>& buf) {
   return true;
 }
 
-// 1.13's pair, after the guard refused a stranger on its listener (`listening`, lspawn's own
-// descriptor of it: gloo closes its one): gloo holds `gloo_end` as the pair's connection. Waits
-// for the real peer on the listener (refusing further strangers) and relays between it and
-// `ours` until either side closes; gives up when gloo closes its end first (this side of the
+// 1.13's pair, after the guard refused a stranger on its listener (`listening`: lspawn's own
+// descriptor of it; gloo closes its one) and gave gloo a stand-in whose other end is `ours`:
+// waits for the real peer on the listener (refusing further strangers) and relays between it and
+// `ours` until either side closes. Gives up when gloo closes the stand-in first (this side of the
 // pair was the one to connect out, and has).
 void relay_pair(GuardState& s, int listening, int ours, std::string listener) {
   std::vector<char> buf(256 * 1024);
@@ -251,24 +297,11 @@ void relay_pair(GuardState& s, int listening, int ours, std::string listener) {
     }
     if (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) break;  // gloo gave the pair up
     if ((p[0].revents & POLLIN) == 0) continue;
-    sockaddr_storage from{};
-    socklen_t flen = sizeof from;
-    const int c = raw_accept4(listening, reinterpret_cast<sockaddr*>(&from), &flen, SOCK_CLOEXEC);
-    if (c < 0) continue;
-    const Endpoint who = endpoint_of(reinterpret_cast<sockaddr*>(&from), flen);
-    if (unused_stand_in(s, who.key)) {
-      ::close(c);
-      continue;
-    }
-    const std::string why = read_token(s, c);
-    if (why.empty()) {
-      s.admitted.fetch_add(1, std::memory_order_relaxed);
-      peer = c;
+    const Checked c = accept_checked(s, listening, listener, SOCK_CLOEXEC);
+    if (c.kind == Checked::Admitted) {
+      peer = c.fd;
       int one = 1;
       ::setsockopt(peer, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    } else {
-      report_refusal(s, listener, who.text, why);
-      ::close(c);
     }
   }
   ::close(listening);
@@ -299,10 +332,7 @@ int stand_in(GuardState& s, int fd, const std::string& listener, sockaddr* addr,
     errno = err;
     return -1;
   }
-  sockaddr_storage mine{};
-  socklen_t mlen = sizeof mine;
-  ::getsockname(ours, reinterpret_cast<sockaddr*>(&mine), &mlen);
-  const std::string mine_key = endpoint_of(reinterpret_cast<sockaddr*>(&mine), mlen).key;
+  const std::string mine = local_endpoint(ours).key;
   const auto deadline = Clock::now() + kGlooTokenWait;
   for (;;) {
     if (wait_for(fd, POLLIN, deadline) == 0) {
@@ -310,18 +340,13 @@ int stand_in(GuardState& s, int fd, const std::string& listener, sockaddr* addr,
       errno = ETIMEDOUT;
       return -1;
     }
-    sockaddr_storage from{};
-    socklen_t flen = sizeof from;
-    const int c = raw_accept4(fd, reinterpret_cast<sockaddr*>(&from), &flen, flags | SOCK_NONBLOCK);
-    if (c < 0) continue;
-    if ((flags & SOCK_NONBLOCK) == 0) ::fcntl(c, F_SETFL, ::fcntl(c, F_GETFL) & ~O_NONBLOCK);
-    const Endpoint peer = endpoint_of(reinterpret_cast<sockaddr*>(&from), flen);
-    if (peer.key == mine_key) {
+    const Checked c = accept_checked(s, fd, listener, flags, mine);
+    if (c.kind == Checked::Mine) {
       // gloo's pair gets the stand-in; lspawn keeps the listener and waits for the real peer.
       const int listening = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
       if (listening < 0) {
         const int err = errno;
-        ::close(c);
+        ::close(c.fd);
         ::close(ours);
         errno = err;
         return -1;
@@ -329,32 +354,16 @@ int stand_in(GuardState& s, int fd, const std::string& listener, sockaddr* addr,
       ::fcntl(ours, F_SETFL, ::fcntl(ours, F_GETFL) & ~O_NONBLOCK);
       s.stand_ins.fetch_add(1, std::memory_order_relaxed);
       std::thread(relay_pair, std::ref(s), listening, ours, listener).detach();
-      if (addr != nullptr && len != nullptr) {
-        std::memcpy(addr, &from, std::min<size_t>(*len, flen));
-        *len = flen;
-      }
-      return c;
+      return give(c, addr, len);
     }
-    if (unused_stand_in(s, peer.key)) {
-      ::close(c);
-      continue;
-    }
-    const std::string why = read_token(s, c);
-    if (why.empty()) {  // the real peer came first: no stand-in needed
-      s.admitted.fetch_add(1, std::memory_order_relaxed);
+    if (c.kind == Checked::Admitted) {  // the real peer came first: no stand-in needed
       {
         std::lock_guard<std::mutex> lock(s.mu);
-        s.unused_stand_ins.insert(mine_key);
+        s.unused_stand_ins.insert(mine);
       }
       ::close(ours);
-      if (addr != nullptr && len != nullptr) {
-        std::memcpy(addr, &from, std::min<size_t>(*len, flen));
-        *len = flen;
-      }
-      return c;
+      return give(c, addr, len);
     }
-    report_refusal(s, listener, peer.text, why);
-    ::close(c);
   }
 }
 
@@ -364,30 +373,15 @@ int guarded_accept(int fd, sockaddr* addr, socklen_t* len, int flags) {
   const std::string listener = gloo_listener(s, fd);
   if (listener.empty()) return raw_accept4(fd, addr, len, flags);
   for (;;) {
-    sockaddr_storage peer{};
-    socklen_t plen = sizeof peer;
-    const int c = raw_accept4(fd, reinterpret_cast<sockaddr*>(&peer), &plen, flags);
-    if (c < 0) return c;  // 2.x, after a refusal: EAGAIN, the next connection is for a later tick
-    const Endpoint from = endpoint_of(reinterpret_cast<sockaddr*>(&peer), plen);
-    if (unused_stand_in(s, from.key)) {
-      ::close(c);
-      continue;
+    const Checked c = accept_checked(s, fd, listener, flags);
+    if (c.kind == Checked::None) return -1;  // 2.x, after a refusal: EAGAIN, gloo tries next tick
+    if (c.kind == Checked::Admitted) return give(c, addr, len);
+    if (c.kind == Checked::Refused && compat::kGlooListenerPerPair) {
+      // 1.13: the pair takes whatever accept() returns as its peer and closes its listener; its
+      // real peer may come later, or never (when this side is the one to connect out).
+      return stand_in(s, fd, listener, addr, len, flags);
     }
-    const std::string why = read_token(s, c);
-    if (why.empty()) {
-      s.admitted.fetch_add(1, std::memory_order_relaxed);
-      if (addr != nullptr && len != nullptr) {
-        std::memcpy(addr, &peer, std::min<size_t>(*len, plen));
-        *len = plen;
-      }
-      return c;
-    }
-    report_refusal(s, listener, from.text, why);
-    ::close(c);
-    if (!compat::kGlooListenerPerPair) continue;  // 2.x: the next pending connection, or EAGAIN
-    // 1.13: the pair takes whatever accept() returns as its peer and closes its listener; its real
-    // peer may come later, or never (when this side is the one to connect out).
-    return stand_in(s, fd, listener, addr, len, flags);
+    // 2.x: the next pending connection, or EAGAIN (its listener is non-blocking).
   }
 }
 

@@ -107,12 +107,29 @@ inline std::string backtrace_of(const c10::Error& e) {
 #endif
 }
 
-// A store that forwards to another one (`inner_`). 2.x's clone() makes a copy of Derived over a
-// clone of the inner store: Derived::clone_over(inner), which by default is Derived(inner); a
-// Derived with more state (AuthenticatedStore) declares its own public clone_over().
+// A store that forwards to another one (`inner_`): every operation by default, so that Derived
+// overrides only what it changes. 2.x's clone() makes a copy of Derived over a clone of the inner
+// store: Derived::clone_over(inner), which by default is Derived(inner); a Derived with more
+// state (AuthenticatedStore) declares its own public clone_over().
 template <class Derived>
 class ForwardingStore : public ::c10d::Store {
  public:
+  void set(const std::string& key, const std::vector<uint8_t>& value) override { inner_->set(key, value); }
+  std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
+                                  const std::vector<uint8_t>& desired) override {
+    return inner_->compareSet(key, expected, desired);
+  }
+  std::vector<uint8_t> get(const std::string& key) override { return inner_->get(key); }
+  int64_t add(const std::string& key, int64_t value) override { return inner_->add(key, value); }
+  bool deleteKey(const std::string& key) override { return inner_->deleteKey(key); }
+  bool check(const std::vector<std::string>& keys) override { return inner_->check(keys); }
+  int64_t getNumKeys() override { return inner_->getNumKeys(); }
+  void wait(const std::vector<std::string>& keys) override { inner_->wait(keys); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    inner_->wait(keys, timeout);
+  }
+  const std::chrono::milliseconds& getTimeout() const noexcept override { return inner_->getTimeout(); }
+  void setTimeout(const std::chrono::milliseconds& timeout) override { inner_->setTimeout(timeout); }
 #if TORCH_VERSION_MAJOR >= 2
   c10::intrusive_ptr<::c10d::Store> clone() override {
     return static_cast<Derived*>(this)->clone_over(inner_->clone());

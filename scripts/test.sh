@@ -38,10 +38,17 @@ if ((tsan)); then
   cmake --build "$root/build-tsan" -j "${LSPAWN_JOBS:-$(nproc)}" --target \
     lspawn lspawn-guardian lspawn_launcher_tests spawn_core_tests spawn_tests lspawn_test_worker lspawn_test_hang_worker \
     lspawn_e2e_tests collectives_test shm_communicator_test lspawn_collectives_test_worker \
-    lspawn_status_tests lspawn_runtime_tests
+    lspawn_status_tests lspawn_runtime_tests lspawn_runtime_test_worker lspawn_gloo_guard_tests
   echo "test.sh: TSan build took $((SECONDS - start)) s"
   export TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 suppressions=$root/scripts/tsan.supp"
   failed=0
+  tsan_run() {  # $1: test binary under build-tsan/, then its arguments
+    local t=$1
+    shift
+    echo "test.sh: --tsan: $t $*"
+    (cd "$root/build-tsan/$(dirname "$t")" && timeout 900 "./$(basename "$t")" "$@") ||
+      { echo "test.sh: --tsan: $t FAILED"; failed=1; }
+  }
   # Not under TSan: the cases that count the process's threads (TSan's runtime starts a thread of
   # its own, so "2 threads" reads "3 threads" and StartMethod::Fork refuses a process that is
   # single-threaded without TSan; docs/reliability.md, "ThreadSanitizer"). Catch ANDs the
@@ -52,18 +59,16 @@ if ((tsan)); then
             '~spawn daemon: the parent is killed -> children and grandchildren gone within 1 s')
   for t in tests/launcher/lspawn_launcher_tests tests/spawn/spawn_core_tests tests/spawn/spawn_tests \
            tests/e2e/lspawn_e2e_tests tests/collectives/shm_communicator_test tests/collectives/collectives_test; do
-    echo "test.sh: --tsan: $t"
-    (cd "$root/build-tsan/$(dirname "$t")" && timeout 900 "./$(basename "$t")" "${excluded[@]}") ||
-      { echo "test.sh: --tsan: $t FAILED"; failed=1; }
+    tsan_run "$t" "${excluded[@]}"
   done
   # The status record's seqlock (a reader racing a writer) and rank 0's store gate (its relay
   # thread in front of a real TCPStore).
-  echo "test.sh: --tsan: tests/status/lspawn_status_tests"
-  (cd "$root/build-tsan/tests/status" && timeout 900 ./lspawn_status_tests) ||
-    { echo "test.sh: --tsan: lspawn_status_tests FAILED"; failed=1; }
-  echo "test.sh: --tsan: tests/runtime/lspawn_runtime_tests [store_gate]"
-  (cd "$root/build-tsan/tests/runtime" && timeout 900 ./lspawn_runtime_tests '[store_gate]') ||
-    { echo "test.sh: --tsan: lspawn_runtime_tests [store_gate] FAILED"; failed=1; }
+  tsan_run tests/status/lspawn_status_tests
+  tsan_run tests/runtime/lspawn_runtime_tests '[store_gate]'
+  # The gloo guard (runtime/gloo_guard.hpp): its accept()/connect() on gloo's threads and, on
+  # 1.13, the relay thread of a pair a stranger reached first; in one process, then in real ranks.
+  tsan_run tests/runtime/lspawn_gloo_guard_tests
+  tsan_run tests/runtime/lspawn_runtime_tests "secured rendezvous: strangers on gloo*"
   exit $failed
 fi
 

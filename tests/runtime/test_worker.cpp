@@ -161,21 +161,6 @@ class HoldStore final : public lspawn::compat::ForwardingStore<HoldStore> {
     if (!last.empty() && last.find_first_not_of("0123456789") == std::string::npos) (void)wait_for_file("go-1");
     inner_->set(key, value);
   }
-  std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
-                                  const std::vector<uint8_t>& desired) override {
-    return inner_->compareSet(key, expected, desired);
-  }
-  std::vector<uint8_t> get(const std::string& key) override { return inner_->get(key); }
-  int64_t add(const std::string& key, int64_t value) override { return inner_->add(key, value); }
-  bool deleteKey(const std::string& key) override { return inner_->deleteKey(key); }
-  bool check(const std::vector<std::string>& keys) override { return inner_->check(keys); }
-  int64_t getNumKeys() override { return inner_->getNumKeys(); }
-  void wait(const std::vector<std::string>& keys) override { inner_->wait(keys); }
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
-    inner_->wait(keys, timeout);
-  }
-  const std::chrono::milliseconds& getTimeout() const noexcept override { return inner_->getTimeout(); }
-  void setTimeout(const std::chrono::milliseconds& timeout) override { inner_->setTimeout(timeout); }
 };
 
 int do_gloo_strangers() {
