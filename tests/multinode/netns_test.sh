@@ -2,8 +2,8 @@
 # netns_test.sh LSPAWN HELLO_ALLREDUCE [COLLECTIVES_WORKER] — a multi-node job across two hosts, each a network
 # namespace made here (hosts mn-a 10.78.0.1 and mn-b 10.78.0.2, joined by a veth pair), 2 nodes x
 # 2 workers of examples/hello_allreduce:
-#   1. static rendezvous (--node-rank, --master-addr/--master-port): all_reduce correct, output
-#      prefixed "[mn-b rank 3]"
+#   1. static rendezvous (--node-rank, --master-addr/--master-port) with LSPAWN_JOB_SECRET shared
+#      by the nodes: all_reduce correct, output prefixed "[mn-b rank 3]", nothing refused
 #   2. --rdzv-endpoint without --node-rank: node ranks assigned, ranks contiguous per node
 #   3. rank 3 (on mn-b) throws: both lspawns report the same root cause and exit 1
 #   (4-6 run under --start-method forkserver: one LibTorch load per node, and that start
@@ -89,15 +89,19 @@ COMMON=(--nnodes 2 --nprocs 2 --grace-period 1)
 
 T0=$(date +%s.%N)
 stamp() { awk -v a=$T0 -v b=$(date +%s.%N) 'BEGIN { printf "%.1f s", b - a }'; }
-echo "== 1. static rendezvous, all_reduce"
-(on b timeout 60 "$LSPAWN" "${COMMON[@]}" --node-rank 1 --master-addr $NET.1 --master-port 29500 "$HELLO" \
+echo "== 1. static rendezvous, all_reduce, with a job secret shared by the nodes"
+# The records and gloo's connections across the two hosts are authenticated (docs/security.md).
+SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+(on b timeout 60 env LSPAWN_JOB_SECRET=$SECRET "$LSPAWN" "${COMMON[@]}" --node-rank 1 --master-addr $NET.1 --master-port 29500 "$HELLO" \
    >$WORK/1b.out 2>$WORK/1b.err) & pb=$!
-(on a timeout 60 "$LSPAWN" "${COMMON[@]}" --node-rank 0 --master-addr $NET.1 --master-port 29500 "$HELLO" \
+(on a timeout 60 env LSPAWN_JOB_SECRET=$SECRET "$LSPAWN" "${COMMON[@]}" --node-rank 0 --master-addr $NET.1 --master-port 29500 "$HELLO" \
    >$WORK/1a.out 2>$WORK/1a.err) & pa=$!
 wait $pa; ra=$?; wait $pb; rb=$?
 check "static: both nodes exit 0 (a=$ra b=$rb)" test $ra = 0 -a $rb = 0
 check "static: ranks 0,1 on mn-a with the right sum" eval 'has $WORK/1a.out "[mn-a rank 0] rank 0/4: allreduce sum = 10" && has $WORK/1a.out "[mn-a rank 1] rank 1/4: allreduce sum = 10"'
 check "static: ranks 2,3 on mn-b with the right sum" eval 'has $WORK/1b.out "[mn-b rank 2] rank 2/4: allreduce sum = 10" && has $WORK/1b.out "[mn-b rank 3] rank 3/4: allreduce sum = 10"'
+check "static: records and gloo's connections authenticated (no warning, nothing refused)" eval '! grep -qE "not authenticated|refused" $WORK/1a.err $WORK/1b.err $WORK/1a.out $WORK/1b.out'
+check "static: the secret is never printed" eval '! grep -qF "$SECRET" $WORK/1a.err $WORK/1b.err $WORK/1a.out $WORK/1b.out'
 check "static: nothing left" nothing_left
 [[ $FAILS == 0 ]] || { cat $WORK/1a.err $WORK/1b.err; }
 
