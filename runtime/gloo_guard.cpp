@@ -333,7 +333,9 @@ int stand_in(GuardState& s, int fd, const std::string& listener, sockaddr* addr,
     return -1;
   }
   const std::string mine = local_endpoint(ours).key;
-  const auto deadline = Clock::now() + kGlooTokenWait;
+  // The stand-in is queued behind whatever else is pending; with the queue full (1.13 listens
+  // with a backlog of 1) its SYN is retried, after 1 s, 3 s, ...
+  const auto deadline = Clock::now() + kGlooConnectWait;
   for (;;) {
     if (wait_for(fd, POLLIN, deadline) == 0) {
       ::close(ours);

@@ -58,7 +58,8 @@ namespace lspawn {
 inline constexpr std::chrono::milliseconds kGlooTokenWait{2000};
 
 // How long a rank's connect() to a gloo listener waits for the connection to complete so it can
-// send its token. A refused connection returns at once, untouched, for gloo to handle.
+// send its token (a refused connection returns at once, untouched, for gloo to handle); and, on
+// 1.13, how long a pair's accept() waits for its stand-in to come through a full accept queue.
 inline constexpr std::chrono::milliseconds kGlooConnectWait{30000};
 
 // After this many refusal messages, further refusals are counted, not printed (a flood of
