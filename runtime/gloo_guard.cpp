@@ -17,7 +17,6 @@
 #include <vector>
 
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -27,6 +26,7 @@
 #include <unistd.h>
 
 #include "launcher/env_contract.hpp"
+#include "runtime/socket_calls.hpp"
 #include "runtime/torch_compat.hpp"
 
 namespace lspawn {
@@ -369,7 +369,7 @@ int stand_in(GuardState& s, int fd, const std::string& listener, sockaddr* addr,
   }
 }
 
-int guarded_accept(int fd, sockaddr* addr, socklen_t* len, int flags) {
+int accept_guarded(int fd, sockaddr* addr, socklen_t* len, int flags) {
   GuardState& s = state();
   if (!s.on.load(std::memory_order_acquire)) return raw_accept4(fd, addr, len, flags);
   const std::string listener = gloo_listener(s, fd);
@@ -414,13 +414,6 @@ void send_token_if_gloo(GuardState& s, int fd, const sockaddr* addr, socklen_t l
   if (n == static_cast<ssize_t>(t.size())) s.sent.fetch_add(1, std::memory_order_relaxed);
 }
 
-bool interposed() {
-  // lspawn's definitions are what the process's symbol lookup finds (what gloo calls).
-  return ::dlsym(RTLD_DEFAULT, "accept") == reinterpret_cast<void*>(&::accept) &&
-         ::dlsym(RTLD_DEFAULT, "accept4") == reinterpret_cast<void*>(&::accept4) &&
-         ::dlsym(RTLD_DEFAULT, "connect") == reinterpret_cast<void*>(&::connect);
-}
-
 }  // namespace
 
 void GlooGuard::install(const RecordAuth& auth, const std::string& who) {
@@ -443,7 +436,7 @@ void GlooGuard::install(const RecordAuth& auth, const std::string& who) {
                  who.c_str(), lazy);
     return;
   }
-  if (!interposed()) {
+  if (!detail::socket_calls_interposed()) {
     std::fprintf(stderr,
                  "[lspawn] %s: warning: gloo's connections are not authenticated: this program does not "
                  "export lspawn_runtime's accept()/connect() (link it with ENABLE_EXPORTS / -rdynamic)\n",
@@ -482,29 +475,23 @@ void gloo_guard_note_bind(int fd) noexcept {
   }
 }
 
-}  // namespace detail
-}  // namespace lspawn
-
-// The process's accept(), accept4() and connect(): the system calls, plus the guard's work on
-// gloo's sockets (see gloo_guard.hpp).
-extern "C" int accept(int fd, struct sockaddr* addr, socklen_t* len) {
-  return lspawn::guarded_accept(fd, addr, len, 0);
+int gloo_guard_accept(int fd, sockaddr* addr, socklen_t* len, int flags) {
+  return accept_guarded(fd, addr, len, flags);
 }
 
-extern "C" int accept4(int fd, struct sockaddr* addr, socklen_t* len, int flags) {
-  return lspawn::guarded_accept(fd, addr, len, flags);
-}
-
-extern "C" int connect(int fd, const struct sockaddr* addr, socklen_t len) {
-  const int rc = lspawn::raw_connect(fd, addr, len);
-  auto& s = lspawn::state();
+void gloo_guard_after_connect(int fd, const sockaddr* addr, socklen_t len, int rc) noexcept {
+  GuardState& s = state();
   if (!s.on.load(std::memory_order_acquire) || addr == nullptr ||
       (addr->sa_family != AF_INET && addr->sa_family != AF_INET6)) {
-    return rc;
+    return;
   }
-  if (rc != 0 && errno != EINPROGRESS) return rc;
-  const int saved = errno;
-  lspawn::send_token_if_gloo(s, fd, addr, len, rc == 0);
-  errno = saved;
-  return rc;
+  if (rc != 0 && errno != EINPROGRESS) return;
+  try {
+    send_token_if_gloo(s, fd, addr, len, rc == 0);
+  } catch (...) {
+    // No token (out of memory, no randomness): the peer refuses the connection and says so.
+  }
 }
+
+}  // namespace detail
+}  // namespace lspawn

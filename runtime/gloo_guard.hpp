@@ -31,14 +31,14 @@
 // in one), plus later connections to the same destinations (gloo 2.x retries a refused connect
 // from its loop thread). Every other socket of the process is left alone.
 //
-// How: lspawn_runtime defines accept(), accept4() and connect() (store_listener.cpp defines
-// bind() the same way), which forward to the system calls and do the above for gloo's sockets.
-// They take effect when the runtime is linked into the executable with its symbols exported
-// (ENABLE_EXPORTS, as every lspawn program is built): gloo, in libgloo (1.13) or libtorch_cpu
-// (2.x), then calls them instead of libc's. install() checks that they do and, where not, leaves
-// gloo unguarded (active() is false) with one warning; every rank of a job runs the same binary,
-// so tokens are then neither sent nor expected anywhere. The same with TORCH_GLOO_LAZY_INIT set
-// (2.x connects pairs at first use, outside any scope).
+// How: lspawn_runtime defines accept(), accept4() and connect() (runtime/socket_calls.hpp, with
+// bind()), which forward to the system calls and call the guard for gloo's sockets. They take
+// effect when the runtime is linked into the executable with its symbols exported (ENABLE_EXPORTS,
+// as every lspawn program is built): gloo, in libgloo (1.13) or libtorch_cpu (2.x), then calls
+// them instead of libc's. install() checks that they do and, where not, leaves gloo unguarded
+// (active() is false) with one warning; every rank of a job runs the same binary, so tokens are
+// then neither sent nor expected anywhere. The same with TORCH_GLOO_LAZY_INIT set (2.x connects
+// pairs at first use, outside any scope).
 //
 // The state is process-wide by necessity: accept() and connect() are called by gloo, which
 // cannot pass lspawn anything. install() is idempotent for the process's secret.
@@ -94,11 +94,5 @@ class GlooSetupScope {
   GlooSetupScope(const GlooSetupScope&) = delete;
   GlooSetupScope& operator=(const GlooSetupScope&) = delete;
 };
-
-namespace detail {
-// Called by lspawn's bind() (store_listener.cpp) after a successful bind: records `fd` as a gloo
-// listener when this thread is in a GlooSetupScope and the guard is installed.
-void gloo_guard_note_bind(int fd) noexcept;
-}  // namespace detail
 
 }  // namespace lspawn

@@ -310,7 +310,7 @@ c10::intrusive_ptr<HostedStore> host_store(const std::string& host, uint16_t por
       throw;  // public_fd: closed below unless the gate took it
     }
     public_fd = -1;  // the gate owns it
-    if (steering && steering->applied() == 0) {
+    if (steering && (!steering->interposed() || steering->applied() == 0)) {
       std::fprintf(stderr,
                    "[lspawn] warning: the rendezvous store's server (behind its gate at %s) listens "
                    "on every interface (this LibTorch binds its own socket, and lspawn's bind() is "

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "launcher/env_contract.hpp"
-#include "runtime/gloo_guard.hpp"
+#include "runtime/socket_calls.hpp"
 
 namespace lspawn {
 namespace {
@@ -134,6 +134,7 @@ BindSteering::BindSteering(const std::string& numeric_addr) {
     throw std::invalid_argument("BindSteering: '" + numeric_addr + "' is not a numeric address");
   }
   if (t_steering.v6 != nullptr) throw std::logic_error("BindSteering: one per thread");
+  interposed_ = detail::socket_calls_interposed();
   t_steering = Steering{is_v4_ ? &v4_ : nullptr, &v6_, is_v4_, 0};
 }
 
@@ -141,9 +142,9 @@ BindSteering::~BindSteering() { t_steering = Steering{}; }
 
 int BindSteering::applied() const { return t_steering.applied; }
 
-namespace {
+namespace detail {
 
-// bind() with this thread's steering applied.
+// bind() with this thread's steering applied (the process's bind(), socket_calls.cpp).
 int steered_bind(int fd, const struct sockaddr* addr, socklen_t len) {
   if (t_steering.v6 != nullptr && wildcard(addr, len)) {
     if (addr->sa_family == AF_INET && t_steering.v4 != nullptr) {
@@ -169,14 +170,5 @@ int steered_bind(int fd, const struct sockaddr* addr, socklen_t len) {
   return raw_bind(fd, addr, len);
 }
 
-}  // namespace
+}  // namespace detail
 }  // namespace lspawn
-
-// The process's bind(): the system call, except on a thread with a BindSteering alive, where a
-// wildcard address becomes the steered one (same port); gloo's listeners are noted for the guard
-// (gloo_guard.hpp). See store_listener.hpp.
-extern "C" int bind(int fd, const struct sockaddr* addr, socklen_t len) noexcept {
-  const int rc = lspawn::steered_bind(fd, addr, len);
-  if (rc == 0) lspawn::detail::gloo_guard_note_bind(fd);
-  return rc;
-}

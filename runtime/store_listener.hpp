@@ -12,8 +12,8 @@
 // (TCPStoreOptions::masterListenFd): listen_socket() makes it. 1.13 has no such option and binds
 // its own socket inside the TCPStore constructor, on the calling thread; a BindSteering alive on
 // that thread rewrites the wildcard address of the bind() calls made meanwhile to the chosen one
-// (lspawn_runtime defines bind(), which forwards to the system call; with no BindSteering alive
-// on the calling thread it changes nothing). This takes effect when lspawn_runtime is linked into
+// (lspawn_runtime defines bind(), runtime/socket_calls.hpp, which forwards to the system call;
+// with no BindSteering alive on the calling thread it changes nothing). This takes effect when lspawn_runtime is linked into
 // the executable (its bind() then comes first in symbol lookup), as in every lspawn program;
 // applied() says whether it did, and host_store() warns when it did not.
 #pragma once
@@ -57,11 +57,15 @@ class BindSteering {
   BindSteering& operator=(const BindSteering&) = delete;
   // How many bind() calls were steered so far.
   int applied() const;
+  // Whether the process's bind() is lspawn_runtime's (runtime/socket_calls.hpp): without it
+  // nothing is steered.
+  bool interposed() const { return interposed_; }
 
  private:
   sockaddr_storage v4_{};  // the address as AF_INET (unused when it is IPv6)
   sockaddr_storage v6_{};  // the address as AF_INET6 (IPv4-mapped for an IPv4 address)
   bool is_v4_ = false;
+  bool interposed_ = false;
 };
 
 }  // namespace lspawn
