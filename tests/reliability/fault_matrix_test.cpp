@@ -407,7 +407,7 @@ TEST_CASE("fault matrix: garbage on gloo's listeners", "[fault-matrix]") {
   for (int fd : held) ::close(fd);
   const std::string all = c.out() + c.err();
   Row r{"garbage to gloo's listeners", "survived; job took " + seconds_text(now_us() - t0), code_of(status),
-        line_with(all, "gloo at"), tagged_processes(tag)};
+        line_with(all, "not an lspawn connection token"), tagged_processes(tag)};
   print_row(r);
   INFO(all);
   CHECK(r.exit_code == 0);
