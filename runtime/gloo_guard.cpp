@@ -25,7 +25,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "launcher/env_contract.hpp"
 #include "runtime/socket_calls.hpp"
 #include "runtime/torch_compat.hpp"
 
@@ -66,42 +65,34 @@ int raw_accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
   return static_cast<int>(::syscall(SYS_accept4, fd, addr, len, flags));
 }
 
-// An endpoint as a comparable key and as text: IPv4-mapped IPv6 addresses in their IPv4 form.
-struct Endpoint {
-  std::string key;   // "" when not an IP endpoint
-  std::string text;  // "127.0.0.1:40123", "[::1]:40123"
-};
-
-Endpoint endpoint_of(const sockaddr* sa, socklen_t len) {
-  Endpoint e;
-  if (sa == nullptr) return e;
+// An IP endpoint as text ("127.0.0.1:40123", "[::1]:40123"; IPv4-mapped IPv6 addresses in their
+// IPv4 form), which is also how endpoints are compared; "" when `sa` is no IP endpoint.
+std::string endpoint_of(const sockaddr* sa, socklen_t len) {
+  if (sa == nullptr) return "";
   char buf[INET6_ADDRSTRLEN] = {};
   if (sa->sa_family == AF_INET && len >= static_cast<socklen_t>(sizeof(sockaddr_in))) {
     sockaddr_in in;
     std::memcpy(&in, sa, sizeof in);
     ::inet_ntop(AF_INET, &in.sin_addr, buf, sizeof buf);
-    e.text = std::string(buf) + ":" + std::to_string(ntohs(in.sin_port));
-  } else if (sa->sa_family == AF_INET6 && len >= static_cast<socklen_t>(sizeof(sockaddr_in6))) {
+    return std::string(buf) + ":" + std::to_string(ntohs(in.sin_port));
+  }
+  if (sa->sa_family == AF_INET6 && len >= static_cast<socklen_t>(sizeof(sockaddr_in6))) {
     sockaddr_in6 in6;
     std::memcpy(&in6, sa, sizeof in6);
     if (IN6_IS_ADDR_V4MAPPED(&in6.sin6_addr)) {
       ::inet_ntop(AF_INET, &in6.sin6_addr.s6_addr[12], buf, sizeof buf);
-      e.text = std::string(buf) + ":" + std::to_string(ntohs(in6.sin6_port));
-    } else {
-      ::inet_ntop(AF_INET6, &in6.sin6_addr, buf, sizeof buf);
-      e.text = "[" + std::string(buf) + "]:" + std::to_string(ntohs(in6.sin6_port));
+      return std::string(buf) + ":" + std::to_string(ntohs(in6.sin6_port));
     }
-  } else {
-    return e;
+    ::inet_ntop(AF_INET6, &in6.sin6_addr, buf, sizeof buf);
+    return "[" + std::string(buf) + "]:" + std::to_string(ntohs(in6.sin6_port));
   }
-  e.key = e.text;
-  return e;
+  return "";
 }
 
-Endpoint local_endpoint(int fd) {
+std::string local_endpoint(int fd) {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return {};
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "";
   return endpoint_of(reinterpret_cast<sockaddr*>(&ss), len);
 }
 
@@ -213,8 +204,8 @@ std::string gloo_listener(GuardState& s, int fd) {
     if (it == s.listeners.end()) return "";
     bound = it->second;
   }
-  const Endpoint now = local_endpoint(fd);
-  if (now.key == bound) return now.text;
+  const std::string now = local_endpoint(fd);
+  if (now == bound) return now;
   // The descriptor was closed and its number reused for another socket: forget it.
   std::lock_guard<std::mutex> lock(s.mu);
   s.listeners.erase(fd);
@@ -237,20 +228,20 @@ Checked accept_checked(GuardState& s, int listening, const std::string& listener
   Checked c;
   c.fd = raw_accept4(listening, reinterpret_cast<sockaddr*>(&c.addr), &c.len, flags);
   if (c.fd < 0) return c;
-  const Endpoint peer = endpoint_of(reinterpret_cast<sockaddr*>(&c.addr), c.len);
-  if (!mine.empty() && peer.key == mine) {
+  const std::string peer = endpoint_of(reinterpret_cast<sockaddr*>(&c.addr), c.len);
+  if (!mine.empty() && peer == mine) {
     c.kind = Checked::Mine;
     return c;
   }
   std::string why;
-  if (unused_stand_in(s, peer.key)) {
+  if (unused_stand_in(s, peer)) {
     c.kind = Checked::Dropped;
   } else if ((why = read_token(s, c.fd)).empty()) {
     s.admitted.fetch_add(1, std::memory_order_relaxed);
     c.kind = Checked::Admitted;
     return c;
   } else {
-    report_refusal(s, listener, peer.text, why);
+    report_refusal(s, listener, peer, why);
     c.kind = Checked::Refused;
   }
   ::close(c.fd);
@@ -332,7 +323,7 @@ int stand_in(GuardState& s, int fd, const std::string& listener, sockaddr* addr,
     errno = err;
     return -1;
   }
-  const std::string mine = local_endpoint(ours).key;
+  const std::string mine = local_endpoint(ours);
   // The stand-in is queued behind whatever else is pending; with the queue full (1.13 listens
   // with a backlog of 1) its SYN is retried, after 1 s, 3 s, ...
   const auto deadline = Clock::now() + kGlooConnectWait;
@@ -390,16 +381,16 @@ int accept_guarded(int fd, sockaddr* addr, socklen_t* len, int flags) {
 // After connect() on `fd` to `addr`: when it is one of gloo's connections, wait until it is
 // established and send the token. Leaves errno and SO_ERROR as connect() left them.
 void send_token_if_gloo(GuardState& s, int fd, const sockaddr* addr, socklen_t len, bool connected) {
-  const Endpoint dest = endpoint_of(addr, len);
-  if (dest.key.empty()) return;
+  const std::string dest = endpoint_of(addr, len);
+  if (dest.empty()) return;
   {
     std::lock_guard<std::mutex> lock(s.mu);
-    if (t_scope == 0 && s.destinations.count(dest.key) == 0) return;
+    if (t_scope == 0 && s.destinations.count(dest) == 0) return;
   }
   if (!is_stream(fd)) return;
   if (t_scope > 0) {
     std::lock_guard<std::mutex> lock(s.mu);
-    s.destinations.insert(dest.key);
+    s.destinations.insert(dest);
   }
   if (!connected) {
     const short ev = wait_for(fd, POLLOUT, Clock::now() + kGlooConnectWait);
@@ -466,10 +457,10 @@ void gloo_guard_note_bind(int fd) noexcept {
   GuardState& s = state();
   if (!s.on.load(std::memory_order_acquire) || !is_stream(fd)) return;
   try {
-    const Endpoint e = local_endpoint(fd);
-    if (e.key.empty()) return;
+    const std::string bound = local_endpoint(fd);
+    if (bound.empty()) return;
     std::lock_guard<std::mutex> lock(s.mu);
-    s.listeners[fd] = e.key;
+    s.listeners[fd] = bound;
   } catch (...) {
     // Out of memory: this listener goes unguarded, as without a secret.
   }
