@@ -22,9 +22,11 @@
 //     one, or EAGAIN, as gloo expects from its non-blocking listener. On 1.13 the pair takes
 //     whatever accept() returns as its peer and closes its listener, and its real peer may come
 //     later or never (when this side of the pair is the one to connect out): accept() returns a
-//     loopback connection, keeps the listener open, and a thread of lspawn's relays between the
-//     two once the real peer has connected there (with its token), or ends when gloo closes that
-//     loopback connection first. Only a pair a stranger got to first is relayed.
+//     stand-in connection made to the listener itself (so its local address is the listener's,
+//     which gloo compares with the peer's to decide which side connects out), keeps the listener
+//     open, and a thread of lspawn's relays between the two once the real peer has connected there
+//     (with its token), or ends when gloo closes the stand-in first. Only a pair a stranger got to
+//     first is relayed.
 //
 // Which sockets: the listening sockets bound, and the TCP connections opened, on a thread while a
 // GlooSetupScope is alive there (lspawn wraps the creation of every gloo device and process group
