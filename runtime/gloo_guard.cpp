@@ -360,32 +360,14 @@ int stand_in(GuardState& s, int fd, const std::string& listener, sockaddr* addr,
   }
 }
 
-int accept_guarded(int fd, sockaddr* addr, socklen_t* len, int flags) {
-  GuardState& s = state();
-  if (!s.on.load(std::memory_order_acquire)) return raw_accept4(fd, addr, len, flags);
-  const std::string listener = gloo_listener(s, fd);
-  if (listener.empty()) return raw_accept4(fd, addr, len, flags);
-  for (;;) {
-    const Checked c = accept_checked(s, fd, listener, flags);
-    if (c.kind == Checked::None) return -1;  // 2.x, after a refusal: EAGAIN, gloo tries next tick
-    if (c.kind == Checked::Admitted) return give(c, addr, len);
-    if (c.kind == Checked::Refused && compat::kGlooListenerPerPair) {
-      // 1.13: the pair takes whatever accept() returns as its peer and closes its listener; its
-      // real peer may come later, or never (when this side is the one to connect out).
-      return stand_in(s, fd, listener, addr, len, flags);
-    }
-    // 2.x: the next pending connection, or EAGAIN (its listener is non-blocking).
-  }
-}
-
 // After connect() on `fd` to `addr`: when it is one of gloo's connections, wait until it is
 // established and send the token. Leaves errno and SO_ERROR as connect() left them.
 void send_token_if_gloo(GuardState& s, int fd, const sockaddr* addr, socklen_t len, bool connected) {
   const std::string dest = endpoint_of(addr, len);
   if (dest.empty()) return;
-  {
+  if (t_scope == 0) {  // gloo's only if gloo connected there from a setup scope before
     std::lock_guard<std::mutex> lock(s.mu);
-    if (t_scope == 0 && s.destinations.count(dest) == 0) return;
+    if (s.destinations.count(dest) == 0) return;
   }
   if (!is_stream(fd)) return;
   if (t_scope > 0) {
@@ -411,7 +393,7 @@ void GlooGuard::install(const RecordAuth& auth, const std::string& who) {
   GuardState& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.auth) {
-    if (!s.auth->check_connection_token(auth.connection_token())) {
+    if (!s.auth->same_secret(auth)) {
       throw std::logic_error("GlooGuard::install: already installed with another secret");
     }
     return;
@@ -467,7 +449,21 @@ void gloo_guard_note_bind(int fd) noexcept {
 }
 
 int gloo_guard_accept(int fd, sockaddr* addr, socklen_t* len, int flags) {
-  return accept_guarded(fd, addr, len, flags);
+  GuardState& s = state();
+  if (!s.on.load(std::memory_order_acquire)) return raw_accept4(fd, addr, len, flags);
+  const std::string listener = gloo_listener(s, fd);
+  if (listener.empty()) return raw_accept4(fd, addr, len, flags);
+  for (;;) {
+    const Checked c = accept_checked(s, fd, listener, flags);
+    if (c.kind == Checked::None) return -1;  // 2.x, after a refusal: EAGAIN, gloo tries next tick
+    if (c.kind == Checked::Admitted) return give(c, addr, len);
+    if (c.kind == Checked::Refused && compat::kGlooListenerPerPair) {
+      // 1.13: the pair takes whatever accept() returns as its peer and closes its listener; its
+      // real peer may come later, or never (when this side is the one to connect out).
+      return stand_in(s, fd, listener, addr, len, flags);
+    }
+    // 2.x: the next pending connection, or EAGAIN (its listener is non-blocking).
+  }
 }
 
 void gloo_guard_after_connect(int fd, const sockaddr* addr, socklen_t len, int rc) noexcept {

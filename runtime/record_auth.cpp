@@ -21,6 +21,7 @@ namespace lspawn {
 namespace {
 
 constexpr char kHex[] = "0123456789abcdef";
+constexpr char kTokenDomain[] = "lspawn-gloo-connection-v1";  // the MAC of a connection token
 
 void put_u64(std::vector<uint8_t>& out, uint64_t v) {
   for (int i = 7; i >= 0; --i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
@@ -98,15 +99,20 @@ RecordAuth::Token RecordAuth::connection_token() const {
     if (n <= 0) throw std::system_error(errno, std::generic_category(), "getrandom (gloo connection token)");
     got += static_cast<size_t>(n);
   }
-  const auto m = mac(secret_, "lspawn-gloo-connection-v1", std::string(), nonce, kNonceSize);
+  const auto m = mac(secret_, kTokenDomain, std::string(), nonce, kNonceSize);
   std::memcpy(t.data() + 4 + kNonceSize, m.data(), kMacSize);
   return t;
 }
 
 bool RecordAuth::check_connection_token(const Token& t) const {
   if (std::memcmp(t.data(), kTokenMagic, 4) != 0) return false;
-  const auto m = mac(secret_, "lspawn-gloo-connection-v1", std::string(), t.data() + 4, kNonceSize);
+  const auto m = mac(secret_, kTokenDomain, std::string(), t.data() + 4, kNonceSize);
   return ::CRYPTO_memcmp(m.data(), t.data() + 4 + kNonceSize, kMacSize) == 0;
+}
+
+bool RecordAuth::same_secret(const RecordAuth& other) const {
+  return secret_.size() == other.secret_.size() &&
+         ::CRYPTO_memcmp(secret_.data(), other.secret_.data(), secret_.size()) == 0;
 }
 
 std::string describe_foreign_record(const std::vector<uint8_t>& sealed_or_plain) {

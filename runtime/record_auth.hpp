@@ -66,6 +66,9 @@ class RecordAuth {
   // Whether `token` was made by connection_token() with this secret (constant-time MAC check).
   bool check_connection_token(const Token& token) const;
 
+  // Whether `other` holds the same secret (constant time; neither secret leaves the objects).
+  bool same_secret(const RecordAuth& other) const;
+
  private:
   std::string secret_;  // never printed: not in what(), not in any message
 };

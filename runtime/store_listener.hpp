@@ -13,9 +13,10 @@
 // its own socket inside the TCPStore constructor, on the calling thread; a BindSteering alive on
 // that thread rewrites the wildcard address of the bind() calls made meanwhile to the chosen one
 // (lspawn_runtime defines bind(), runtime/socket_calls.hpp, which forwards to the system call;
-// with no BindSteering alive on the calling thread it changes nothing). This takes effect when lspawn_runtime is linked into
-// the executable (its bind() then comes first in symbol lookup), as in every lspawn program;
-// applied() says whether it did, and host_store() warns when it did not.
+// with no BindSteering alive on the calling thread it changes nothing). This takes effect when
+// lspawn_runtime is linked into the executable (its bind() then comes first in symbol lookup), as
+// in every lspawn program; interposed() and applied() say whether it did, and host_store() warns
+// when it did not.
 #pragma once
 
 #include <chrono>

@@ -88,4 +88,7 @@ TEST_CASE("record auth: a connection token checks with the same secret only", "[
     CHECK_FALSE(a.check_connection_token(tampered));
   }
   CHECK_FALSE(a.check_connection_token(RecordAuth::Token{}));
+  CHECK(a.same_secret(RecordAuth("secret-one-0123456789")));
+  CHECK_FALSE(a.same_secret(b));
+  CHECK_FALSE(a.same_secret(RecordAuth("secret-one-01234567890")));  // a longer one with the same start
 }
