@@ -383,15 +383,9 @@ TEST_CASE("fault matrix: garbage on gloo's listeners", "[fault-matrix]") {
   const int64_t t0 = now_us();
   Child c({lspawn_bin(), "--nprocs", "3", LSPAWN_RUNTIME_WORKER, "gloo-strangers"},
           {"LSPAWN_FAULT_TAG=" + tag, "LSPAWN_TEST_SYNC_DIR=" + sync.path});
-  std::set<uint16_t> known;
-  std::vector<pid_t> pids;
-  for (int r = 0; r < 3; ++r) {
-    REQUIRE(lspawn::test::wait_file(sync.path + "/ready-" + std::to_string(r), 90s));
-    const auto ready = lspawn::test::read_ready(sync.path + "/ready-" + std::to_string(r));
-    pids.push_back(ready.pid);
-    known.insert(ready.ports.begin(), ready.ports.end());
-  }
-  const auto late = lspawn::test::late_listeners(pids, known, 30s);
+  const auto ready = lspawn::test::wait_ready(sync.path, 3, 90s);
+  REQUIRE(ready.pids.size() == 3);
+  const auto late = lspawn::test::late_listeners(ready.pids, ready.known, 30s);
   REQUIRE(!late.empty());
   std::mt19937 rng(11);
   std::vector<int> held;
@@ -401,7 +395,7 @@ TEST_CASE("fault matrix: garbage on gloo's listeners", "[fault-matrix]") {
   }
   std::this_thread::sleep_for(300ms);
   lspawn::test::touch(sync.path + "/go-1");
-  for (int r = 0; r < 3; ++r) REQUIRE(lspawn::test::wait_file(sync.path + "/connected-" + std::to_string(r), 60s));
+  REQUIRE(lspawn::test::wait_all(sync.path, "connected-", 3, 60s));
   lspawn::test::touch(sync.path + "/go-2");
   const int status = c.wait(60s);
   for (int fd : held) ::close(fd);

@@ -1,7 +1,7 @@
-// Strangers on gloo's listeners (tests only): the test side of test_worker's gloo-strangers mode,
-// shared by the secured-rendezvous test and the fault matrix. The worker writes
-// $LSPAWN_TEST_SYNC_DIR/ready-<rank> ("<pid>" then the ports it listens on, one per line) before
-// it makes its second gloo group, and waits for go-1 / go-2 there (test_worker.cpp).
+// Strangers on gloo's listeners (tests only): both sides of test_worker's gloo-strangers mode,
+// used by the worker, the secured-rendezvous test and the fault matrix. The worker writes
+// $LSPAWN_TEST_SYNC_DIR/ready-<rank> (write_ready) before it makes its second gloo group, and
+// waits for go-1 / go-2 there (test_worker.cpp).
 #pragma once
 
 #include <sys/socket.h>
@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdint>
 #include <fstream>
 #include <random>
@@ -17,8 +18,8 @@
 #include <thread>
 #include <vector>
 
-#include "support/loopback.hpp"
 #include "tests/runtime/sockets.hpp"
+#include "tests/support/loopback.hpp"
 
 namespace lspawn::test {
 
@@ -33,21 +34,45 @@ inline bool wait_file(const std::string& path, std::chrono::milliseconds limit) 
 
 inline void touch(const std::string& path) { std::ofstream(path) << "\n"; }
 
-// A rank of a gloo-strangers job, from its ready file: its pid and what it listened on before
-// the second group (the store's and the world's gloo ports).
-struct ReadyRank {
-  pid_t pid = 0;
-  std::set<uint16_t> ports;
+// The worker's side: `path` gets this process's pid, then the ports it listens on, one per line
+// (written aside and renamed, so that a reader never sees half of it).
+inline void write_ready(const std::string& path) {
+  {
+    std::ofstream out(path + ".tmp");
+    out << ::getpid() << "\n";
+    for (const auto& l : tcp_listeners(::getpid())) out << l.port << "\n";
+  }
+  std::rename((path + ".tmp").c_str(), path.c_str());
+}
+
+// The test's side: the ranks of a gloo-strangers job once each has written dir/ready-<rank>;
+// their pids, and every port they listened on before the second group (the store's and the
+// world's gloo ports). Empty pids when some rank did not write it within `limit`.
+struct ReadyRanks {
+  std::vector<pid_t> pids;
+  std::set<uint16_t> known;
 };
 
-inline ReadyRank read_ready(const std::string& path) {
-  ReadyRank r;
-  std::ifstream in(path);
-  long pid = 0;
-  in >> pid;
-  r.pid = static_cast<pid_t>(pid);
-  for (unsigned port; in >> port;) r.ports.insert(static_cast<uint16_t>(port));
-  return r;
+inline ReadyRanks wait_ready(const std::string& dir, int n, std::chrono::milliseconds limit) {
+  ReadyRanks out;
+  for (int r = 0; r < n; ++r) {
+    const std::string path = dir + "/ready-" + std::to_string(r);
+    if (!wait_file(path, limit)) return {};
+    std::ifstream in(path);
+    long pid = 0;
+    in >> pid;
+    out.pids.push_back(static_cast<pid_t>(pid));
+    for (unsigned port; in >> port;) out.known.insert(static_cast<uint16_t>(port));
+  }
+  return out;
+}
+
+// Whether dir/<prefix><rank> appeared for every rank of `n` within `limit` each.
+inline bool wait_all(const std::string& dir, const std::string& prefix, int n, std::chrono::milliseconds limit) {
+  for (int r = 0; r < n; ++r) {
+    if (!wait_file(dir + "/" + prefix + std::to_string(r), limit)) return false;
+  }
+  return true;
 }
 
 // The ports `pid` listens on that are not in `known`.

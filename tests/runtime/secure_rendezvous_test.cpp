@@ -34,7 +34,6 @@ using lspawn::test::ReservedPort;
 using lspawn::test::TempDir;
 using lspawn::test::strangers;
 using lspawn::test::touch;
-using lspawn::test::wait_file;
 
 namespace {
 
@@ -293,22 +292,20 @@ TEST_CASE("secured rendezvous: strangers on gloo's listeners are refused and nam
     env["LSPAWN_TEST_SYNC_DIR"] = sync.path();
     ranks.emplace_back(worker("gloo-strangers"), env, dir.file("r" + std::to_string(r)));
   }
-  // What every rank listened on with the world group up (it writes them before the second
-  // group): the store's and the world's gloo ports. The second group's listeners are new.
-  std::set<uint16_t> known;
-  for (int r = 0; r < n; ++r) {
-    REQUIRE(wait_file(sync.file("ready-" + std::to_string(r)), 60s));
-    const auto ready = lspawn::test::read_ready(sync.file("ready-" + std::to_string(r)));
-    known.insert(ready.ports.begin(), ready.ports.end());
-  }
-  const auto late = lspawn::test::late_listeners({ranks[0].pid(), ranks[1].pid(), ranks[2].pid()}, known, 30s);
-  if (late.empty()) {
+  // Kills the ranks and shows what they said, when the job cannot go on.
+  auto stop_and_show = [&] {
     for (auto& c : ranks) {
       ::kill(c.pid(), SIGKILL);
       c.wait(10s);
       UNSCOPED_INFO(c.output());
     }
-  }
+  };
+  // What every rank listened on with the world group up (it writes them before the second
+  // group): the store's and the world's gloo ports. The second group's listeners are new.
+  const auto ready = lspawn::test::wait_ready(sync.path(), n, 60s);
+  REQUIRE(ready.pids.size() == static_cast<size_t>(n));
+  const auto late = lspawn::test::late_listeners(ready.pids, ready.known, 30s);
+  if (late.empty()) stop_and_show();
   REQUIRE(!late.empty());
   std::vector<int> held;
   bool silent = true;  // one silent stranger (it costs kGlooTokenWait)
@@ -322,19 +319,12 @@ TEST_CASE("secured rendezvous: strangers on gloo's listeners are refused and nam
   // The silent one is refused after kGlooTokenWait; the rest at once.
   std::this_thread::sleep_for(lspawn::kGlooTokenWait + 500ms);
   touch(sync.file("go-1"));
-  bool connected = true;
-  for (int r = 0; r < n && connected; ++r) connected = wait_file(sync.file("connected-" + std::to_string(r)), 60s);
-  if (!connected) {
-    for (auto& c : ranks) {
-      ::kill(c.pid(), SIGKILL);
-      c.wait(10s);
-      UNSCOPED_INFO(c.output());
-    }
-  }
+  const bool connected = lspawn::test::wait_all(sync.path(), "connected-", n, 60s);
+  if (!connected) stop_and_show();
   REQUIRE(connected);
   // Listeners still open with the group connected (2.x: the device's, for good): more strangers.
   for (auto& c : ranks) {
-    for (uint16_t port : lspawn::test::new_ports(c.pid(), known)) {
+    for (uint16_t port : lspawn::test::new_ports(c.pid(), ready.known)) {
       auto fds = strangers(port, rng, false, forged_bytes);
       held.insert(held.end(), fds.begin(), fds.end());
     }

@@ -25,7 +25,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -46,6 +45,7 @@
 #include "runtime/record_auth.hpp"
 #include "runtime/torch_compat.hpp"
 #include "runtime/rendezvous.hpp"
+#include "tests/runtime/gloo_strangers.hpp"
 #include "tests/runtime/sockets.hpp"
 
 namespace lspawn_test {
@@ -134,20 +134,11 @@ int do_collectives() {
   return bad ? 5 : 0;
 }
 
-// Waits (at most 60 s) for file `name` in $LSPAWN_TEST_SYNC_DIR; false when it never came.
-bool wait_for_file(const std::string& name) {
-  const std::string path = std::string(std::getenv("LSPAWN_TEST_SYNC_DIR")) + "/" + name;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (::access(path.c_str(), F_OK) != 0) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
-}
+// A file of the gloo-strangers job's sync directory ($LSPAWN_TEST_SYNC_DIR).
+std::string sync_file(const std::string& name) { return std::string(std::getenv("LSPAWN_TEST_SYNC_DIR")) + "/" + name; }
 
-void touch(const std::string& name) {
-  std::ofstream(std::string(std::getenv("LSPAWN_TEST_SYNC_DIR")) + "/" + name) << "\n";
-}
+// Waits (at most 60 s) for sync_file(name); false when it never came.
+bool wait_for_file(const std::string& name) { return lspawn::test::wait_file(sync_file(name), std::chrono::seconds(60)); }
 
 // A store that holds back the publication of gloo's pair addresses (1.13's connectFullMesh
 // writes them under the rank's number, after every rank's host name) until go-1: the other
@@ -166,14 +157,8 @@ class HoldStore final : public lspawn::compat::ForwardingStore<HoldStore> {
 int do_gloo_strangers() {
   auto w = lspawn::init_process_group();
   const int r = w.rank(), n = w.size();
-  {
-    // What this rank listens on before the second group: the store (rank 0), the world's gloo.
-    std::ofstream ready(std::string(std::getenv("LSPAWN_TEST_SYNC_DIR")) + "/ready-" + std::to_string(r) + ".tmp");
-    ready << ::getpid() << "\n";
-    for (const auto& l : lspawn::test::tcp_listeners(::getpid())) ready << l.port << "\n";
-  }
-  const std::string dir = std::getenv("LSPAWN_TEST_SYNC_DIR");
-  std::rename((dir + "/ready-" + std::to_string(r) + ".tmp").c_str(), (dir + "/ready-" + std::to_string(r)).c_str());
+  // What this rank listens on before the second group: the store (rank 0), the world's gloo.
+  lspawn::test::write_ready(sync_file("ready-" + std::to_string(r)));
   // A gloo process group made as lspawn makes its own (runtime/process_group.cpp), so that the
   // last rank can hold it back: the others wait in gloo's connectFullMesh, listening.
   c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::PrefixStore>("late", w.store);
@@ -192,7 +177,7 @@ int do_gloo_strangers() {
     if (!close_to(ts[0], n * (n + 1) / 2.0)) ++bad;
   };
   sum_on(*late);
-  touch("connected-" + std::to_string(r));
+  lspawn::test::touch(sync_file("connected-" + std::to_string(r)));
   if (!wait_for_file("go-2")) return 6;
   sum_on(*late);
   sum_on(*w.pg);
