@@ -261,7 +261,7 @@ int run(const CliOptions& o) {
     node::StackAskMsg ask;
     ask.restart_count = group->round();
     ask.ranks = ranks;
-    group->send_hang_message(node, "stacks?", ask);
+    group->send_hang_message(node, "stacks?", node::body_of(ask));
   };
   hopts.print = [](const std::string& text) {
     try {
@@ -314,12 +314,12 @@ int run(const CliOptions& o) {
           node::StacksMsg answer;
           answer.restart_count = round;
           answer.ranks = std::move(a);
-          group->send_hang_message(from, "stacks", answer);
+          group->send_hang_message(from, "stacks", node::body_of(answer));
         });
       } else if (m.type == "stacks") {
         hang_watch.add_remote_stacks(m.as<node::StacksMsg>().ranks);
       }
-    } catch (const nlohmann::json::exception& e) {
+    } catch (const node::BadMessage& e) {
       say("ignored a malformed '" + m.type + "' message from node " + std::to_string(from) + ": " + e.what());
     }
   };
@@ -328,7 +328,7 @@ int run(const CliOptions& o) {
   constexpr auto kStatusEvery = std::chrono::milliseconds(250);
   constexpr auto kStatusRefresh = std::chrono::milliseconds(1000);
   Clock::time_point next_status{}, status_sent{};
-  nlohmann::json last_status;
+  node::Body last_status;
   auto send_status = [&](int round) {
     if (!multi || group->coordinator()) return;
     const auto now = Clock::now();
@@ -338,7 +338,7 @@ int run(const CliOptions& o) {
     st.restart_count = round;
     st.ranks = hang_watch.collect_inputs(sup.results());
     for (auto& in : st.ranks) in.host = host;
-    nlohmann::json j = st;
+    node::Body j = node::body_of(st);
     if (j == last_status && now - status_sent < kStatusRefresh) return;
     group->send_hang_message(assign.coordinator, "status", j);
     last_status = std::move(j);

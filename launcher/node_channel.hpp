@@ -4,10 +4,15 @@
 // coordinator, node 0 in static mode) listens on the rendezvous endpoint, every other one
 // connects to it, and they exchange the small messages below over that TCP connection.
 //
-// Wire format: each message is a frame = 4-byte big-endian length + a CBOR object
-// {"t": type, "m": body} (nlohmann::json). A length above kMaxFrame closes the link before
-// anything is allocated; a frame that is not valid CBOR, or a body without its fields, also
-// closes it (Link::read throws LinkError).
+// Wire format: each message is a frame = 4-byte big-endian length + a CBOR map
+// {"t": type, "m": body}, the body a CBOR map from field name to value (unknown fields ignored,
+// missing ones take their defaults). A length above kMaxFrame closes the link before anything
+// is allocated; a frame that is not valid CBOR also closes it (Link::read throws LinkError); a
+// body of the wrong shape is a BadMessage when it is read (Message::as).
+//
+// The encoding (nlohmann::json) stays inside node_channel.cpp: this header names no JSON type,
+// so a target that includes it compiles the same whichever nlohmann, or none, its include path
+// finds (tests/headers checks every header for that).
 //
 // Messages (→ direction; every one carries what a peer needs, nothing refers to local state):
 //   member → coordinator  join      JoinMsg, first message of a member
@@ -38,8 +43,6 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "launcher/hang_report.hpp"
 #include "launcher/sys.hpp"
 
@@ -59,8 +62,6 @@ struct Cause {
   int64_t time_us = 0;          // wall clock when it failed (the earliest failure wins)
   std::string text;             // the report, lines starting "lspawn: ", ending with '\n'
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Cause, kind, restart_count, rank, node_rank, host,
-                                                exit_code, time_us, text)
 
 struct JoinMsg {
   int version = kProtocolVersion;
@@ -73,9 +74,6 @@ struct JoinMsg {
   std::string worker_addr;  // where this node's rank 0 would host the workers' store
   int worker_port = 0;      // a port reserved there; 0: none (cannot be node 0)
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(JoinMsg, version, host, node_rank, nnodes,
-                                                nproc_per_node, max_restarts, run_id, worker_addr,
-                                                worker_port)
 
 struct AssignMsg {
   int node_rank = 0;
@@ -88,43 +86,34 @@ struct AssignMsg {
   std::vector<std::string> hosts;  // by node rank
   int coordinator = 0;             // node rank of the coordinator
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AssignMsg, node_rank, nnodes, nproc_per_node,
-                                                max_restarts, run_id, master_addr, master_port,
-                                                hosts, coordinator)
 
 struct RejectMsg {
   std::string reason;
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RejectMsg, reason)
 
 struct FailedMsg {
   Cause cause;
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FailedMsg, cause)
 
 struct StopMsg {
   int restart_count = 0;
   Cause cause;
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StopMsg, restart_count, cause)
 
 struct DoneMsg {
   int restart_count = 0;
   bool failed = false;
   Cause cause;  // this node's settled root cause when failed
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DoneMsg, restart_count, failed, cause)
 
 struct BusyMsg {
   int64_t ms = 0;
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BusyMsg, ms)
 
 struct StartMsg {
   int restart_count = 0;
   Cause cause;  // the root cause of the attempt that failed
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StartMsg, restart_count, cause)
 
 struct FinishMsg {
   int exit_code = 0;
@@ -132,66 +121,63 @@ struct FinishMsg {
   int restart_count = 0;  // the last round
   Cause cause;
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FinishMsg, exit_code, failed, restart_count, cause)
 
 }  // namespace lspawn::node
 
-// std::optional as null or the value (nlohmann 3.11.2 has no serializer for it).
-namespace nlohmann {
-template <class T>
-struct adl_serializer<std::optional<T>> {
-  static void to_json(json& j, const std::optional<T>& v) { v ? j = *v : j = nullptr; }
-  static void from_json(const json& j, std::optional<T>& v) {
-    if (j.is_null()) v.reset();
-    else v = j.get<T>();
-  }
-};
-}  // namespace nlohmann
-
-// Status records, as sent between nodes (field names as keys; unknown ones ignored).
-namespace lspawn::status {
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(GroupView, name, group_rank, group_size, in_collective, seq, op,
-                                                bytes, since_us, completed_seq, completed_op, completed_us,
-                                                version)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankView, rank, pid, opened_us, stack_signal, groups,
-                                                groups_dropped, torn)
-}  // namespace lspawn::status
-namespace lspawn {
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankInput, rank, pid, host, exited, exit_text, started_us,
-                                                record, record_problem, stack, stack_problem)
-}  // namespace lspawn
 namespace lspawn::node {
 
 struct StatusMsg {
   int restart_count = 0;
   std::vector<RankInput> ranks;  // host set; no stacks
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StatusMsg, restart_count, ranks)
 
 struct StackAskMsg {
   int restart_count = 0;
   std::vector<int> ranks;  // global ranks of the receiving node
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StackAskMsg, restart_count, ranks)
 
 struct StacksMsg {
   int restart_count = 0;
   std::vector<RankInput> ranks;  // rank, stack or stack_problem
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StacksMsg, restart_count, ranks)
+
+// A message body as it travels: the CBOR of one of the message structs above.
+struct Body {
+  std::string cbor;
+  bool operator==(const Body& o) const { return cbor == o.cbor; }
+  bool operator!=(const Body& o) const { return cbor != o.cbor; }
+};
+
+// "hb": a heartbeat has no fields.
+struct Heartbeat {};
+
+// The body of `msg`, one of the message structs above (JoinMsg … StacksMsg, Heartbeat).
+template <class T>
+Body body_of(const T& msg);
+
+// A body that is not the message its type names (a field of the wrong type or shape). The
+// text names the message type and the field problem.
+class BadMessage : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 // One decoded frame: its type and body.
 struct Message {
   std::string type;
-  nlohmann::json body;
+  Body body;
+  // The body as T (one of the message structs above); a missing field takes its default.
+  // Throws BadMessage.
   template <class T>
-  T as() const {
-    return body.get<T>();
-  }
+  T as() const;
 };
 
-// The frame of `type` with `body` (length prefix included).
-std::string encode(const std::string& type, const nlohmann::json& body);
+// The frame of `type` with `body` (length prefix included). Throws LinkError above kMaxFrame.
+std::string encode(const std::string& type, const Body& body);
+template <class T>
+std::string encode(const std::string& type, const T& msg) {
+  return encode(type, body_of(msg));
+}
 
 // A broken or misbehaving link: EOF, a socket error, a bad frame, a heartbeat timeout.
 class LinkError : public std::runtime_error {
@@ -210,7 +196,11 @@ class Link {
 
   // Queues a frame and sends what the socket takes now. Throws LinkError when the connection
   // is broken.
-  void send(const std::string& type, const nlohmann::json& body);
+  void send(const std::string& type, const Body& body);
+  template <class T>
+  void send(const std::string& type, const T& msg) {
+    send(type, body_of(msg));
+  }
   // Sends what is queued (after a partial write). Throws LinkError.
   void flush();
   bool pending() const { return !out_.empty(); }

@@ -220,7 +220,7 @@ std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd li
         if (why.rfind("bad frame", 0) == 0 || why.rfind("connection closed inside a frame", 0) == 0) {
           g->info("rendezvous on " + ep + ": rejected connection from " + p.endpoint + ": " + e.what());
         }
-      } catch (const nlohmann::json::exception& e) {
+      } catch (const BadMessage& e) {
         // A frame of ours with a body that is no join message: a stranger (or a broken lspawn)
         // is turned away; the nodes that did join are not.
         drop = true;
@@ -385,7 +385,7 @@ std::unique_ptr<Group> Group::form_member(const GroupOptions& o) {
   } catch (const LinkError& e) {
     throw RendezvousError("rendezvous on " + ep + ": lost the connection to the coordinator (" +
                           e.what() + ")");
-  } catch (const nlohmann::json::exception& e) {
+  } catch (const BadMessage& e) {
     throw RendezvousError("rendezvous on " + ep + ": bad message from the coordinator: " + e.what());
   }
   if (g->assign_.node_rank == 0 && own_port) g->master_port_.emplace(std::move(*own_port));
@@ -424,7 +424,7 @@ void Group::on_readable(int fd) {
       }
     } catch (const LinkError& e) {
       lost(*n, e.what());
-    } catch (const nlohmann::json::exception& e) {
+    } catch (const BadMessage& e) {
       lost(*n, std::string("bad message: ") + e.what());
     }
     return;
@@ -510,7 +510,7 @@ void Group::lost(Node& n, const std::string& why) {
   }
 }
 
-void Group::send_hang_message(int node_rank, const std::string& type, const nlohmann::json& body) {
+void Group::send_hang_message(int node_rank, const std::string& type, const Body& body) {
   for (auto& n : nodes_) {
     if (n->node_rank != node_rank || !n->link) continue;
     try {
@@ -522,7 +522,7 @@ void Group::send_hang_message(int node_rank, const std::string& type, const nloh
   }
 }
 
-void Group::broadcast(const std::string& type, const nlohmann::json& body) {
+void Group::broadcast(const std::string& type, const Body& body) {
   for (auto& n : nodes_) {
     if (!n->link) continue;
     try {
@@ -543,7 +543,7 @@ void Group::coordinator_failure(const Cause& c) {
   StopMsg s;
   s.restart_count = round_;
   s.cause = c;
-  broadcast("stop", s);
+  broadcast("stop", body_of(s));
 }
 
 void Group::local_failure(const Cause& c) {
@@ -635,12 +635,12 @@ void Group::maybe_decide() {
       StartMsg st;
       st.restart_count = round_;
       st.cause = f.cause;
-      broadcast("start", st);
+      broadcast("start", body_of(st));
       return;
     }
   }
   finish_ = f;
-  broadcast("finish", f);
+  broadcast("finish", body_of(f));
 }
 
 std::optional<int> Group::take_start() {
@@ -659,7 +659,7 @@ void Group::tick() {
     }
     try {
       if (now - n->link->last_out() >= heartbeat_interval()) {
-        n->link->send("hb", nlohmann::json::object());
+        n->link->send("hb", Heartbeat{});
       } else if (n->link->pending()) {
         n->link->flush();
       }

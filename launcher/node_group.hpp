@@ -108,7 +108,7 @@ class Group {
   void announce_busy(std::chrono::milliseconds limit);
   // Hang diagnosis across nodes: sends a message to node `node_rank` (a member: only the
   // coordinator's node is reachable). To a lost or unknown node: dropped.
-  void send_hang_message(int node_rank, const std::string& type, const nlohmann::json& body);
+  void send_hang_message(int node_rank, const std::string& type, const Body& body);
   // Before exiting: gives the messages still queued up to `limit` to leave.
   void flush_for(std::chrono::milliseconds limit);
 
@@ -123,7 +123,7 @@ class Group {
   void coordinator_failure(const Cause& c);
   void node_done(int node_rank, bool failed, const Cause& c);
   void maybe_decide();
-  void broadcast(const std::string& type, const nlohmann::json& body);
+  void broadcast(const std::string& type, const Body& body);
   void info(const std::string& line) const;
   std::chrono::milliseconds heartbeat_interval() const;
 

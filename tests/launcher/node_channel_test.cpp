@@ -4,12 +4,20 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include "launcher/node_channel.hpp"
 
 using namespace lspawn;
 using namespace lspawn::node;
 
 namespace {
+
+// A body crafted as a stranger would: any JSON, as CBOR.
+Body cbor_body(const nlohmann::json& j) {
+  const auto cbor = nlohmann::json::to_cbor(j);
+  return Body{std::string(cbor.begin(), cbor.end())};
+}
 
 // Two connected ends: a Link on one, a raw fd on the other.
 struct Pair {
@@ -42,7 +50,7 @@ TEST_CASE("node channel: messages round-trip, also split across reads", "[node_c
   c.exit_code = 7;
   c.time_us = 123456789;
   c.text = "lspawn: root cause: process 3 terminated with exit code 7\n";
-  const std::string frame = encode("failed", FailedMsg{c}) + encode("hb", nlohmann::json::object());
+  const std::string frame = encode("failed", FailedMsg{c}) + encode("hb", Heartbeat{});
   p.put(frame.substr(0, 5));
   CHECK(p.link->read().empty());  // an incomplete frame waits
   p.put(frame.substr(5));
@@ -78,10 +86,11 @@ TEST_CASE("node channel: a frame that is not CBOR, or lacks the envelope, closes
   }
 }
 
-TEST_CASE("node channel: a body without its fields is a json error, a missing field takes its default", "[node_channel]") {
-  Message m{"assign", nlohmann::json{{"node_rank", "one"}}};
-  CHECK_THROWS_AS(m.as<AssignMsg>(), nlohmann::json::exception);
-  Message d{"done", nlohmann::json::object()};
+TEST_CASE("node channel: a body of the wrong shape is a BadMessage naming it, a missing field takes its default", "[node_channel]") {
+  Message m{"assign", cbor_body(nlohmann::json{{"node_rank", "one"}})};
+  CHECK_THROWS_AS(m.as<AssignMsg>(), BadMessage);
+  CHECK_THROWS_WITH(m.as<AssignMsg>(), Catch::Contains("body of 'assign'") && Catch::Contains("number"));
+  Message d{"done", cbor_body(nlohmann::json::object())};
   CHECK(d.as<DoneMsg>().failed == false);
 }
 
@@ -101,7 +110,7 @@ TEST_CASE("node channel: the messages before EOF are delivered, then the EOF", "
 TEST_CASE("node channel: sending to a closed peer is a LinkError", "[node_channel]") {
   Pair p;
   p.raw.reset();
-  CHECK_THROWS_AS(p.link->send("hb", nlohmann::json::object()), LinkError);
+  CHECK_THROWS_AS(p.link->send("hb", Heartbeat{}), LinkError);
 }
 
 TEST_CASE("node channel: a node's status records round-trip (hang diagnosis across nodes)", "[node_channel]") {
@@ -148,9 +157,9 @@ TEST_CASE("node channel: a node's status records round-trip (hang diagnosis acro
   CHECK(got.ranks[0].record->groups.at(0).version == 99);
   CHECK_FALSE(got.ranks[1].record.has_value());
   CHECK(got.ranks[1].exited);
-  // A record of the wrong shape is a json error (the launcher ignores the message, naming it).
-  p.put(encode("status", nlohmann::json{{"restart_count", 0}, {"ranks", {{{"record", "not an object"}}}}}));
+  // A record of the wrong shape is a BadMessage (the launcher ignores the message, naming it).
+  p.put(encode("status", cbor_body(nlohmann::json{{"restart_count", 0}, {"ranks", {{{"record", "not an object"}}}}})));
   msgs = p.link->read();
   REQUIRE(msgs.size() == 1);
-  CHECK_THROWS_AS(msgs[0].as<StatusMsg>(), nlohmann::json::exception);
+  CHECK_THROWS_AS(msgs[0].as<StatusMsg>(), BadMessage);
 }
