@@ -81,14 +81,30 @@ TEST_CASE("a rank throwing inside training_step stops the run with that rank nam
   CHECK(seconds < 30);
 }
 
-TEST_CASE("DDPSpawn: the caller gets rank 0's weights, metrics and checkpoint (fork and spawn)", "[strategies][spawn]") {
-  for (const char* start : {"fork", "spawn"}) {
+namespace {
+// Whether this machine has an NVIDIA GPU (its driver's device nodes), without loading CUDA.
+bool machine_has_nvidia_gpu() { return ::access("/dev/nvidia0", F_OK) == 0 || ::access("/dev/nvidiactl", F_OK) == 0; }
+
+// StartMethod::Fork where the worker process allows it (one thread): on a machine without a GPU
+// that must be fork; on one with a GPU, CUDA's thread makes it spawn (Fork's refusal is right).
+void check_start_chosen(const std::string& output) {
+  if (machine_has_nvidia_gpu()) {
+    CHECK_THAT(output, Contains("start method chosen: "));
+  } else {
+    CHECK_THAT(output, Contains("start method chosen: fork (1 thread)"));
+  }
+}
+}  // namespace
+
+TEST_CASE("DDPSpawn: the caller gets rank 0's weights, metrics and checkpoint (fork where allowed, and spawn)", "[strategies][spawn]") {
+  for (const char* start : {"fork-if-allowed", "spawn"}) {
     TempDir dir;
     auto r = run_ranks(1, "spawn", "gloo",
                        {{"LSPAWN_TEST_STRATEGY", "ddp"}, {"LSPAWN_TEST_START", start}, {"LSPAWN_TEST_NPROCS", "2"},
                         {"LSPAWN_TEST_DIR", dir.path()}},
                        90s);
     require_all_ok(r);
+    if (std::string(start) == "fork-if-allowed") check_start_chosen(r.ranks[0].output);
   }
 }
 
@@ -96,10 +112,11 @@ TEST_CASE("DDPSpawn and XLASpawn with 4 workers equal one process", "[strategies
   for (const char* kind : {"ddp", "xla"}) {
     TempDir dir;
     auto r = run_ranks(1, "spawn", "gloo",
-                       {{"LSPAWN_TEST_STRATEGY", kind}, {"LSPAWN_TEST_START", "fork"}, {"LSPAWN_TEST_NPROCS", "4"},
+                       {{"LSPAWN_TEST_STRATEGY", kind}, {"LSPAWN_TEST_START", "fork-if-allowed"}, {"LSPAWN_TEST_NPROCS", "4"},
                         {"LSPAWN_TEST_DIR", dir.path()}},
                        90s);
     require_all_ok(r);
+    check_start_chosen(r.ranks[0].output);
   }
 }
 

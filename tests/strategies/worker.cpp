@@ -5,9 +5,10 @@
 //   lspawn_strategies_test_worker <scenario> <backend gloo|shm>
 //   scenarios: equiv, nosync, bucket_view, calls, checkpoint, throw, spawn
 //   env: LSPAWN_TEST_STRATEGY (ddp | ddp_hook | ddp_unused | xla), LSPAWN_TEST_DIR, LSPAWN_TEST_THROW_RANK,
-//        LSPAWN_TEST_START (fork | spawn | forkserver), LSPAWN_TEST_NPROCS
+//        LSPAWN_TEST_START (fork | spawn | forkserver | fork-if-allowed), LSPAWN_TEST_NPROCS
 // Exit status: 0 all checks passed; 1 a check failed; 5 an exception. Prints "rank R: ..." lines.
 #include "collectives/group.hpp"
+#include "launcher/spawn/threads.hpp"
 #include "runtime/error_report.hpp"
 #include "strategies/ddp.hpp"
 #include "strategies/spawn_strategies.hpp"
@@ -398,7 +399,15 @@ int throw_scenario() {
 // DDPSpawn / XLASpawn from this process; compared with one process on the concatenated batches.
 int spawn_scenario() {
   const std::string kind = env_str("LSPAWN_TEST_STRATEGY", "ddp");
-  const std::string start = env_str("LSPAWN_TEST_START", "fork");
+  std::string start = env_str("LSPAWN_TEST_START", "fork");
+  if (start == "fork-if-allowed") {
+    // StartMethod::Fork refuses a process that runs threads, and rightly: on a machine with a
+    // GPU this process runs CUDA's. Fork where this process allows it, else spawn; the test
+    // checks which was chosen, and why.
+    const int threads = lspawn::count_threads();
+    start = threads == 1 ? "fork" : "spawn";
+    std::printf("start method chosen: %s (%d thread%s)\n", start.c_str(), threads, threads == 1 ? "" : "s");
+  }
   const int n = env_int("LSPAWN_TEST_NPROCS", 2);
   const std::string dir = env_str("LSPAWN_TEST_DIR");
   const int64_t B = 4, K = 5;
