@@ -12,8 +12,14 @@
 # built against (the toolkit's NCCL, older, is what lspawn compiles against). Python's pure
 # dependencies (sympy, jinja2, …) are installed too, for the interop tests (torchrun, scripts).
 #
+# Lightning (for the Python jobs of bench/launch/python_jobs.py and the Lightning interop checks)
+# goes in with --no-deps as well, with its pure dependencies named here: its own requirements
+# would let pip replace torch or pull nvidia wheels. Not installed: pytorch-lightning (the same
+# code under the old name; `import lightning` does not need it) and fsspec's [http] extra
+# (aiohttp, for remote checkpoints). Its own stamp, so a venv made before it only gains it.
+#
 # Environment: LSPAWN_TORCH2_VENV (default: <repo>/.deps/torch2), LSPAWN_TORCH2_VERSION (2.15.0),
-# PYTHON (default: python3).
+# PYTHON (default: python3), LSPAWN_LIGHTNING_VERSION (2.6.6).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${LSPAWN_TORCH2_VENV:-$root/.deps/torch2}
@@ -22,16 +28,36 @@ py=${PYTHON:-python3}
 # Versions that torch 2.15.0's wheel names in its Requires-Dist (pinned there too).
 nvidia=(nvidia-cusparselt-cu13==0.8.1 nvidia-nvshmem-cu13==3.7.2 nvidia-nccl-cu13==2.30.7 nvidia-cufile)
 pure=(filelock "typing-extensions>=4.13.0" sympy networkx jinja2 fsspec numpy)
+lightning_version=${LSPAWN_LIGHTNING_VERSION:-2.6.6}
+# lightning's Requires-Dist less torch, pytorch-lightning and fsspec's [http] extra (see above).
+lightning=("lightning==$lightning_version" "lightning-utilities>=0.10.0,<2" "torchmetrics>0.7.0,<3"
+           "PyYAML>5.4,<8" "tqdm>=4.57.0,<6" "packaging>=23.0,<27")
 
 stamp=$venv/.lspawn-torch2-$version
-if [[ -f $stamp ]]; then
+lightning_stamp=$venv/.lspawn-lightning-$lightning_version
+if [[ -f $stamp && -f $lightning_stamp ]]; then
   echo "$venv"
   exit 0
 fi
 log() { echo "setup-torch2: $*" >&2; }
 start=$SECONDS
-"$py" -m venv "$venv" >&2
 pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
+install_lightning() {
+  log "installing lightning==$lightning_version and its pure dependencies (--no-deps: torch stays $version)"
+  "${pip[@]}" install --no-deps --no-compile "${lightning[@]}" >&2
+  if ! "$venv/bin/python" -c 'import lightning' >&2; then
+    log "import lightning failed in $venv after the install (its error is above)"
+    exit 1
+  fi
+  touch "$lightning_stamp"
+}
+if [[ -f $stamp ]]; then  # torch is there: a venv from before the Lightning step
+  install_lightning
+  log "done in $((SECONDS - start)) s"
+  echo "$venv"
+  exit 0
+fi
+"$py" -m venv "$venv" >&2
 log "installing torch==$version (no CUDA dependencies) + ${#nvidia[@]} CUDA runtime wheels into $venv"
 "${pip[@]}" install --no-deps --no-compile "torch==$version" "${nvidia[@]}" >&2
 "${pip[@]}" install --no-compile "${pure[@]}" >&2
@@ -40,5 +66,6 @@ site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["pur
 ln -sfn "$site/torch" "$venv/torch"
 ln -sfn "$site/nvidia" "$venv/nvidia"
 touch "$stamp"
+install_lightning
 log "done in $((SECONDS - start)) s ($(du -sh "$venv" | cut -f1))"
 echo "$venv"
