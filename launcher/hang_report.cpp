@@ -10,6 +10,8 @@
 
 #include <cxxabi.h>
 
+#include "status/stack_dump.hpp"
+
 namespace lspawn {
 namespace {
 
@@ -212,7 +214,11 @@ std::string format_hang_report(const std::string& headline, const HangAnalysis& 
   for (int rank : a.lagging) {
     for (const auto& r : ranks) {
       if (r.rank != rank) continue;
-      if (!r.stack.empty()) {
+      if (!r.stack.empty() && r.stack.front() == status::kPythonStackHead) {
+        os << "lspawn:   main thread of rank " << rank << " (pid " << r.pid << where(r)
+           << "), Python, most recent call last:\n";
+        for (std::size_t i = 1; i < r.stack.size(); ++i) os << "lspawn:   " << r.stack[i] << "\n";
+      } else if (!r.stack.empty()) {
         os << "lspawn:   main thread of rank " << rank << " (pid " << r.pid << where(r) << "):\n";
         int i = 0;
         for (const auto& f : r.stack) os << "lspawn:     #" << i++ << " " << demangle_frame(f) << "\n";

@@ -1,0 +1,411 @@
+"""Hang diagnosis for Python workers: the Python side of lspawn's live hang report.
+
+lspawn's launcher reads, while a job runs, one status record per rank (`$LSPAWN_STATUS_DIR/rank-<R>.status`,
+status/layout.hpp) and on `--hang-timeout`, SIGURG or `lspawn status PID` says which ranks wait in which
+collective and which are behind, with the stacks of the ranks behind (docs/hang-diagnosis.md). A C++ worker's
+collectives write that record themselves; a Python worker's collectives are torch's, so this module writes it
+for them:
+
+    import lspawn_hang
+    lspawn_hang.install()          # once per worker process, as early as possible (see below)
+
+- **which collective**: from torch's Flight Recorder, which records every collective of every process group
+  (gloo natively in torch >= 2.7, on by default with 2000 entries; NCCL too). A thread of this module reads
+  its per-group status (last enqueued / last completed collective: ~0.15 ms) every 0.2 s and mirrors it into
+  the record: group `world` (the default group) or `pg<name>`, sequence number, in a collective or not; when
+  a state has held for one more poll (a wait, or a rank that stopped calling collectives) it reads the whole
+  buffer once (20-45 ms for 2000 entries) for the op's name, payload and start time. So the record lags torch
+  by up to ~0.4 s, and a busy job costs one cheap read per 0.2 s. Without a Flight Recorder (torch 1.x) the
+  record has no groups: no collective is named and the watchdog, which needs a rank inside a collective,
+  never fires; the stacks on request still work.
+- **the Python stack**: the record announces SIGURG as its stack signal; the same thread waits for it
+  (`signal.sigtimedwait`: SIGURG is blocked in the calling thread, and so in every thread it starts later) and
+  writes the main thread's Python stack (`sys._current_frames()`, most recent call last) to
+  `rank-<R>.stack`, atomically (temp + rename), in the format the launcher reads (status/stack_dump.hpp). The
+  main thread is never interrupted: a rank sleeping or blocked in a C++ collective (which releases the GIL)
+  answers at once. Fatal signals (SIGSEGV, SIGABRT, ...) print every thread's Python stack to stderr
+  (`faulthandler.enable()`), so they reach the launcher's log with the rank's prefix.
+
+Where it runs:
+- `lspawn --preload torch[,...] python3 train.py`: the preload bootstrap calls install() in each worker after
+  the fork, before the script.
+- `lspawn python3 train.py` (exec): nothing of lspawn runs inside a plain `python3 train.py`, so its ranks have
+  no record ("has no status record" in a report). `lspawn ... python3 -m lspawn_hang train.py ARGS` (with this
+  directory on PYTHONPATH) runs install() and then the script as `__main__`, unchanged (as `python -m
+  cProfile` does); or the script calls install() itself.
+
+Outside lspawn (no LSPAWN_STATUS_DIR or RANK) install() does nothing and returns False.
+"""
+import mmap
+import os
+import signal
+import struct
+import sys
+import threading
+import time
+import traceback
+
+__all__ = ["install", "installed"]
+
+# status/layout.hpp, kVersion 1: FileHeader (88 bytes), then kMaxGroups GroupSlots (176 bytes each).
+_MAGIC = b"LSPSTAT\0"
+_VERSION = 1
+_HEADER_BYTES = 88
+_SLOT_BYTES = 176
+_MAX_GROUPS = 32
+_FILE_BYTES = _HEADER_BYTES + _MAX_GROUPS * _SLOT_BYTES
+_NAME_BYTES = 64
+_OP_BYTES = 24
+# FileHeader byte offsets.
+_H_STACK_SIGNAL = 40
+_H_GROUPS = 44
+# GroupSlot byte offsets.
+_S_GROUP_RANK = 64
+_S_GROUP_SIZE = 68
+_S_VERSION = 72
+_S_STATE = 80
+_S_SEQ = 88
+_S_OP = 96
+_S_BYTES = 120
+_S_SINCE = 128
+_S_COMPLETED_SEQ = 136
+_S_COMPLETED_OP = 144
+_S_COMPLETED_US = 168
+_IDLE, _IN_COLLECTIVE = 0, 1
+
+STACK_SIGNAL = signal.SIGURG
+# The first line after "pid N python" in a stack file: tells the launcher's report that the lines are a
+# Python traceback (status/stack_dump.hpp: kPythonStackHead).
+PYTHON_STACK_HEAD = "Python main thread (most recent call last):"
+STACK_END = "-- end of stack --"
+POLL_S = 0.2
+
+_DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
+                "Byte": 1, "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16}
+
+_installed = None  # the _Watch of this process
+
+
+def _now_us():
+    return time.time_ns() // 1000
+
+
+class _Record:
+    """The rank's status record, created and written as status/recorder.cpp does: one writer (the watch
+    thread), every mutable slot field inside a seqlock write section (version odd, fields, version even).
+    Each field is one aligned store through a memoryview (x86 keeps stores in program order)."""
+
+    def __init__(self, directory, rank):
+        self.path = os.path.join(directory, "rank-%d.status" % rank)
+        tmp = "%s.tmp.%d" % (self.path, os.getpid())
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            os.ftruncate(fd, _FILE_BYTES)
+            self._map = mmap.mmap(fd, _FILE_BYTES, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        finally:
+            os.close(fd)
+        m = self._map
+        struct.pack_into("<8sIIIIiiq", m, 0, _MAGIC, _VERSION, _HEADER_BYTES, _SLOT_BYTES, _MAX_GROUPS, rank,
+                         os.getpid(), _now_us())
+        self._u32 = memoryview(m).cast("I")
+        self._u64 = memoryview(m).cast("Q")
+        self._i64 = memoryview(m).cast("q")
+        os.rename(tmp, self.path)  # publishes the initialised file
+        self._groups = 0
+
+    def set_stack_signal(self, sig):
+        self._u32[_H_STACK_SIGNAL // 4] = int(sig)
+
+    def add_group(self, name, group_rank, group_size):
+        """Claims a slot; its index, or None when the slots ran out."""
+        if self._groups >= _MAX_GROUPS:
+            return None
+        i = self._groups
+        base = _HEADER_BYTES + i * _SLOT_BYTES
+        raw = name.encode()[:_NAME_BYTES - 1]
+        self._map[base:base + _NAME_BYTES] = raw + b"\0" * (_NAME_BYTES - len(raw))
+        struct.pack_into("<ii", self._map, base + _S_GROUP_RANK, group_rank, group_size)
+        self._i64[(base + _S_SINCE) // 8] = _now_us()
+        self._groups = i + 1
+        self._u32[_H_GROUPS // 4] = self._groups  # after the name: a reader sees the slot named
+        return i
+
+    def write(self, i, in_collective, seq, op, nbytes, since_us, completed_seq, completed_op, completed_us):
+        """One seqlock write section setting every mutable field of slot i."""
+        base = _HEADER_BYTES + i * _SLOT_BYTES
+        v = self._u64[(base + _S_VERSION) // 8]
+        self._u64[(base + _S_VERSION) // 8] = v + 1
+        self._u32[(base + _S_STATE) // 4] = _IN_COLLECTIVE if in_collective else _IDLE
+        self._u64[(base + _S_SEQ) // 8] = seq
+        self._put_name(base + _S_OP, op)
+        self._u64[(base + _S_BYTES) // 8] = nbytes
+        self._i64[(base + _S_SINCE) // 8] = since_us
+        self._u64[(base + _S_COMPLETED_SEQ) // 8] = completed_seq
+        self._put_name(base + _S_COMPLETED_OP, completed_op)
+        self._i64[(base + _S_COMPLETED_US) // 8] = completed_us
+        self._u64[(base + _S_VERSION) // 8] = v + 2
+
+    def _put_name(self, offset, name):
+        raw = name.encode()[:_OP_BYTES - 1]
+        raw += b"\0" * (_OP_BYTES - len(raw))
+        for w in range(_OP_BYTES // 8):
+            self._u64[offset // 8 + w] = int.from_bytes(raw[8 * w:8 * w + 8], "little")
+
+
+class _Slot:
+    """What this rank's record says of one process group, and what the Flight Recorder said last."""
+
+    def __init__(self, index):
+        self.index = index
+        self.written = None   # (enqueued, completed, names resolved) as written
+        self.names = {}       # seq -> (op, bytes, started_us), from full reads
+        self.since_us = 0
+        self.completed_us = 0
+
+
+class _Watch:
+    def __init__(self, record, directory, rank):
+        self.record = record
+        self.stack_path = os.path.join(directory, "rank-%d.stack" % rank)
+        self.main_ident = threading.main_thread().ident
+        self.slots = {}         # pg name -> _Slot
+        self.last_seen = None   # the Flight Recorder's status at the previous poll
+        self.settled = 0        # polls it has not changed for
+        self.backends = self._backends()
+        self.thread = threading.Thread(target=self._run, name="lspawn-hang-watch", daemon=True)
+
+    # -- the Flight Recorder ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _backends():
+        try:
+            from torch._C import _distributed_c10d as c10d
+        except Exception:
+            return []
+        if not hasattr(c10d, "_dump_fr_trace_json"):
+            return []  # no Flight Recorder in this torch: no collectives named
+        return ["gloo", "nccl"]
+
+    def _dump(self, backend, entries):
+        import json
+        from torch._C import _distributed_c10d as c10d
+        return json.loads(c10d._dump_fr_trace_json(includeCollectives=entries, backend=backend))
+
+    def _status(self):
+        """{pg name: (last enqueued, last completed)} over every backend that answers."""
+        out = {}
+        for b in list(self.backends):
+            try:
+                d = self._dump(b, False)
+            except Exception:
+                self.backends.remove(b)  # not built in, or no such backend here: never asked again
+                continue
+            for name, s in (d.get("pg_status") or {}).items():
+                e = int(s.get("last_enqueued_collective", -1))
+                c = int(s.get("last_completed_collective", -1))
+                pe, pc = out.get(name, (-1, -1))
+                out[name] = (max(e, pe), max(c, pc))
+        return out
+
+    def _resolve(self, wanted):
+        """Op name, payload and start of the collectives `wanted` ({pg name: set of seqs}) from one full read."""
+        for b in list(self.backends):
+            try:
+                d = self._dump(b, True)
+            except Exception:
+                continue
+            for e in d.get("entries") or []:
+                pg = e.get("process_group") or ["", ""]
+                seq = e.get("collective_seq_id", 0)
+                if pg[0] not in wanted or seq not in wanted[pg[0]] or e.get("is_p2p"):
+                    continue
+                op = str(e.get("profiling_name", "collective")).split(":", 1)[-1]
+                nbytes = 0
+                for size, dtype in zip(e.get("input_sizes") or [], e.get("input_dtypes") or []):
+                    n = 1
+                    for d_ in size:
+                        n *= d_
+                    nbytes += n * _DTYPE_BYTES.get(dtype, 4)
+                started = int(e.get("time_created_ns", 0)) // 1000
+                self.slots[pg[0]].names[seq] = (op, nbytes, started)
+
+    def _group_of(self, pg_name):
+        """(slot name, this rank's rank in it, its size) of torch's process group `pg_name`."""
+        try:
+            import torch.distributed.distributed_c10d as c10d
+            world = c10d._world
+            for pg, name in list(world.pg_names.items()):
+                if name != pg_name:
+                    continue
+                ranks = world.pg_group_ranks.get(pg, {})
+                me = ranks.get(int(os.environ["RANK"]), 0)
+                label = "world" if pg is world.default_pg else "pg" + name
+                return label, me, len(ranks) or pg.size()
+        except Exception:
+            pass
+        return "pg" + pg_name, 0, 0
+
+    def poll(self):
+        status = self._status()
+        if status != self.last_seen:
+            self.last_seen = status
+            self.settled = 0
+        else:
+            self.settled += 1
+        now = _now_us()
+        if self.settled == 1:  # held for a poll: name its ops (one full read), once per state
+            wanted = {}
+            for name, (e, c) in status.items():
+                slot = self.slots.get(name)
+                need = {s for s in (e, c) if s > 0 and (slot is None or s not in slot.names)}
+                if need:
+                    wanted[name] = need
+            if wanted:
+                for name in wanted:
+                    if name not in self.slots:
+                        self._add(name)
+                if any(name in self.slots for name in wanted):
+                    self._resolve({k: v for k, v in wanted.items() if k in self.slots})
+        for name, (e, c) in status.items():
+            if e <= 0 and c <= 0:
+                continue
+            slot = self.slots.get(name) or self._add(name)
+            if slot is None:
+                continue
+            resolved = all(s <= 0 or s in slot.names for s in (e, c))
+            state = (e, c, resolved)
+            if state == slot.written:
+                continue
+            if slot.written is None or slot.written[:2] != (e, c):
+                slot.since_us = now
+                if slot.written is None or slot.written[1] != c:
+                    slot.completed_us = now
+            op, nbytes, started = slot.names.get(e, ("collective", 0, slot.since_us))
+            cop = slot.names.get(c, ("collective", 0, 0))[0]
+            inside = e > c
+            self.record.write(slot.index, inside, max(e, 0), op, nbytes, started if inside else slot.since_us,
+                              max(c, 0), cop if c > 0 else "", slot.completed_us)
+            slot.written = state
+            # Names of ops long gone are not needed again.
+            for s in [s for s in slot.names if s < c]:
+                del slot.names[s]
+
+    def _add(self, pg_name):
+        label, group_rank, size = self._group_of(pg_name)
+        i = self.record.add_group(label, group_rank, size)
+        if i is None:
+            return None
+        slot = _Slot(i)
+        self.slots[pg_name] = slot
+        return slot
+
+    # -- the stack --------------------------------------------------------------------------------------------
+
+    def write_stack(self):
+        frame = sys._current_frames().get(self.main_ident)
+        lines = ["pid %d python" % os.getpid(), PYTHON_STACK_HEAD]
+        if frame is None:
+            lines.append("  (the main thread has no Python frame)")
+        else:
+            frames = traceback.extract_stack(frame)
+            # python -m lspawn_hang: the runner's own frames (runpy, this file) above the script's are noise.
+            while len(frames) > 1 and (frames[0].filename in (__file__, "<frozen runpy>")
+                                       or frames[0].filename.endswith("runpy.py")):
+                frames = frames[1:]
+            for entry in traceback.format_list(frames):
+                lines.extend(entry.rstrip("\n").split("\n"))
+        lines.append(STACK_END)
+        tmp = self.stack_path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        os.rename(tmp, self.stack_path)
+
+    def _run(self):
+        deadline = time.monotonic() + POLL_S
+        while True:
+            try:
+                got = signal.sigtimedwait([STACK_SIGNAL], max(0.0, deadline - time.monotonic()))
+                if got is not None:
+                    self.write_stack()
+                    continue
+                deadline = time.monotonic() + POLL_S
+                if self.backends:
+                    self.poll()
+            except Exception as e:  # never take the worker down; say it once and stop recording
+                print("lspawn: rank %s: hang diagnosis stopped: %s: %s" % (os.environ.get("RANK", "?"),
+                      type(e).__name__, e), file=sys.stderr, flush=True)
+                return
+
+
+def install():
+    """Starts this process's record and its watch thread, once. Returns True when recording (under lspawn:
+    LSPAWN_STATUS_DIR and RANK set), False otherwise. Call it before other threads start (they must
+    inherit SIGURG blocked) and, for the collectives to be named, before init_process_group() is fine
+    (the watch finds the groups as they appear)."""
+    global _installed
+    if _installed is not None and _installed.pid == os.getpid():
+        return True
+    directory = os.environ.get("LSPAWN_STATUS_DIR", "")
+    rank_text = os.environ.get("RANK", "")
+    if not directory or not rank_text:
+        return False
+    try:
+        rank = int(rank_text)
+        if rank < 0:
+            raise ValueError
+    except ValueError:
+        print("lspawn: hang diagnosis is off: RANK=%r is not a rank" % rank_text, file=sys.stderr, flush=True)
+        return False
+    try:
+        record = _Record(directory, rank)
+    except OSError as e:
+        print("lspawn: rank %d: no status record (hang diagnosis is off for this rank): %s" % (rank, e),
+              file=sys.stderr, flush=True)
+        return False
+    import faulthandler
+    if not faulthandler.is_enabled():
+        faulthandler.enable()
+    current = signal.getsignal(STACK_SIGNAL)
+    watch = _Watch(record, directory, rank)
+    watch.pid = os.getpid()
+    if current in (signal.SIG_DFL, None):  # a program's own SIGURG handler is left alone (no stacks)
+        signal.pthread_sigmask(signal.SIG_BLOCK, [STACK_SIGNAL])
+        record.set_stack_signal(STACK_SIGNAL)
+    watch.thread.start()
+    _installed = watch
+    return True
+
+
+def installed():
+    """Whether install() is recording in this process."""
+    return _installed is not None and _installed.pid == os.getpid()
+
+
+def _main(argv):
+    """python -m lspawn_hang SCRIPT [ARGS...] | -m MODULE [ARGS...]: install(), then run it as __main__."""
+    import runpy
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: python -m lspawn_hang SCRIPT [ARGS...] | -m MODULE [ARGS...]\n"
+              "Records this worker's collectives and answers lspawn's stack requests (docs/hang-diagnosis.md),\n"
+              "then runs SCRIPT (or MODULE) as __main__.", file=sys.stderr)
+        return 2 if not argv else 0
+    import lspawn_hang  # the module proper, not this __main__ copy: a script's own install() is then a no-op
+    lspawn_hang.install()
+    if argv[0] == "-m":
+        if len(argv) < 2:
+            print("lspawn_hang: -m needs a module name", file=sys.stderr)
+            return 2
+        sys.argv = argv[1:]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        return 0
+    sys.argv = argv
+    sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+    runpy.run_path(argv[0], run_name="__main__")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
