@@ -157,7 +157,7 @@ HangAnalysis analyse_hang(const std::vector<RankInput>& ranks, std::int64_t now_
       continue;
     }
     if (!r.record) {
-      line += " has no status record: it has not started lspawn's runtime or collectives";
+      line += " has no status record: it has not started lspawn's runtime or collectives (a Python worker: python/lspawn_hang.py)";
       if (r.started_us) line += " (started " + secs(now_us - r.started_us) + " ago)";
       if (!r.record_problem.empty()) line += " (" + r.record_problem + ")";
       if (a.any_in_collective) {

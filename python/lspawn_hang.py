@@ -15,9 +15,12 @@ for them:
   the record: group `world` (the default group) or `pg<name>`, sequence number, in a collective or not; when
   a state has held for one more poll (a wait, or a rank that stopped calling collectives) it reads the whole
   buffer once (20-45 ms for 2000 entries) for the op's name, payload and start time. So the record lags torch
-  by up to ~0.4 s, and a busy job costs one cheap read per 0.2 s. Without a Flight Recorder (torch 1.x) the
-  record has no groups: no collective is named and the watchdog, which needs a rank inside a collective,
-  never fires; the stacks on request still work.
+  by up to ~0.4 s, and a busy job costs one cheap read per 0.2 s. Without a Flight Recorder (torch 1.x)
+  install() wraps torch.distributed's collectives instead (all_reduce, broadcast, barrier, ...; the object
+  collectives show as the tensor ops they run): the record is then written by the calling thread at each
+  call's start and end, like lspawn's C++ collectives; what bypasses those Python functions (DDP's C++
+  reducer) goes unrecorded, an async_op=True call counts as done when issued, and a script that bound a
+  function before install() (`from torch.distributed import all_reduce`) keeps the unwrapped one.
 - **the Python stack**: the record announces SIGURG as its stack signal; the same thread waits for it
   (`signal.sigtimedwait`: SIGURG is blocked in the calling thread, and so in every thread it starts later) and
   writes the main thread's Python stack (`sys._current_frames()`, most recent call last) to
@@ -115,12 +118,17 @@ class _Record:
         self._i64 = memoryview(m).cast("q")
         os.rename(tmp, self.path)  # publishes the initialised file
         self._groups = 0
+        self._lock = threading.Lock()  # groups may be created from several threads
 
     def set_stack_signal(self, sig):
         self._u32[_H_STACK_SIGNAL // 4] = int(sig)
 
     def add_group(self, name, group_rank, group_size):
         """Claims a slot; its index, or None when the slots ran out."""
+        with self._lock:
+            return self._add_group(name, group_rank, group_size)
+
+    def _add_group(self, name, group_rank, group_size):
         if self._groups >= _MAX_GROUPS:
             return None
         i = self._groups
@@ -340,6 +348,81 @@ class _Watch:
                 return
 
 
+class _Wrapped:
+    """Torch without a Flight Recorder: torch.distributed's collectives, wrapped, write the record from the
+    calling thread (one thread issues a group's collectives, as for lspawn's own)."""
+
+    OPS = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "_all_gather_base",
+           "gather", "scatter", "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base", "all_to_all",
+           "all_to_all_single", "barrier", "monitored_barrier", "send", "recv", "isend", "irecv")
+
+    def __init__(self, record):
+        self.record = record
+        self.slots = {}  # id(process group) -> [slot index, seq, last completed seq, its op, pg]
+
+    def install(self):
+        import inspect
+        import torch.distributed as dist
+        import torch.distributed.distributed_c10d as c10d
+        for name in self.OPS:
+            fn = getattr(c10d, name, None)
+            if fn is None or getattr(fn, "_lspawn_hang", False):
+                continue
+            wrapped = self._wrap(name.lstrip("_").replace("_base", ""), fn, inspect.signature(fn), c10d)
+            setattr(c10d, name, wrapped)
+            if getattr(dist, name, None) is fn:
+                setattr(dist, name, wrapped)
+
+    def _slot(self, c10d, group):
+        pg = group if group is not None else c10d._get_default_group()
+        entry = self.slots.get(id(pg))
+        if entry is None:
+            if pg is c10d._get_default_group():
+                label = "world"
+            else:
+                label = "pg" + str(c10d._world.pg_names.get(pg, len(self.slots)))
+            i = self.record.add_group(label, c10d.get_rank(pg), c10d.get_world_size(pg))
+            entry = self.slots[id(pg)] = [i, 0, 0, "", pg]
+        return entry
+
+    def _wrap(self, op, fn, sig, c10d):
+        import functools
+        import torch
+
+        def payload(x):
+            if isinstance(x, torch.Tensor):
+                return x.numel() * x.element_size()
+            if isinstance(x, (list, tuple)):
+                return sum(payload(y) for y in x)
+            return 0
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            try:
+                bound = sig.bind_partial(*args, **kwargs).arguments
+                group = bound.get("group")
+                if not c10d.is_initialized() or c10d._rank_not_in_group(group):
+                    raise LookupError
+                entry = self._slot(c10d, group)
+            except Exception:  # not recordable (bad arguments: the call itself says so)
+                return fn(*args, **kwargs)
+            if entry[0] is None:
+                return fn(*args, **kwargs)
+            entry[1] += 1
+            seq, now = entry[1], _now_us()
+            first = next(iter(bound.values()), None)
+            self.record.write(entry[0], True, seq, op, payload(first), now, entry[2], entry[3], now)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                done = _now_us()
+                entry[2], entry[3] = seq, op
+                self.record.write(entry[0], False, seq, op, payload(first), done, seq, op, done)
+
+        wrapper._lspawn_hang = True
+        return wrapper
+
+
 def install():
     """Starts this process's record and its watch thread, once. Returns True when recording (under lspawn:
     LSPAWN_STATUS_DIR and RANK set), False otherwise. Call it before other threads start (they must
@@ -374,6 +457,12 @@ def install():
     if current in (signal.SIG_DFL, None):  # a program's own SIGURG handler is left alone (no stacks)
         signal.pthread_sigmask(signal.SIG_BLOCK, [STACK_SIGNAL])
         record.set_stack_signal(STACK_SIGNAL)
+    if not watch.backends:
+        try:
+            _Wrapped(record).install()
+        except Exception as e:
+            print("lspawn: rank %d: collectives not recorded (torch.distributed could not be wrapped: %s)"
+                  % (rank, e), file=sys.stderr, flush=True)
     watch.thread.start()
     _installed = watch
     return True

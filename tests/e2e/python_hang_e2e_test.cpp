@@ -1,0 +1,118 @@
+// Hang diagnosis of Python workers end to end (docs/hang-diagnosis.md, "Python workers"): the built
+// lspawn runs a torch.distributed job (tests/e2e/fixtures/py_hang_job.py) under the Python of the
+// LibTorch line under test, through `python -m lspawn_hang` (python/lspawn_hang.py), where rank 1
+// sleeps in sleep_outside_collectives() while the others wait in an all_reduce.
+//
+// The collectives are named from torch's Flight Recorder where the torch has one (2.x: the 2.15
+// line), else from torch.distributed's wrapped functions (1.13): the same report either way.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <set>
+#include <thread>
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "harness.hpp"
+#include "launcher/cli_options.hpp"
+
+using namespace lspawn::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+// The Python of the LibTorch line under test (CMake: LSPAWN_TEST_PYTHON); the environment's
+// LSPAWN_TEST_PYTHON runs the cases under another (the other line's torch) without a rebuild.
+const std::string kPython = std::getenv("LSPAWN_TEST_PYTHON") ? std::getenv("LSPAWN_TEST_PYTHON") : LSPAWN_TEST_PYTHON;
+const std::string kJob = LSPAWN_PY_HANG_JOB;
+const std::string kPythonPath = std::string("PYTHONPATH=") + LSPAWN_PYTHON_DIR;
+
+bool has(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+std::set<pid_t> worker_pids(const std::string& out) {
+  std::set<pid_t> pids;
+  for (const auto& line : lines(out)) {
+    const auto at = line.find("ready pid ");
+    if (at != std::string::npos) pids.insert(static_cast<pid_t>(std::stol(line.substr(at + 10))));
+  }
+  return pids;
+}
+
+}  // namespace
+
+TEST_CASE("python hang: --hang-timeout names the waiting ranks, the collective and the late rank's Python stack",
+          "[e2e][hang][python]") {
+  Subreaper reaper;
+  Child c({lspawn_bin(), "--nprocs", "3", "--hang-timeout", "2", "--grace-period", "2", kPython, "-m",
+           "lspawn_hang", kJob, "1", "3"},
+          {kPythonPath});
+  const int st = c.wait(90s);
+  INFO(c.err());
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == lspawn::exit_codes::kHang);
+  const std::string& e = c.err();
+  CHECK(count(e, "lspawn: hang: no rank made progress in its collectives for ") == 1);
+  CHECK(has(e, "waiting: ranks 0, 2 in all_reduce #4 on group world, 16 B, for "));
+  CHECK(has(e, "(2 of 3 members)"));
+  CHECK(has(e, "behind: rank 1 has not entered a collective for "));
+  CHECK(has(e, "the others wait in all_reduce #4 on group world (last completed: all_reduce #3 on group world"));
+  CHECK(has(e, "main thread of rank 1 (pid "));
+  CHECK(has(e, "), Python, most recent call last:"));
+  CHECK(has(e, "py_hang_job.py\", line "));
+  CHECK(has(e, ", in sleep_outside_collectives\nlspawn:       time.sleep(600)"));
+  CHECK(!has(e, "<frozen runpy>"));  // the runner's frames are left out
+  CHECK(has(e, "stopped by the hang watchdog"));
+  const auto pids = worker_pids(c.out());
+  CHECK(pids.size() == 3);
+  CHECK(alive_after(pids, 2s).empty());
+}
+
+TEST_CASE("python hang: lspawn status PID shows the Python ranks while the job goes on", "[e2e][hang][python]") {
+  Subreaper reaper;
+  Child c({lspawn_bin(), "--nprocs", "2", "--grace-period", "2", kPython, "-m", "lspawn_hang", kJob, "1", "2"},
+          {kPythonPath});
+  REQUIRE(c.wait_stdout_count("ready pid", 2, 60s));
+  // The records follow torch's Flight Recorder within ~0.4 s (the op's name once its state held for a
+  // poll: "collective #3" before): ask until the report names it.
+  RunResult r;
+  for (int i = 0; i < 50; ++i) {
+    r = run_lspawn({"status", std::to_string(c.pid())});
+    if (has(r.out, "in all_reduce #3") && has(r.out, "in sleep_outside_collectives")) break;
+    std::this_thread::sleep_for(200ms);
+  }
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(has(r.out, "lspawn: status of 2 ranks (on request)"));
+  CHECK(has(r.out, "waiting: rank 0 in all_reduce #3 on group world, 16 B"));
+  CHECK(has(r.out, "behind: rank 1 has not entered a collective for "));
+  CHECK(has(r.out, "main thread of rank 1 (pid "));
+  CHECK(has(r.out, ", in sleep_outside_collectives"));
+  CHECK(alive(c.pid()));
+  c.signal(SIGTERM);
+  const int st = c.wait(30s);
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 143);
+  CHECK(alive_after(worker_pids(c.out()), 2s).empty());
+}
+
+TEST_CASE("python hang: a plain `python3 script.py` worker has no record, and the report says so",
+          "[e2e][hang][python]") {
+  Subreaper reaper;
+  Child c({lspawn_bin(), "--nprocs", "2", "--grace-period", "2", kPython, kJob, "1", "2"}, {kPythonPath});
+  REQUIRE(c.wait_stdout_count("ready pid", 2, 60s));
+  c.signal(SIGURG);  // lspawn's own report: it knows its workers, recorded or not
+  REQUIRE(c.wait_output([](const std::string&, const std::string& e) {
+    return e.find("status of 2 ranks (on request)") != std::string::npos &&
+           e.find("rank 1 has no status record") != std::string::npos;
+  }, 10s));
+  const std::string& e = c.err();
+  CHECK(has(e, "rank 0 has no status record"));
+  CHECK(has(e, "(a Python worker: python/lspawn_hang.py)"));
+  CHECK(alive(c.pid()));
+  c.signal(SIGTERM);
+  const int st = c.wait(30s);
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 143);
+  CHECK(alive_after(worker_pids(c.out()), 2s).empty());
+}
