@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "launcher/hang_report.hpp"
+#include "status/stack_dump.hpp"
 
 using namespace lspawn;
 
@@ -69,6 +70,27 @@ TEST_CASE("hang report: a rank that has not entered the collective the others wa
   CHECK(text.find("lspawn:   behind: rank 3 has not entered") != std::string::npos);
 }
 
+TEST_CASE("hang report: a Python rank's stack is shown as Python prints it, a native one numbered", "[hang]") {
+  std::vector<RankInput> ranks;
+  ranks.push_back(rank_with(0, {slot("world", 3, true, 4, kNow - 2 * kSec, 3)}));
+  ranks.push_back(rank_with(1, {slot("world", 3, false, 3, kNow - 2 * kSec, 3)}));
+  ranks.push_back(rank_with(2, {slot("world", 3, false, 3, kNow - 2 * kSec, 3)}));
+  // The lines after "pid N python" of python/lspawn_hang.py's stack file.
+  ranks[1].stack = {status::kPythonStackHead, "  File \"train.py\", line 16, in sleepy", "    time.sleep(600)"};
+  ranks[2].stack = {"/lib/libc.so.6(nanosleep+0x13) [0x7f00]", "prog(_ZN3foo3barEv+0x10) [0x5500]"};
+  const auto a = analyse_hang(ranks, kNow);
+  REQUIRE(a.lagging == std::vector<int>{1, 2});
+  const auto text = format_hang_report("hang: test", a, ranks);
+  INFO(text);
+  CHECK(text.find("lspawn:   main thread of rank 1 (pid 101), Python, most recent call last:\n"
+                  "lspawn:     File \"train.py\", line 16, in sleepy\n"
+                  "lspawn:       time.sleep(600)\n") != std::string::npos);
+  CHECK(text.find(status::kPythonStackHead) == std::string::npos);  // the marker is not printed
+  CHECK(text.find("lspawn:   main thread of rank 2 (pid 102):\n"
+                  "lspawn:     #0 /lib/libc.so.6(nanosleep+0x13) [0x7f00]\n"
+                  "lspawn:     #1 prog(foo::bar()+0x10) [0x5500]\n") != std::string::npos);
+}
+
 TEST_CASE("hang report: a rank still in the previous op", "[hang]") {
   std::vector<RankInput> ranks;
   ranks.push_back(rank_with(0, {slot("world", 2, true, 1043, kNow - 5 * kSec, 1042)}));
@@ -98,7 +120,8 @@ TEST_CASE("hang report: ranks without a record, exited ranks, nobody in a collec
   INFO(all(a));
   CHECK(a.waiting.at(0) == "waiting: rank 0 in all_reduce #5 on group world, 4 B, for 2.0 s (1 of 3 members)");
   REQUIRE(a.behind.size() == 2);
-  CHECK(a.behind[0] == "rank 1 has no status record: it has not started lspawn's runtime or collectives (started 3.0 s ago)");
+  CHECK(a.behind[0] == "rank 1 has no status record: it has not started lspawn's runtime or collectives (a Python worker: "
+                         "python/lspawn_hang.py) (started 3.0 s ago)");
   CHECK(a.behind[1] == "rank 2 has exited (process 2 exited with code 0)");
   CHECK(a.lagging == std::vector<int>{1});  // no stack to ask of an exited rank
 
