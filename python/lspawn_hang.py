@@ -183,6 +183,7 @@ class _Watch:
         self.last_seen = None   # the Flight Recorder's status at the previous poll
         self.settled = 0        # polls it has not changed for
         self.backends = self._backends()
+        self.answers_stacks = False
         self.thread = threading.Thread(target=self._run, name="lspawn-hang-watch", daemon=True)
 
     # -- the Flight Recorder ------------------------------------------------------------------------------
@@ -335,7 +336,12 @@ class _Watch:
         deadline = time.monotonic() + POLL_S
         while True:
             try:
-                got = signal.sigtimedwait([STACK_SIGNAL], max(0.0, deadline - time.monotonic()))
+                wait = max(0.0, deadline - time.monotonic())
+                if self.answers_stacks:
+                    got = signal.sigtimedwait([STACK_SIGNAL], wait)
+                else:  # the program's own SIGURG handler: never take its signals
+                    time.sleep(wait)
+                    got = None
                 if got is not None:
                     self.write_stack()
                     continue
@@ -457,6 +463,7 @@ def install():
     if current in (signal.SIG_DFL, None):  # a program's own SIGURG handler is left alone (no stacks)
         signal.pthread_sigmask(signal.SIG_BLOCK, [STACK_SIGNAL])
         record.set_stack_signal(STACK_SIGNAL)
+        watch.answers_stacks = True
     if not watch.backends:
         try:
             _Wrapped(record).install()

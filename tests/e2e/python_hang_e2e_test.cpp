@@ -116,3 +116,13 @@ TEST_CASE("python hang: a plain `python3 script.py` worker has no record, and th
   CHECK(WEXITSTATUS(st) == 143);
   CHECK(alive_after(worker_pids(c.out()), 2s).empty());
 }
+
+TEST_CASE("python hang: install() outside lspawn, with a bad RANK, an unusable directory, beside a program's SIGURG "
+          "handler, and its record header",
+          "[e2e][hang][python]") {
+  Child c({kPython, LSPAWN_PY_HANG_CHECKS}, {kPythonPath});
+  const int st = c.wait(120s);
+  INFO(c.out() << c.err());
+  CHECK(code_of(st) == 0);
+  CHECK(has(c.out(), "all checks passed"));
+}
