@@ -62,6 +62,7 @@ _OP_BYTES = 24
 # FileHeader byte offsets.
 _H_STACK_SIGNAL = 40
 _H_GROUPS = 44
+_H_GROUPS_DROPPED = 48
 # GroupSlot byte offsets.
 _S_GROUP_RANK = 64
 _S_GROUP_SIZE = 68
@@ -130,6 +131,7 @@ class _Record:
 
     def _add_group(self, name, group_rank, group_size):
         if self._groups >= _MAX_GROUPS:
+            self._u32[_H_GROUPS_DROPPED // 4] += 1
             return None
         i = self._groups
         base = _HEADER_BYTES + i * _SLOT_BYTES
@@ -180,6 +182,7 @@ class _Watch:
         self.stack_path = os.path.join(directory, "rank-%d.stack" % rank)
         self.main_ident = threading.main_thread().ident
         self.slots = {}         # pg name -> _Slot
+        self.dropped = set()    # pg names that found no free slot
         self.last_seen = None   # the Flight Recorder's status at the previous poll
         self.settled = 0        # polls it has not changed for
         self.backends = self._backends()
@@ -303,9 +306,12 @@ class _Watch:
                 del slot.names[s]
 
     def _add(self, pg_name):
+        if pg_name in self.dropped:
+            return None
         label, group_rank, size = self._group_of(pg_name)
         i = self.record.add_group(label, group_rank, size)
         if i is None:
+            self.dropped.add(pg_name)  # counted once in the header's groups_dropped
             return None
         slot = _Slot(i)
         self.slots[pg_name] = slot

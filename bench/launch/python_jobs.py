@@ -13,13 +13,15 @@ Launchers:
                      and torch,lightning for the Lightning job)
   lspawn warm        the same with --warm: the preloaded interpreter kept by lspawn's daemon between
                      runs; its first run is reported apart, the timed runs are the ones after it
+  lspawn exec+hang   (--with-hang) lspawn --nprocs N python -m lspawn_hang job.py: exec with the Python
+                     hang diagnosis (python/lspawn_hang.py) recording every collective: its cost
 The preload and warm modes switch on when `lspawn --help` lists --preload / --warm.
 
 Every repetition runs each mode once, in a rotating order (paired, interleaved: the machine's state is
 shared by the modes); the table gives medians (min-max) in wall seconds and each mode's time as a
 fraction of torchrun's (the issue's goal: <= 0.4x for both jobs; warm hello < 1 s). Usage:
   python3 bench/launch/python_jobs.py --build build-torch2 [--python .deps/torch2/bin/python]
-                                      [--reps 5] [--nprocs 2,4] [--jobs hello,lightning]
+                                      [--reps 5] [--nprocs 2,4] [--jobs hello,lightning] [--with-hang]
 """
 import argparse
 import os
@@ -60,7 +62,8 @@ def fmt(s):
 
 
 class Launchers:
-    def __init__(self, build, python, daemon_socket):
+    def __init__(self, build, python, daemon_socket, with_hang=False):
+        self.with_hang = with_hang
         self.lspawn = os.path.join(build, "launcher", "lspawn")
         self.python = python
         if not os.access(self.lspawn, os.X_OK):
@@ -75,6 +78,8 @@ class Launchers:
 
     def modes(self):
         m = ["torchrun", "exec"]
+        if self.with_hang:
+            m.append("exec-hang")
         if self.has_preload:
             m.append("preload")
         if self.has_warm:
@@ -89,6 +94,8 @@ class Launchers:
         base = [self.lspawn, "--quiet", "--nprocs", str(n)]
         if mode == "exec":
             return base + [self.python, script]
+        if mode == "exec-hang":
+            return base + [self.python, "-m", "lspawn_hang", script]
         if mode == "preload":
             return base + ["--preload", PRELOAD[job], self.python, script]
         if mode == "warm":
@@ -117,11 +124,14 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--nprocs", default="2,4")
     ap.add_argument("--jobs", default="hello,lightning")
+    ap.add_argument("--with-hang", action="store_true", help="also lspawn exec + python -m lspawn_hang")
     a = ap.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    if a.with_hang:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.join(ROOT, "python"), env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory() as d:
         os.chmod(d, 0o700)
-        launchers = Launchers(os.path.abspath(a.build), a.python, os.path.join(d, "daemon.sock"))
+        launchers = Launchers(os.path.abspath(a.build), a.python, os.path.join(d, "daemon.sock"), a.with_hang)
         daemon = None
         if launchers.has_warm and launchers.warm_socket_flag:
             log = open(os.path.join(d, "daemon.log"), "w")
@@ -136,8 +146,8 @@ def main():
             print(f"# Python jobs, launch to exit — {os.uname().nodename}, {os.cpu_count()} cores, "
                   f"{a.python}; median (min-max) wall seconds of {a.reps} paired runs per mode; "
                   f"modes: {', '.join(modes)}\n")
-            names = {"torchrun": "torchrun", "exec": "lspawn (exec)", "preload": "lspawn --preload",
-                     "warm": "lspawn --preload --warm"}
+            names = {"torchrun": "torchrun", "exec": "lspawn (exec)", "exec-hang": "lspawn (exec) -m lspawn_hang",
+                     "preload": "lspawn --preload", "warm": "lspawn --preload --warm"}
             head = "| job | N | " + " | ".join(names[m] for m in modes) + " | " + \
                    " | ".join(f"{names[m]} / torchrun" for m in modes if m != "torchrun")
             if "warm" in modes:
