@@ -15,8 +15,8 @@ for them:
   the record: group `world` (the default group) or `pg<name>`, sequence number, in a collective or not; when
   a state has held for one more poll (a wait, or a rank that stopped calling collectives) it reads the whole
   buffer once (20-45 ms for 2000 entries) for the op's name, payload and start time. So the record lags torch
-  by up to ~0.4 s, and a busy job costs one cheap read per 0.2 s. Without a Flight Recorder (torch 1.x)
-  install() wraps torch.distributed's collectives instead (all_reduce, broadcast, barrier, ...; the object
+  by up to ~0.4 s, and a busy job costs one cheap read per 0.2 s. Without a Flight Recorder (torch 1.x,
+  or TORCH_FR_BUFFER_SIZE=0) install() wraps torch.distributed's collectives instead (all_reduce, broadcast, barrier, ...; the object
   collectives show as the tensor ops they run): the record is then written by the calling thread at each
   call's start and end, like lspawn's C++ collectives; what bypasses those Python functions (DDP's C++
   reducer) goes unrecorded, an async_op=True call counts as done when issued, and a script that bound a
@@ -198,7 +198,16 @@ class _Watch:
         except Exception:
             return []
         if not hasattr(c10d, "_dump_fr_trace_json"):
-            return []  # no Flight Recorder in this torch: no collectives named
+            return []  # no Flight Recorder in this torch: the wrapped functions record
+        for var in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):  # torch's precedence
+            value = os.environ.get(var, "")
+            if value:
+                try:
+                    if int(value) <= 0:
+                        return []  # the user turned the recorder off: the wrapped functions record
+                except ValueError:
+                    pass
+                break
         return ["gloo", "nccl"]
 
     def _dump(self, backend, entries):
