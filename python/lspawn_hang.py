@@ -83,6 +83,7 @@ STACK_SIGNAL = signal.SIGURG
 PYTHON_STACK_HEAD = "Python main thread (most recent call last):"
 STACK_END = "-- end of stack --"
 POLL_S = 0.2
+MAX_FRAMES = 64  # two lines each (file/line/function, source): within the 200 lines a report shows
 
 _DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
                 "Byte": 1, "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16}
@@ -339,8 +340,11 @@ class _Watch:
             while len(frames) > 1 and (frames[0].filename in (__file__, "<frozen runpy>")
                                        or frames[0].filename.endswith("runpy.py")):
                 frames = frames[1:]
+            if len(frames) > MAX_FRAMES:  # the launcher keeps 200 lines: keep the innermost frames
+                lines.append("  ... %d outer frames left out" % (len(frames) - MAX_FRAMES))
+                frames = frames[-MAX_FRAMES:]
             for entry in traceback.format_list(frames):
-                lines.extend(entry.rstrip("\n").split("\n"))
+                lines.extend(entry.rstrip("\n").split("\n")[:2])
         lines.append(STACK_END)
         tmp = self.stack_path + ".tmp"
         with open(tmp, "w") as f:

@@ -27,6 +27,7 @@ namespace {
 const std::string kPython = std::getenv("LSPAWN_TEST_PYTHON") ? std::getenv("LSPAWN_TEST_PYTHON") : LSPAWN_TEST_PYTHON;
 const std::string kJob = LSPAWN_PY_HANG_JOB;
 const std::string kPythonPath = std::string("PYTHONPATH=") + LSPAWN_PYTHON_DIR;
+const std::string kLightningJob = LSPAWN_PY_HANG_LIGHTNING;
 
 bool has(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
 
@@ -37,6 +38,12 @@ std::set<pid_t> worker_pids(const std::string& out) {
     if (at != std::string::npos) pids.insert(static_cast<pid_t>(std::stol(line.substr(at + 10))));
   }
   return pids;
+}
+
+// Whether the test's Python has Lightning (the 2.15 venv: scripts/setup-torch2.sh installs it).
+bool has_lightning() {
+  Child c({kPython, "-c", "import lightning"});
+  return code_of(c.wait(120s)) == 0;
 }
 
 }  // namespace
@@ -131,4 +138,31 @@ TEST_CASE("python hang: install() outside lspawn, with a bad RANK, an unusable d
   INFO(c.out() << c.err());
   CHECK(code_of(st) == 0);
   CHECK(has(c.out(), "all checks passed"));
+}
+
+TEST_CASE("python hang: Lightning DDP, a rank late in training_step: the others wait in the C++ reducer's all_reduce",
+          "[e2e][hang][python]") {
+  if (!has_lightning()) {
+    WARN("no Lightning in " << kPython << ": this case runs on the 2.15 line (bash scripts/setup-torch2.sh)");
+    return;
+  }
+  Subreaper reaper;
+  Child c({lspawn_bin(), "--nprocs", "2", "--hang-timeout", "2", "--grace-period", "2", kPython, "-m", "lspawn_hang",
+           kLightningJob, "1", "3"},
+          {kPythonPath, "PYTHONWARNINGS=ignore"});
+  const int st = c.wait(120s);
+  INFO(c.err());
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == lspawn::exit_codes::kHang);
+  const std::string& e = c.err();
+  // DDP's gradient bucket (Linear(8, 1): 9 floats), all-reduced by the reducer in C++: no Python function
+  // issues it, torch's Flight Recorder sees it (on 1.13 no Lightning, so no case).
+  CHECK(has(e, "waiting: rank 0 in all_reduce #"));
+  CHECK(has(e, "on group world, 36 B, for "));
+  CHECK(has(e, "behind: rank 1 has not entered a collective for "));
+  CHECK(has(e, "main thread of rank 1 (pid "));
+  CHECK(has(e, ", in training_step\nlspawn:       sleep_in_training_step()"));
+  CHECK(has(e, ", in sleep_in_training_step\nlspawn:       time.sleep(600)"));
+  CHECK(has(e, "stopped by the hang watchdog"));
+  CHECK(alive_after(worker_pids(c.out()), 2s).empty());
 }
