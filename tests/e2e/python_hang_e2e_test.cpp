@@ -131,7 +131,7 @@ TEST_CASE("python hang: a plain `python3 script.py` worker has no record, and th
 }
 
 TEST_CASE("python hang: install() outside lspawn, with a bad RANK, an unusable directory, beside a program's SIGURG "
-          "handler, and its record header",
+          "handler, its record header, and the python -m lspawn_hang runner",
           "[e2e][hang][python]") {
   Child c({kPython, LSPAWN_PY_HANG_CHECKS}, {kPythonPath});
   const int st = c.wait(120s);
