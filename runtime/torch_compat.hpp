@@ -15,12 +15,15 @@
 //   - c10::Error::backtrace() is a string on 1.13, a lazily symbolised one on 2.x: backtrace_of().
 //   - c10d::Reducer's constructor (DDP's engine) takes other arguments: make_reducer();
 //     autocast's per-device functions were renamed: autocast_enabled(), set_autocast().
-//   - autograd nodes are held by std::shared_ptr on 1.13, by c10::intrusive_ptr on 2.x:
-//     make_autograd_node<T>(…) (DataParallel's gradient-summing node).
+//   - autograd nodes are held by std::shared_ptr or by c10::intrusive_ptr, as Edge::function's
+//     type says: make_autograd_node<T>(…) (DataParallel's gradient-summing node).
+//   - ProcessGroup::hasBackendForDeviceType is missing from some 2.x (2.11): backend_of() asks
+//     getBackend() and catches its "no backend" error there.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -30,6 +33,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/autograd/edge.h>
 
 #include "runtime/store_gate.hpp"
 
@@ -68,12 +72,31 @@ inline c10::intrusive_ptr<::c10d::ProcessGroup> wrap_backend(c10::intrusive_ptr<
 #endif
 }
 
+// Whether ProcessGroup PG can be asked hasBackendForDeviceType (newer 2.x; 2.11 has only
+// getBackend(DeviceType), which throws when no backend is set for the device). Decided by the
+// headers, not by a version number.
+template <typename PG, typename = void>
+struct HasBackendQuery : std::false_type {};
+template <typename PG>
+struct HasBackendQuery<PG, std::void_t<decltype(std::declval<PG&>().hasBackendForDeviceType(
+                               c10::DeviceType::CPU))>> : std::true_type {};
+
 // The backend under `pg` that serves tensors of `device` (gloo's for the CPU); null if none.
-inline c10::intrusive_ptr<Backend> backend_of(const c10::intrusive_ptr<::c10d::ProcessGroup>& pg,
+template <typename PG = ::c10d::ProcessGroup>
+inline c10::intrusive_ptr<Backend> backend_of(const c10::intrusive_ptr<PG>& pg,
                                               c10::DeviceType device = c10::DeviceType::CPU) {
 #if TORCH_VERSION_MAJOR >= 2
-  if (!pg || !pg->hasBackendForDeviceType(device)) return {};
-  return pg->getBackend(device);
+  if (!pg) return {};
+  if constexpr (HasBackendQuery<PG>::value) {
+    if (!pg->hasBackendForDeviceType(device)) return {};
+    return pg->getBackend(device);
+  } else {
+    try {
+      return pg->getBackend(device);
+    } catch (const c10::Error&) {
+      return {};  // no backend set for `device`
+    }
+  }
 #else
   (void)device;
   return pg;
@@ -213,16 +236,18 @@ inline void set_autocast(at::DeviceType type, bool enabled, at::ScalarType dtype
 #endif
 }
 
-// A new autograd node of type T (a torch::autograd::Node), held as each line's graph holds its
-// nodes: std::shared_ptr<T> on 1.13, c10::intrusive_ptr<T> on 2.x (both convert to the
-// pointer-to-Node that torch::autograd::set_history and Edge take).
+// A new autograd node of type T (a torch::autograd::Node), held as the graph holds its nodes:
+// the type of Edge::function decides (std::shared_ptr<Node> on 1.13 and on 2.x up to at least
+// 2.11, c10::intrusive_ptr<Node> on 2.15); either converts to what torch::autograd::set_history
+// and Edge take.
 template <typename T, typename... Args>
 auto make_autograd_node(Args&&... args) {
-#if TORCH_VERSION_MAJOR >= 2
-  return c10::make_intrusive<T>(std::forward<Args>(args)...);
-#else
-  return std::make_shared<T>(std::forward<Args>(args)...);
-#endif
+  using NodeHandle = decltype(torch::autograd::Edge::function);
+  if constexpr (std::is_same_v<NodeHandle, std::shared_ptr<torch::autograd::Node>>) {
+    return std::make_shared<T>(std::forward<Args>(args)...);
+  } else {
+    return c10::make_intrusive<T>(std::forward<Args>(args)...);
+  }
 }
 
 }  // namespace lspawn::compat
