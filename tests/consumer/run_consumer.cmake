@@ -1,6 +1,8 @@
 # Installs the lspawn build at BUILD_DIR into a fresh temporary prefix, configures and builds
 # the consumer project (SOURCE_DIR) against it with find_package(lspawn), and runs it.
 # Arguments: -DBUILD_DIR= -DSOURCE_DIR= -DGENERATOR= [-DCXX_FLAGS=] [-DLINK_FLAGS=]
+# [-DTORCH_DIR=]: the Torch_DIR the build found, handed on so the consumer finds the same Torch
+# however the build found it (a multi-entry CMAKE_PREFIX_PATH, a Torch_DIR on the command line).
 foreach(v BUILD_DIR SOURCE_DIR GENERATOR)
   if(NOT DEFINED ${v})
     message(FATAL_ERROR "run_consumer.cmake: ${v} is not set")
@@ -27,9 +29,13 @@ step("cmake --install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${work}/
 if(NOT EXISTS ${work}/prefix/include/lspawn/lspawn/spawn.hpp)
   message(FATAL_ERROR "consumer test: the install has no include/lspawn/lspawn/spawn.hpp")
 endif()
+set(torch_dir_arg "")
+if(TORCH_DIR)
+  set(torch_dir_arg "-DTorch_DIR=${TORCH_DIR}")
+endif()
 step("configure the consumer" ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${work}/build -G ${GENERATOR}
   -DCMAKE_PREFIX_PATH=${work}/prefix "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}"
-  "-DCMAKE_EXE_LINKER_FLAGS=${LINK_FLAGS}")
+  "-DCMAKE_EXE_LINKER_FLAGS=${LINK_FLAGS}" ${torch_dir_arg})
 step("build the consumer" ${CMAKE_COMMAND} --build ${work}/build -j 2)
 step("run the consumer" ${work}/build/consumer_app)
 message(STATUS "${step_output}")
