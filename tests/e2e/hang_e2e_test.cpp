@@ -17,18 +17,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// The pids the workers printed ("ready pid N").
-std::set<pid_t> worker_pids(const std::string& out) {
-  std::set<pid_t> pids;
-  for (const auto& line : lines(out)) {
-    const auto at = line.find("ready pid ");
-    if (at != std::string::npos) pids.insert(static_cast<pid_t>(std::stol(line.substr(at + 10))));
-  }
-  return pids;
-}
-
-bool has(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
-
 }  // namespace
 
 TEST_CASE("hang: a rank that never enters an all_reduce is named, with its stack, exit 124, nothing left",

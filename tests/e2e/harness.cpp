@@ -144,6 +144,17 @@ RunResult run_lspawn(const std::vector<std::string>& args, const std::vector<std
   return r;
 }
 
+bool has(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+std::set<pid_t> worker_pids(const std::string& out) {
+  std::set<pid_t> pids;
+  for (const auto& line : lines(out)) {
+    const auto at = line.find("ready pid ");
+    if (at != std::string::npos) pids.insert(static_cast<pid_t>(std::stol(line.substr(at + 10))));
+  }
+  return pids;
+}
+
 int count(const std::string& hay, const std::string& needle) {
   int n = 0;
   for (size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + needle.size())) ++n;

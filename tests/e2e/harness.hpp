@@ -85,6 +85,10 @@ int code_of(int status);
 
 // Occurrences of `needle` in `hay`.
 int count(const std::string& hay, const std::string& needle);
+// Whether `needle` occurs in `hay`.
+bool has(const std::string& hay, const std::string& needle);
+// The pids the workers printed ("ready pid N", the hang tests' workers).
+std::set<pid_t> worker_pids(const std::string& out);
 // Lines of `text` (without '\n').
 std::vector<std::string> lines(const std::string& text);
 

@@ -29,17 +29,6 @@ const std::string kJob = LSPAWN_PY_HANG_JOB;
 const std::string kPythonPath = std::string("PYTHONPATH=") + LSPAWN_PYTHON_DIR;
 const std::string kLightningJob = LSPAWN_PY_HANG_LIGHTNING;
 
-bool has(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
-
-std::set<pid_t> worker_pids(const std::string& out) {
-  std::set<pid_t> pids;
-  for (const auto& line : lines(out)) {
-    const auto at = line.find("ready pid ");
-    if (at != std::string::npos) pids.insert(static_cast<pid_t>(std::stol(line.substr(at + 10))));
-  }
-  return pids;
-}
-
 // Whether the test's Python has Lightning (the 2.15 venv: scripts/setup-torch2.sh installs it).
 bool has_lightning() {
   Child c({kPython, "-c", "import lightning"});
