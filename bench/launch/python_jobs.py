@@ -25,32 +25,19 @@ fraction of torchrun's (the issue's goal: <= 0.4x for both jobs; warm hello < 1 
 """
 import argparse
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import free_port, timed  # noqa: E402  (bench/launch/run.py: the launch benchmark's helpers)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 JOBS = os.path.join(ROOT, "bench", "launch", "jobs")
 SCRIPTS = {"hello": os.path.join(JOBS, "hello.py"), "lightning": os.path.join(JOBS, "lightning_fit.py")}
 PRELOAD = {"hello": "torch", "lightning": "torch,lightning"}
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def timed(cmd, env, timeout=600):
-    t0 = time.perf_counter()
-    p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, timeout=timeout)
-    dt = time.perf_counter() - t0
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}: {p.stderr.decode(errors='replace')[-3000:]}")
-    return dt
 
 
 def stats(samples):
@@ -109,11 +96,11 @@ def bench(launchers, job, n, reps, env):
     samples = {m: [] for m in modes}
     first_warm = None
     if "warm" in modes:  # the daemon's first run of this program: starts its preloaded interpreter
-        first_warm = timed(launchers.cmd("warm", job, n), env)
+        first_warm = timed(launchers.cmd("warm", job, n), env, timeout=600)
     for rep in range(reps):
         order = modes[rep % len(modes):] + modes[:rep % len(modes)]
         for m in order:
-            samples[m].append(timed(launchers.cmd(m, job, n), env))
+            samples[m].append(timed(launchers.cmd(m, job, n), env, timeout=600))
     return {m: stats(s) for m, s in samples.items()}, first_warm
 
 
