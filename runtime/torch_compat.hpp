@@ -33,7 +33,6 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/csrc/autograd/edge.h>
 
 #include "runtime/store_gate.hpp"
 
@@ -240,9 +239,14 @@ inline void set_autocast(at::DeviceType type, bool enabled, at::ScalarType dtype
 // the type of Edge::function decides (std::shared_ptr<Node> on 1.13 and on 2.x up to at least
 // 2.11, c10::intrusive_ptr<Node> on 2.15); either converts to what torch::autograd::set_history
 // and Edge take.
+//
+// The Edge type is reached through T (a Node's next_edge()), so it is looked at only where the
+// node is made, in a TU that has torch/csrc/autograd/function.h: this header does not include
+// autograd/edge.h, which on 2.15 cannot stand alone (Edge destroys an intrusive_ptr<Node> of an
+// incomplete Node) and broke every TU that included it without function.h.
 template <typename T, typename... Args>
 auto make_autograd_node(Args&&... args) {
-  using NodeHandle = decltype(torch::autograd::Edge::function);
+  using NodeHandle = std::decay_t<decltype(std::declval<const T&>().next_edge(0).function)>;
   if constexpr (std::is_same_v<NodeHandle, std::shared_ptr<torch::autograd::Node>>) {
     return std::make_shared<T>(std::forward<Args>(args)...);
   } else {
