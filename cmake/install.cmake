@@ -64,4 +64,5 @@ write_basic_package_version_file(
 install(FILES
   ${PROJECT_BINARY_DIR}/lspawnConfig.cmake
   ${PROJECT_BINARY_DIR}/lspawnConfigVersion.cmake
+  ${PROJECT_SOURCE_DIR}/cmake/TorchCpuOnly.cmake
   DESTINATION ${LSPAWN_INSTALL_CMAKEDIR})

@@ -133,8 +133,11 @@ void finish_all_reduce(at::Tensor& work, at::Tensor& out, ReduceOp op, int size)
   if (!work.is_same(out)) out.copy_(work);
 }
 
+// The shm communicator reads and writes host memory: CPU tensors directly, CUDA tensors staged in
+// pinned host memory (shm_staged below) — among ranks of one node that is faster than gloo, which
+// stages them too and then crosses loopback TCP (docs/shm-backend.md#cuda-tensors).
 bool use_shm(Group& g, const at::Tensor& t) {
-  return g.shm() && t.device().is_cpu() && elem_of(t.scalar_type()).has_value();
+  return g.shm() && (t.device().is_cpu() || t.device().is_cuda()) && elem_of(t.scalar_type()).has_value();
 }
 
 bool use_hier(Group& g, const at::Tensor& t) {
@@ -364,6 +367,17 @@ std::vector<int64_t> stacked_shape(int size, const at::Tensor& t) {
 // Staging: a contiguous tensor to work on, copied back into `t` by finish when it is a copy.
 at::Tensor staged(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
 
+// Staging for the shm path: staged(t) for a CPU tensor; for a CUDA tensor, a contiguous tensor of
+// its shape in pinned host memory (the caching host allocator keeps the blocks between ops),
+// holding t's values when `fill` (the op reads them), uninitialised otherwise (an output). The op
+// copies it back into t as it does any staged copy (`!work.is_same(t)`).
+at::Tensor shm_staged(const at::Tensor& t, bool fill) {
+  if (t.device().is_cpu()) return staged(t);
+  auto host = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true));
+  if (fill) host.copy_(t);
+  return host;
+}
+
 }  // namespace
 
 // ---- all_reduce ------------------------------------------------------------------------------
@@ -374,7 +388,7 @@ Work all_reduce_async(Group& g, at::Tensor& tensor, ReduceOp op) {
   const int size = g.size();
   if (use_shm(g, tensor)) {  // first, and without the copies of tensor handles the others need
     return run_now(c, [&] {
-      at::Tensor work = staged(tensor);
+      at::Tensor work = shm_staged(tensor, true);
       g.shm()->all_reduce(work.data_ptr(), static_cast<std::size_t>(work.numel()), *elem_of(work.scalar_type()),
                           kernel_of(op));
       finish_all_reduce(work, tensor, op, size);
@@ -494,17 +508,18 @@ Work broadcast_async(Group& g, at::Tensor& tensor, int src) {
   validate_root(g, "broadcast", src);
   OpContext c(g, "broadcast", bytes_of(tensor));
   at::Tensor t = tensor;
+  if (use_shm(g, t)) {
+    return run_now(c, [&] {
+      at::Tensor work = shm_staged(t, g.rank() == src);
+      g.shm()->broadcast(work.data_ptr(), work.nbytes(), src);
+      if (!work.is_same(t) && g.rank() != src) t.copy_(work);
+    });
+  }
   at::Tensor work = staged(t);
   const bool copy_back = !work.is_same(t) && g.rank() != src;
   auto finish = [t, work, copy_back]() mutable {
     if (copy_back) t.copy_(work);
   };
-  if (use_shm(g, work)) {
-    return run_now(c, [&] {
-      g.shm()->broadcast(work.data_ptr(), work.nbytes(), src);
-      finish();
-    });
-  }
   check_call(c, OpCode::Broadcast, &work, src, -1);
   if (use_hier(g, work)) {
     return run_now(c, [&] {
@@ -531,19 +546,21 @@ void broadcast(Group& g, at::Tensor& tensor, int src) { broadcast_async(g, tenso
 Work all_gather_async(Group& g, const at::Tensor& input, at::Tensor& output) {
   require_shape(g, "all_gather", "output", output, stacked_shape(g.size(), input), input.scalar_type());
   OpContext c(g, "all_gather", bytes_of(input));
-  at::Tensor in = staged(input);
   at::Tensor out = output;
+  if (use_shm(g, input) && output.device() == input.device()) {
+    return run_now(c, [&] {
+      at::Tensor in = shm_staged(input, true);
+      at::Tensor work = shm_staged(out, false);
+      g.shm()->all_gather(in.data_ptr(), in.nbytes(), work.data_ptr());
+      if (!work.is_same(out)) out.copy_(work);
+    });
+  }
+  at::Tensor in = staged(input);
   at::Tensor work = staged(out);
   const bool copy_back = !work.is_same(out);
   auto finish = [out, work, copy_back]() mutable {
     if (copy_back) out.copy_(work);
   };
-  if (use_shm(g, in)) {
-    return run_now(c, [&] {
-      g.shm()->all_gather(in.data_ptr(), in.nbytes(), work.data_ptr());
-      finish();
-    });
-  }
   check_call(c, OpCode::AllGather, &in, -1, -1);
   if (use_hier(g, in)) {
     return run_now(c, [&] {

@@ -50,19 +50,34 @@ using Backend = ::c10d::Backend;
 using Backend = ::c10d::ProcessGroup;
 #endif
 
+// Whether ProcessGroup PG has setDefaultBackend (2.6 on: the process group is made from
+// (store, rank, size) and told its default backend) or takes its default backend's name in
+// ProcessGroup::Options at construction (2.4, 2.5). Decided by the headers.
+template <typename PG, typename = void>
+struct HasSetDefaultBackend : std::false_type {};
+template <typename PG>
+struct HasSetDefaultBackend<PG, std::void_t<decltype(std::declval<PG&>().setDefaultBackend(
+                                    std::declval<const typename PG::BackendType&>()))>> : std::true_type {};
+
 // The process group over `backend`, which was constructed over `store` with `rank`/`size`.
 // `name` is "gloo" or "nccl": gloo serves CPU tensors (and CUDA tensors, staged through the host),
 // nccl serves CUDA tensors. On 1.13 the backend is returned as it is.
-inline c10::intrusive_ptr<::c10d::ProcessGroup> wrap_backend(c10::intrusive_ptr<Backend> backend,
-                                                             const c10::intrusive_ptr<::c10d::Store>& store,
-                                                             const std::string& name) {
+template <typename PG = ::c10d::ProcessGroup>
+inline c10::intrusive_ptr<PG> wrap_backend(c10::intrusive_ptr<Backend> backend,
+                                           const c10::intrusive_ptr<::c10d::Store>& store, const std::string& name) {
 #if TORCH_VERSION_MAJOR >= 2
-  using BT = ::c10d::ProcessGroup::BackendType;
-  auto pg = c10::make_intrusive<::c10d::ProcessGroup>(store, backend->getRank(), backend->getSize());
+  using BT = typename PG::BackendType;
   const BT type = name == "nccl" ? BT::NCCL : BT::GLOO;
+  c10::intrusive_ptr<PG> pg;
+  if constexpr (HasSetDefaultBackend<PG>::value) {
+    pg = c10::make_intrusive<PG>(store, backend->getRank(), backend->getSize());
+  } else {
+    pg = c10::make_intrusive<PG>(store, backend->getRank(), backend->getSize(),
+                                 c10::make_intrusive<typename PG::Options>(name));
+  }
   if (type == BT::GLOO) pg->setBackend(c10::DeviceType::CPU, type, backend);
   pg->setBackend(c10::DeviceType::CUDA, type, backend);
-  pg->setDefaultBackend(type);
+  if constexpr (HasSetDefaultBackend<PG>::value) pg->setDefaultBackend(type);
   return pg;
 #else
   (void)store;
@@ -152,11 +167,13 @@ class ForwardingStore : public ::c10d::Store {
   }
   const std::chrono::milliseconds& getTimeout() const noexcept override { return inner_->getTimeout(); }
   void setTimeout(const std::chrono::milliseconds& timeout) override { inner_->setTimeout(timeout); }
-#if TORCH_VERSION_MAJOR >= 2
-  c10::intrusive_ptr<::c10d::Store> clone() override {
-    return static_cast<Derived*>(this)->clone_over(inner_->clone());
+  // Store::clone() (pure virtual from 2.6; absent from 1.13, 2.4 and 2.5): this overrides it
+  // where the base declares it, without `override`, so that where it does not this is a plain
+  // member that nothing calls and that is never instantiated (its body depends on Derived).
+  c10::intrusive_ptr<::c10d::Store> clone() {
+    auto& self = *static_cast<Derived*>(this);
+    return self.clone_over(self.inner_->clone());
   }
-#endif
   // Only instantiated where used (2.x's clone() of a Derived without its own clone_over).
   c10::intrusive_ptr<::c10d::Store> clone_over(c10::intrusive_ptr<::c10d::Store> inner) const {
     return c10::make_intrusive<Derived>(std::move(inner));
@@ -277,25 +294,51 @@ struct ReducerArgs {
   std::unordered_map<size_t, std::string> param_names;  // index in params → qualified name
 };
 
-// Constructs c10d::Reducer as torch.nn.parallel.DistributedDataParallel does on this line.
-// 1.13: (params, buckets, per-bucket limits, pg, sparse, cap, unused, view, names, first cap).
-// 2.x:  (params, buckets, pg, sparse, cap, unused, view, names, first cap,
-//        skip_all_reduce_unused_params=false, use_python_reducer=false, bucket_bytes_cap_list={}).
-inline std::shared_ptr<c10d::Reducer> make_reducer(ReducerArgs a) {
-  std::vector<bool> expect_sparse(a.params.size(), false);
-#if TORCH_VERSION_MAJOR >= 2
-  return std::make_shared<c10d::Reducer>(std::move(a.params), std::move(a.bucket_indices), a.process_group,
-                                         std::move(expect_sparse), a.bucket_bytes_cap, a.find_unused_parameters,
-                                         a.gradient_as_bucket_view, std::move(a.param_names),
-                                         a.first_bucket_bytes_cap, /*skip_all_reduce_unused_params=*/false,
-                                         /*use_python_reducer=*/false, /*bucket_bytes_cap_list=*/std::vector<int64_t>{});
-#else
-  return std::make_shared<c10d::Reducer>(std::move(a.params), std::move(a.bucket_indices),
-                                         std::move(a.per_bucket_size_limits), a.process_group,
-                                         std::move(expect_sparse), a.bucket_bytes_cap, a.find_unused_parameters,
-                                         a.gradient_as_bucket_view, std::move(a.param_names),
-                                         a.first_bucket_bytes_cap);
-#endif
+// Constructs c10d::Reducer as torch.nn.parallel.DistributedDataParallel does. Its constructor's
+// arguments changed over the releases; the richest form the headers offer is used (detected, not
+// by version number), with what DDP passes for the arguments lspawn does not choose:
+//   (params, buckets, pg, sparse, cap, unused, view, names, first cap, skip_all_reduce_unused=false,
+//    use_python_reducer=false, bucket_bytes_cap_list={})          2.15 (and later 2.x)
+//   the same without the trailing arguments, one at a time         2.x in between
+//   (params, buckets, per-bucket limits, pg, sparse, cap, unused, view, names, first cap)
+//                                                                   1.13 and 2.4-2.5
+template <typename R = c10d::Reducer>
+inline std::shared_ptr<R> make_reducer(ReducerArgs a) {
+  using PG = c10::intrusive_ptr<c10d::ProcessGroup>;
+  using Sparse = std::vector<bool>;
+  using Names = std::unordered_map<size_t, std::string>;
+  using Params = std::vector<at::Tensor>;
+  using Buckets = std::vector<std::vector<size_t>>;
+  Sparse sparse(a.params.size(), false);
+  if constexpr (std::is_constructible_v<R, Params, Buckets, PG, Sparse, int64_t, bool, bool, Names, int64_t, bool, bool,
+                                        std::vector<int64_t>>) {
+    return std::make_shared<R>(std::move(a.params), std::move(a.bucket_indices), a.process_group, std::move(sparse),
+                               a.bucket_bytes_cap, a.find_unused_parameters, a.gradient_as_bucket_view,
+                               std::move(a.param_names), a.first_bucket_bytes_cap, false, false,
+                               std::vector<int64_t>{});
+  } else if constexpr (std::is_constructible_v<R, Params, Buckets, PG, Sparse, int64_t, bool, bool, Names, int64_t,
+                                               bool, bool>) {
+    return std::make_shared<R>(std::move(a.params), std::move(a.bucket_indices), a.process_group, std::move(sparse),
+                               a.bucket_bytes_cap, a.find_unused_parameters, a.gradient_as_bucket_view,
+                               std::move(a.param_names), a.first_bucket_bytes_cap, false, false);
+  } else if constexpr (std::is_constructible_v<R, Params, Buckets, PG, Sparse, int64_t, bool, bool, Names, int64_t,
+                                               bool>) {
+    return std::make_shared<R>(std::move(a.params), std::move(a.bucket_indices), a.process_group, std::move(sparse),
+                               a.bucket_bytes_cap, a.find_unused_parameters, a.gradient_as_bucket_view,
+                               std::move(a.param_names), a.first_bucket_bytes_cap, false);
+  } else if constexpr (std::is_constructible_v<R, Params, Buckets, PG, Sparse, int64_t, bool, bool, Names, int64_t>) {
+    return std::make_shared<R>(std::move(a.params), std::move(a.bucket_indices), a.process_group, std::move(sparse),
+                               a.bucket_bytes_cap, a.find_unused_parameters, a.gradient_as_bucket_view,
+                               std::move(a.param_names), a.first_bucket_bytes_cap);
+  } else {
+    static_assert(std::is_constructible_v<R, Params, Buckets, const std::vector<size_t>&, PG, Sparse, int64_t, bool,
+                                          bool, Names, int64_t>,
+                  "lspawn: this LibTorch's c10d::Reducer constructor has a form runtime/torch_compat.hpp "
+                  "does not know");
+    return std::make_shared<R>(std::move(a.params), std::move(a.bucket_indices), a.per_bucket_size_limits,
+                               a.process_group, std::move(sparse), a.bucket_bytes_cap, a.find_unused_parameters,
+                               a.gradient_as_bucket_view, std::move(a.param_names), a.first_bucket_bytes_cap);
+  }
 }
 
 }  // namespace lspawn::compat

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Sets up a fresh machine, builds lspawn against both LibTorch lines and runs the whole test suite
-# against each (this is what CI runs):
-#   1. Debian's LibTorch 1.13 (apt)                     → build/
-#   2. PyPI's LibTorch 2.x, CUDA build run on the CPU,  → build-torch2/
-#      NCCL backend compiled in (-DLSPAWN_WITH_NCCL=ON, against the NCCL torch was built with)
-# Usage: scripts/test.sh                 # both lines
-#        scripts/test.sh --line 1.13     # or --line 2: one line only
+# Sets up a fresh machine, builds lspawn against the LibTorch versions it supports and runs the whole
+# test suite against each (this is what CI runs; docs/gpu.md#supported-libtorch):
+#   1. Debian's LibTorch 1.13 (apt)                          → build/
+#   2. the newest 2.x: PyPI's torch 2.15, CUDA build run on   → build-torch2/
+#      the CPU, NCCL backend compiled in (-DLSPAWN_WITH_NCCL=ON, against the NCCL torch was built with)
+#   3. the oldest 2.x: PyPI's torch 2.4.1, for the CPU alone  → build-torch2.4/
+#      (scripts/setup-torch-cpu.sh, cmake/TorchCpuOnly.cmake: pre-C++11 ABI, CUDA 12 wheel)
+# Usage: scripts/test.sh                 # every line
+#        scripts/test.sh --line 1.13     # or --line 2 (2.15) or --line 2.4: one line only
 #        scripts/test.sh --asan          # also an ASan+UBSan build (1.13) in build-asan/
 #        scripts/test.sh --tsan          # only: a ThreadSanitizer build (1.13) in build-tsan/ of the
 #                                        # launcher, spawn, e2e and collectives tests, run under TSan
@@ -16,13 +18,13 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 asan=0 tsan=0
-lines=(1.13 2)
+lines=(1.13 2 2.4)
 while (($#)); do
   case $1 in
     --asan) asan=1 ;;
     --tsan) tsan=1 ;;
     --line) lines=("$2"); shift ;;
-    *) echo "test.sh: unknown argument '$1' (expected --asan, --tsan, --line 1.13|2)" >&2; exit 2 ;;
+    *) echo "test.sh: unknown argument '$1' (expected --asan, --tsan, --line 1.13|2|2.4)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -98,7 +100,16 @@ for line in "${lines[@]}"; do
         -DLSPAWN_NCCL_INCLUDE="$venv/nvidia/nccl/include" -DLSPAWN_NCCL_LIB="$venv/nvidia/nccl/lib/libnccl.so.2" \
         -DLSPAWN_TEST_PYTHON="$venv/bin/python"
       ;;
-    *) echo "test.sh: unknown LibTorch line '$line' (expected 1.13 or 2)" >&2; exit 2 ;;
+    2.4)
+      # The oldest 2.x of the supported range, CPU only (no Python of its own: its torch needs
+      # CUDA 12's libraries to import; the interop tests use Debian's Python torch).
+      dir=$root/build-torch2.4
+      skip=()
+      torch_dir=$(bash scripts/setup-torch-cpu.sh 2.4.1)
+      bash scripts/build.sh "$dir" -DLSPAWN_BUILD_TESTS=ON -DLSPAWN_BUILD_BENCH=OFF \
+        -DLSPAWN_TORCH_CPU_DIR="$torch_dir" -DLSPAWN_WITH_NCCL=OFF -DLSPAWN_TEST_PYTHON=/usr/bin/python3
+      ;;
+    *) echo "test.sh: unknown LibTorch line '$line' (expected 1.13, 2 or 2.4)" >&2; exit 2 ;;
   esac
   echo "test.sh: LibTorch $line: build took $((SECONDS - start)) s"
   start=$SECONDS

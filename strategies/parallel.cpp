@@ -46,13 +46,28 @@ ParallelStrategy::ParallelStrategy(std::shared_ptr<Group> group, ParallelOptions
 
 ParallelStrategy::~ParallelStrategy() = default;
 
+Backend strategy_backend(Backend asked, c10::Device device, bool nccl_built, const char* env_backend) {
+  if (asked != Backend::Default) return asked;
+  if (env_backend && *env_backend) return Backend::Default;  // LSPAWN_BACKEND decides (Group)
+  if (device.is_cuda() && nccl_built) return Backend::Nccl;
+  return Backend::Default;
+}
+
 void ParallelStrategy::setup_environment() {
   if (!group_) {
+    // The device first: it decides the backend (NCCL on CUDA, as torch does), and NCCL binds to
+    // the device that is current when its communicator is made.
     InitOptions init;
     init.timeout = options_.timeout;
+    init.env = WorkerEnv::from_environment();
+    accelerator_ = Accelerator::choose(options_.accelerator, init.env->local_rank);
+    accelerator_->setup_device();
+    const Backend backend =
+        strategy_backend(options_.backend, accelerator_->device(), have_nccl_backend(), std::getenv("LSPAWN_BACKEND"));
+    if (backend == Backend::Nccl) init.backend = "nccl";
     world_ = std::make_unique<World>(init_process_group(init));
     GroupOptions go;
-    go.backend = options_.backend;
+    go.backend = backend;
     go.timeout = options_.timeout;
     group_ = Group::from_world(*world_, go);
     local_rank_ = world_->env.local_rank;

@@ -22,12 +22,20 @@ struct World;
 struct ParallelOptions {
   AcceleratorKind accelerator = AcceleratorKind::Auto;
   Precision precision = Precision::F32True;
-  // Backend of the lspawn Group used for the strategy's collective calls (and for XLA's
-  // gradient all-reduce): Default → env LSPAWN_BACKEND, else shm on one node.
+  // Backend of the lspawn Group used for the strategy's collective calls (and for DDP's and
+  // XLA's gradient all-reduce): Default → env LSPAWN_BACKEND; else NCCL when the strategy's
+  // device is CUDA and this build has NCCL (torch's choice); else Auto (shm on one node, gloo
+  // between nodes). See strategy_backend().
   Backend backend = Backend::Default;
   // Timeout of one collective. Zero → LSPAWN_PG_TIMEOUT, else 30 min.
   std::chrono::milliseconds timeout{0};
 };
+
+// The backend a strategy that joins the job itself asks for: `asked` when not Default; Default
+// when env_backend (LSPAWN_BACKEND) is set, so the Group reads it; Nccl when `device` is CUDA and
+// NCCL is built in (a GPU per rank, as with torch: NCCL refuses two ranks on one GPU, where
+// LSPAWN_BACKEND=shm stages CUDA tensors through host memory instead); else Default.
+Backend strategy_backend(Backend asked, c10::Device device, bool nccl_built, const char* env_backend);
 
 class ParallelStrategy : public Strategy {
  public:

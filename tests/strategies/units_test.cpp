@@ -4,6 +4,7 @@
 #include "strategies/checkpoint.hpp"
 #include "strategies/data.hpp"
 #include "strategies/data_parallel.hpp"
+#include "strategies/parallel.hpp"
 #include "strategies/precision.hpp"
 #include "strategies/spawn_strategies.hpp"
 #include "strategies/trainer.hpp"
@@ -393,4 +394,20 @@ TEST_CASE("DataParallel: device and replica errors are clear", "[strategies][dp]
   lspawn::DataParallel dp({c10::kCPU, c10::kCPU});
   dp.setup(net);
   CHECK_THROWS_WITH(dp.training_step({at::zeros({4, 8}), at::zeros({3}, at::kLong)}, 0), Catch::Matchers::Contains("3 rows"));
+}
+
+TEST_CASE("strategy backend: NCCL for a CUDA device when built with it, as torch; the user's choice and LSPAWN_BACKEND win",
+          "[strategies][backend]") {
+  const c10::Device cpu(c10::kCPU), cuda(c10::kCUDA, 0);
+  // What a DDP user gets by default (docs/strategies.md#process-group).
+  CHECK(lspawn::strategy_backend(lspawn::Backend::Default, cuda, true, nullptr) == lspawn::Backend::Nccl);
+  CHECK(lspawn::strategy_backend(lspawn::Backend::Default, cpu, true, nullptr) == lspawn::Backend::Default);
+  CHECK(lspawn::strategy_backend(lspawn::Backend::Default, cuda, false, nullptr) == lspawn::Backend::Default);
+  CHECK(lspawn::strategy_backend(lspawn::Backend::Default, cuda, true, "") == lspawn::Backend::Nccl);
+  // LSPAWN_BACKEND set: the Group reads it (shm on one GPU shared by several ranks, say).
+  CHECK(lspawn::strategy_backend(lspawn::Backend::Default, cuda, true, "shm") == lspawn::Backend::Default);
+  // An explicit choice is kept, whatever the device.
+  CHECK(lspawn::strategy_backend(lspawn::Backend::Shm, cuda, true, nullptr) == lspawn::Backend::Shm);
+  CHECK(lspawn::strategy_backend(lspawn::Backend::Gloo, cuda, true, "nccl") == lspawn::Backend::Gloo);
+  CHECK(lspawn::strategy_backend(lspawn::Backend::Nccl, cpu, false, nullptr) == lspawn::Backend::Nccl);
 }
