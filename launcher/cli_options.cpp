@@ -226,7 +226,8 @@ Starts N copies of program with torchrun's environment (RANK, WORLD_SIZE, MASTER
 prefixes their output, and stops them all as soon as one fails.
 
 options (--opt value and --opt=value are both accepted):
-  --nprocs N, --nproc-per-node N  workers on this node (default 1)
+  --nprocs N, --nproc-per-node N  workers on this node (default 1); gpu: one per visible NVIDIA
+                                  GPU, cpu: one per usable CPU, auto: gpu if any, else cpu
   --nnodes N                      number of nodes (default 1)
   --node-rank R                   rank of this node, 0..N-1 (default 0)
   --master-addr ADDR              rendezvous address (default 127.0.0.1)
@@ -241,6 +242,11 @@ options (--opt value and --opt=value are both accepted):
   --grace-period SECONDS          SIGTERM -> SIGKILL delay when stopping workers (default 5)
   --log-dir DIR                   write DIR/rank<N>.stdout and DIR/rank<N>.stderr instead of the console
   --tee                           with --log-dir: also write to the console
+  -r, --redirects SPEC            torchrun's: these streams to the log files only; SPEC 0 none,
+                                  1 stdout, 2 stderr, 3 both, or per local rank 0:3,1:1
+                                  (no --log-dir: a temporary one, named)
+  -t, --tee SPEC                  torchrun's: these streams to the log files and the console
+                                  (--tee not followed by a SPEC is the flag above)
   --no-prefix                     do not prefix console lines with "[rank N] " ("[HOST rank N] "
                                   when --nnodes > 1)
   --quiet                         no lspawn info lines (errors and the failure summary still printed)
@@ -270,6 +276,21 @@ options (--opt value and --opt=value are both accepted):
                                   wait where and which are behind, with their stacks, and stop the
                                   job with exit code 124. The report on demand: kill -URG <lspawn
                                   pid>, or lspawn status <lspawn pid>. See docs/hang-diagnosis.md
+  --standalone                    one node, rendezvous on a free local port (no Slurm/PyTorchJob
+                                  detection); not with --rdzv-endpoint or --nnodes > 1
+  -m, --module                    program is a Python module: PYTHON -u -m program [args], where
+                                  PYTHON is $LSPAWN_PYTHON, else $PYTHON_EXEC, else python3. A
+                                  program ending in .py runs as PYTHON -u program.py [args] (as
+                                  under torchrun); any other program is exec'd as given
+  --no-python                     exec program as given, even a .py one
+  --run-path                      run program under PYTHON -u, whatever its name
+  --rdzv-conf K=V,...             join_timeout (else timeout) is --rdzv-timeout; others ignored
+  --local-addr ADDR               with --rdzv-endpoint: the address this node advertises for its
+                                  workers' store should it become node 0
+  --role NAME                     the workers' ROLE_NAME (default "default")
+  Other torchrun flags: --monitor-interval, --signals-to-handle (lspawn's signals) and
+  --start-method spawn|fork are accepted with a note; --logs-specs, --local-ranks-filter,
+  --numa-binding, --event-log-handler are refused (docs/cli.md, "From torchrun").
   -h, --help                      this text
   --version                       print the version
 
