@@ -243,7 +243,7 @@ TEST_CASE("option -m/--module runs python -u -m MODULE", "[e2e][cli][torchrun][e
   }
 }
 
-TEST_CASE("option --no-python execs a .py program directly; other programs are exec'd as before", "[e2e][cli][torchrun][exec-only]") {
+TEST_CASE("option --no-python execs a .py program directly - other programs are exec'd as before", "[e2e][cli][torchrun][exec-only]") {
   TempDir dir;
   const std::string script = dir.path + "/shell.py";  // a shell script named .py: Python would fail on it
   write_file(script, "#!/bin/sh\necho \"direct $RANK $1\"\n", 0755);
@@ -340,7 +340,7 @@ TEST_CASE("lspawn's own --tee (no spec after it) still means: with --log-dir, th
   CHECK(has(r.out, "[rank 0] out 0\n"));
 }
 
-TEST_CASE("option --role sets ROLE_NAME; harmless torchrun flags are accepted with a note", "[e2e][cli][torchrun]") {
+TEST_CASE("option --role sets ROLE_NAME - harmless torchrun flags are accepted with a note", "[e2e][cli][torchrun]") {
   auto r = run_lspawn({"--role", "trainer", "--monitor_interval=0.1", "--rdzv-backend", "c10d", "--rdzv_conf",
                        "join_timeout=60,read_timeout=5", "--max_restarts", "0", worker_bin(), "env"});
   INFO(r.err);

@@ -175,7 +175,7 @@ TEST_CASE("parse_cli: --nproc-per-node gpu|cpu|auto in both spellings and with =
         "--nproc-per-node: 'xpu' is not supported: lspawn counts NVIDIA GPUs only (--nproc-per-node N|gpu|cpu|auto)");
 }
 
-TEST_CASE("resolve_nproc_spec: auto is the GPUs, else the CPUs; gpu without one names the flag", "[cli][torchrun]") {
+TEST_CASE("resolve_nproc_spec: auto is the GPUs, else the CPUs - gpu without one names the flag", "[cli][torchrun]") {
   std::string how;
   CHECK(lspawn::resolve_nproc_spec("auto", 0, 6, nullptr, 4096, &how) == 6);
   CHECK(how == "6 CPUs usable by this process");
@@ -286,7 +286,7 @@ TEST_CASE("python_interpreter: $LSPAWN_PYTHON, else $PYTHON_EXEC, else python3",
   CHECK(source == "LSPAWN_PYTHON");
 }
 
-TEST_CASE("parse_std_spec: torchrun's 0..3 and LOCAL_RANK:V lists; std_route: redirect, tee, console", "[cli][torchrun]") {
+TEST_CASE("parse_std_spec: torchrun's 0..3 and LOCAL_RANK:V lists - std_route: redirect, tee, console", "[cli][torchrun]") {
   CHECK(lspawn::parse_std_spec("3")->all == 3);
   CHECK(lspawn::parse_std_spec("0")->all == 0);
   const auto m = lspawn::parse_std_spec("0:1,1:2,12:3");
@@ -314,7 +314,7 @@ TEST_CASE("parse_std_spec: torchrun's 0..3 and LOCAL_RANK:V lists; std_route: re
   CHECK_FALSE(lspawn::std_route(out_only, none, 0, true).file);
 }
 
-TEST_CASE("parse_cli: --redirects/-r and --tee/-t take torchrun's specs; --tee alone stays lspawn's flag", "[cli][torchrun]") {
+TEST_CASE("parse_cli: --redirects/-r and --tee/-t take torchrun's specs - --tee alone stays lspawn's flag", "[cli][torchrun]") {
   CHECK(parse_cli({"--redirects", "3", "p"}).redirects->all == 3);
   CHECK(parse_cli({"--redirects=0:1,1:2", "p"}).redirects->mask_for(1) == 2);
   CHECK(parse_cli({"-r", "2", "p"}).redirects->all == 2);
@@ -339,7 +339,7 @@ TEST_CASE("parse_cli: --redirects/-r and --tee/-t take torchrun's specs; --tee a
   CHECK(usage_msg({"--redirects"}) == "--redirects: missing value (--redirects SPEC)");
 }
 
-TEST_CASE("parse_cli: --rdzv-conf join_timeout/timeout set the rendezvous timeout; other keys are noted", "[cli][torchrun]") {
+TEST_CASE("parse_cli: --rdzv-conf join_timeout/timeout set the rendezvous timeout - other keys are noted", "[cli][torchrun]") {
   CHECK(parse_cli({"--rdzv-conf", "join_timeout=900", "p"}).rdzv_timeout_s == 900);
   CHECK(parse_cli({"--rdzv_conf=timeout=30", "p"}).rdzv_timeout_s == 30);
   CHECK(parse_cli({"--rdzv-conf", "join_timeout=90,timeout=30", "p"}).rdzv_timeout_s == 90);
@@ -380,7 +380,7 @@ TEST_CASE("parse_cli: --local-addr, --role, --monitor-interval, --signals-to-han
   CHECK(parse_cli({"--start_method=fork", "p"}).start_method == lspawn::CliStartMethod::Exec);
 }
 
-TEST_CASE("parse_cli: --nnodes N:N is N; an elastic range is refused", "[cli][torchrun]") {
+TEST_CASE("parse_cli: --nnodes N:N is N - an elastic range is refused", "[cli][torchrun]") {
   CHECK(parse_cli({"--nnodes", "1:1", "p"}).nnodes == 1);
   CHECK(parse_cli({"--nnodes=2:2", "--rdzv-endpoint", "h", "p"}).nnodes == 2);
   CHECK(usage_msg({"--nnodes", "1:4", "p"}) ==
