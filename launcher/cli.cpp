@@ -170,7 +170,7 @@ std::optional<int> apply_torchrun_conventions(CliOptions& o) {
     std::string how;
     try {
       o.nproc_per_node = resolve_nproc_spec(o.nproc_spec, local_accelerator_count(), usable_cpu_count(),
-                                            std::getenv("CUDA_VISIBLE_DEVICES"), 4096, &how);
+                                            std::getenv("CUDA_VISIBLE_DEVICES"), 4096 /* --nprocs's limit */, &how);
     } catch (const UsageError& e) {
       say(e.what());
       return exit_codes::kUsage;
@@ -196,8 +196,8 @@ std::optional<int> apply_torchrun_conventions(CliOptions& o) {
       return err == ENOENT ? exit_codes::kNotFound : exit_codes::kCannotExecute;
     }
     if (!o.quiet) {
-      std::string line = "running";
-      for (const auto& w : std::vector<std::string>(argv.begin(), argv.begin() + (reason == "-m" ? 4 : 3))) line += " " + w;
+      std::string line = "running";  // the interpreter and its options up to the script/module
+      for (size_t k = 0; k <= argv.size() - o.program.size(); ++k) line += " " + argv[k];
       say(line + " ... (" + reason + "; Python: " +
           (source == "default" ? std::string("python3 on PATH, else set $LSPAWN_PYTHON") : "$" + source) +
           "; --no-python execs the program directly)");
