@@ -315,6 +315,24 @@ TEST_CASE("options -r/-t per local rank: -r 0:3 -t 1:1 - the rest on the console
   CHECK(access((logs + "/rank2.stdout").c_str(), F_OK) != 0);
 }
 
+TEST_CASE("options --redirects 3 --tee 0:1: tee wins over redirect for the streams it names", "[e2e][cli][torchrun][exec-only]") {
+  TempDir dir;
+  const std::string logs = dir.path + "/logs";
+  auto r = run_lspawn({"--quiet", "--nproc-per-node=2", "--redirects", "3", "--tee", "0:1", "--log-dir", logs,
+                       out_err_script(dir)});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  for (int rank = 0; rank < 2; ++rank) {  // every stream in the files
+    const std::string n = std::to_string(rank);
+    CHECK(slurp(logs + "/rank" + n + ".stdout") == "out " + n + "\n");
+    CHECK(slurp(logs + "/rank" + n + ".stderr") == "err " + n + "\n");
+  }
+  CHECK(has(r.out, "[rank 0] out 0\n"));  // tee'd: the console too
+  CHECK_FALSE(has(r.err, "err 0"));        // redirected only
+  CHECK_FALSE(has(r.out, "out 1"));
+  CHECK_FALSE(has(r.err, "err 1"));
+}
+
 TEST_CASE("option --redirects without --log-dir: a temporary log directory, named", "[e2e][cli][torchrun][exec-only]") {
   TempDir dir;
   auto r = run_lspawn({"--redirects", "1", out_err_script(dir)}, {"TMPDIR=" + dir.path});
