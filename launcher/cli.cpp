@@ -31,9 +31,11 @@
 #include "launcher/spawn/forked_workers.hpp"
 #include "launcher/spawn/forkserver.hpp"
 #include "launcher/spawn/forkserver_hook.hpp"
+#include "launcher/spawn/options.hpp"
 #include "launcher/status_command.hpp"
 #include "launcher/supervisor.hpp"
 #include "launcher/sys.hpp"
+#include "launcher/torchrun_compat.hpp"
 #include "launcher/version.hpp"
 #include "status/layout.hpp"
 #include "status/stack_dump.hpp"
@@ -137,6 +139,84 @@ void make_dirs(const std::string& dir) {
   if (!S_ISDIR(st.st_mode)) throw sys::SysError("mkdir", ENOTDIR, dir);
 }
 
+// torchrun's --redirects/--tee: passes on to `inner` only the (rank, stream)s `pass` selects.
+class RoutedSink : public OutputSink {
+ public:
+  RoutedSink(OutputSink& inner, std::function<bool(int rank, Stream)> pass) : inner_(inner), pass_(std::move(pass)) {}
+  void bytes(int rank, Stream stream, std::string_view data) override {
+    if (pass_(rank, stream)) inner_.bytes(rank, stream, data);
+  }
+  void line(int rank, Stream stream, std::string_view line) override {
+    if (pass_(rank, stream)) inner_.line(rank, stream, line);
+  }
+  void closed(int rank, Stream stream) override {
+    if (pass_(rank, stream)) inner_.closed(rank, stream);
+  }
+
+ private:
+  OutputSink& inner_;
+  std::function<bool(int, Stream)> pass_;
+};
+
+// torchrun's conventions (torchrun_compat.hpp), before the flags meet the environment:
+// --nproc-per-node gpu|cpu|auto becomes a count, a Python program gets its interpreter, and
+// --redirects/--tee without --log-dir get a temporary one. Says what it decided (unless
+// --quiet). Returns an exit status when the run cannot start.
+std::optional<int> apply_torchrun_conventions(CliOptions& o) {
+  if (!o.quiet) {
+    for (const auto& note : o.notes) say(note);
+  }
+  if (!o.nproc_spec.empty()) {
+    std::string how;
+    try {
+      o.nproc_per_node = resolve_nproc_spec(o.nproc_spec, local_accelerator_count(), usable_cpu_count(),
+                                            std::getenv("CUDA_VISIBLE_DEVICES"), 4096 /* --nprocs's limit */, &how);
+    } catch (const UsageError& e) {
+      say(e.what());
+      return exit_codes::kUsage;
+    }
+    if (!o.quiet) {
+      say("--nproc-per-node " + o.nproc_spec + ": " + std::to_string(o.nproc_per_node) + " worker" +
+          (o.nproc_per_node == 1 ? "" : "s") + " per node (" + how + ")");
+    }
+  }
+  std::string source, reason;
+  const std::string python = python_interpreter(process_environment(), &source);
+  std::vector<std::string> argv;
+  try {
+    argv = worker_command(o.program, o.program_convention, python, &reason);
+  } catch (const UsageError& e) {
+    say(e.what());
+    return exit_codes::kUsage;
+  }
+  if (!reason.empty()) {
+    if (reason != "-m" && ::access(o.program[0].c_str(), R_OK) != 0) {
+      const int err = errno;
+      say("cannot open the Python program '" + o.program[0] + "': " + std::strerror(err));
+      return err == ENOENT ? exit_codes::kNotFound : exit_codes::kCannotExecute;
+    }
+    if (!o.quiet) {
+      std::string line = "running";  // the interpreter and its options up to the script/module
+      for (size_t k = 0; k <= argv.size() - o.program.size(); ++k) line += " " + argv[k];
+      say(line + " ... (" + reason + "; Python: " +
+          (source == "default" ? std::string("python3 on PATH, else set $LSPAWN_PYTHON") : "$" + source) +
+          "; --no-python execs the program directly)");
+    }
+    o.program = argv;
+  }
+  if ((o.redirects || o.tee_spec) && o.log_dir.empty() &&
+      ((o.redirects && o.redirects->any()) || (o.tee_spec && o.tee_spec->any()) || o.tee)) {
+    try {
+      o.log_dir = sys::make_temp_dir("lspawn-logs-");
+    } catch (const sys::SysError& e) {
+      say(std::string("--redirects/--tee without --log-dir: cannot create a log directory: ") + e.what());
+      return exit_codes::kUsage;
+    }
+    say("--redirects/--tee without --log-dir: the log files are in " + o.log_dir + " (kept after the run)");
+  }
+  return std::nullopt;
+}
+
 int run(const CliOptions& o) {
   // 1. The program: found and executable, before anything is started.
   int err = 0;
@@ -196,6 +276,7 @@ int run(const CliOptions& o) {
   go.max_restarts = o.max_restarts;
   go.run_id = o.run_id;
   go.host = host;
+  go.local_addr = o.local_addr;
   go.node_timeout = std::chrono::milliseconds(static_cast<long long>(o.node_timeout_s * 1000));
   go.rdzv_timeout = std::chrono::milliseconds(static_cast<long long>(o.rdzv_timeout_s * 1000));
   if (!o.quiet) go.info = say;
@@ -243,6 +324,7 @@ int run(const CliOptions& o) {
   job.max_restarts = o.max_restarts;
   job.job_secret = job_secret;
   job.bind_addr = o.bind_addr;
+  job.role_name = o.role;
   RunDir run_dir;
   run_dir.path = sys::make_temp_dir("lspawn-" + job.run_id.substr(0, 32) + "-");
   job.run_dir = run_dir.path;
@@ -280,7 +362,7 @@ int run(const CliOptions& o) {
   std::unique_ptr<ConsoleSink> console;
   std::unique_ptr<LogDirSink> logs;
   SupervisorOptions sopts;
-  if (o.log_dir.empty() || o.tee) {
+  if (o.log_dir.empty() || o.tee || o.redirects || o.tee_spec) {
     console = std::make_unique<ConsoleSink>([&] {
       ConsoleSink::Options co;
       co.prefix = o.prefix;
@@ -292,6 +374,19 @@ int run(const CliOptions& o) {
   if (!o.log_dir.empty()) {
     logs = std::make_unique<LogDirSink>(o.log_dir, say);
     sopts.sinks.push_back(logs.get());
+  }
+  // torchrun's --redirects/--tee decide, per local rank and stream, console, files or both.
+  std::vector<std::unique_ptr<RoutedSink>> routes;
+  if (o.redirects || o.tee_spec) {
+    const StdSpec redirects = o.redirects.value_or(StdSpec{});
+    StdSpec tee = o.tee_spec.value_or(StdSpec{});
+    if (!o.tee_spec && o.tee) tee.all = 3;  // the boolean --tee: every stream
+    const int first_rank = node_rank * o.nproc_per_node;
+    auto route = [=](int rank, Stream s) { return std_route(redirects, tee, rank - first_rank, s == Stream::Stderr); };
+    sopts.sinks.clear();
+    routes.push_back(std::make_unique<RoutedSink>(*console, [route](int r, Stream s) { return route(r, s).console; }));
+    if (logs) routes.push_back(std::make_unique<RoutedSink>(*logs, [route](int r, Stream s) { return route(r, s).file; }));
+    for (auto& r : routes) sopts.sinks.push_back(r.get());
   }
   sopts.grace_period = std::chrono::milliseconds(static_cast<long long>(o.grace_period_s * 1000));
   sopts.forward_signals = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
@@ -621,6 +716,7 @@ int run_cli(const std::vector<std::string>& args) {
     std::fflush(stdout);
     return exit_codes::kSuccess;
   }
+  if (auto code = apply_torchrun_conventions(o)) return *code;
   // Flags + what Slurm / a PyTorchJob say about this node (explicit flags win).
   try {
     const LaunchSettings s = resolve_launch(o, process_environment());

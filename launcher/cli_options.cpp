@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 
 namespace lspawn {
 namespace {
@@ -84,6 +85,138 @@ bool parse_multinode_option(const std::string& name,
   return true;
 }
 
+// torchrun's short options: -m, -r SPEC / -rSPEC, -t SPEC / -tSPEC as their long forms.
+// nullopt: not one of them.
+std::optional<std::string> torchrun_short_option(const std::string& a) {
+  if (a == "-m") return std::string("--module");
+  if (a.size() >= 2 && (a[1] == 'r' || a[1] == 't') && a[0] == '-') {
+    const std::string name = a[1] == 'r' ? "--redirects" : "--tee";
+    if (a.size() == 2) return name;
+    return name + "=" + (a[2] == '=' ? a.substr(3) : a.substr(2));
+  }
+  return std::nullopt;
+}
+
+const char* const kStdForms =
+    "0 none, 1 stdout, 2 stderr, 3 both, for every local rank, or LOCAL_RANK:V,... per local rank";
+
+StdSpec std_spec_or_usage(const std::string& opt, const std::string& v) {
+  auto s = parse_std_spec(v);
+  if (!s) usage(opt + ": expected " + kStdForms + " (" + opt + " 3, " + opt + " 0:1,1:2), got '" + v + "'");
+  return *s;
+}
+
+// The signals lspawn forwards to the workers (cli.cpp: SupervisorOptions::forward_signals).
+const char* const kForwardedSignals[] = {"SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"};
+
+// torchrun's flags (torchrun_compat.hpp), kept apart from the rest. `args`/`i`: the command
+// line and the position of `name`'s argument, for --tee SPEC, which takes the next argument
+// only when it is a std spec. Returns false when `name` is not one of them.
+bool parse_torchrun_option(const std::string& name, bool has_value, const std::string& value,
+                           const std::vector<std::string>& args, size_t& i,
+                           const std::function<std::string(const char*)>& take, CliOptions& o) {
+  auto flag = [&] {
+    if (has_value) usage(name + ": takes no value (" + name + "), got '" + value + "'");
+  };
+  if (auto refusal = refused_torchrun_flag(name)) usage(*refusal);
+  if (name == "--standalone") {
+    flag();
+    o.standalone = true;
+  } else if (name == "--module") {
+    flag();
+    o.program_convention.module = true;
+  } else if (name == "--no-python") {
+    flag();
+    o.program_convention.no_python = true;
+  } else if (name == "--run-path") {
+    flag();
+    o.program_convention.run_path = true;
+  } else if (name == "--redirects") {
+    o.redirects = std_spec_or_usage(name, take("SPEC"));
+  } else if (name == "--tee") {
+    // torchrun's --tee SPEC, or lspawn's boolean --tee (with --log-dir: also the console) when
+    // no value is attached and the next argument is not a std spec.
+    if (has_value) {
+      o.tee_spec = std_spec_or_usage(name, value);
+    } else if (i + 1 < args.size() && parse_std_spec(args[i + 1])) {
+      o.tee_spec = parse_std_spec(args[++i]);
+    } else {
+      o.tee = true;
+    }
+  } else if (name == "--rdzv-conf") {
+    auto kv = parse_rdzv_conf(name, take("KEY=VALUE,..."));
+    o.rdzv_conf.insert(o.rdzv_conf.end(), kv.begin(), kv.end());
+  } else if (name == "--local-addr") {
+    o.local_addr = take("ADDR");
+    if (o.local_addr.empty()) usage(name + ": empty address (" + name + " ADDR)");
+  } else if (name == "--role") {
+    o.role = take("NAME");
+    if (o.role.empty()) usage(name + ": empty role (" + name + " NAME)");
+  } else if (name == "--monitor-interval") {
+    parse_seconds(name, take("SECONDS"));
+    o.notes.push_back(name + ": ignored; lspawn learns of worker exits at once (pidfds, no polling)");
+  } else if (name == "--signals-to-handle") {
+    const std::string v = take("SIGNALS");
+    size_t pos = 0;
+    while (pos <= v.size()) {
+      const size_t comma = v.find(',', pos);
+      const std::string sig = v.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+      bool known = false;
+      for (const char* f : kForwardedSignals) known = known || sig == f;
+      if (!known) {
+        usage(name + ": lspawn forwards SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the "
+              "workers, always, and no other signal; '" + sig + "' in '" + v + "' is not one of them (" +
+              name + " SIGTERM,SIGUSR1, or drop the flag)");
+      }
+      if (comma == std::string::npos) break;
+      pos = comma + 1;
+    }
+    o.notes.push_back(name + ": lspawn always forwards SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the workers");
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// The checks of torchrun's flags that need the whole command line.
+void check_torchrun_options(CliOptions& o) {
+  if (o.standalone) {
+    if (!o.rdzv_endpoint.empty()) {
+      usage("--standalone: cannot be combined with --rdzv-endpoint " + o.rdzv_endpoint +
+            " (--standalone is one node with a local rendezvous on a free port)");
+    }
+    if (o.nnodes > 1) {
+      usage("--standalone: cannot be combined with --nnodes " + std::to_string(o.nnodes) +
+            " (--standalone is one node; for several use --rdzv-endpoint HOST:PORT)");
+    }
+  }
+  if (o.program_convention.no_python && o.program_convention.module) {
+    usage("--no-python: cannot be combined with -m/--module (as torchrun)");
+  }
+  if (!o.local_addr.empty() && o.rdzv_endpoint.empty()) {
+    o.notes.push_back("--local-addr " + o.local_addr + ": ignored without --rdzv-endpoint (a static "
+                      "job's workers meet at --master-addr)");
+  }
+  std::vector<std::string> ignored;
+  bool join_timeout = false;  // join_timeout (the c10d backend's) wins over timeout (the static one's)
+  for (const auto& [key, v] : o.rdzv_conf) {
+    if (key == "join_timeout" || key == "timeout") {
+      const double s = parse_seconds("--rdzv-conf " + key, v);
+      if (s < 0.1) usage("--rdzv-conf " + key + ": must be at least 0.1 s, got '" + v + "'");
+      // An explicit --rdzv-timeout wins over both.
+      if (!o.was_given("--rdzv-timeout") && (key == "join_timeout" || !join_timeout)) o.rdzv_timeout_s = s;
+      join_timeout = join_timeout || key == "join_timeout";
+    } else {
+      ignored.push_back(key);
+    }
+  }
+  if (!ignored.empty()) {
+    std::string keys;
+    for (const auto& k : ignored) keys += (keys.empty() ? "" : ", ") + k;
+    o.notes.push_back("--rdzv-conf: ignored " + keys + " (lspawn honours join_timeout and timeout, as --rdzv-timeout)");
+  }
+}
+
 }  // namespace
 
 std::string usage_text() {
@@ -93,7 +226,8 @@ Starts N copies of program with torchrun's environment (RANK, WORLD_SIZE, MASTER
 prefixes their output, and stops them all as soon as one fails.
 
 options (--opt value and --opt=value are both accepted):
-  --nprocs N, --nproc-per-node N  workers on this node (default 1)
+  --nprocs N, --nproc-per-node N  workers on this node (default 1); gpu: one per visible NVIDIA
+                                  GPU, cpu: one per usable CPU, auto: gpu if any, else cpu
   --nnodes N                      number of nodes (default 1)
   --node-rank R                   rank of this node, 0..N-1 (default 0)
   --master-addr ADDR              rendezvous address (default 127.0.0.1)
@@ -108,6 +242,11 @@ options (--opt value and --opt=value are both accepted):
   --grace-period SECONDS          SIGTERM -> SIGKILL delay when stopping workers (default 5)
   --log-dir DIR                   write DIR/rank<N>.stdout and DIR/rank<N>.stderr instead of the console
   --tee                           with --log-dir: also write to the console
+  -r, --redirects SPEC            torchrun's: these streams to the log files only; SPEC 0 none,
+                                  1 stdout, 2 stderr, 3 both, or per local rank 0:3,1:1
+                                  (no --log-dir: a temporary one, named)
+  -t, --tee SPEC                  torchrun's: these streams to the log files and the console
+                                  (--tee not followed by a SPEC is the flag above)
   --no-prefix                     do not prefix console lines with "[rank N] " ("[HOST rank N] "
                                   when --nnodes > 1)
   --quiet                         no lspawn info lines (errors and the failure summary still printed)
@@ -137,6 +276,21 @@ options (--opt value and --opt=value are both accepted):
                                   wait where and which are behind, with their stacks, and stop the
                                   job with exit code 124. The report on demand: kill -URG <lspawn
                                   pid>, or lspawn status <lspawn pid>. See docs/hang-diagnosis.md
+  --standalone                    one node, rendezvous on a free local port (no Slurm/PyTorchJob
+                                  detection); not with --rdzv-endpoint or --nnodes > 1
+  -m, --module                    program is a Python module: PYTHON -u -m program [args], where
+                                  PYTHON is $LSPAWN_PYTHON, else $PYTHON_EXEC, else python3. A
+                                  program ending in .py runs as PYTHON -u program.py [args] (as
+                                  under torchrun); any other program is exec'd as given
+  --no-python                     exec program as given, even a .py one
+  --run-path                      run program under PYTHON -u, whatever its name
+  --rdzv-conf K=V,...             join_timeout (else timeout) is --rdzv-timeout; others ignored
+  --local-addr ADDR               with --rdzv-endpoint: the address this node advertises for its
+                                  workers' store should it become node 0
+  --role NAME                     the workers' ROLE_NAME (default "default")
+  Other torchrun flags: --monitor-interval, --signals-to-handle (lspawn's signals) and
+  --start-method spawn|fork are accepted with a note; --logs-specs, --local-ranks-filter,
+  --numa-binding, --event-log-handler are refused (docs/cli.md, "From torchrun").
   -h, --help                      this text
   --version                       print the version
 
@@ -157,7 +311,8 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
   CliOptions o;
   size_t i = 0;
   for (; i < args.size(); ++i) {
-    const std::string& a = args[i];
+    std::string a = args[i];
+    if (auto long_form = torchrun_short_option(a)) a = *long_form;
     if (a == "--") {
       ++i;
       break;
@@ -196,12 +351,24 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
       flag();
       o.version = true;
     } else if (name == "--nprocs" || name == "--nproc-per-node") {
-      o.nproc_per_node = parse_int(name, take("N"), 1, kMaxProcs, "N", "a positive integer");
+      const std::string v = take("N|gpu|cpu|auto");
+      o.nproc_spec.clear();
+      if (v == "gpu" || v == "cpu" || v == "auto") {
+        o.nproc_spec = v;  // counted by run_cli (torchrun_compat.hpp)
+      } else if (v == "xpu") {
+        usage(name + ": 'xpu' is not supported: lspawn counts NVIDIA GPUs only (" + name + " N|gpu|cpu|auto)");
+      } else {
+        o.nproc_per_node = parse_int(name, v, 1, kMaxProcs, "N|gpu|cpu|auto", "a positive integer, gpu, cpu or auto");
+      }
     } else if (name == "--nnodes") {
-      const std::string v = take("N");
-      if (v.find(':') != std::string::npos) {
-        usage(name + ": elastic ranges (MIN:MAX) are not supported, give a fixed count (" + name +
-              " N), got '" + v + "'");
+      std::string v = take("N");
+      if (const auto colon = v.find(':'); colon != std::string::npos) {
+        // torchrun's MIN:MAX; a fixed count (1:1, 2:2) is the count.
+        if (v.substr(0, colon) != v.substr(colon + 1)) {
+          usage(name + ": elastic ranges (MIN:MAX) are not supported, give a fixed count (" + name +
+                " N, or N:N), got '" + v + "'");
+        }
+        v = v.substr(0, colon);
       }
       o.nnodes = parse_int(name, v, 1, 1 << 20, "N", "a positive integer");
     } else if (name == "--node-rank") {
@@ -223,9 +390,6 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
     } else if (name == "--log-dir") {
       o.log_dir = take("DIR");
       if (o.log_dir.empty()) usage(name + ": empty directory (" + name + " DIR)");
-    } else if (name == "--tee") {
-      flag();
-      o.tee = true;
     } else if (name == "--no-prefix") {
       flag();
       o.prefix = false;
@@ -240,6 +404,11 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
         o.start_method = CliStartMethod::Forkserver;
       } else if (m == "warm") {
         o.start_method = CliStartMethod::Warm;
+      } else if (m == "spawn" || m == "fork") {
+        // torchrun's Python multiprocessing start methods: every lspawn worker is a fresh exec.
+        o.start_method = CliStartMethod::Exec;
+        o.notes.push_back(name + " " + m + ": torchrun's start method; lspawn starts each worker by "
+                          "fork + exec (--start-method exec)");
       } else {
         usage(name + ": expected exec, forkserver or warm (" + name + " exec|forkserver|warm), got '" + m + "'");
       }
@@ -251,6 +420,7 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
       if (o.daemon_socket.empty()) usage(name + ": empty path (" + name + " PATH)");
     } else if (name == "--hang-timeout") {
       o.hang_timeout_s = parse_seconds(name, take("SECONDS"));
+    } else if (parse_torchrun_option(name, has_value, value, args, i, take, o)) {
     } else if (parse_multinode_option(name, take, o)) {
     } else {
       usage(name + ": unknown option (see lspawn --help)");
@@ -264,7 +434,10 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
     usage("--node-rank: " + std::to_string(o.node_rank) + " must be less than --nnodes " +
           std::to_string(o.nnodes) + " (--node-rank R with 0 <= R < N)");
   }
-  if (o.tee && o.log_dir.empty()) usage("--tee: needs --log-dir DIR (--log-dir DIR --tee)");
+  if (o.tee && o.log_dir.empty() && !o.redirects && !o.tee_spec) {
+    usage("--tee: needs --log-dir DIR (--log-dir DIR --tee), or a stream spec (--tee 3)");
+  }
+  check_torchrun_options(o);
   return o;
 }
 

@@ -3,10 +3,14 @@
 // parse_cli() only parses and validates; it starts nothing and touches no file or socket.
 #pragma once
 
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "launcher/torchrun_compat.hpp"
 
 namespace lspawn {
 
@@ -59,6 +63,19 @@ struct CliOptions {
   bool help = false;               // --help / -h
   bool version = false;            // --version
   std::vector<std::string> program;  // program and its arguments (non-empty unless help/version)
+  // torchrun's flags (torchrun_compat.hpp; docs/cli.md "From torchrun"). run_cli() resolves
+  // nproc_spec into nproc_per_node and the program convention into the worker's argv.
+  std::string nproc_spec;          // --nproc-per-node gpu|cpu|auto; empty: nproc_per_node is the count
+  bool standalone = false;         // --standalone: one node, rendezvous on a free local port,
+                                   // cluster detection (Slurm, PyTorchJob) off
+  ProgramConvention program_convention;  // -m/--module, --no-python, --run-path
+  std::optional<StdSpec> redirects;      // --redirects/-r SPEC
+  std::optional<StdSpec> tee_spec;       // --tee/-t SPEC (torchrun's form); the boolean --tee is `tee`
+  std::string local_addr;          // --local-addr: what this node advertises as its workers'
+                                   // store address should it become node 0 (--rdzv-endpoint jobs)
+  std::string role = "default";    // --role: the workers' ROLE_NAME
+  std::vector<std::pair<std::string, std::string>> rdzv_conf;  // --rdzv-conf KEY=VALUE,... in order
+  std::vector<std::string> notes;  // one info line per flag accepted without effect (or changed)
   // Options given on the command line, by their canonical name ("--nprocs" for both spellings,
   // "--node-rank", ...): what the user said explicitly wins over what is detected (launch_env.hpp).
   std::set<std::string> given;

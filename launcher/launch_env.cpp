@@ -167,8 +167,9 @@ EnvLookup process_environment() {
 int slurm_default_port(long long job_id) { return 15000 + static_cast<int>(job_id % 10000); }
 
 LaunchSettings resolve_launch(const CliOptions& f, const EnvLookup& env) {
-  std::optional<Detected> d = detect_slurm(env);
-  if (!d) d = detect_pytorchjob(env);
+  // --standalone: one node whatever the cluster manager says (torchrun's --standalone).
+  std::optional<Detected> d = f.standalone ? std::nullopt : detect_slurm(env);
+  if (!d && !f.standalone) d = detect_pytorchjob(env);
 
   LaunchSettings s;
   auto pick = [&](const char* flag, auto flag_value, const auto& detected, auto fallback) {
@@ -205,7 +206,7 @@ LaunchSettings resolve_launch(const CliOptions& f, const EnvLookup& env) {
     // lspawn in a Slurm batch script but not under srun: one node only; say how to use them all.
     const auto job = env("SLURM_JOB_ID");
     const auto nodes = first_set(env, {"SLURM_JOB_NUM_NODES", "SLURM_NNODES"});
-    if (job && nodes && nodes->second != "1" && !f.was_given("--nnodes")) {
+    if (job && nodes && nodes->second != "1" && !f.was_given("--nnodes") && !f.standalone) {
       s.detected = "Slurm job " + *job + " has " + nodes->second + " nodes but this lspawn is not a task "
                    "of a job step (no SLURM_STEP_ID): running on this node only; start one lspawn per "
                    "node with srun --ntasks-per-node=1 (docs/multi-node.md)";

@@ -26,7 +26,7 @@
 //     PET_RDZV_ID, else the master address and port. Elastic forms (PET_NNODES=1:4) are refused.
 //   Older operators (no PET_*) set WORLD_SIZE = number of pods and RANK = pod index next to
 //   MASTER_ADDR/MASTER_PORT: all four set and no LOCAL_RANK → node count and node rank.
-// - Otherwise: the flags and their defaults (one node).
+// - Otherwise, and always with --standalone: the flags and their defaults (one node).
 #pragma once
 
 #include <functional>

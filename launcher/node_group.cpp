@@ -139,7 +139,8 @@ std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd li
   g->info("rendezvous: waiting for " + std::to_string(o.nnodes - 1) + " more node" +
           (o.nnodes == 2 ? "" : "s") + " on " + ep + " (timeout " + seconds(o.rdzv_timeout) + ")");
   // A port for the workers' store on this host, in case this node is node 0.
-  PortReservation own_port(o.endpoint_addr, 0);
+  const std::string own_addr = !o.static_mode && !o.local_addr.empty() ? o.local_addr : o.endpoint_addr;
+  PortReservation own_port(own_addr, 0);
 
   struct Pending {
     std::unique_ptr<Link> link;
@@ -281,7 +282,7 @@ std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd li
     g->assign_.hosts[static_cast<size_t>(rank_of[i + 1])] = pending[i].join->host;
   }
   if (rank_of[0] == 0) {
-    g->assign_.master_addr = o.endpoint_addr;
+    g->assign_.master_addr = own_addr;
     g->assign_.master_port = own_port.port();
     g->master_port_.emplace(std::move(own_port));
   } else {
@@ -361,7 +362,7 @@ std::unique_ptr<Group> Group::form_member(const GroupOptions& o) {
   j.run_id = o.run_id;
   std::optional<PortReservation> own_port;
   if (!o.static_mode && o.node_rank <= 0) {
-    j.worker_addr = sys::local_ip(fd.get());
+    j.worker_addr = o.local_addr.empty() ? sys::local_ip(fd.get()) : o.local_addr;
     own_port.emplace(j.worker_addr, 0);
     j.worker_port = own_port->port();
   }

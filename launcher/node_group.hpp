@@ -55,6 +55,11 @@ struct GroupOptions {
   std::chrono::milliseconds node_timeout{30000};
   std::chrono::milliseconds rdzv_timeout{600000};
   std::string host;                         // this node's name, for reports
+  // Rendezvous mode (--rdzv-endpoint) only: the address this node advertises for its workers'
+  // store should it become node 0 (--local-addr; reserved there, so it must be one of this
+  // host's). Empty: the rendezvous host on the node hosting the rendezvous, else the local
+  // address of this node's connection to it.
+  std::string local_addr;
   std::function<void(const std::string&)> info;  // informational lines; may be null
   // Hang diagnosis across nodes: the messages "status", "stacks?" and "stacks" (node_channel.hpp)
   // that came from node `from` (its node rank). May be null (they are then dropped).

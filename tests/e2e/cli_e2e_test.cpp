@@ -2,6 +2,9 @@
 #include <catch2/catch.hpp>
 
 #include <fstream>
+#include <sstream>
+
+#include <sched.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -21,7 +24,15 @@ TEST_CASE("usage errors exit 2 - name the option and start nothing", "[e2e][cli]
     std::string needle;
   };
   const std::vector<Case> cases = {
-      {{"--nprocs", "abc"}, "--nprocs: expected a positive integer (--nprocs N), got 'abc'"},
+      {{"--nprocs", "abc"}, "--nprocs: expected a positive integer, gpu, cpu or auto (--nprocs N|gpu|cpu|auto), got 'abc'"},
+      {{"--nproc_per_node=gpus"}, "--nproc-per-node: expected a positive integer, gpu, cpu or auto (--nproc-per-node N|gpu|cpu|auto), got 'gpus'"},
+      {{"--redirects", "5"}, "--redirects: expected 0 none, 1 stdout, 2 stderr, 3 both"},
+      {{"--tee=all"}, "--tee: expected 0 none, 1 stdout, 2 stderr, 3 both"},
+      {{"--standalone", "--rdzv-endpoint", "h:5"}, "--standalone: cannot be combined with --rdzv-endpoint h:5"},
+      {{"--rdzv-backend", "etcd"}, "--rdzv-backend: lspawn's own rendezvous replaces c10d and static"},
+      {{"--numa-binding", "node"}, "--numa-binding: torchrun's flag is not supported by lspawn"},
+      {{"--local_ranks_filter=0"}, "--local-ranks-filter: torchrun's flag is not supported by lspawn"},
+      {{"--nnodes", "1:2"}, "--nnodes: elastic ranges (MIN:MAX) are not supported"},
       {{"--nprocs=0"}, "--nprocs: 0 is out of range"},
       {{"--nproc-per-node", "-3"}, "--nproc-per-node"},
       {{"--grace-period", "-1"}, "--grace-period: expected a number of seconds >= 0"},
@@ -46,7 +57,7 @@ TEST_CASE("usage errors exit 2 - name the option and start nothing", "[e2e][cli]
   SECTION("a missing value and a missing program") {
     auto r = run_lspawn({"--nprocs"});
     CHECK(r.exit_code == 2);
-    CHECK(r.err.find("--nprocs: missing value (--nprocs N)") != std::string::npos);
+    CHECK(r.err.find("--nprocs: missing value (--nprocs N|gpu|cpu|auto)") != std::string::npos);
     r = run_lspawn({"--nprocs", "2"});
     CHECK(r.exit_code == 2);
     CHECK(r.err.find("missing program") != std::string::npos);
@@ -120,4 +131,239 @@ TEST_CASE("the reserved MASTER_PORT can be bound and listened on by a worker (TC
   INFO(r.err);
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("[rank 0] bound ") != std::string::npos);
+}
+
+// ---- torchrun's command line (docs/cli.md "From torchrun") ----
+
+namespace {
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+void write_file(const std::string& path, const std::string& text, mode_t mode = 0644) {
+  std::ofstream(path) << text;
+  chmod(path.c_str(), mode);
+}
+int cpus_of_this_process() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(sched_getaffinity(0, sizeof set, &set) == 0);
+  return CPU_COUNT(&set);
+}
+// A shell script printing "out RANK" on stdout and "err RANK" on stderr.
+std::string out_err_script(const TempDir& dir) {
+  const std::string path = dir.path + "/out_err.sh";
+  write_file(path, "#!/bin/sh\necho \"out $RANK\"\necho \"err $RANK\" >&2\n", 0755);
+  return path;
+}
+}  // namespace
+
+TEST_CASE("option --nproc-per-node auto/cpu: one worker per CPU this process may use (WORLD_SIZE)", "[e2e][cli][torchrun]") {
+  const int cpus = cpus_of_this_process();
+  for (const std::string spelling : {"--nproc-per-node=auto", "--nproc_per_node=cpu"}) {
+    // CUDA_VISIBLE_DEVICES='' hides any GPU: auto is the CPUs on every machine.
+    auto r = run_lspawn({spelling, worker_bin(), "env"}, {"CUDA_VISIBLE_DEVICES="});
+    INFO(spelling << " ; stderr: " << r.err);
+    CHECK(r.exit_code == 0);
+    CHECK(count(r.out, "] WORLD_SIZE=" + std::to_string(cpus) + "\n") == cpus);
+    CHECK(count(r.out, "] LOCAL_WORLD_SIZE=" + std::to_string(cpus) + "\n") == cpus);
+    CHECK(count(r.out, "] RANK=") == cpus);
+    CHECK(has(r.err, ": " + std::to_string(cpus) + " worker"));
+  }
+}
+
+TEST_CASE("option --nproc-per-node gpu without a visible GPU: exit 2 naming the flag, nothing started", "[e2e][cli][torchrun]") {
+  TempDir dir;
+  const std::string marker = dir.path + "/started";
+  auto r = run_lspawn({"--nproc-per-node", "gpu", worker_bin(), "touch", marker}, {"CUDA_VISIBLE_DEVICES="});
+  CHECK(r.exit_code == 2);
+  CHECK(has(r.err, "lspawn: --nproc-per-node gpu: no NVIDIA GPU is visible to this process (CUDA_VISIBLE_DEVICES='')"));
+  CHECK(access(marker.c_str(), F_OK) != 0);
+  if (access("/dev/nvidia0", F_OK) != 0 && getenv("CUDA_VISIBLE_DEVICES") == nullptr) {
+    // This machine has none: the same without the variable.
+    r = run_lspawn({"--nproc-per-node", "gpu", worker_bin(), "touch", marker});
+    CHECK(r.exit_code == 2);
+    CHECK(has(r.err, "--nproc-per-node gpu: no NVIDIA GPU is visible to this process (CUDA_VISIBLE_DEVICES unset"));
+    CHECK(access(marker.c_str(), F_OK) != 0);
+  }
+}
+
+TEST_CASE("option --standalone runs a one-node job on a free port, even inside a Slurm step", "[e2e][cli][torchrun]") {
+  // A Slurm step of 2 nodes: without --standalone lspawn would be node 1 of 2.
+  const std::vector<std::string> slurm = {"SLURM_JOB_ID=42", "SLURM_STEP_ID=0", "SLURM_NNODES=2", "SLURM_NODEID=1",
+                                          "SLURM_STEP_NODELIST=n[01-02]", "SLURM_STEP_TASKS_PER_NODE=1(x2)",
+                                          "MASTER_PORT=1"};
+  auto r = run_lspawn({"--standalone", "--nproc_per_node", "2", worker_bin(), "env"}, slurm);
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(count(r.out, "] WORLD_SIZE=2\n") == 2);
+  CHECK(count(r.out, "] GROUP_RANK=0\n") == 2);
+  CHECK(count(r.out, "] MASTER_ADDR=127.0.0.1\n") == 2);
+  CHECK_FALSE(has(r.out, "MASTER_PORT=1\n"));
+  CHECK_FALSE(has(r.err, "Slurm job 42"));
+}
+
+TEST_CASE("a .py program runs under Python -u ($LSPAWN_PYTHON) with its arguments", "[e2e][cli][torchrun][exec-only]") {
+  if (access("/usr/bin/python3", X_OK) != 0) {
+    WARN("no /usr/bin/python3: not tested");
+    return;
+  }
+  TempDir dir;
+  const std::string script = dir.path + "/print_rank.py";
+  write_file(script, "import os, sys\nprint('py rank', os.environ['RANK'], 'unbuffered', int('-u' in sys.orig_argv), "
+                     "'args', sys.argv[1:])\n");
+  auto r = run_lspawn({"--nproc-per-node", "2", script, "--lr", "1"}, {"LSPAWN_PYTHON=/usr/bin/python3"});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(has(r.out, "[rank 0] py rank 0 unbuffered 1 args ['--lr', '1']\n"));
+  CHECK(has(r.out, "[rank 1] py rank 1 unbuffered 1 args ['--lr', '1']\n"));
+  CHECK(has(r.err, "lspawn: running /usr/bin/python3 -u " + script + " ... (a .py program; Python: $LSPAWN_PYTHON"));
+  // A missing script: 127 before anything starts.
+  r = run_lspawn({dir.path + "/missing.py"}, {"LSPAWN_PYTHON=/usr/bin/python3"});
+  CHECK(r.exit_code == 127);
+  CHECK(has(r.err, "lspawn: cannot open the Python program '" + dir.path + "/missing.py': No such file or directory"));
+}
+
+TEST_CASE("option -m/--module runs python -u -m MODULE", "[e2e][cli][torchrun][exec-only]") {
+  if (access("/usr/bin/python3", X_OK) != 0) {
+    WARN("no /usr/bin/python3: not tested");
+    return;
+  }
+  TempDir dir;
+  write_file(dir.path + "/lspawn_e2e_mod.py", "import os, sys\nprint('module', __name__, 'rank', os.environ['RANK'], sys.argv[1:])\n");
+  const std::vector<std::string> env = {"LSPAWN_PYTHON=/usr/bin/python3", "PYTHONPATH=" + dir.path};
+  for (const std::string flag : {"-m", "--module"}) {
+    auto r = run_lspawn({"--nproc-per-node=2", flag, "lspawn_e2e_mod", "x"}, env);
+    INFO(flag << " ; stderr: " << r.err);
+    CHECK(r.exit_code == 0);
+    CHECK(has(r.out, "[rank 0] module __main__ rank 0 ['x']\n"));
+    CHECK(has(r.out, "[rank 1] module __main__ rank 1 ['x']\n"));
+  }
+}
+
+TEST_CASE("option --no-python execs a .py program directly - other programs are exec'd as before", "[e2e][cli][torchrun][exec-only]") {
+  TempDir dir;
+  const std::string script = dir.path + "/shell.py";  // a shell script named .py: Python would fail on it
+  write_file(script, "#!/bin/sh\necho \"direct $RANK $1\"\n", 0755);
+  auto r = run_lspawn({"--quiet", "--no-python", "--nproc-per-node", "2", script, "a"},
+                      {"LSPAWN_PYTHON=/usr/bin/python3"});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(has(r.out, "[rank 0] direct 0 a\n"));
+  CHECK(has(r.out, "[rank 1] direct 1 a\n"));
+  if (access("/usr/bin/python3", X_OK) == 0) {  // the control: without the flag Python runs it (and fails)
+    r = run_lspawn({"--quiet", script, "a"}, {"LSPAWN_PYTHON=/usr/bin/python3"});
+    CHECK(r.exit_code != 0);
+    CHECK_FALSE(has(r.out, "direct"));
+  }
+  r = run_lspawn({"--no-python", "-m", "mod"});
+  CHECK(r.exit_code == 2);
+  CHECK(has(r.err, "--no-python: cannot be combined with -m/--module"));
+}
+
+TEST_CASE("option --redirects 3 --log-dir D: output in the files and not on the console", "[e2e][cli][torchrun][exec-only]") {
+  TempDir dir;
+  const std::string logs = dir.path + "/logs";
+  auto r = run_lspawn({"--quiet", "--nproc_per_node", "2", "--redirects", "3", "--log-dir", logs, out_err_script(dir)});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string n = std::to_string(rank);
+    CHECK(slurp(logs + "/rank" + n + ".stdout") == "out " + n + "\n");
+    CHECK(slurp(logs + "/rank" + n + ".stderr") == "err " + n + "\n");
+  }
+  CHECK_FALSE(has(r.out, "out "));
+  CHECK_FALSE(has(r.err, "err "));
+}
+
+TEST_CASE("option --tee 3 --log-dir D: output in the files and on the console", "[e2e][cli][torchrun][exec-only]") {
+  TempDir dir;
+  const std::string logs = dir.path + "/logs";
+  auto r = run_lspawn({"--quiet", "--nproc-per-node=2", "--tee", "3", "--log-dir=" + logs, out_err_script(dir)});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string n = std::to_string(rank);
+    CHECK(slurp(logs + "/rank" + n + ".stdout") == "out " + n + "\n");
+    CHECK(slurp(logs + "/rank" + n + ".stderr") == "err " + n + "\n");
+    CHECK(has(r.out, "[rank " + n + "] out " + n + "\n"));
+    CHECK(has(r.err, "[rank " + n + "] err " + n + "\n"));
+  }
+}
+
+TEST_CASE("options -r/-t per local rank: -r 0:3 -t 1:1 - the rest on the console only", "[e2e][cli][torchrun][exec-only]") {
+  TempDir dir;
+  const std::string logs = dir.path + "/logs";
+  auto r = run_lspawn({"--quiet", "--nproc-per-node=3", "-r", "0:3", "-t1:1", "--log-dir", logs, out_err_script(dir)});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  // rank 0: both streams to the files only
+  CHECK(slurp(logs + "/rank0.stdout") == "out 0\n");
+  CHECK(slurp(logs + "/rank0.stderr") == "err 0\n");
+  CHECK_FALSE(has(r.out, "out 0"));
+  CHECK_FALSE(has(r.err, "err 0"));
+  // rank 1: stdout to the file and the console, stderr to the console only
+  CHECK(slurp(logs + "/rank1.stdout") == "out 1\n");
+  CHECK(has(r.out, "[rank 1] out 1\n"));
+  CHECK(has(r.err, "[rank 1] err 1\n"));
+  CHECK(access((logs + "/rank1.stderr").c_str(), F_OK) != 0);
+  // rank 2: the console only
+  CHECK(has(r.out, "[rank 2] out 2\n"));
+  CHECK(has(r.err, "[rank 2] err 2\n"));
+  CHECK(access((logs + "/rank2.stdout").c_str(), F_OK) != 0);
+}
+
+TEST_CASE("options --redirects 3 --tee 0:1: tee wins over redirect for the streams it names", "[e2e][cli][torchrun][exec-only]") {
+  TempDir dir;
+  const std::string logs = dir.path + "/logs";
+  auto r = run_lspawn({"--quiet", "--nproc-per-node=2", "--redirects", "3", "--tee", "0:1", "--log-dir", logs,
+                       out_err_script(dir)});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  for (int rank = 0; rank < 2; ++rank) {  // every stream in the files
+    const std::string n = std::to_string(rank);
+    CHECK(slurp(logs + "/rank" + n + ".stdout") == "out " + n + "\n");
+    CHECK(slurp(logs + "/rank" + n + ".stderr") == "err " + n + "\n");
+  }
+  CHECK(has(r.out, "[rank 0] out 0\n"));  // tee'd: the console too
+  CHECK_FALSE(has(r.err, "err 0"));        // redirected only
+  CHECK_FALSE(has(r.out, "out 1"));
+  CHECK_FALSE(has(r.err, "err 1"));
+}
+
+TEST_CASE("option --redirects without --log-dir: a temporary log directory, named", "[e2e][cli][torchrun][exec-only]") {
+  TempDir dir;
+  auto r = run_lspawn({"--redirects", "1", out_err_script(dir)}, {"TMPDIR=" + dir.path});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  const std::string needle = "--redirects/--tee without --log-dir: the log files are in ";
+  const auto at = r.err.find(needle);
+  REQUIRE(at != std::string::npos);
+  const std::string logs = r.err.substr(at + needle.size(), r.err.find(' ', at + needle.size()) - at - needle.size());
+  CHECK(logs.rfind(dir.path + "/lspawn-logs-", 0) == 0);
+  CHECK(slurp(logs + "/rank0.stdout") == "out 0\n");
+  CHECK_FALSE(has(r.out, "out 0"));
+  CHECK(has(r.err, "[rank 0] err 0\n"));
+}
+
+TEST_CASE("lspawn's own --tee (no spec after it) still means: with --log-dir, the console too", "[e2e][cli][torchrun][exec-only]") {
+  TempDir dir;
+  const std::string logs = dir.path + "/logs";
+  auto r = run_lspawn({"--quiet", "--log-dir", logs, "--tee", out_err_script(dir)});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(slurp(logs + "/rank0.stdout") == "out 0\n");
+  CHECK(has(r.out, "[rank 0] out 0\n"));
+}
+
+TEST_CASE("option --role sets ROLE_NAME - harmless torchrun flags are accepted with a note", "[e2e][cli][torchrun]") {
+  auto r = run_lspawn({"--role", "trainer", "--monitor_interval=0.1", "--rdzv-backend", "c10d", "--rdzv_conf",
+                       "join_timeout=60,read_timeout=5", "--max_restarts", "0", worker_bin(), "env"});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(has(r.out, "[rank 0] ROLE_NAME=trainer\n"));
+  CHECK(has(r.err, "lspawn: --monitor-interval: ignored"));
+  CHECK(has(r.err, "lspawn: --rdzv-conf: ignored read_timeout"));
 }

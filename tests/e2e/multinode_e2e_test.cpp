@@ -419,3 +419,31 @@ TEST_CASE("multi-node hang: the coordinator's watch covers every node - a rank o
     CHECK_THAT(*e, Catch::Matchers::Contains("root cause: no rank made progress in its collectives for 1 s on node 0"));
   }
 }
+
+TEST_CASE("multi-node: --local-addr is the address node 0 advertises for the workers' store (as torchrun)", "[e2e][multinode][torchrun]") {
+  // 127.0.0.2 and 127.0.0.3 are this host's too (loopback is 127/8), distinct from the endpoint's.
+  for (const bool host_is_zero : {false, true}) {
+    const std::string ep = "127.0.0.1:" + std::to_string(free_port());
+    const std::string addr = host_is_zero ? "127.0.0.3" : "127.0.0.2";
+    auto node = [&](int r) {
+      std::vector<std::string> a = {"--nnodes", "2", "--nprocs", "1", "--node-rank", std::to_string(r),
+                                    "--rdzv-endpoint", ep};
+      if (r == 0) a.insert(a.end(), {"--local_addr", addr});
+      a.insert(a.end(), {worker_bin(), "env"});
+      return lspawn_args(a);
+    };
+    const int first = host_is_zero ? 0 : 1;  // binds the endpoint: the coordinator
+    Child host(node(first));
+    REQUIRE(host.wait_output([](const std::string&, const std::string& err) {
+      return err.find("rendezvous: waiting for 1 more node") != std::string::npos;
+    }, std::chrono::seconds(10)));
+    Child other(node(1 - first));
+    const int sh = host.wait(), so = other.wait();
+    INFO("host is node 0: " << host_is_zero << "\n" << host.err() << "----\n" << other.err());
+    REQUIRE(code_of(sh) == 0);
+    REQUIRE(code_of(so) == 0);
+    auto eh = env_by_rank(host.out()), eo = env_by_rank(other.out());
+    CHECK(eh[host_is_zero ? 0 : 1]["MASTER_ADDR"] == addr);
+    CHECK(eo[host_is_zero ? 1 : 0]["MASTER_ADDR"] == addr);
+  }
+}

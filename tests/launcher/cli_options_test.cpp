@@ -1,6 +1,13 @@
 #include <catch2/catch.hpp>
 
+#include <map>
+
+#include <cstdio>
+#include <cstdlib>
+
 #include "launcher/cli_options.hpp"
+#include "launcher/launch_env.hpp"
+#include "launcher/torchrun_compat.hpp"
 
 using lspawn::CliOptions;
 using lspawn::parse_cli;
@@ -56,10 +63,11 @@ TEST_CASE("parse_cli: malformed options name the option and the accepted form", 
     }
     return "(accepted)";
   };
-  CHECK(msg({"--nprocs", "abc", "p"}) == "--nprocs: expected a positive integer (--nprocs N), got 'abc'");
-  CHECK(msg({"--nprocs", "0", "p"}) == "--nprocs: 0 is out of range 1..4096 (--nprocs N)");
+  CHECK(msg({"--nprocs", "abc", "p"}) ==
+        "--nprocs: expected a positive integer, gpu, cpu or auto (--nprocs N|gpu|cpu|auto), got 'abc'");
+  CHECK(msg({"--nprocs", "0", "p"}) == "--nprocs: 0 is out of range 1..4096 (--nprocs N|gpu|cpu|auto)");
   CHECK(msg({"--nprocs", "99999999999", "p"}).find("--nprocs: expected a positive integer") == 0);
-  CHECK(msg({"--nprocs"}) == "--nprocs: missing value (--nprocs N)");
+  CHECK(msg({"--nprocs"}) == "--nprocs: missing value (--nprocs N|gpu|cpu|auto)");
   CHECK(msg({"--grace-period", "-1", "p"}).find("--grace-period: expected a number of seconds >= 0") == 0);
   CHECK(msg({"--grace-period", "1e3", "p"}).find("--grace-period") == 0);
   CHECK(msg({"--grace-period", "nan", "p"}).find("--grace-period") == 0);
@@ -72,7 +80,7 @@ TEST_CASE("parse_cli: malformed options name the option and the accepted form", 
   CHECK(msg({"--node-timeout", "0", "p"}).find("--node-timeout: must be at least 0.1 s") == 0);
   CHECK(msg({"--frobnicate", "p"}) == "--frobnicate: unknown option (see lspawn --help)");
   CHECK(msg({"-x", "p"}).find("-x: unknown option") == 0);
-  CHECK(msg({"--tee=1", "p"}) == "--tee: takes no value (--tee), got '1'");
+  CHECK(msg({"--tee=yes", "p"}).find("--tee: expected 0 none, 1 stdout, 2 stderr, 3 both") == 0);
   CHECK(msg({}) == "missing program (lspawn [options] [--] program [args...])");
   CHECK(msg({"--nprocs", "2"}) == "missing program (lspawn [options] [--] program [args...])");
   CHECK(msg({"--nnodes", "2", "--node-rank", "2", "--master-port", "5", "p"}).find("--node-rank: 2 must be less than --nnodes 2") == 0);
@@ -110,8 +118,8 @@ TEST_CASE("parse_cli: --start-method exec, forkserver or warm - --warm - --daemo
   CHECK(w.start_method == lspawn::CliStartMethod::Warm);
   CHECK(w.daemon_socket == "/run/d.sock");
   CHECK(parse_cli({"prog"}).daemon_socket.empty());
-  CHECK_THROWS_WITH(parse_cli({"--start-method", "fork", "prog"}),
-                    "--start-method: expected exec, forkserver or warm (--start-method exec|forkserver|warm), got 'fork'");
+  CHECK_THROWS_WITH(parse_cli({"--start-method", "threads", "prog"}),
+                    "--start-method: expected exec, forkserver or warm (--start-method exec|forkserver|warm), got 'threads'");
   CHECK_THROWS_WITH(parse_cli({"--start-method"}),
                     "--start-method: missing value (--start-method exec|forkserver|warm)");
   CHECK_THROWS_WITH(parse_cli({"--daemon-socket", "", "prog"}), "--daemon-socket: empty path (--daemon-socket PATH)");
@@ -135,4 +143,268 @@ TEST_CASE("parse_cli: --hang-timeout SECONDS", "[cli][hang]") {
   CHECK_THROWS_WITH(parse_cli({"--hang-timeout", "soon", "p"}),
                     Catch::StartsWith("--hang-timeout: expected a number of seconds >= 0"));
   CHECK_THROWS_WITH(parse_cli({"--hang-timeout"}), "--hang-timeout: missing value (--hang-timeout SECONDS)");
+}
+
+// ---- torchrun's command line (torchrun_compat.hpp, docs/cli.md "From torchrun") ----
+
+namespace {
+std::string usage_msg(std::vector<std::string> args) {
+  try {
+    lspawn::parse_cli(args);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+}  // namespace
+
+TEST_CASE("parse_cli: --nproc-per-node gpu|cpu|auto in both spellings and with =value", "[cli][torchrun]") {
+  for (const std::string spec : {"gpu", "cpu", "auto"}) {
+    INFO(spec);
+    CHECK(parse_cli({"--nproc-per-node", spec, "p"}).nproc_spec == spec);
+    CHECK(parse_cli({"--nproc_per_node=" + spec, "p"}).nproc_spec == spec);
+    CHECK(parse_cli({"--nproc-per-node=" + spec, "p"}).was_given("--nprocs"));
+  }
+  // A later count replaces an earlier spec.
+  const CliOptions o = parse_cli({"--nproc-per-node", "auto", "--nproc_per_node", "3", "p"});
+  CHECK(o.nproc_spec.empty());
+  CHECK(o.nproc_per_node == 3);
+  CHECK(usage_msg({"--nproc-per-node", "gpus", "p"}) ==
+        "--nproc-per-node: expected a positive integer, gpu, cpu or auto (--nproc-per-node N|gpu|cpu|auto), got 'gpus'");
+  CHECK(usage_msg({"--nproc_per_node=xpu", "p"}) ==
+        "--nproc-per-node: 'xpu' is not supported: lspawn counts NVIDIA GPUs only (--nproc-per-node N|gpu|cpu|auto)");
+}
+
+TEST_CASE("resolve_nproc_spec: auto is the GPUs, else the CPUs - gpu without one names the flag", "[cli][torchrun]") {
+  std::string how;
+  CHECK(lspawn::resolve_nproc_spec("auto", 0, 6, nullptr, 4096, &how) == 6);
+  CHECK(how == "6 CPUs usable by this process");
+  CHECK(lspawn::resolve_nproc_spec("auto", 2, 6, nullptr, 4096, &how) == 2);
+  CHECK(how == "2 GPUs");
+  CHECK(lspawn::resolve_nproc_spec("cpu", 2, 6, nullptr, 4096, &how) == 6);
+  CHECK(lspawn::resolve_nproc_spec("gpu", 4, 6, "0,1,2,3", 4096, &how) == 4);
+  CHECK_THROWS_WITH(lspawn::resolve_nproc_spec("gpu", 0, 6, nullptr, 4096, &how),
+                    "--nproc-per-node gpu: no NVIDIA GPU is visible to this process (CUDA_VISIBLE_DEVICES unset "
+                    "and no /dev/nvidiaN device); give a count (--nproc-per-node N) or cpu|auto");
+  CHECK_THROWS_WITH(lspawn::resolve_nproc_spec("gpu", 0, 6, "", 4096, &how),
+                    Catch::Contains("(CUDA_VISIBLE_DEVICES='')"));
+  CHECK_THROWS_WITH(lspawn::resolve_nproc_spec("cpu", 0, 5000, nullptr, 4096, &how),
+                    Catch::StartsWith("--nproc-per-node cpu: 5000 CPUs usable by this process, more than 4096"));
+}
+
+TEST_CASE("usable_cpu_count is what nproc(1) prints (sched_getaffinity)", "[cli][torchrun]") {
+  FILE* p = ::popen("nproc", "r");
+  REQUIRE(p != nullptr);
+  char buf[32] = {};
+  const bool got = std::fgets(buf, sizeof buf, p) != nullptr;
+  ::pclose(p);
+  REQUIRE(got);
+  CHECK(lspawn::usable_cpu_count() == std::atoi(buf));
+}
+
+TEST_CASE("parse_cli: --standalone - and what it cannot be combined with", "[cli][torchrun]") {
+  CHECK_FALSE(parse_cli({"p"}).standalone);
+  CHECK(parse_cli({"--standalone", "p"}).standalone);
+  CHECK(parse_cli({"--standalone", "--nnodes=1", "p"}).standalone);
+  CHECK(usage_msg({"--standalone=1", "p"}) == "--standalone: takes no value (--standalone), got '1'");
+  CHECK(usage_msg({"--standalone", "--rdzv-endpoint", "h:5", "p"}) ==
+        "--standalone: cannot be combined with --rdzv-endpoint h:5 (--standalone is one node with a local "
+        "rendezvous on a free port)");
+  CHECK(usage_msg({"--nnodes", "2", "--standalone", "p"}).find("--standalone: cannot be combined with --nnodes 2") == 0);
+}
+
+TEST_CASE("resolve_launch: --standalone is one node whatever Slurm says", "[cli][torchrun]") {
+  const std::map<std::string, std::string> slurm = {
+      {"SLURM_JOB_ID", "42"},       {"SLURM_STEP_ID", "0"},           {"SLURM_NNODES", "2"},
+      {"SLURM_NODEID", "1"},        {"SLURM_STEP_NODELIST", "n[01-02]"}, {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}};
+  const lspawn::EnvLookup env = [&](const std::string& k) -> std::optional<std::string> {
+    auto it = slurm.find(k);
+    if (it == slurm.end()) return std::nullopt;
+    return it->second;
+  };
+  const auto detected = lspawn::resolve_launch(parse_cli({"p"}), env);
+  CHECK(detected.nnodes == 2);  // the control: without --standalone, Slurm's two nodes
+  const auto s = lspawn::resolve_launch(parse_cli({"--standalone", "p"}), env);
+  CHECK(s.nnodes == 1);
+  CHECK(s.node_rank == 0);
+  CHECK(s.master_port == 0);
+  CHECK(s.master_addr == "127.0.0.1");
+  CHECK(s.scheduler == lspawn::Scheduler::None);
+  CHECK(s.detected.empty());
+}
+
+TEST_CASE("parse_cli: -m/--module, --no-python, --run-path", "[cli][torchrun]") {
+  const CliOptions m = parse_cli({"-m", "pkg.train", "--lr", "1"});
+  CHECK(m.program_convention.module);
+  CHECK(m.program == std::vector<std::string>{"pkg.train", "--lr", "1"});
+  CHECK(parse_cli({"--module", "pkg", "p"}).program_convention.module);
+  CHECK(parse_cli({"--no-python", "p"}).program_convention.no_python);
+  CHECK(parse_cli({"--no_python", "p"}).program_convention.no_python);
+  CHECK(parse_cli({"--run_path", "/a/s.py"}).program_convention.run_path);
+  CHECK(parse_cli({"--run-path", "/a/s.py"}).program_convention.run_path);
+  CHECK(usage_msg({"--no-python", "-m", "pkg"}) == "--no-python: cannot be combined with -m/--module (as torchrun)");
+  CHECK(usage_msg({"--module=x", "pkg"}) == "--module: takes no value (--module), got 'x'");
+}
+
+TEST_CASE("worker_command: .py and -m run under Python with -u, --no-python and other programs are exec'd", "[cli][torchrun]") {
+  using V = std::vector<std::string>;
+  lspawn::ProgramConvention c;
+  std::string why;
+  CHECK(lspawn::worker_command({"train.py", "--x"}, c, "/usr/bin/python3", &why) ==
+        V{"/usr/bin/python3", "-u", "train.py", "--x"});
+  CHECK(why == "a .py program");
+  CHECK(lspawn::worker_command({"./worker", "a.py"}, c, "py", &why) == V{"./worker", "a.py"});
+  CHECK(why.empty());
+  CHECK(lspawn::worker_command({"train.pyc"}, c, "py", &why) == V{"train.pyc"});
+  c.module = true;
+  CHECK(lspawn::worker_command({"pkg.mod", "1"}, c, "py", &why) == V{"py", "-u", "-m", "pkg.mod", "1"});
+  CHECK(why == "-m");
+  c = {};
+  c.no_python = true;
+  CHECK(lspawn::worker_command({"train.py"}, c, "py", &why) == V{"train.py"});
+  CHECK(why.empty());
+  c.run_path = true;  // takes precedence over --no-python, as in torchrun
+  CHECK(lspawn::worker_command({"/abs/s"}, c, "py", &why) == V{"py", "-u", "/abs/s"});
+  CHECK(why == "--run-path");
+}
+
+TEST_CASE("python_interpreter: $LSPAWN_PYTHON, else $PYTHON_EXEC, else python3", "[cli][torchrun]") {
+  std::map<std::string, std::string> vars;
+  const lspawn::EnvLookup env = [&](const std::string& k) -> std::optional<std::string> {
+    auto it = vars.find(k);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+  std::string source;
+  CHECK(lspawn::python_interpreter(env, &source) == "python3");
+  CHECK(source == "default");
+  vars["PYTHON_EXEC"] = "/opt/py/bin/python";
+  CHECK(lspawn::python_interpreter(env, &source) == "/opt/py/bin/python");
+  CHECK(source == "PYTHON_EXEC");
+  vars["LSPAWN_PYTHON"] = "/usr/bin/python3";
+  CHECK(lspawn::python_interpreter(env, &source) == "/usr/bin/python3");
+  CHECK(source == "LSPAWN_PYTHON");
+}
+
+TEST_CASE("parse_std_spec: torchrun's 0..3 and LOCAL_RANK:V lists - std_route: redirect, tee, console", "[cli][torchrun]") {
+  CHECK(lspawn::parse_std_spec("3")->all == 3);
+  CHECK(lspawn::parse_std_spec("0")->all == 0);
+  const auto m = lspawn::parse_std_spec("0:1,1:2,12:3");
+  REQUIRE(m);
+  CHECK(m->mask_for(0) == 1);
+  CHECK(m->mask_for(1) == 2);
+  CHECK(m->mask_for(12) == 3);
+  CHECK(m->mask_for(2) == 0);
+  for (const std::string bad : {"", "4", "x", "0:4", "0:1,", ":1", "0:1,1", "-1", "1:2:3", "./prog"}) {
+    INFO(bad);
+    CHECK_FALSE(lspawn::parse_std_spec(bad));
+  }
+  const lspawn::StdSpec none, all{3, {}, false};
+  auto r = lspawn::std_route(all, none, 0, false);  // redirected: files only
+  CHECK((r.file && !r.console));
+  r = lspawn::std_route(none, all, 0, true);  // tee'd: both
+  CHECK((r.file && r.console));
+  r = lspawn::std_route(all, all, 0, true);  // tee wins over redirect
+  CHECK((r.file && r.console));
+  r = lspawn::std_route(none, none, 0, false);  // neither: console only
+  CHECK((!r.file && r.console));
+  const auto out_only = *lspawn::parse_std_spec("1");
+  CHECK_FALSE(lspawn::std_route(out_only, none, 0, false).console);
+  CHECK(lspawn::std_route(out_only, none, 0, true).console);
+  CHECK_FALSE(lspawn::std_route(out_only, none, 0, true).file);
+}
+
+TEST_CASE("parse_cli: --redirects/-r and --tee/-t take torchrun's specs - --tee alone stays lspawn's flag", "[cli][torchrun]") {
+  CHECK(parse_cli({"--redirects", "3", "p"}).redirects->all == 3);
+  CHECK(parse_cli({"--redirects=0:1,1:2", "p"}).redirects->mask_for(1) == 2);
+  CHECK(parse_cli({"-r", "2", "p"}).redirects->all == 2);
+  CHECK(parse_cli({"-r1", "p"}).redirects->all == 1);
+  CHECK(parse_cli({"--tee", "3", "p"}).tee_spec->all == 3);
+  CHECK(parse_cli({"--tee=1", "p"}).tee_spec->all == 1);
+  CHECK(parse_cli({"-t", "0:3", "p"}).tee_spec->mask_for(0) == 3);
+  // --tee followed by something that is not a spec: the boolean, the next word is the program.
+  const CliOptions b = parse_cli({"--log-dir", "/l", "--tee", "./prog", "3"});
+  CHECK(b.tee);
+  CHECK_FALSE(b.tee_spec);
+  CHECK(b.program == std::vector<std::string>{"./prog", "3"});
+  const CliOptions b2 = parse_cli({"--log-dir", "/l", "--tee", "--quiet", "p"});
+  CHECK((b2.tee && b2.quiet));
+  // A spec needs no --log-dir (a temporary one is made); the boolean still does.
+  CHECK(usage_msg({"--tee", "3", "p"}) == "(accepted)");
+  CHECK(usage_msg({"--tee", "p"}) == "--tee: needs --log-dir DIR (--log-dir DIR --tee), or a stream spec (--tee 3)");
+  CHECK(usage_msg({"--redirects", "4", "p"}) ==
+        "--redirects: expected 0 none, 1 stdout, 2 stderr, 3 both, for every local rank, or LOCAL_RANK:V,... per "
+        "local rank (--redirects 3, --redirects 0:1,1:2), got '4'");
+  CHECK(usage_msg({"-r", "all", "p"}).find("--redirects: expected 0 none") == 0);
+  CHECK(usage_msg({"--redirects"}) == "--redirects: missing value (--redirects SPEC)");
+}
+
+TEST_CASE("parse_cli: --rdzv-conf join_timeout/timeout set the rendezvous timeout - other keys are noted", "[cli][torchrun]") {
+  CHECK(parse_cli({"--rdzv-conf", "join_timeout=900", "p"}).rdzv_timeout_s == 900);
+  CHECK(parse_cli({"--rdzv_conf=timeout=30", "p"}).rdzv_timeout_s == 30);
+  CHECK(parse_cli({"--rdzv-conf", "join_timeout=90,timeout=30", "p"}).rdzv_timeout_s == 90);
+  CHECK(parse_cli({"--rdzv-conf", "timeout=30,join_timeout=90", "p"}).rdzv_timeout_s == 90);
+  CHECK(parse_cli({"--rdzv-timeout", "7", "--rdzv-conf", "join_timeout=90", "p"}).rdzv_timeout_s == 7);
+  const CliOptions o = parse_cli({"--rdzv-conf", "is_host=1,read_timeout=60,join_timeout=5", "p"});
+  CHECK(o.rdzv_timeout_s == 5);
+  REQUIRE(o.notes.size() == 1);
+  CHECK(o.notes[0] == "--rdzv-conf: ignored is_host, read_timeout (lspawn honours join_timeout and timeout, as --rdzv-timeout)");
+  CHECK(usage_msg({"--rdzv-conf", "join_timeout", "p"}) ==
+        "--rdzv-conf: expected KEY=VALUE entries separated by commas (--rdzv-conf join_timeout=900,KEY=VALUE), got "
+        "'join_timeout' in 'join_timeout'");
+  CHECK(usage_msg({"--rdzv-conf", "join_timeout=soon", "p"}).find("--rdzv-conf join_timeout: expected a number of seconds") == 0);
+}
+
+TEST_CASE("parse_cli: --local-addr, --role, --monitor-interval, --signals-to-handle, --start-method spawn", "[cli][torchrun]") {
+  const CliOptions o = parse_cli({"--rdzv-endpoint", "h:5", "--local_addr", "10.0.0.7", "--role=trainer", "p"});
+  CHECK(o.local_addr == "10.0.0.7");
+  CHECK(o.role == "trainer");
+  CHECK(o.notes.empty());
+  CHECK(parse_cli({"p"}).role == "default");
+  const CliOptions st = parse_cli({"--local-addr", "10.0.0.7", "p"});
+  REQUIRE(st.notes.size() == 1);
+  CHECK(st.notes[0].find("--local-addr 10.0.0.7: ignored without --rdzv-endpoint") == 0);
+  CHECK(usage_msg({"--local-addr=", "p"}) == "--local-addr: empty address (--local-addr ADDR)");
+  CHECK(usage_msg({"--role", "", "p"}) == "--role: empty role (--role NAME)");
+  const CliOptions mi = parse_cli({"--monitor_interval", "0.5", "p"});
+  REQUIRE(mi.notes.size() == 1);
+  CHECK(mi.notes[0].find("--monitor-interval: ignored") == 0);
+  CHECK(usage_msg({"--monitor-interval", "often", "p"}).find("--monitor-interval: expected a number of seconds") == 0);
+  CHECK(parse_cli({"--signals-to-handle", "SIGTERM,SIGUSR1", "p"}).notes.size() == 1);
+  CHECK(usage_msg({"--signals_to_handle=SIGTERM,SIGPIPE", "p"}).find(
+            "--signals-to-handle: lspawn forwards SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2") == 0);
+  CHECK(usage_msg({"--signals_to_handle=SIGTERM,SIGPIPE", "p"}).find("'SIGPIPE' in 'SIGTERM,SIGPIPE'") != std::string::npos);
+  const CliOptions sp = parse_cli({"--start-method", "spawn", "p"});
+  CHECK(sp.start_method == lspawn::CliStartMethod::Exec);
+  CHECK(sp.notes.size() == 1);
+  CHECK(parse_cli({"--start_method=fork", "p"}).start_method == lspawn::CliStartMethod::Exec);
+}
+
+TEST_CASE("parse_cli: --nnodes N:N is N - an elastic range is refused", "[cli][torchrun]") {
+  CHECK(parse_cli({"--nnodes", "1:1", "p"}).nnodes == 1);
+  CHECK(parse_cli({"--nnodes=2:2", "--rdzv-endpoint", "h", "p"}).nnodes == 2);
+  CHECK(usage_msg({"--nnodes", "1:4", "p"}) ==
+        "--nnodes: elastic ranges (MIN:MAX) are not supported, give a fixed count (--nnodes N, or N:N), got '1:4'");
+}
+
+TEST_CASE("parse_cli: torchrun flags lspawn does not support get their own error, not 'unknown option'", "[cli][torchrun]") {
+  struct Case {
+    std::vector<std::string> args;
+    std::string start;
+  };
+  const std::vector<Case> cases = {
+      {{"--logs-specs", "x", "p"}, "--logs-specs: torchrun's flag is not supported by lspawn ("},
+      {{"--logs_specs=x", "p"}, "--logs-specs: torchrun's flag is not supported by lspawn ("},
+      {{"--local-ranks-filter", "0", "p"}, "--local-ranks-filter: torchrun's flag is not supported by lspawn (to see only"},
+      {{"--local_ranks_filter=0,1", "p"}, "--local-ranks-filter: torchrun's flag is not supported"},
+      {{"--numa-binding", "node", "p"}, "--numa-binding: torchrun's flag is not supported by lspawn (bind in the program"},
+      {{"--event_log_handler", "null", "p"}, "--event-log-handler: torchrun's flag is not supported by lspawn"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.args[0]);
+    const std::string m = usage_msg(c.args);
+    CHECK(m.find(c.start) == 0);
+    CHECK(m.find("unknown option") == std::string::npos);
+  }
+  CHECK(usage_msg({"--no-such-flag", "p"}) == "--no-such-flag: unknown option (see lspawn --help)");
 }

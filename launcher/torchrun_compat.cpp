@@ -1,0 +1,184 @@
+#include "launcher/torchrun_compat.hpp"
+
+#include <cerrno>
+#include <cstring>
+
+#include <sched.h>
+
+#include "launcher/cli_options.hpp"
+
+namespace lspawn {
+namespace {
+
+bool all_digits(const std::string& s) {
+  return !s.empty() && s.size() <= 6 && s.find_first_not_of("0123456789") == std::string::npos;
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+}  // namespace
+
+int StdSpec::mask_for(int local_rank) const {
+  if (!mapped) return all;
+  const auto it = per_rank.find(local_rank);
+  return it == per_rank.end() ? 0 : it->second;
+}
+
+bool StdSpec::any() const {
+  if (!mapped) return all != 0;
+  for (const auto& [lr, m] : per_rank)
+    if (m != 0) return true;
+  return false;
+}
+
+std::optional<StdSpec> parse_std_spec(const std::string& v) {
+  StdSpec s;
+  if (v.size() == 1 && v[0] >= '0' && v[0] <= '3') {
+    s.all = v[0] - '0';
+    return s;
+  }
+  if (v.empty()) return std::nullopt;
+  s.mapped = true;
+  size_t pos = 0;
+  while (pos <= v.size()) {
+    const size_t comma = v.find(',', pos);
+    const std::string item = v.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    const size_t colon = item.find(':');
+    if (colon == std::string::npos) return std::nullopt;
+    const std::string lr = item.substr(0, colon), m = item.substr(colon + 1);
+    if (!all_digits(lr) || m.size() != 1 || m[0] < '0' || m[0] > '3') return std::nullopt;
+    s.per_rank[std::stoi(lr)] = m[0] - '0';
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return s;
+}
+
+StdRoute std_route(const StdSpec& redirects, const StdSpec& tee, int local_rank, bool is_stderr) {
+  const int bit = is_stderr ? 2 : 1;
+  const bool redirected = (redirects.mask_for(local_rank) & bit) != 0;
+  const bool teed = (tee.mask_for(local_rank) & bit) != 0;
+  StdRoute r;
+  r.file = redirected || teed;
+  r.console = teed || !redirected;
+  return r;
+}
+
+int resolve_nproc_spec(const std::string& spec, int gpus, int cpus, const char* cuda_visible_devices,
+                       int max_procs, std::string* how) {
+  const std::string flag = "--nproc-per-node " + spec;
+  int n = 0;
+  std::string what;
+  if (spec == "gpu" || (spec == "auto" && gpus > 0)) {
+    if (gpus <= 0) {
+      const std::string visible = cuda_visible_devices == nullptr
+                                      ? "CUDA_VISIBLE_DEVICES unset and no /dev/nvidiaN device"
+                                      : "CUDA_VISIBLE_DEVICES='" + std::string(cuda_visible_devices) + "'";
+      throw UsageError(flag + ": no NVIDIA GPU is visible to this process (" + visible +
+                       "); give a count (--nproc-per-node N) or cpu|auto");
+    }
+    n = gpus;
+    what = std::to_string(gpus) + " GPU" + (gpus == 1 ? "" : "s");
+  } else if (spec == "cpu" || spec == "auto") {
+    n = cpus < 1 ? 1 : cpus;
+    what = std::to_string(n) + " CPU" + (n == 1 ? "" : "s") + " usable by this process";
+  } else {
+    throw UsageError("--nproc-per-node: expected a positive integer, gpu, cpu or auto "
+                     "(--nproc-per-node N|gpu|cpu|auto), got '" + spec + "'");
+  }
+  if (n > max_procs) {
+    throw UsageError(flag + ": " + what + ", more than " + std::to_string(max_procs) +
+                     " workers; give a count (--nproc-per-node N)");
+  }
+  if (how) *how = what;
+  return n;
+}
+
+int usable_cpu_count() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return 1;  // cannot fail for pid 0 with a full set
+  const int n = CPU_COUNT(&set);
+  return n > 0 ? n : 1;
+}
+
+std::vector<std::string> worker_command(const std::vector<std::string>& program, const ProgramConvention& c,
+                                        const std::string& python, std::string* reason) {
+  if (reason) reason->clear();
+  if (c.no_python) {
+    if (c.module) throw UsageError("--no-python: cannot be combined with -m/--module (as torchrun)");
+    if (!c.run_path) return program;
+  }
+  std::string why;
+  if (c.module) {
+    why = "-m";
+  } else if (c.run_path) {
+    why = "--run-path";
+  } else if (!program.empty() && ends_with(program[0], ".py")) {
+    why = "a .py program";
+  } else {
+    return program;
+  }
+  std::vector<std::string> argv{python, "-u"};
+  if (c.module) argv.push_back("-m");
+  argv.insert(argv.end(), program.begin(), program.end());
+  if (reason) *reason = why;
+  return argv;
+}
+
+std::string python_interpreter(const std::function<std::optional<std::string>(const std::string&)>& env,
+                               std::string* source) {
+  for (const char* name : {"LSPAWN_PYTHON", "PYTHON_EXEC"}) {
+    if (auto v = env(name); v && !v->empty()) {
+      if (source) *source = name;
+      return *v;
+    }
+  }
+  if (source) *source = "default";
+  return "python3";
+}
+
+std::vector<std::pair<std::string, std::string>> parse_rdzv_conf(const std::string& opt, const std::string& v) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (v.empty()) return out;
+  size_t pos = 0;
+  while (pos <= v.size()) {
+    const size_t comma = v.find(',', pos);
+    const std::string item = v.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw UsageError(opt + ": expected KEY=VALUE entries separated by commas (" + opt +
+                       " join_timeout=900,KEY=VALUE), got '" + item + "' in '" + v + "'");
+    }
+    out.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+std::optional<std::string> refused_torchrun_flag(const std::string& name) {
+  struct Refusal {
+    const char* name;
+    const char* instead;
+  };
+  static const Refusal kRefused[] = {
+      {"--logs-specs", "lspawn has no log plugins; its own files are --log-dir DIR with --redirects/--tee"},
+      {"--local-ranks-filter",
+       "to see only some local ranks on the console, keep every rank in files and tee those: e.g. "
+       "--log-dir DIR --redirects 3 --tee 0:3 (local rank 0 on the console too)"},
+      {"--numa-binding", "bind in the program, or wrap it: lspawn ... -- numactl --cpunodebind=N prog"},
+      {"--event-log-handler", "lspawn has no event log; its info lines and the failure summary go to stderr"},
+      {"--use-env", "that is torch.distributed.launch's flag; lspawn (like torchrun) always sets LOCAL_RANK in the environment"},
+  };
+  for (const auto& r : kRefused) {
+    if (name == r.name) {
+      return name + ": torchrun's flag is not supported by lspawn (" + r.instead + ")";
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace lspawn

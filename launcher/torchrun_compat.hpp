@@ -1,0 +1,84 @@
+// torchrun's command line in lspawn (docs/cli.md, "From torchrun"): the pieces of torchrun 2.15's
+// flags that are more than a name — `--nproc-per-node gpu|cpu|auto`, the std-stream specs of
+// `--redirects`/`--tee`, `--rdzv-conf`, torchrun's program conventions (`python -u script.py`,
+// `-m module`, `--no-python`) and the flags lspawn refuses.
+//
+// Everything here is a pure function of its arguments except usable_cpu_count() (which asks the
+// kernel) and python_interpreter() (which reads the environment through a lookup). The GPU count
+// is spawn()'s local_accelerator_count() (launcher/spawn/options.hpp), passed in by the CLI. parse_cli() (cli_options.hpp) uses the parsers; run_cli() the resolvers.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace lspawn {
+
+// A torchrun std-stream spec (`--redirects`, `--tee`; torchrun's `Std`): bit 1 stdout, bit 2
+// stderr, per local rank. "3" applies to every local rank; "0:1,1:2" to the ranks named
+// (the others: 0, no stream).
+struct StdSpec {
+  int all = 0;                 // 0..3, for every local rank when per_rank is empty
+  std::map<int, int> per_rank;  // local rank -> 0..3 ("LR:V,..." form); ranks absent: 0
+  bool mapped = false;         // the "LR:V,..." form was given
+  int mask_for(int local_rank) const;
+  bool any() const;            // some stream of some rank is selected
+};
+
+// "0".."3" or "LR:V[,LR:V...]" (LR a local rank, V 0..3); nullopt for anything else.
+std::optional<StdSpec> parse_std_spec(const std::string& v);
+
+// Where one stream of one local rank goes when a torchrun spec decides it: redirected streams
+// go to the log files only, tee'd ones to the files and the console (tee wins over redirect),
+// the others to the console only.
+struct StdRoute {
+  bool console = true;
+  bool file = false;
+};
+StdRoute std_route(const StdSpec& redirects, const StdSpec& tee, int local_rank, bool is_stderr);
+
+// `--nproc-per-node gpu|cpu|auto` with torchrun's meaning: gpu = the NVIDIA GPUs visible to
+// this process (`gpus`); cpu = the CPUs it may run on (`cpus`); auto = gpus when > 0, else cpus.
+// Returns the count and sets *how to a phrase for the info line ("2 GPUs", "8 CPUs").
+// Throws UsageError for gpu when gpus == 0 (naming the flag and CUDA_VISIBLE_DEVICES's value,
+// `cuda_visible_devices` null when unset) and for a count above max_procs.
+int resolve_nproc_spec(const std::string& spec, int gpus, int cpus, const char* cuda_visible_devices,
+                       int max_procs, std::string* how);
+
+// CPUs this process may run on: sched_getaffinity's set (what `nproc` prints); at least 1.
+int usable_cpu_count();
+
+// The worker's command line, by torchrun's program conventions (docs/cli.md "Python programs"):
+//   --no-python            program as given (exec'd directly); with -m: UsageError
+//   -m / --module          python -u -m MODULE args...
+//   --run-path             python -u SCRIPT args...
+//   program[0] ends in .py python -u SCRIPT args...
+//   anything else          program as given (exec'd directly, lspawn's rule before torchrun's flags)
+// `python` is the interpreter (python_interpreter()). *reason (may be null) is set to why the
+// program runs under Python ("a .py program", "-m", "--run-path"), empty when it does not.
+struct ProgramConvention {
+  bool module = false;      // -m / --module
+  bool no_python = false;   // --no-python
+  bool run_path = false;    // --run-path
+};
+std::vector<std::string> worker_command(const std::vector<std::string>& program, const ProgramConvention& c,
+                                        const std::string& python, std::string* reason);
+
+// The Python that runs Python programs: $LSPAWN_PYTHON, else torchrun's $PYTHON_EXEC, else
+// "python3" (searched on PATH when started). *source (may be null): the variable it came from,
+// or "default".
+std::string python_interpreter(const std::function<std::optional<std::string>(const std::string&)>& env,
+                               std::string* source);
+
+// `--rdzv-conf key=value,...` (torchrun's _parse_rendezvous_config): the pairs in order.
+// Throws UsageError naming the flag for an entry without '=' or with an empty key.
+std::vector<std::pair<std::string, std::string>> parse_rdzv_conf(const std::string& opt, const std::string& v);
+
+// A torchrun flag lspawn refuses (canonical name, '-' spelling): the message of the UsageError
+// ("--numa-binding: torchrun's flag is not supported by lspawn: ...; instead ..."), or nullopt
+// when `name` is not one of them.
+std::optional<std::string> refused_torchrun_flag(const std::string& name);
+
+}  // namespace lspawn
