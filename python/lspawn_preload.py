@@ -18,7 +18,10 @@ Refused, with the module's name, before any worker is forked (lspawn prints the 
 - a module that does not import (the exception's type and text, and where it was raised);
 - a module whose import started a thread (counted in /proc/self/task, so threads of C
   extensions too, and by threading): a fork copies only the forking thread, and a lock
-  another thread held stays locked forever in the child;
+  another thread held stays locked forever in the child. Threads that their library stops
+  before a fork itself (pthread_atfork: OpenBLAS's pool, started by numpy and Debian's torch at
+  import unless OMP_NUM_THREADS=1) are accepted: when /proc/self/task counts more than one,
+  it is counted again after one fork() of a child that exits at once;
 - a module whose import initialised CUDA (torch.cuda.is_initialized()): a CUDA context does not
   survive fork(). torch initialises CUDA lazily, on the first CUDA call, never at import; this
   check catches a module that makes one at import time.
@@ -76,6 +79,8 @@ class _Library:
         self.lib = ctypes.PyDLL(path)  # PyDLL: the GIL is held during each call (the fork needs it)
         self.lib.lspawn_preload_threads.restype = ctypes.c_int
         self.lib.lspawn_preload_threads.argtypes = []
+        self.lib.lspawn_preload_threads_after_fork.restype = ctypes.c_int
+        self.lib.lspawn_preload_threads_after_fork.argtypes = []
         self.lib.lspawn_preload_refuse.restype = ctypes.c_int
         self.lib.lspawn_preload_refuse.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
         self.lib.lspawn_preload_serve.restype = ctypes.c_int
@@ -83,7 +88,12 @@ class _Library:
         self.err = ctypes.create_string_buffer(4096)
 
     def threads(self):
-        return self.lib.lspawn_preload_threads()
+        """Threads of this process, and when more than one, of it after one fork() (python_preload_entry.hpp):
+        threads a library stops in its own fork handler (OpenBLAS's pool) are safe."""
+        n = self.lib.lspawn_preload_threads()
+        if n > 1:
+            n = self.lib.lspawn_preload_threads_after_fork()
+        return n
 
     def refuse(self, why):
         """Tells lspawn why no worker can be forked; exits."""
@@ -115,7 +125,8 @@ def _raised_where(exc):
     tb = exc.__traceback__
     last = None
     while tb is not None:
-        if not tb.tb_frame.f_code.co_filename.startswith("<frozen"):  # importlib's own frames
+        name = tb.tb_frame.f_code.co_filename
+        if not name.startswith("<frozen") and os.sep + "importlib" + os.sep not in name:  # importlib's own frames
             last = tb
         tb = tb.tb_next
     if last is None or last.tb_frame.f_code.co_filename == _HERE:
@@ -141,8 +152,8 @@ def _preload(lib, modules):
             lib.refuse("cannot import '%s': %s%s%s" % (m, type(e).__name__, ": " + text if text else "",
                                                         _raised_where(e)))
         _flush()
-        threads = lib.threads()
         names = _python_threads()
+        threads = 1 if names else lib.threads()
         if threads != 1 or names:
             lib.refuse("importing '%s' started %d thread%s (%s); forking workers from it is unsafe: import "
                        "it in the script instead of --preload" %
@@ -230,7 +241,7 @@ def _run(argv):
                 return 2
             sys.argv = list(argv)
             sys.path.insert(0, os.path.dirname(os.path.realpath(script)))
-            runpy.run_path(script, run_name="__main__")
+            runpy.run_path(os.path.abspath(script), run_name="__main__")  # __file__ absolute, as since 3.9
         return 0
     except SystemExit as e:
         code = e.code

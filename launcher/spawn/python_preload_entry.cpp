@@ -1,6 +1,9 @@
 #include "launcher/spawn/python_preload_entry.hpp"
 
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <cstdio>
 #include <exception>
@@ -47,6 +50,16 @@ std::optional<Fds> fds(std::string* why) {
 extern "C" {
 
 __attribute__((visibility("default"))) int lspawn_preload_threads(void) { return lspawn::count_threads(); }
+
+__attribute__((visibility("default"))) int lspawn_preload_threads_after_fork(void) {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  if (pid < 0) return -1;
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return lspawn::count_threads();
+}
 
 __attribute__((visibility("default"))) int lspawn_preload_refuse(const char* why, char* err, size_t err_len) {
   std::string problem;

@@ -27,6 +27,12 @@ extern "C" {
 // interpreter's threading module cannot see threads a C extension started.
 int lspawn_preload_threads(void);
 
+// Threads left after one fork() (of a child that _exits at once): a library that stops its own
+// threads in a pthread_atfork prepare handler (OpenBLAS's pool, which numpy and Debian's torch
+// start at import) is fork-safe, and its threads are gone then (it starts them again when used).
+// -1 when fork() fails or /proc is unreadable.
+int lspawn_preload_threads_after_fork(void);
+
 // Refuses to serve: tells the lspawn that executed this process `why` (it prints it and starts
 // no worker). Then the caller exits. -1 when not started by lspawn (LSPAWN_FORKSERVER_FDS unset
 // or bad) or lspawn is gone.
