@@ -221,6 +221,7 @@ def _print_uncaught(exc):
     tb = exc.__traceback__
     while tb is not None and _is_runner_frame(tb):
         tb = tb.tb_next
+    exc.__traceback__ = tb  # the default hook prints the exception's own traceback
     sys.excepthook(type(exc), exc, tb)
 
 
