@@ -27,6 +27,7 @@
 #include "launcher/output.hpp"
 #include "launcher/node_group.hpp"
 #include "launcher/port.hpp"
+#include "launcher/python_preload.hpp"
 #include "launcher/spawn/errors.hpp"
 #include "launcher/spawn/forked_workers.hpp"
 #include "launcher/spawn/forkserver.hpp"
@@ -90,6 +91,7 @@ std::vector<std::string> common_environment(const std::vector<std::vector<std::s
 // this run's working directory and umask for the workers. Null when no daemon runs (said once:
 // the caller starts a cold forkserver). Throws what daemon::warm_server throws.
 std::unique_ptr<Forkserver> warm_forkserver(const CliOptions& o, const std::string& path,
+                                            const std::vector<std::string>& argv,
                                             const std::vector<std::vector<std::string>>& envs,
                                             const sigset_t* stop) {
   const std::string socket = o.daemon_socket.empty() ? daemon::default_socket_path() : o.daemon_socket;
@@ -100,13 +102,26 @@ std::unique_ptr<Forkserver> warm_forkserver(const CliOptions& o, const std::stri
                            [](const std::string& kv) {
                              const std::string name = kv.substr(0, kv.find('='));
                              return name == status::kDirEnv || name == "PWD" || name == "OLDPWD" ||
-                                    name == "SHLVL" || name == "_";
+                                    name == "SHLVL" || name == "_" || name == preload::kArgvEnv;
                            }),
             env.end());
-  char resolved[PATH_MAX];
-  if (!::realpath(path.c_str(), resolved)) sys::throw_errno("realpath", path);
+  // The file's absolute path. An interpreter keeps its symbolic link: a venv's bin/python is one
+  // (to the base interpreter), and Python finds the venv from the path it was executed by.
+  std::string absolute;
+  if (o.preload.empty()) {
+    char resolved[PATH_MAX];
+    if (!::realpath(path.c_str(), resolved)) sys::throw_errno("realpath", path);
+    absolute = resolved;
+  } else {
+    absolute = path;
+    if (absolute[0] != '/') {
+      char cwd[PATH_MAX];
+      if (!::getcwd(cwd, sizeof cwd)) sys::throw_errno("getcwd", path);
+      absolute = std::string(cwd) + "/" + path;
+    }
+  }
   std::string why;
-  auto w = daemon::warm_server(socket, resolved, o.program, env, stop, &why);
+  auto w = daemon::warm_server(socket, absolute, argv, env, stop, &why, !o.preload.empty());
   if (!w) {
     say("--start-method warm: no daemon on " + socket + " (" + why +
         "); starting a cold forkserver (start one with 'lspawn daemon')");
@@ -189,6 +204,11 @@ std::optional<int> apply_torchrun_conventions(CliOptions& o) {
     say(e.what());
     return exit_codes::kUsage;
   }
+  if (!reason.empty() && !o.preload.empty()) {
+    // One interpreter serves every worker under --preload: no interpreter option per worker
+    // (PYTHONUNBUFFERED=1 in lspawn's environment does what torchrun's -u does, for all of them).
+    if (argv.size() > 1 && argv[1] == "-u") argv.erase(argv.begin() + 1);
+  }
   if (!reason.empty()) {
     if (reason != "-m" && ::access(o.program[0].c_str(), R_OK) != 0) {
       const int err = errno;
@@ -214,6 +234,12 @@ std::optional<int> apply_torchrun_conventions(CliOptions& o) {
     }
     say("--redirects/--tee without --log-dir: the log files are in " + o.log_dir + " (kept after the run)");
   }
+  if (!o.preload.empty()) {
+    if (auto why = preload::check_program(o.program); !why.empty()) {
+      say("--preload: " + why);
+      return exit_codes::kUsage;
+    }
+  }
   return std::nullopt;
 }
 
@@ -226,8 +252,24 @@ int run(const CliOptions& o) {
     return err == ENOENT ? exit_codes::kNotFound : exit_codes::kCannotExecute;
   }
   const bool use_forkserver = o.start_method == CliStartMethod::Forkserver || o.start_method == CliStartMethod::Warm;
-  const char* method_flag = o.start_method == CliStartMethod::Warm ? "--start-method warm" : "--start-method forkserver";
-  if (use_forkserver) {
+  const bool preloading = !o.preload.empty();
+  const char* method_flag = preloading ? "--preload"
+                            : o.start_method == CliStartMethod::Warm ? "--start-method warm"
+                                                                    : "--start-method forkserver";
+  // The program executed once as the forkserver: the program itself, or for --preload the Python
+  // preload server (python_preload.hpp), which gets the script per worker.
+  std::vector<std::string> server_argv = o.program;
+  std::string preload_modules;
+  if (preloading) {
+    try {
+      server_argv = preload::server_argv(o.program, o.preload, preload::locate());
+    } catch (const std::exception& e) {
+      say(std::string(method_flag) + ": " + e.what());
+      return exit_codes::kInternal;
+    }
+    preload_modules = server_argv.back();
+  }
+  if (use_forkserver && !preloading) {
     bool hooked = false;
     try {
       hooked = elf::has_section(*path, kForkserverNoteSection);
@@ -441,7 +483,8 @@ int run(const CliOptions& o) {
   };
   if (!o.quiet) {
     say("starting " + std::to_string(o.nproc_per_node) + " worker" +
-        (o.nproc_per_node == 1 ? "" : "s") + " of '" + *path + "'" +
+        (o.nproc_per_node == 1 ? "" : "s") + " of '" + *path +
+        (preloading ? " " + o.program[1] + "' (preloaded: " + preload_modules + ")" : "'") +
         (o.start_method == CliStartMethod::Warm ? " by warm forkserver" : use_forkserver ? " by forkserver" : "") + " (node " + std::to_string(node_rank) + "/" +
         std::to_string(assign.nnodes) + (multi ? " on " + host : "") + ", master " +
         assign.master_addr + ":" + std::to_string(assign.master_port) + ", run id " + job.run_id + ")");
@@ -458,6 +501,7 @@ int run(const CliOptions& o) {
       spec.error_file = env::error_file_path(job.run_dir, place.rank());
       ::unlink(spec.error_file.c_str());  // a report of an earlier attempt is not this one's
       set_env(spec.env, status::kDirEnv, status_dir);
+      if (preloading) set_env(spec.env, preload::kArgvEnv, preload::worker_argv(o.program));
       specs.push_back(std::move(spec));
     }
     return specs;
@@ -477,10 +521,14 @@ int run(const CliOptions& o) {
     // Loading the program blocks this thread (no heartbeats): the other nodes allow for it.
     group->announce_busy(kForkserverReadyTimeout + std::chrono::seconds(5));
     try {
-      if (o.start_method == CliStartMethod::Warm) forkserver = warm_forkserver(o, *path, envs, &stop);
+      if (o.start_method == CliStartMethod::Warm) forkserver = warm_forkserver(o, *path, server_argv, envs, &stop);
       if (!forkserver) {
-        forkserver = Forkserver::exec(*path, o.program, common_environment(envs),
-                                      kForkserverReadyTimeout, &stop);
+        std::vector<std::string> env = common_environment(envs);
+        const std::string argv_var = std::string(preload::kArgvEnv) + "=";  // each worker gets its own
+        env.erase(std::remove_if(env.begin(), env.end(),
+                                 [&](const std::string& kv) { return kv.compare(0, argv_var.size(), argv_var) == 0; }),
+                  env.end());
+        forkserver = Forkserver::exec(*path, server_argv, env, kForkserverReadyTimeout, &stop);
       }
       forked.emplace(*forkserver, sup, "rank", say);
     } catch (const ForkserverInterrupted& e) {

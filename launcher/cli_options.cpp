@@ -1,4 +1,5 @@
 #include "launcher/cli_options.hpp"
+#include "launcher/python_preload.hpp"
 
 #include <cerrno>
 #include <cmath>
@@ -259,6 +260,12 @@ options (--opt value and --opt=value are both accepted):
                                   which keeps it between runs of the same unchanged program
                                   (same arguments and environment): workers start from warm
                                   memory. No daemon running: a cold forkserver (docs/warm-start.md)
+  --preload MODULE[,MODULE...]    program is python3 SCRIPT [ARGS...] or python3 -m MODULE [ARGS...]:
+                                  one interpreter per node imports the MODULEs (e.g. torch) and
+                                  every worker is forked from it, then runs the script as __main__
+                                  with the same environment, argv, output and exit code as exec.
+                                  With --warm the interpreter is kept by `lspawn daemon` between
+                                  runs (any script). See docs/cli.md
   --daemon-socket PATH            the daemon's socket (default $XDG_RUNTIME_DIR/lspawn/daemon.sock,
                                   else /tmp/lspawn-UID/daemon.sock)
   --max-restarts K                on a failure, stop every node's workers and start them all
@@ -415,6 +422,19 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
     } else if (name == "--warm") {
       flag();
       o.start_method = CliStartMethod::Warm;
+    } else if (name == "--preload") {
+      const std::string v = take("MODULE[,MODULE...]");
+      size_t start = 0;
+      for (;;) {
+        const size_t comma = v.find(',', start);
+        const std::string m = v.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        if (auto why = preload::check_module(m); !why.empty()) {
+          usage(name + ": " + why + " in '" + v + "' (" + name + " MODULE[,MODULE...], e.g. torch,lightning)");
+        }
+        o.preload.push_back(m);
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
     } else if (name == "--daemon-socket") {
       o.daemon_socket = take("PATH");
       if (o.daemon_socket.empty()) usage(name + ": empty path (" + name + " PATH)");
@@ -438,6 +458,15 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
     usage("--tee: needs --log-dir DIR (--log-dir DIR --tee), or a stream spec (--tee 3)");
   }
   check_torchrun_options(o);
+  if (!o.preload.empty()) {
+    if (o.start_method == CliStartMethod::Exec && o.was_given("--start-method")) {
+      usage("--preload: forks its workers from one interpreter; it cannot be --start-method exec");
+    }
+    if (o.start_method == CliStartMethod::Exec) o.start_method = CliStartMethod::Forkserver;
+    if (o.program_convention.no_python) usage("--preload: runs a Python program; it cannot be --no-python");
+    // The program is checked once torchrun's conventions made it a Python command line
+    // (check_preload_program(), called by the CLI): `--preload torch train.py` and `-m` work too.
+  }
   return o;
 }
 

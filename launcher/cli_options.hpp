@@ -51,6 +51,9 @@ struct CliOptions {
   bool quiet = false;              // --quiet: no info lines (errors still printed)
   CliStartMethod start_method = CliStartMethod::Exec;  // --start-method exec|forkserver|warm, --warm
   std::string daemon_socket;       // --daemon-socket PATH (warm); empty: daemon::default_socket_path()
+  std::vector<std::string> preload;  // --preload M[,M...]: a Python program run from a server that
+                                     // imported them once (python_preload.hpp); start_method is
+                                     // then Forkserver (or Warm), never Exec
   int max_restarts = 0;            // --max-restarts K: restart every node's workers up to K times
   // Multi-node (parse_multinode_option; docs/multi-node.md).
   bool node_rank_given = false;    // --node-rank was given (else rdzv mode assigns one)

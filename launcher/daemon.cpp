@@ -328,6 +328,8 @@ class Server {
     }
     const std::string identity = file_identity(st);
     std::string key = req.path + '\0' + identity + '\0';
+    key += req.preload ? "preload" : "hook";
+    key += '\0';
     for (const auto& a : req.argv) key += a + '\x1e';
     key += '\0';
     std::vector<std::string> env = req.env;
@@ -349,7 +351,13 @@ class Server {
       }
       expire(Clock::now());
       make_room();
-      if (!elf::has_section(req.path, kForkserverNoteSection)) {
+      if (req.preload) {
+        // lspawn --preload: the interpreter runs lspawn's server script, which serves or refuses.
+        if (req.argv.size() < 2 || req.argv[1].size() < 18 ||
+            req.argv[1].compare(req.argv[1].size() - 18, 18, "/lspawn_preload.py") != 0) {
+          throw DaemonError("a preload request must run lspawn's lspawn_preload.py (argv[1])");
+        }
+      } else if (!elf::has_section(req.path, kForkserverNoteSection)) {
         throw DaemonError("'" + req.path + "' does not link lspawn's forkserver hook (no " +
                           std::string(kForkserverNoteSection) + " section)");
       }
@@ -359,7 +367,8 @@ class Server {
       nw->path = req.path;
       nw->identity = identity;
       nw->server = Forkserver::exec(req.path, req.argv, req.env, o_.ready_timeout, &stop_);
-      log("started the forkserver of " + req.path + " (pid " + std::to_string(nw->server->pid()) +
+      log("started the forkserver of " + req.path +
+          (req.preload ? " preloading " + req.argv.back() : std::string()) + " (pid " + std::to_string(nw->server->pid()) +
           ", ready after " + seconds_text(Clock::now() - t0) + ") for " + c.who());
       warm_.push_back(std::move(nw));
       w = warm_.back().get();

@@ -72,12 +72,13 @@ std::optional<proto::DaemonReply> ask(const std::string& socket_path, const std:
 std::optional<WarmServer> warm_server(const std::string& socket_path, const std::string& path,
                                       const std::vector<std::string>& argv,
                                       const std::vector<std::string>& env,
-                                      const sigset_t* interrupt, std::string* why) {
+                                      const sigset_t* interrupt, std::string* why, bool preload) {
   sys::Fd fd = connect(socket_path, why);
   if (!fd) return std::nullopt;
   proto::DaemonRequest req;
   req.version = wire::kSchemaVersion;
   req.op = "forkserver";
+  req.preload = preload;
   req.path = path;
   req.argv = argv;
   req.env = env;

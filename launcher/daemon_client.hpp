@@ -26,7 +26,8 @@ struct WarmServer {
 };
 
 // Asks the daemon on `socket_path` for a server of the warm forkserver of `path` (absolute)
-// executed with `argv` and `env`, starting that forkserver when the daemon has none for this
+// executed with `argv` and `env` (`preload`: a Python interpreter running lspawn's preload
+// server, launcher/python_preload.hpp, instead of a program linking the hook), starting that forkserver when the daemon has none for this
 // unchanged program, arguments and environment. nullopt when no daemon listens there (*why says
 // why). Throws SpawnError with the daemon's reason when it refused or the program could not be
 // a forkserver, ForkserverInterrupted when a signal of `interrupt` (blocked by the caller)
@@ -34,6 +35,7 @@ struct WarmServer {
 std::optional<WarmServer> warm_server(const std::string& socket_path, const std::string& path,
                                       const std::vector<std::string>& argv,
                                       const std::vector<std::string>& env,
-                                      const sigset_t* interrupt, std::string* why);
+                                      const sigset_t* interrupt, std::string* why,
+                                      bool preload = false);
 
 }  // namespace lspawn::daemon

@@ -144,6 +144,9 @@ struct DaemonRequest {
   std::string path;
   std::vector<std::string> argv;
   std::vector<std::string> env;
+  // The program is a Python interpreter running lspawn's preload server (argv[1], lspawn_preload.py;
+  // `lspawn --preload`, launcher/python_preload.hpp), not a program linking the forkserver hook.
+  bool preload = false;
 };
 
 // Warm daemon → client. For "forkserver" with no error, the reply carries this run's server's

@@ -101,6 +101,7 @@ void each_field(M& m, F&& f) {
     f("path", m.path);
     f("argv", m.argv);
     f("env", m.env);
+    f("preload", m.preload);
   } else if constexpr (std::is_same_v<T, DaemonReply>) {
     f("version", m.version);
     f("error", m.error);

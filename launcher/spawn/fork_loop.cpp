@@ -73,7 +73,8 @@ void set_up_server(pid_t parent, const sigset_t& old_mask) {
 
 }  // namespace
 
-proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& check) {
+proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& check,
+                         const ForkHooks& hooks) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != owner) ::_exit(0);
   ::signal(SIGPIPE, SIG_IGN);
@@ -145,7 +146,9 @@ proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& c
         reply.error = problem;
       } else {
         std::fflush(nullptr);
+        if (hooks.before) hooks.before();
         const pid_t pid = ::fork();
+        if (pid != 0 && hooks.parent) hooks.parent();
         if (pid == 0) {
           sys::close(sock);
           sys::close(exits);
@@ -153,9 +156,11 @@ proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& c
           if (req.server) {
             // A server of its own, on the fds the request carried; its workers return from here.
             set_up_server(self, old_mask);
-            return serve(stdio[0], stdio[1], self, check);
+            if (hooks.child) hooks.child();
+            return serve(stdio[0], stdio[1], self, check, hooks);
           }
           set_up_worker(req, self, stdio, old_mask);
+          if (hooks.child) hooks.child();
           return req;
         }
         if (pid < 0) {

@@ -32,13 +32,28 @@ namespace lspawn::fork_loop {
 // Checks a request in the server before it forks; returns why it cannot be served, or "".
 using RequestCheck = std::function<std::string(const proto::ForkRequest&)>;
 
+// Called around each fork() of the loop (workers and servers alike), when set: `before` in the
+// server just before it, `parent` in the server just after it (also when it failed), `child` in
+// the new process once it is set up (a worker: after its process group, signals, stdio,
+// environment and working directory; a forked server: before it serves). An interpreter hosting
+// the loop needs them (the Python preload server, python_preload_entry.hpp: PyOS_BeforeFork,
+// PyOS_AfterFork_Parent, PyOS_AfterFork_Child); unlike pthread_atfork they run for the loop's
+// forks only, not for every fork() the worker makes later. Plain C functions: nothing allocates
+// around a fork.
+struct ForkHooks {
+  void (*before)() = nullptr;
+  void (*parent)() = nullptr;
+  void (*child)() = nullptr;
+};
+
 // Runs the server loop. In the server it never returns. It returns in each forked worker,
 // with the request that made it, already set up: its own process group (pgid == pid),
 // PR_SET_PDEATHSIG(SIGKILL) on the server, SIGPIPE and SIGCHLD at their defaults, the signal
 // mask the caller had, stdout/stderr from the request (when it carried them), the environment
 // replaced by the request's (when it has one), umask and working directory from the request
 // (when given; a directory it cannot enter ends the worker with 126 and a message), and sock,
-// exits and the server's own fds closed.
-proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& check);
+// exits and the server's own fds closed; `hooks` run around each fork (see ForkHooks).
+proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& check,
+                         const ForkHooks& hooks = {});
 
 }  // namespace lspawn::fork_loop

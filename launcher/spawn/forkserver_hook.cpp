@@ -1,6 +1,5 @@
 #include "launcher/spawn/forkserver_hook.hpp"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -8,12 +7,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "launcher/spawn/fork_loop.hpp"
 #include "launcher/spawn/forkserver.hpp"
+#include "launcher/spawn/forkserver_handshake.hpp"
 #include "launcher/spawn/threads.hpp"
-#include "proto/wire.hpp"
 
 namespace {
 
@@ -73,36 +73,27 @@ int lspawn_forkserver_hook_anchor = 0;
 }
 
 __attribute__((constructor)) static void lspawn_forkserver_hook() {
-  const char* v = std::getenv(lspawn::kForkserverFdsEnv);
-  if (!v) return;
-  const std::string fds = v;
-  ::unsetenv(lspawn::kForkserverFdsEnv);
-  int sock = -1, exits = -1;
-  char tail = 0;
-  if (std::sscanf(fds.c_str(), "%d,%d%c", &sock, &exits, &tail) != 2 || sock < 0 || exits < 0 ||
-      ::fcntl(sock, F_GETFD) < 0 || ::fcntl(exits, F_GETFD) < 0) {
-    fail(std::string(lspawn::kForkserverFdsEnv) + "='" + fds +
-         "': expected two open fds REQUEST_SOCKET,EXIT_PIPE (set only by lspawn)");
-  }
-  ::fcntl(sock, F_SETFD, FD_CLOEXEC);
-  ::fcntl(exits, F_SETFD, FD_CLOEXEC);
-  lspawn::proto::ForkReply ready;
-  ready.version = lspawn::wire::kSchemaVersion;
-  ready.index = -1;
-  ready.pid = ::getpid();
-  const int threads = lspawn::count_threads();
-  if (threads != 1) {
-    ready.error = std::to_string(threads) +
-                  " threads run after the program's static initialisation; forking workers "
-                  "from it is unsafe (use --start-method exec)";
-  }
+  std::optional<lspawn::forkserver_handshake::Fds> fds;
   try {
-    lspawn::wire::write_frame(sock, ready, "forkserver ready");
+    fds = lspawn::forkserver_handshake::take_fds();
   } catch (const std::exception& e) {
     fail(e.what());
   }
-  if (threads != 1) ::_exit(125);
-  lspawn::fork_loop::serve(sock, exits, ::getppid(), nullptr);
+  if (!fds) return;
+  const int threads = lspawn::count_threads();
+  std::string refusal;
+  if (threads != 1) {
+    refusal = std::to_string(threads) +
+              " threads run after the program's static initialisation; forking workers "
+              "from it is unsafe (use --start-method exec)";
+  }
+  try {
+    lspawn::forkserver_handshake::answer(*fds, refusal);
+  } catch (const std::exception& e) {
+    fail(e.what());
+  }
+  if (!refusal.empty()) ::_exit(125);
+  lspawn::fork_loop::serve(fds->requests, fds->exits, ::getppid(), nullptr);
   g_fast_exit = true;
   // A worker from here on: the rest of static initialisation, then main().
 }
