@@ -9,7 +9,7 @@
 # and tests the oldest 2.x of the supported range on a machine without a GPU. NCCL and CUDA
 # tensors are off in such a build.
 #
-# Defines what find_package(Torch) would for lspawn's CMakeLists: the imported target `torch`,
+# Defines what find_package(Torch) would for lspawn's CMakeLists: the imported targets `torch` and `c10`,
 # Torch_VERSION, TORCH_INSTALL_PREFIX, an empty TORCH_CUDA_LIBRARIES, and Torch_DIR (the wheel's
 # own config folder, for the consumer test). The wheel's C++ ABI (_GLIBCXX_USE_CXX11_ABI: 0 for
 # PyPI's 2.4-2.6, 1 from 2.7) is read from its libc10.so and applied to every target of the build,
@@ -61,6 +61,13 @@ if(EXISTS "${_dir}/share/cmake/Caffe2/Caffe2Targets.cmake")
   endforeach()
 endif()
 
+# c10 alone (the shm communicator's half types), as TorchConfig's `c10` target: without it a bare
+# `c10` would link the system's libc10 (Debian's 1.13) beside this one.
+add_library(c10 INTERFACE IMPORTED GLOBAL)
+set_target_properties(c10 PROPERTIES
+  INTERFACE_INCLUDE_DIRECTORIES "${_dir}/include"
+  INTERFACE_SYSTEM_INCLUDE_DIRECTORIES "${_dir}/include"
+  INTERFACE_LINK_LIBRARIES "${_dir}/lib/libc10.so")
 add_library(torch INTERFACE IMPORTED GLOBAL)
 set_target_properties(torch PROPERTIES
   INTERFACE_INCLUDE_DIRECTORIES "${_dir}/include;${_dir}/include/torch/csrc/api/include"

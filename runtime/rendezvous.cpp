@@ -304,7 +304,13 @@ c10::intrusive_ptr<HostedStore> host_store(const std::string& host, uint16_t por
     auto o = loopback_server_options(timeout, steering, server_fd);
     c10::intrusive_ptr<HostedStore> store;
     try {
-      store = c10::make_intrusive<HostedStore>("127.0.0.1", o, public_fd, endpoint(host, real_port));
+      try {
+        store = c10::make_intrusive<HostedStore>("127.0.0.1", o, public_fd, endpoint(host, real_port));
+      } catch (const std::exception& e) {
+        // 2.4's libuv server refuses the handed-over socket; its legacy server takes it.
+        if (!compat::use_legacy_store_server(o, e)) throw;
+        store = c10::make_intrusive<HostedStore>("127.0.0.1", o, public_fd, endpoint(host, real_port));
+      }
     } catch (...) {
       if (server_fd >= 0) ::close(server_fd);
       throw;  // public_fd: closed below unless the gate took it

@@ -10,7 +10,8 @@
 //     backend_of() finds the backend again (1.13: the process group itself).
 //   - 2.x's c10d::Store has a pure virtual clone(): ForwardingStore<T> supplies it for stores that
 //     wrap another one.
-//   - 2.x's TCPStore can take a listening socket from its caller (masterListenFd): set_listen_fd().
+//   - 2.x's TCPStore can take a listening socket from its caller (masterListenFd): set_listen_fd();
+//     where its libuv server refuses one (2.4), use_legacy_store_server() picks the legacy server.
 //   - 2.1+ clients open each connection with VALIDATE + a magic number: store_protocol().
 //   - c10::Error::backtrace() is a string on 1.13, a lazily symbolised one on 2.x: backtrace_of().
 //   - c10d::Reducer's constructor (DDP's engine) takes other arguments: make_reducer();
@@ -21,6 +22,7 @@
 //     getBackend() and catches its "no backend" error there.
 #pragma once
 
+#include <exception>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -197,6 +199,32 @@ inline bool set_listen_fd(::c10d::TCPStoreOptions& options, int fd) {
   (void)fd;
   return false;
 #endif
+}
+
+// Whether TCPStoreOptions O can choose TCPStore's server (useLibUV: 2.x).
+template <typename O, typename = void>
+struct HasLibUVChoice : std::false_type {};
+template <typename O>
+struct HasLibUVChoice<O, std::void_t<decltype(std::declval<O&>().useLibUV)>> : std::true_type {};
+
+// The libuv TCPStore server of some 2.x (2.4: "The libuv TCPStore backend does not support
+// initialization with an listen fd") refuses a listening socket handed over with
+// set_listen_fd(); their legacy server takes it. No header says which releases, so the refusal
+// itself is the witness: when `e` is that refusal, switches `options` to the legacy server and
+// returns true (the caller constructs the store again); false for any other error.
+template <typename O = ::c10d::TCPStoreOptions>
+inline bool use_legacy_store_server(O& options, const std::exception& e) {
+  if constexpr (HasLibUVChoice<O>::value) {
+    const std::string what = e.what();
+    if (!options.useLibUV || what.find("does not support initialization with an listen fd") == std::string::npos)
+      return false;
+    options.useLibUV = false;
+    return true;
+  } else {
+    (void)options;
+    (void)e;
+    return false;
+  }
 }
 
 // How a TCPStore client opens a connection (runtime/store_gate.hpp checks it): from 2.1 on, with

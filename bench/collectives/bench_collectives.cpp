@@ -1,8 +1,14 @@
 // lspawn_bench_collectives: op x size x backend sweep of lspawn collectives, nccl-tests style.
 //
 //   lspawn --nprocs 2 lspawn_bench_collectives [--ops all_reduce,broadcast,all_gather]
-//        [--backends shm,gloo,auto] [--min-bytes 4] [--max-bytes 64M] [--step 4]
-//        [--budget-ms 300] [--json FILE] [--label NAME]
+//        [--backends shm,gloo,auto,nccl] [--min-bytes 4] [--max-bytes 64M] [--step 4]
+//        [--budget-ms 300] [--json FILE] [--label NAME] [--device cpu|cuda]
+//
+// --device cuda: the tensors live on cuda:(LOCAL_RANK mod the visible devices): shm stages them
+// through pinned host memory (docs/shm-backend.md#cuda-tensors), gloo through its own host copy,
+// nccl works on the device (one GPU per rank). Each timed run ends by reading one element back,
+// which waits for the device's stream. Barriers, the op count and the slowest rank's time go
+// through a gloo group of their own on the CPU.
 //
 // Reads its place in the job from the env contract (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT…)
 // through runtime's init_process_group(). Each point: 3 warm-up ops, then a count of ops chosen
@@ -12,6 +18,9 @@
 // broadcast algbw.
 #include "collectives/ops.hpp"
 #include "runtime/process_group.hpp"
+
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <torch/cuda.h>
 
 #include <algorithm>
 #include <chrono>
@@ -35,6 +44,7 @@ struct Args {
   double budget_ms = 300;
   std::string json;
   std::string label = "lspawn";
+  std::string device = "cpu";
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -74,9 +84,12 @@ Args parse(int argc, char** argv) {
     else if (k == "--budget-ms") a.budget_ms = std::stod(value());
     else if (k == "--json") a.json = value();
     else if (k == "--label") a.label = value();
+    else if (k == "--device") a.device = value();
     else throw std::invalid_argument("unknown argument " + k + " (see the header of bench_collectives.cpp)");
   }
   if (a.step < 2) throw std::invalid_argument("--step must be >= 2");
+  if (a.device != "cpu" && a.device != "cuda")
+    throw std::invalid_argument("--device: '" + a.device + "' is not cpu or cuda");
   return a;
 }
 
@@ -112,6 +125,22 @@ int main(int argc, char** argv) {
     const Args args = parse(argc, argv);
     lspawn::World world = lspawn::init_process_group();
     const int n = world.size(), rank = world.rank();
+    c10::Device device(c10::kCPU);
+    if (args.device == "cuda") {
+      const auto visible = static_cast<int>(torch::cuda::device_count());
+      if (visible == 0) throw std::invalid_argument("--device cuda: no CUDA device is visible to this LibTorch");
+      device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(world.env.local_rank % visible));
+      c10::impl::VirtualGuardImpl(c10::kCUDA).setDevice(device);
+    }
+    const auto floats = at::TensorOptions().dtype(at::kFloat).device(device);
+    // Waits for the device's work (one element read back) and for every rank.
+    lspawn::GroupOptions to;
+    to.backend = lspawn::Backend::Gloo;
+    to.name = "bench-timing";
+    auto timing = lspawn::Group::from_world(world, to);
+    auto settle = [&](const at::Tensor& t) {
+      if (device.is_cuda()) (void)t.reshape({-1}).narrow(0, 0, 1).cpu();
+    };
     struct Row {
       std::string op, backend;
       std::int64_t bytes;
@@ -119,7 +148,7 @@ int main(int argc, char** argv) {
     };
     std::vector<Row> rows;
     if (rank == 0) {
-      std::printf("# lspawn_bench_collectives: nprocs %d, float32, ops", n);
+      std::printf("# lspawn_bench_collectives: nprocs %d, float32 on %s, ops", n, device.str().c_str());
       for (auto& o : args.ops) std::printf(" %s", o.c_str());
       std::printf(", backends");
       for (auto& b : args.backends) std::printf(" %s", b.c_str());
@@ -129,7 +158,10 @@ int main(int argc, char** argv) {
     }
     for (const auto& backend : args.backends) {
       lspawn::GroupOptions go;
-      go.backend = backend == "shm" ? lspawn::Backend::Shm : backend == "gloo" ? lspawn::Backend::Gloo : lspawn::Backend::Auto;
+      go.backend = backend == "shm"    ? lspawn::Backend::Shm
+                   : backend == "gloo" ? lspawn::Backend::Gloo
+                   : backend == "nccl" ? lspawn::Backend::Nccl
+                                       : lspawn::Backend::Auto;
       go.name = "bench-" + backend;
       auto g = lspawn::Group::from_world(world, go);
       // "auto" is reported as what it chose ("shm+gloo" on one node, "hierarchical" across nodes).
@@ -137,27 +169,30 @@ int main(int argc, char** argv) {
       for (const auto& op : args.ops) {
         for (std::int64_t bytes = args.min_bytes; bytes <= args.max_bytes; bytes *= args.step) {
           const std::int64_t count = std::max<std::int64_t>(1, bytes / 4);
-          Runner r{*g, op, at::full({count}, static_cast<float>(rank + 1)), at::Tensor()};
-          if (op == "all_gather") r.out = at::empty({n, count}, at::kFloat);
+          Runner r{*g, op, at::full({count}, static_cast<float>(rank + 1), floats), at::Tensor()};
+          if (op == "all_gather") r.out = at::empty({n, count}, floats);
           for (int i = 0; i < 3; ++i) r.once();
+          settle(r.in);
           // The run is sized from the fastest of 5 more timed ops (the slowest rank's): one op
           // alone can include the ranks' start-up skew, and then too few ops are timed.
-          lspawn::barrier(*g);
+          lspawn::barrier(*timing);
           double fastest = 1e9;
           for (int i = 0; i < 5; ++i) {
             const auto t = Clock::now();
             r.once();
+            settle(r.in);
             fastest = std::min(fastest, std::chrono::duration<double>(Clock::now() - t).count());
           }
-          const double one = max_over_ranks(*g, fastest);
+          const double one = max_over_ranks(*timing, fastest);
           auto iters_t = at::full({1}, static_cast<std::int64_t>(std::clamp(args.budget_ms / 1e3 / std::max(one, 1e-7), 5.0, 2000.0)), at::kLong);
-          lspawn::broadcast(*g, iters_t, 0);
+          lspawn::broadcast(*timing, iters_t, 0);
           const auto iters = iters_t.item<std::int64_t>();
-          lspawn::barrier(*g);
+          lspawn::barrier(*timing);
           const auto t0 = Clock::now();
           for (std::int64_t i = 0; i < iters; ++i) r.once();
+          settle(r.in);
           const double mine = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
-          const double secs = max_over_ranks(*g, mine);
+          const double secs = max_over_ranks(*timing, mine);
           const double algbw = count * 4.0 / secs / 1e9;
           Row row{op, shown, count * 4, secs * 1e6, algbw, algbw * bus_factor(op, n)};
           rows.push_back(row);
@@ -168,7 +203,7 @@ int main(int argc, char** argv) {
           }
         }
       }
-      lspawn::barrier(*g);
+      lspawn::barrier(*timing);
     }
     if (rank == 0 && !args.json.empty()) {
       std::ofstream js(args.json);

@@ -222,3 +222,30 @@ TEST_CASE("python preload: a Lightning DDP fit (2 ranks, CPU) runs unmodified", 
   CHECK(has(pre.out, "lightning rank 0/2 steps 4 weights in sync True"));
   CHECK(has(pre.out, "lightning rank 1/2 steps 4 weights in sync True"));
 }
+
+TEST_CASE("python preload: torchrun's program conventions - a .py program and -m MODULE run under --preload too",
+          "[e2e][python][preload]") {
+  // `lspawn --preload torch train.py` as torchrun users write it: the .py program runs under the
+  // Python of LSPAWN_PYTHON, from the preloaded interpreter, with the script's own argv.
+  const std::vector<std::string> env{kPythonPath, "LSPAWN_PYTHON=" + kPython};
+  auto torchrun_style = [&](const std::vector<std::string>& args) {
+    std::vector<std::string> argv{lspawn_bin(), "--nprocs", "2", "--preload", "torch"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Child c(argv, env);
+    Run r;
+    r.code = code_of(c.wait(180s));
+    r.out = c.out();
+    r.err = c.err();
+    return r;
+  };
+  const Run script = torchrun_style({fixture("allreduce.py"), "--lr", "0.1"});
+  INFO(script.out << script.err);
+  CHECK(script.code == 0);
+  CHECK(count(script.out, "sum 3.0 ok; __name__=__main__ file=allreduce.py argv=['--lr', '0.1']") == 2);
+  CHECK(has(script.err, "running " + kPython + " " + fixture("allreduce.py") + " ... (a .py program"));
+  CHECK(has(script.err, "preloaded: torch"));
+  // --no-python cannot be preloaded: a usage error before anything starts.
+  const Run no_python = torchrun_style({"--no-python", fixture("allreduce.py")});
+  CHECK(no_python.code == lspawn::exit_codes::kUsage);
+  CHECK(has(no_python.err, "--preload: runs a Python program; it cannot be --no-python"));
+}

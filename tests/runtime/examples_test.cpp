@@ -8,6 +8,7 @@
 
 #include "proto/wire.hpp"
 #include "runtime/error_report.hpp"
+#include "runtime/torch_compat.hpp"
 #include "tests/runtime/child.hpp"
 // Last: c10's glog headers define CHECK too; Catch's must win.
 #include <catch2/catch.hpp>
@@ -34,6 +35,27 @@ bool python_has_torch() {
     return c.wait(60s).code == 0;
   }();
   return has;
+}
+
+// "2.4" of "2.4.1+cu121": the release line, which fixes the store's wire protocol.
+std::string major_minor(const std::string& version) {
+  const auto dot = version.find('.');
+  const auto end = dot == std::string::npos ? dot : version.find_first_not_of("0123456789", dot + 1);
+  return version.substr(0, end);
+}
+
+// The Python's torch is of this LibTorch's release line: a C++ worker can then be a client of its
+// torchrun's agent store (the store protocol changed at 2.1: a VALIDATE handshake). The 2.4 line
+// has no Python torch of its own here (its wheel needs CUDA 12's libraries to import) and runs
+// the Python cases with Debian's 1.13.
+bool python_torch_matches() {
+  static const bool same = [] {
+    TempDir dir;
+    Child c({kPython, "-c", "import torch; print(torch.__version__)"}, {}, dir.file("out"));
+    if (c.wait(60s).code != 0) return false;
+    return major_minor(c.output()) == major_minor(lspawn::compat::torch_version());
+  }();
+  return same;
 }
 
 std::vector<Child> start_job(const std::vector<std::string>& argv, int n, uint16_t port, const TempDir& dir,
@@ -176,6 +198,11 @@ TEST_CASE("lspawn --nprocs 2 python ddp_python.py: an unmodified PyTorch script 
 TEST_CASE("scripts/torchrun.py runs hello_allreduce with --no_python (lspawn worker under torchrun)", "[examples][python]") {
   if (!python_has_torch()) {
     WARN("skipped: " << kPython << " has no torch.distributed");
+    return;
+  }
+  if (!python_torch_matches()) {
+    WARN("skipped: " << kPython << "'s torch is not of LibTorch " << lspawn::compat::torch_version()
+                     << "'s release line (the C++ worker is a client of torchrun's store)");
     return;
   }
   TempDir dir;
