@@ -42,16 +42,24 @@ for v in "${versions[@]}"; do
   inc=$(headers "$v")
   start=$SECONDS
   log=$(mktemp -d)
+  # The heavy headers once per release, precompiled (~20 s): each source then takes ~2 s instead
+  # of ~10. The NCCL sources are read without it (other definitions).
+  flags=(-std=c++20 -w -I"$root" -isystem "$inc" -isystem "$inc/torch/csrc/api/include"
+         -DUSE_DISTRIBUTED -DUSE_C10D_GLOO -DUSE_RPC -DUSE_TENSORPIPE -DLSPAWN_COLLECTIVES_WITH_RUNTIME=1)
+  printf '%s\n' '#include <torch/torch.h>' '#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>' \
+    '#include <torch/csrc/distributed/c10d/TCPStore.hpp>' '#include <torch/csrc/distributed/c10d/PrefixStore.hpp>' \
+    '#include <torch/csrc/distributed/c10d/reducer.hpp>' >"$log/pch.hpp"
+  g++ "${flags[@]}" -x c++-header "$log/pch.hpp" -o "$log/pch.hpp.gch" 2>"$log/pch.err" || true
+  if [[ -f $log/pch.hpp.gch ]]; then rm -f "$log/pch.err"; else rm -f "$log/pch.hpp"; fi
   printf '%s\n' "${sources[@]}" | xargs -P "$jobs" -I{} bash -c '
-    src=$1 inc=$2 root=$3 cuda=$4 log=$5; shift 5
+    src=$1 log=$2 cuda=$3 root=$4 nccl=$5; shift 5
     extra=()
-    for n in "$@"; do [[ $n == "$src" ]] && extra=(-DUSE_C10D_NCCL -DLSPAWN_HAVE_NCCL=1 -isystem "$cuda"); done
+    [[ -f $log/pch.hpp ]] && extra=(-include "$log/pch.hpp")
+    [[ " $nccl " == *" $src "* ]] && extra=(-DUSE_C10D_NCCL -DLSPAWN_HAVE_NCCL=1 -isystem "$cuda")
     out=$log/$(echo "$src" | tr / _).err
-    if g++ -std=c++20 -fsyntax-only -w -I"$root" -isystem "$inc" -isystem "$inc/torch/csrc/api/include" \
-         -DUSE_DISTRIBUTED -DUSE_C10D_GLOO -DUSE_RPC -DUSE_TENSORPIPE \
-         -DLSPAWN_COLLECTIVES_WITH_RUNTIME=1 "${extra[@]}" "$root/$src" 2>"$out"; then
-      rm -f "$out"
-    fi' _ {} "$inc" "$root" "$cuda_inc" "$log" "${nccl_sources[@]}"
+    if g++ "$@" -fsyntax-only "${extra[@]}" "$root/$src" 2>"$out"; then rm -f "$out"; fi
+  ' _ {} "$log" "$cuda_inc" "$root" "${nccl_sources[*]}" "${flags[@]}"
+  rm -f "$log/pch.hpp" "$log/pch.hpp.gch"
   n_failed=$(ls "$log" | wc -l)
   echo "check-torch-range: torch $v: $((${#sources[@]} - n_failed))/${#sources[@]} sources compile ($((SECONDS - start)) s)"
   for f in "$log"/*.err; do

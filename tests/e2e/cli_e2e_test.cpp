@@ -136,12 +136,6 @@ TEST_CASE("the reserved MASTER_PORT can be bound and listened on by a worker (TC
 // ---- torchrun's command line (docs/cli.md "From torchrun") ----
 
 namespace {
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 void write_file(const std::string& path, const std::string& text, mode_t mode = 0644) {
   std::ofstream(path) << text;
   chmod(path.c_str(), mode);

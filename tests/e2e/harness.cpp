@@ -146,6 +146,13 @@ RunResult run_lspawn(const std::vector<std::string>& args, const std::vector<std
 
 bool has(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
 
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
 std::set<pid_t> worker_pids(const std::string& out) {
   std::set<pid_t> pids;
   for (const auto& line : lines(out)) {

@@ -91,6 +91,8 @@ bool has(const std::string& hay, const std::string& needle);
 std::set<pid_t> worker_pids(const std::string& out);
 // Lines of `text` (without '\n').
 std::vector<std::string> lines(const std::string& text);
+// The whole content of the file at `path` ("" when it cannot be read).
+std::string slurp(const std::string& path);
 
 // A temporary directory removed at scope exit.
 struct TempDir {

@@ -12,15 +12,6 @@
 
 using namespace lspawn::test;
 
-namespace {
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-}  // namespace
-
 TEST_CASE("every line is prefixed with its rank and never interleaved mid-line", "[e2e][output]") {
   const int kLines = 3000;
   auto r = run_lspawn({"--nprocs", "4", "--quiet", worker_bin(), "lines", std::to_string(kLines)});

@@ -31,12 +31,10 @@ struct Run {
   int code = -1;
   std::string out, err;
 };
-Run run(const std::vector<std::string>& lspawn_args, const std::vector<std::string>& python_args,
-        const std::vector<std::string>& env = {}) {
+// lspawn ARGS..., PYTHONPATH on the fixtures, to its exit (up to 180 s: Python imports take seconds).
+Run run_job(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
   std::vector<std::string> argv{lspawn_bin()};
-  argv.insert(argv.end(), lspawn_args.begin(), lspawn_args.end());
-  argv.push_back(kPython);
-  argv.insert(argv.end(), python_args.begin(), python_args.end());
+  argv.insert(argv.end(), args.begin(), args.end());
   std::vector<std::string> e{kPythonPath};
   e.insert(e.end(), env.begin(), env.end());
   Child c(argv, e);
@@ -45,6 +43,13 @@ Run run(const std::vector<std::string>& lspawn_args, const std::vector<std::stri
   r.out = c.out();
   r.err = c.err();
   return r;
+}
+Run run(const std::vector<std::string>& lspawn_args, const std::vector<std::string>& python_args,
+        const std::vector<std::string>& env = {}) {
+  std::vector<std::string> args = lspawn_args;
+  args.push_back(kPython);
+  args.insert(args.end(), python_args.begin(), python_args.end());
+  return run_job(args, env);
 }
 
 std::vector<std::string> sorted_lines(const std::string& text) {
@@ -227,16 +232,10 @@ TEST_CASE("python preload: torchrun's program conventions - a .py program and -m
           "[e2e][python][preload]") {
   // `lspawn --preload torch train.py` as torchrun users write it: the .py program runs under the
   // Python of LSPAWN_PYTHON, from the preloaded interpreter, with the script's own argv.
-  const std::vector<std::string> env{kPythonPath, "LSPAWN_PYTHON=" + kPython};
   auto torchrun_style = [&](const std::vector<std::string>& args) {
-    std::vector<std::string> argv{lspawn_bin(), "--nprocs", "2", "--preload", "torch"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    Child c(argv, env);
-    Run r;
-    r.code = code_of(c.wait(180s));
-    r.out = c.out();
-    r.err = c.err();
-    return r;
+    std::vector<std::string> all{"--nprocs", "2", "--preload", "torch"};
+    all.insert(all.end(), args.begin(), args.end());
+    return run_job(all, {"LSPAWN_PYTHON=" + kPython});
   };
   const Run script = torchrun_style({fixture("allreduce.py"), "--lr", "0.1"});
   INFO(script.out << script.err);
@@ -244,6 +243,11 @@ TEST_CASE("python preload: torchrun's program conventions - a .py program and -m
   CHECK(count(script.out, "sum 3.0 ok; __name__=__main__ file=allreduce.py argv=['--lr', '0.1']") == 2);
   CHECK(has(script.err, "running " + kPython + " " + fixture("allreduce.py") + " ... (a .py program"));
   CHECK(has(script.err, "preloaded: torch"));
+  const Run module = torchrun_style({"-m", "preload_main_pkg", "a", "b c"});
+  INFO(module.out << module.err);
+  CHECK(module.code == 0);
+  CHECK(count(module.out, "__name__=__main__ argv=['a', 'b c'] argv0=__main__.py torch=True") == 2);
+  CHECK(has(module.err, "running " + kPython + " -m preload_main_pkg ... (-m"));
   // --no-python cannot be preloaded: a usage error before anything starts.
   const Run no_python = torchrun_style({"--no-python", fixture("allreduce.py")});
   CHECK(no_python.code == lspawn::exit_codes::kUsage);
