@@ -148,3 +148,25 @@ TEST_CASE("store gate: a store that goes away closes its relayed clients", "[sto
   client->setTimeout(2s);
   CHECK_THROWS(client->get("x"));
 }
+
+TEST_CASE("store server: the libuv server's refusal of a handed-over socket (torch 2.4) switches to the legacy server, "
+          "nothing else does",
+          "[rendezvous][compat]") {
+  c10d::TCPStoreOptions o;
+  const std::runtime_error refusal(
+      "The libuv TCPStore backend does not support initialization with an listen fd. Please switch to the legacy "
+      "TCPStore by setting environment variable USE_LIBUV to \"0\".");
+  const std::runtime_error other("Address already in use");
+#if TORCH_VERSION_MAJOR >= 2
+  REQUIRE(o.useLibUV);
+  CHECK_FALSE(lspawn::compat::use_legacy_store_server(o, other));
+  CHECK(o.useLibUV);
+  CHECK(lspawn::compat::use_legacy_store_server(o, refusal));
+  CHECK_FALSE(o.useLibUV);
+  // Already on the legacy server: the refusal cannot come from it, so it is not retried again.
+  CHECK_FALSE(lspawn::compat::use_legacy_store_server(o, refusal));
+#else
+  // 1.13 has one server: nothing to switch to.
+  CHECK_FALSE(lspawn::compat::use_legacy_store_server(o, refusal));
+#endif
+}
