@@ -152,6 +152,14 @@ std::string out_err_script(const TempDir& dir) {
   write_file(path, "#!/bin/sh\necho \"out $RANK\"\necho \"err $RANK\" >&2\n", 0755);
   return path;
 }
+// Both log files of each of the first `ranks` ranks hold what out_err_script printed there.
+void check_rank_logs(const std::string& logs, int ranks) {
+  for (int rank = 0; rank < ranks; ++rank) {
+    const std::string n = std::to_string(rank);
+    CHECK(slurp(logs + "/rank" + n + ".stdout") == "out " + n + "\n");
+    CHECK(slurp(logs + "/rank" + n + ".stderr") == "err " + n + "\n");
+  }
+}
 }  // namespace
 
 TEST_CASE("option --nproc-per-node auto/cpu: one worker per CPU this process may use (WORLD_SIZE)", "[e2e][cli][torchrun]") {
@@ -263,11 +271,7 @@ TEST_CASE("option --redirects 3 --log-dir D: output in the files and not on the 
   auto r = run_lspawn({"--quiet", "--nproc_per_node", "2", "--redirects", "3", "--log-dir", logs, out_err_script(dir)});
   INFO(r.err);
   CHECK(r.exit_code == 0);
-  for (int rank = 0; rank < 2; ++rank) {
-    const std::string n = std::to_string(rank);
-    CHECK(slurp(logs + "/rank" + n + ".stdout") == "out " + n + "\n");
-    CHECK(slurp(logs + "/rank" + n + ".stderr") == "err " + n + "\n");
-  }
+  check_rank_logs(logs, 2);
   CHECK_FALSE(has(r.out, "out "));
   CHECK_FALSE(has(r.err, "err "));
 }
@@ -278,10 +282,9 @@ TEST_CASE("option --tee 3 --log-dir D: output in the files and on the console", 
   auto r = run_lspawn({"--quiet", "--nproc-per-node=2", "--tee", "3", "--log-dir=" + logs, out_err_script(dir)});
   INFO(r.err);
   CHECK(r.exit_code == 0);
+  check_rank_logs(logs, 2);
   for (int rank = 0; rank < 2; ++rank) {
     const std::string n = std::to_string(rank);
-    CHECK(slurp(logs + "/rank" + n + ".stdout") == "out " + n + "\n");
-    CHECK(slurp(logs + "/rank" + n + ".stderr") == "err " + n + "\n");
     CHECK(has(r.out, "[rank " + n + "] out " + n + "\n"));
     CHECK(has(r.err, "[rank " + n + "] err " + n + "\n"));
   }
@@ -316,11 +319,7 @@ TEST_CASE("options --redirects 3 --tee 0:1: tee wins over redirect for the strea
                        out_err_script(dir)});
   INFO(r.err);
   CHECK(r.exit_code == 0);
-  for (int rank = 0; rank < 2; ++rank) {  // every stream in the files
-    const std::string n = std::to_string(rank);
-    CHECK(slurp(logs + "/rank" + n + ".stdout") == "out " + n + "\n");
-    CHECK(slurp(logs + "/rank" + n + ".stderr") == "err " + n + "\n");
-  }
+  check_rank_logs(logs, 2);  // every stream in the files
   CHECK(has(r.out, "[rank 0] out 0\n"));  // tee'd: the console too
   CHECK_FALSE(has(r.err, "err 0"));        // redirected only
   CHECK_FALSE(has(r.out, "out 1"));
