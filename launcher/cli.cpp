@@ -204,11 +204,6 @@ std::optional<int> apply_torchrun_conventions(CliOptions& o) {
     say(e.what());
     return exit_codes::kUsage;
   }
-  if (!reason.empty() && !o.preload.empty()) {
-    // One interpreter serves every worker under --preload: no interpreter option per worker
-    // (PYTHONUNBUFFERED=1 in lspawn's environment does what torchrun's -u does, for all of them).
-    if (argv.size() > 1 && argv[1] == "-u") argv.erase(argv.begin() + 1);
-  }
   if (!reason.empty()) {
     if (reason != "-m" && ::access(o.program[0].c_str(), R_OK) != 0) {
       const int err = errno;

@@ -464,6 +464,7 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
     }
     if (o.start_method == CliStartMethod::Exec) o.start_method = CliStartMethod::Forkserver;
     if (o.program_convention.no_python) usage("--preload: runs a Python program; it cannot be --no-python");
+    o.program_convention.unbuffered = false;  // no interpreter option per worker
     // The program is checked once torchrun's conventions made it a Python command line
     // (check_preload_program(), called by the CLI): `--preload torch train.py` and `-m` work too.
   }

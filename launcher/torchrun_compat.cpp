@@ -121,7 +121,8 @@ std::vector<std::string> worker_command(const std::vector<std::string>& program,
   } else {
     return program;
   }
-  std::vector<std::string> argv{python, "-u"};
+  std::vector<std::string> argv{python};
+  if (c.unbuffered) argv.push_back("-u");
   if (c.module) argv.push_back("-m");
   argv.insert(argv.end(), program.begin(), program.end());
   if (reason) *reason = why;

@@ -62,6 +62,8 @@ struct ProgramConvention {
   bool module = false;      // -m / --module
   bool no_python = false;   // --no-python
   bool run_path = false;    // --run-path
+  bool unbuffered = true;   // python -u, as torchrun; off under --preload, whose one interpreter
+                            // serves every worker (PYTHONUNBUFFERED=1 does it for all of them)
 };
 std::vector<std::string> worker_command(const std::vector<std::string>& program, const ProgramConvention& c,
                                         const std::string& python, std::string* reason);

@@ -266,6 +266,11 @@ TEST_CASE("worker_command: .py and -m run under Python with -u, --no-python and 
   c.run_path = true;  // takes precedence over --no-python, as in torchrun
   CHECK(lspawn::worker_command({"/abs/s"}, c, "py", &why) == V{"py", "-u", "/abs/s"});
   CHECK(why == "--run-path");
+  c = {};
+  c.unbuffered = false;  // --preload: no interpreter option per worker
+  CHECK(lspawn::worker_command({"train.py", "--x"}, c, "py", &why) == V{"py", "train.py", "--x"});
+  c.module = true;
+  CHECK(lspawn::worker_command({"pkg.mod"}, c, "py", &why) == V{"py", "-m", "pkg.mod"});
 }
 
 TEST_CASE("python_interpreter: $LSPAWN_PYTHON, else $PYTHON_EXEC, else python3", "[cli][torchrun]") {
