@@ -10,22 +10,11 @@
 #include <utility>
 #include <vector>
 
+#include "cluster/launch_env.hpp"
 #include "launcher/torchrun_compat.hpp"
+#include "supervisor/exit_codes.hpp"
 
 namespace lspawn {
-
-// Exit statuses of the lspawn binary (docs/exit-codes.md). A worker's own exit code (or
-// 128+N for its signal N) is passed through when that worker is the root cause.
-namespace exit_codes {
-inline constexpr int kSuccess = 0;
-inline constexpr int kUsage = 2;              // bad option, port in use, log dir unusable
-inline constexpr int kRendezvous = 122;       // the nodes of a multi-node job did not meet
-inline constexpr int kNodeLost = 123;         // a node of the job was lost (its lspawn or link)
-inline constexpr int kHang = 124;             // --hang-timeout: no rank made progress (as timeout(1))
-inline constexpr int kInternal = 125;         // lspawn itself failed (fork, pipe, ...)
-inline constexpr int kCannotExecute = 126;    // program found but not executable
-inline constexpr int kNotFound = 127;         // program not found
-}  // namespace exit_codes
 
 // How workers are started (--start-method).
 enum class CliStartMethod {
@@ -35,13 +24,9 @@ enum class CliStartMethod {
                // (docs/warm-start.md); a cold forkserver when no daemon runs
 };
 
-struct CliOptions {
-  int nproc_per_node = 1;          // --nprocs / --nproc-per-node, >= 1
-  int nnodes = 1;                  // --nnodes, >= 1
-  int node_rank = 0;               // --node-rank, 0 <= node_rank < nnodes
-  std::string master_addr = "127.0.0.1";  // --master-addr
-  int master_port = 0;             // --master-port; 0: a free port is reserved
-  std::string run_id;              // --run-id / --rdzv-id; empty: random (drawn by node 0)
+// The options; those that place the job (node count and rank, master, run id, what was given
+// explicitly) are LaunchFlags, read by cluster detection (resolve_launch, launch_env.hpp).
+struct CliOptions : LaunchFlags {
   std::string bind_addr;           // --bind-addr: where rank 0's store listens; empty: the
                                    // address of --master-addr (loopback on one node)
   double grace_period_s = 5.0;     // --grace-period, seconds, >= 0
@@ -57,8 +42,7 @@ struct CliOptions {
   int max_restarts = 0;            // --max-restarts K: restart every node's workers up to K times
   // Multi-node (parse_multinode_option; docs/multi-node.md).
   bool node_rank_given = false;    // --node-rank was given (else rdzv mode assigns one)
-  std::string rdzv_endpoint;       // --rdzv-endpoint HOST[:PORT]; empty: static (master addr/port)
-  std::string rdzv_host;           // its parts
+  std::string rdzv_host;           // the parts of --rdzv-endpoint (LaunchFlags::rdzv_endpoint)
   int rdzv_port = 0;
   double node_timeout_s = 30.0;    // --node-timeout: a silent node is lost after this
   double rdzv_timeout_s = 600.0;   // --rdzv-timeout: every node must have joined by then
@@ -69,8 +53,6 @@ struct CliOptions {
   // torchrun's flags (torchrun_compat.hpp; docs/cli.md "From torchrun"). run_cli() resolves
   // nproc_spec into nproc_per_node and the program convention into the worker's argv.
   std::string nproc_spec;          // --nproc-per-node gpu|cpu|auto; empty: nproc_per_node is the count
-  bool standalone = false;         // --standalone: one node, rendezvous on a free local port,
-                                   // cluster detection (Slurm, PyTorchJob) off
   ProgramConvention program_convention;  // -m/--module, --no-python, --run-path
   std::optional<StdSpec> redirects;      // --redirects/-r SPEC
   std::optional<StdSpec> tee_spec;       // --tee/-t SPEC (torchrun's form); the boolean --tee is `tee`
@@ -79,16 +61,6 @@ struct CliOptions {
   std::string role = "default";    // --role: the workers' ROLE_NAME
   std::vector<std::pair<std::string, std::string>> rdzv_conf;  // --rdzv-conf KEY=VALUE,... in order
   std::vector<std::string> notes;  // one info line per flag accepted without effect (or changed)
-  // Options given on the command line, by their canonical name ("--nprocs" for both spellings,
-  // "--node-rank", ...): what the user said explicitly wins over what is detected (launch_env.hpp).
-  std::set<std::string> given;
-  bool was_given(const std::string& option) const { return given.count(option) != 0; }
-};
-
-// A command line lspawn cannot accept. what() names the option and the accepted form.
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
 };
 
 // Parses args (argv without argv[0]). Throws UsageError. Checks what the flags alone decide;

@@ -5,7 +5,7 @@
 // The CLI runs it as a forkserver (the same ForkedWorkers + Supervisor path as a C++ program's
 // --start-method forkserver, and the warm daemon's for --warm): the program it executes once is
 //   PYTHON <python dir>/lspawn_preload.py --lib <liblspawn_preload.so> --modules M1,M2
-// (the server: python/lspawn_preload.py, launcher/spawn/python_preload_entry.hpp), which knows
+// (the server: python/lspawn_preload.py, spawn/python_preload_entry.hpp), which knows
 // nothing of the script: each worker gets the script (or -m module) and its arguments in
 // LSPAWN_PRELOAD_ARGV of its own environment, so one warm server serves any script of the
 // same interpreter, modules and environment.

@@ -5,7 +5,7 @@
 //
 // Everything here is a pure function of its arguments except usable_cpu_count() (which asks the
 // kernel) and python_interpreter() (which reads the environment through a lookup). The GPU count
-// is spawn()'s local_accelerator_count() (launcher/spawn/options.hpp), passed in by the CLI. parse_cli() (cli_options.hpp) uses the parsers; run_cli() the resolvers.
+// is spawn()'s local_accelerator_count() (spawn/options.hpp), passed in by the CLI. parse_cli() (cli_options.hpp) uses the parsers; run_cli() the resolvers.
 #pragma once
 
 #include <functional>

@@ -13,7 +13,7 @@
 // a change alters meaning.
 //
 // This header has no dependency beyond the standard library: it is included by torch-linked code
-// (runtime/, launcher/spawn/codec.hpp instantiated with tensors) and by the torch-free launcher.
+// (runtime/, spawn/codec.hpp instantiated with tensors) and by the torch-free launcher.
 #pragma once
 
 #include <cstdint>

@@ -5,7 +5,7 @@ lspawn executes this file once per node (never run it yourself: it needs the fds
     python3 lspawn_preload.py --lib liblspawn_preload.so --modules torch,lightning
 
 It imports the modules (torch: ~3 s), checks that forking is safe, and becomes lspawn's fork loop
-(launcher/spawn/python_preload_entry.hpp, fork_loop.hpp: the C++ forkserver's own loop, in a shared
+(spawn/python_preload_entry.hpp, fork_loop.hpp: the C++ forkserver's own loop, in a shared
 library loaded with ctypes.PyDLL so the GIL stays held). Each worker returns from that loop, takes
 the run's script and sys.argv from LSPAWN_PRELOAD_ARGV (a JSON array, set per run by lspawn, so a
 warm server of `lspawn daemon` serves any script), and runs it as `__main__` as `python3 SCRIPT

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/env_contract.hpp"  // env::kLspawnJobSecret (a name only)
+#include "supervisor/env_contract.hpp"  // env::kLspawnJobSecret (a name only)
 
 namespace lspawn {
 

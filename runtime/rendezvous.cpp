@@ -15,7 +15,7 @@
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
-#include "launcher/sys.hpp"
+#include "supervisor/sys.hpp"
 #include "runtime/authenticated_store.hpp"
 #include "runtime/store_listener.hpp"
 #include "runtime/torch_compat.hpp"

@@ -16,7 +16,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "launcher/sys.hpp"
+#include "supervisor/sys.hpp"
 #include "runtime/store_listener.hpp"
 
 namespace lspawn {

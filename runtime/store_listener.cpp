@@ -13,7 +13,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "launcher/env_contract.hpp"
+#include "supervisor/env_contract.hpp"
 #include "runtime/socket_calls.hpp"
 
 namespace lspawn {

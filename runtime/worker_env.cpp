@@ -6,9 +6,9 @@
 #include <cstdlib>
 #include <vector>
 
-#include "launcher/launch_env.hpp"
-#include "launcher/slurm_hostlist.hpp"
-#include "launcher/slurm_tasks_per_node.hpp"
+#include "cluster/launch_env.hpp"
+#include "cluster/slurm_hostlist.hpp"
+#include "cluster/slurm_tasks_per_node.hpp"
 
 namespace lspawn {
 namespace {

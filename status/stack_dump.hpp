@@ -32,7 +32,7 @@ inline constexpr const char* kStackEnd = "-- end of stack --";
 // A Python worker's stack file (python/lspawn_hang.py writes it, from a thread of its own, on the
 // same signal): "pid N python", this line, then the main thread's Python traceback as Python
 // prints one ("  File "train.py", line 12, in step" and the source line), then kStackEnd. The
-// report shows those lines as they are (launcher/hang_report.cpp).
+// report shows those lines as they are (hang/hang_report.cpp).
 inline constexpr const char* kPythonStackHead = "Python main thread (most recent call last):";
 
 }  // namespace lspawn::status

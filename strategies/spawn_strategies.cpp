@@ -1,6 +1,6 @@
 #include "strategies/spawn_strategies.hpp"
 
-#include "launcher/spawn/serial_executor.hpp"
+#include "spawn/serial_executor.hpp"
 
 #include <nlohmann/json.hpp>
 

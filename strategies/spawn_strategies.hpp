@@ -29,7 +29,7 @@
 // per node under a SerialExecutor before training (MpSerialExecutor).
 #pragma once
 
-#include "launcher/spawn/spawn.hpp"
+#include "spawn/spawn.hpp"
 #include "runtime/spawn/model_wrapper.hpp"
 #include "runtime/spawn/tensor_codec.hpp"
 #include "strategies/ddp.hpp"

@@ -10,7 +10,7 @@
 
 #include <ATen/ATen.h>
 
-#include "launcher/sys.hpp"
+#include "supervisor/sys.hpp"
 
 namespace lspawn {
 namespace {

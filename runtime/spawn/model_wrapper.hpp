@@ -26,7 +26,7 @@
 
 #include <torch/nn/module.h>
 
-#include "launcher/spawn/codec.hpp"
+#include "spawn/codec.hpp"
 
 namespace lspawn {
 

@@ -12,7 +12,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "launcher/spawn/codec.hpp"
+#include "spawn/codec.hpp"
 
 namespace lspawn {
 

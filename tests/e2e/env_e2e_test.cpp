@@ -9,7 +9,7 @@
 #include <sys/wait.h>
 
 #include "harness.hpp"
-#include "launcher/port.hpp"
+#include "supervisor/port.hpp"
 
 using namespace lspawn::test;
 

@@ -1,6 +1,6 @@
 #include "harness.hpp"
 
-#include "launcher/port.hpp"
+#include "supervisor/port.hpp"
 
 #include <fstream>
 #include <system_error>
@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "launcher/env_contract.hpp"
+#include "supervisor/env_contract.hpp"
 
 namespace lspawn::test {
 

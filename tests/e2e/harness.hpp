@@ -11,7 +11,7 @@
 
 #include <sys/types.h>
 
-#include "launcher/sys.hpp"
+#include "supervisor/sys.hpp"
 
 namespace lspawn::test {
 

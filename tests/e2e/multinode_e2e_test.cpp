@@ -10,8 +10,8 @@
 
 #include "harness.hpp"
 #include "launcher/cli_options.hpp"
-#include "launcher/port.hpp"
-#include "launcher/sys.hpp"
+#include "supervisor/port.hpp"
+#include "supervisor/sys.hpp"
 
 using namespace lspawn::test;
 

@@ -3,12 +3,12 @@
 # whichever nlohmann its own include path finds, and nlohmann's types carry the version in
 # their mangled names (inline namespace json_abi_v3_11_N). On a machine with two nlohmann
 # versions (a system /usr/include 3.11.3 and the package CMake found, 3.11.2) `lspawn` (cli.cpp)
-# and lspawn_launcher were compiled against different ones, and the link failed:
+# and the library under it (then lspawn_launcher, now lspawn_cluster) were compiled against different ones, and the link failed:
 #   undefined reference to lspawn::node::Group::send_hang_message(..., nlohmann::json_abi_v3_11_3::basic_json ...)
-# JSON stays inside the .cpp files that encode or decode (proto/wire.cpp, launcher/node_channel.cpp,
-# launcher/error_file.cpp, strategies/spawn_strategies.cpp).
+# JSON stays inside the .cpp files that encode or decode (proto/wire.cpp, cluster/node_channel.cpp,
+# supervisor/error_file.cpp, strategies/spawn_strategies.cpp).
 # Usage: cmake -DSOURCE_DIR=<repo> -P check_no_json.cmake
-set(parts proto status launcher runtime collectives strategies lspawn)
+set(parts proto status supervisor hang spawn cluster daemon launcher runtime collectives strategies lspawn)
 set(found "")
 set(count 0)
 foreach(part ${parts})

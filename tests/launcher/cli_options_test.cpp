@@ -6,7 +6,7 @@
 #include <cstdlib>
 
 #include "launcher/cli_options.hpp"
-#include "launcher/launch_env.hpp"
+#include "cluster/launch_env.hpp"
 #include "launcher/torchrun_compat.hpp"
 
 using lspawn::CliOptions;

@@ -13,7 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "launcher/sys.hpp"
+#include "supervisor/sys.hpp"
 #include "runtime/rendezvous.hpp"
 #include "runtime/store_gate.hpp"
 #include "runtime/store_listener.hpp"

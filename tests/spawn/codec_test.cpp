@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "launcher/spawn/codec.hpp"
+#include "spawn/codec.hpp"
 #include "proto/wire.hpp"
 
 using lspawn::Codec;

@@ -10,13 +10,13 @@
 #include <string>
 #include <thread>
 
-#include "launcher/error_file.hpp"
+#include "supervisor/error_file.hpp"
 #include "test_util.hpp"
-#include "launcher/spawn/errors.hpp"
-#include "launcher/spawn/forkserver.hpp"
-#include "launcher/spawn/registry.hpp"
-#include "launcher/spawn/worker.hpp"
-#include "launcher/sys.hpp"
+#include "spawn/errors.hpp"
+#include "spawn/forkserver.hpp"
+#include "spawn/registry.hpp"
+#include "spawn/worker.hpp"
+#include "supervisor/sys.hpp"
 #include "proto/wire.hpp"
 
 namespace {

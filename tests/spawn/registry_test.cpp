@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "launcher/spawn/registry.hpp"
+#include "spawn/registry.hpp"
 
 namespace {
 std::string greet(int index, std::string name, std::vector<int> xs) {

@@ -5,8 +5,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "launcher/spawn/serial_executor.hpp"
-#include "launcher/spawn/spawn.hpp"
+#include "spawn/serial_executor.hpp"
+#include "spawn/spawn.hpp"
 #include "tests/spawn/test_util.hpp"
 
 using namespace spawn_test;

@@ -12,7 +12,7 @@
 #include <mutex>
 #include <set>
 
-#include "launcher/spawn/spawn.hpp"
+#include "spawn/spawn.hpp"
 #include "tests/spawn/test_util.hpp"
 
 using lspawn::ProcessContext;

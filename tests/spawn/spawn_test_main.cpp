@@ -7,7 +7,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <catch2/catch.hpp>
 
-#include "launcher/spawn/init.hpp"
+#include "spawn/init.hpp"
 
 int main(int argc, char** argv) {
   lspawn::StartupOptions opts;

@@ -11,7 +11,7 @@
 #include <string>
 #include <thread>
 
-#include "launcher/sys.hpp"
+#include "supervisor/sys.hpp"
 
 namespace spawn_test {
 

@@ -8,7 +8,7 @@
 //        LSPAWN_TEST_START (fork | spawn | forkserver | fork-if-allowed), LSPAWN_TEST_NPROCS
 // Exit status: 0 all checks passed; 1 a check failed; 5 an exception. Prints "rank R: ..." lines.
 #include "collectives/group.hpp"
-#include "launcher/spawn/threads.hpp"
+#include "spawn/threads.hpp"
 #include "runtime/error_report.hpp"
 #include "strategies/ddp.hpp"
 #include "strategies/spawn_strategies.hpp"

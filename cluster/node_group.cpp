@@ -1,0 +1,734 @@
+#include "cluster/node_group.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include <poll.h>
+
+#include "supervisor/exit_codes.hpp"
+
+namespace lspawn::node {
+
+struct Group::Node {
+  int node_rank = -1;
+  std::string host;
+  std::string addr;
+  std::unique_ptr<Link> link;  // null once lost
+  bool done = false;           // this round
+  Clock::time_point busy_until{};  // its announced silence (BusyMsg) ends then
+};
+
+namespace {
+
+using std::chrono::milliseconds;
+
+std::string random_run_id() {
+  std::random_device rd;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%08x%08x", rd(), rd());
+  return buf;
+}
+
+std::string seconds(milliseconds ms) {
+  std::ostringstream os;
+  os << static_cast<double>(ms.count()) / 1000.0 << " s";
+  return os.str();
+}
+
+int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// "process 3 terminated with exit code 7" out of "lspawn: root cause: process 3 ...\n...".
+std::string first_line(const std::string& text) {
+  std::string l = text.substr(0, text.find('\n'));
+  for (const char* p : {"lspawn: ", "root cause: "}) {
+    if (l.rfind(p, 0) == 0) l = l.substr(std::strlen(p));
+  }
+  return l;
+}
+
+// Lower is more fundamental: a lost node explains the failures it caused elsewhere.
+int kind_order(const std::string& kind) {
+  if (kind == "node-lost") return 0;
+  if (kind == "signal") return 1;
+  return 2;
+}
+
+int poll_fds(std::vector<pollfd>& pfds, Clock::time_point deadline) {
+  const auto now = Clock::now();
+  int timeout = 0;
+  if (deadline > now) {
+    timeout = static_cast<int>(
+        std::min<long long>(std::chrono::ceil<milliseconds>(deadline - now).count(), 86400000LL));
+  }
+  int n = ::poll(pfds.data(), pfds.size(), timeout);
+  if (n < 0 && errno != EINTR) sys::throw_errno("poll", "control channel");
+  return n < 0 ? 0 : n;
+}
+
+// Reads one message from a link during the rendezvous, before `deadline`.
+std::optional<Message> read_one(Link& link, std::vector<Message>& queue, Clock::time_point deadline) {
+  while (queue.empty()) {
+    std::vector<pollfd> p{{link.fd(), POLLIN, 0}};
+    if (poll_fds(p, deadline) == 0 && Clock::now() >= deadline) return std::nullopt;
+    for (auto& m : link.read()) queue.push_back(std::move(m));
+  }
+  Message m = std::move(queue.front());
+  queue.erase(queue.begin());
+  return m;
+}
+
+}  // namespace
+
+Group::~Group() = default;
+
+void Group::info(const std::string& line) const {
+  if (opts_.info) opts_.info(line);
+}
+
+milliseconds Group::heartbeat_interval() const {
+  return std::clamp(opts_.node_timeout / 4, milliseconds(20), milliseconds(1000));
+}
+
+std::unique_ptr<Group> Group::form(const GroupOptions& o, int solo_master_port) {
+  if (o.nnodes == 1) {
+    std::unique_ptr<Group> g(new Group());
+    g->opts_ = o;
+    g->coordinator_ = true;
+    g->master_port_.emplace(o.endpoint_addr, solo_master_port);
+    g->assign_.node_rank = 0;
+    g->assign_.nnodes = 1;
+    g->assign_.nproc_per_node = o.nproc_per_node;
+    g->assign_.max_restarts = o.max_restarts;
+    g->assign_.run_id = o.run_id.empty() ? random_run_id() : o.run_id;
+    g->assign_.master_addr = o.endpoint_addr;
+    g->assign_.master_port = g->master_port_->port();
+    g->assign_.hosts = {o.host};
+    return g;
+  }
+  const std::string ep = o.endpoint_addr + ":" + std::to_string(o.endpoint_port);
+  if (o.static_mode && o.node_rank != 0) return form_member(o);
+  int err = 0;
+  sys::Fd listener = sys::tcp_listen(o.endpoint_addr, o.endpoint_port, &err);
+  if (!listener) {
+    if (o.static_mode) {
+      throw PortError(ep + (err == EADDRINUSE ? " is already in use" : " is not an address of this host") +
+                          " (bind: " + std::strerror(err) + "); node 0 listens there for the other nodes",
+                      err);
+    }
+    return form_member(o);
+  }
+  return form_coordinator(o, std::move(listener));
+}
+
+std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd listener) {
+  std::unique_ptr<Group> g(new Group());
+  g->opts_ = o;
+  g->coordinator_ = true;
+  const auto t0 = Clock::now();
+  const auto deadline = t0 + o.rdzv_timeout;
+  const std::string ep = o.endpoint_addr + ":" + std::to_string(o.endpoint_port);
+  g->info("rendezvous: waiting for " + std::to_string(o.nnodes - 1) + " more node" +
+          (o.nnodes == 2 ? "" : "s") + " on " + ep + " (timeout " + seconds(o.rdzv_timeout) + ")");
+  // A port for the workers' store on this host, in case this node is node 0.
+  const std::string own_addr = !o.static_mode && !o.local_addr.empty() ? o.local_addr : o.endpoint_addr;
+  PortReservation own_port(own_addr, 0);
+
+  struct Pending {
+    std::unique_ptr<Link> link;
+    std::vector<Message> queue;
+    std::optional<JoinMsg> join;
+    std::string endpoint;  // "IP:PORT" of the peer, for what is said about a stranger
+  };
+  std::vector<Pending> pending;
+  auto reject_all = [&](const std::string& reason) {
+    for (auto& p : pending) {
+      try {
+        p.link->send("reject", RejectMsg{reason});
+      } catch (const LinkError&) {
+      }
+    }
+    throw RendezvousError(reason);
+  };
+  auto joined = [&] {
+    int n = 1;
+    for (auto& p : pending) n += p.join.has_value();
+    return n;
+  };
+  while (joined() < o.nnodes) {
+    if (Clock::now() >= deadline) {
+      reject_all("rendezvous on " + ep + " timed out after " + seconds(o.rdzv_timeout) + ": " +
+                 std::to_string(joined()) + "/" + std::to_string(o.nnodes) + " nodes joined");
+    }
+    std::vector<pollfd> pfds{{listener.get(), POLLIN, 0}};
+    for (auto& p : pending) pfds.push_back({p.link->fd(), POLLIN, 0});
+    poll_fds(pfds, deadline);
+    if (pfds[0].revents) {
+      while (sys::Fd fd = sys::tcp_accept(listener.get(), "rendezvous on " + ep)) {
+        sys::tcp_set_liveness(fd.get(), o.node_timeout, "rendezvous on " + ep);
+        const std::string peer = sys::peer_ip(fd.get());
+        const std::string endpoint = sys::peer_endpoint(fd.get());
+        pending.push_back({std::make_unique<Link>(std::move(fd), "node at " + peer), {}, {}, endpoint});
+      }
+    }
+    for (size_t i = 0; i < pending.size(); ++i) {
+      auto& p = pending[i];
+      bool drop = false;
+      try {
+        for (auto& m : p.link->read()) p.queue.push_back(std::move(m));
+        for (auto& m : p.queue) {
+          if (m.type != "join" || p.join) continue;
+          JoinMsg j = m.as<JoinMsg>();
+          auto mismatch = [&](const std::string& what) {
+            reject_all("rendezvous on " + ep + ": " + p.link->peer() + " (" + j.host + ") " + what);
+          };
+          if (j.version != kProtocolVersion) {
+            mismatch("speaks control protocol " + std::to_string(j.version) + ", this lspawn " +
+                     std::to_string(kProtocolVersion));
+          }
+          if (j.nnodes != o.nnodes) {
+            mismatch("has --nnodes " + std::to_string(j.nnodes) + ", node 0 " + std::to_string(o.nnodes));
+          }
+          if (j.nproc_per_node != o.nproc_per_node) {
+            mismatch("has --nproc-per-node " + std::to_string(j.nproc_per_node) + ", this node " +
+                     std::to_string(o.nproc_per_node) + " (every node must run the same number)");
+          }
+          if (!j.run_id.empty() && !o.run_id.empty() && j.run_id != o.run_id) {
+            mismatch("has run id '" + j.run_id + "', this node '" + o.run_id + "'");
+          }
+          if (j.max_restarts != o.max_restarts) {
+            mismatch("has --max-restarts " + std::to_string(j.max_restarts) + ", this node " +
+                     std::to_string(o.max_restarts));
+          }
+          p.join = j;
+          p.link->set_peer(j.host + " (" + sys::peer_ip(p.link->fd()) + ")");
+        }
+        p.queue.clear();
+      } catch (const LinkError& e) {
+        // It went away before the job formed (it is simply not part of it), or it is not an
+        // lspawn: either way the rendezvous goes on without it. Bytes that are no frame of
+        // ours are said, naming the sender.
+        drop = true;
+        const std::string why = e.what();
+        if (why.rfind("bad frame", 0) == 0 || why.rfind("connection closed inside a frame", 0) == 0) {
+          g->info("rendezvous on " + ep + ": rejected connection from " + p.endpoint + ": " + e.what());
+        }
+      } catch (const BadMessage& e) {
+        // A frame of ours with a body that is no join message: a stranger (or a broken lspawn)
+        // is turned away; the nodes that did join are not.
+        drop = true;
+        g->info("rendezvous on " + ep + ": rejected connection from " + p.endpoint +
+                ": bad join message (" + e.what() + ")");
+        try {
+          p.link->send("reject", RejectMsg{"bad join message: " + std::string(e.what())});
+        } catch (const LinkError&) {
+        }
+      }
+      if (drop) {
+        pending.erase(pending.begin() + static_cast<long>(i));
+        --i;
+      }
+    }
+  }
+  listener.reset();  // the job is formed; later lspawns get "connection refused"
+
+  // Node ranks: the given ones, then the lowest free ones in join order (coordinator first).
+  std::vector<int> rank_of(pending.size() + 1, -1);  // [0]: the coordinator
+  std::vector<std::string> who(pending.size() + 1);
+  rank_of[0] = o.node_rank;
+  who[0] = o.host + " (this node)";
+  for (size_t i = 0; i < pending.size(); ++i) {
+    rank_of[i + 1] = pending[i].join->node_rank;
+    who[i + 1] = pending[i].link->peer();
+  }
+  std::map<int, size_t> taken;
+  for (size_t i = 0; i < rank_of.size(); ++i) {
+    if (rank_of[i] < 0) continue;
+    if (rank_of[i] >= o.nnodes) {
+      reject_all("rendezvous on " + ep + ": " + who[i] + " has --node-rank " +
+                 std::to_string(rank_of[i]) + " >= --nnodes " + std::to_string(o.nnodes));
+    }
+    if (auto it = taken.find(rank_of[i]); it != taken.end()) {
+      reject_all("rendezvous on " + ep + ": " + who[it->second] + " and " + who[i] +
+                 " both have --node-rank " + std::to_string(rank_of[i]));
+    }
+    taken[rank_of[i]] = i;
+  }
+  int next = 0;
+  for (auto& r : rank_of) {
+    if (r >= 0) continue;
+    while (taken.count(next)) ++next;
+    r = next;
+    taken[next] = 0;
+  }
+  g->assign_.nnodes = o.nnodes;
+  g->assign_.nproc_per_node = o.nproc_per_node;
+  g->assign_.max_restarts = o.max_restarts;
+  g->assign_.run_id = o.run_id;
+  for (auto& p : pending)
+    if (g->assign_.run_id.empty()) g->assign_.run_id = p.join->run_id;
+  if (g->assign_.run_id.empty()) g->assign_.run_id = random_run_id();
+  g->assign_.hosts.assign(static_cast<size_t>(o.nnodes), "");
+  g->assign_.hosts[static_cast<size_t>(rank_of[0])] = o.host;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    g->assign_.hosts[static_cast<size_t>(rank_of[i + 1])] = pending[i].join->host;
+  }
+  if (rank_of[0] == 0) {
+    g->assign_.master_addr = own_addr;
+    g->assign_.master_port = own_port.port();
+    g->master_port_.emplace(std::move(own_port));
+  } else {
+    for (size_t i = 0; i < pending.size(); ++i) {
+      if (rank_of[i + 1] != 0) continue;
+      if (pending[i].join->worker_port == 0) {
+        reject_all("rendezvous on " + ep + ": node 0 (" + who[i + 1] + ") reserved no port for the workers");
+      }
+      g->assign_.master_addr = pending[i].join->worker_addr;
+      g->assign_.master_port = pending[i].join->worker_port;
+    }
+  }
+  g->assign_.coordinator = rank_of[0];
+  for (size_t i = 0; i < pending.size(); ++i) {
+    auto n = std::make_unique<Node>();
+    n->node_rank = rank_of[i + 1];
+    n->host = pending[i].join->host;
+    n->addr = sys::peer_ip(pending[i].link->fd());
+    n->link = std::move(pending[i].link);
+    n->link->set_peer("node " + std::to_string(n->node_rank) + " (" + n->host + ", " + n->addr + ")");
+    AssignMsg a = g->assign_;
+    a.node_rank = n->node_rank;
+    try {
+      n->link->send("assign", a);
+    } catch (const LinkError& e) {
+      n->link.reset();
+      g->nodes_.push_back(std::move(n));
+      continue;
+    }
+    g->nodes_.push_back(std::move(n));
+  }
+  g->assign_.node_rank = rank_of[0];
+  for (auto& n : g->nodes_) {
+    if (!n->link) {
+      g->lost(*n, "connection closed during the rendezvous");
+    } else {
+      n->link->touch();
+    }
+  }
+  g->info("rendezvous: " + std::to_string(o.nnodes) + " nodes joined after " +
+          seconds(std::chrono::duration_cast<milliseconds>(Clock::now() - t0)));
+  return g;
+}
+
+std::unique_ptr<Group> Group::form_member(const GroupOptions& o) {
+  std::unique_ptr<Group> g(new Group());
+  g->opts_ = o;
+  g->coordinator_ = false;
+  const auto t0 = Clock::now();
+  const auto deadline = t0 + o.rdzv_timeout;
+  const std::string ep = o.endpoint_addr + ":" + std::to_string(o.endpoint_port);
+  sys::Fd fd;
+  int err = 0;
+  milliseconds backoff(20);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    try {
+      fd = sys::tcp_connect(o.endpoint_addr, o.endpoint_port, std::min(left, milliseconds(2000)), &err);
+    } catch (const sys::SysError& e) {
+      throw RendezvousError(std::string("rendezvous on ") + ep + ": " + e.what());
+    }
+    if (fd) break;
+    if (Clock::now() + backoff >= deadline) {
+      throw RendezvousError("rendezvous on " + ep + ": the node hosting it could not be reached in " +
+                            seconds(o.rdzv_timeout) + " (last: connect: " + std::strerror(err) + ")");
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, milliseconds(500));
+  }
+  sys::tcp_set_liveness(fd.get(), o.node_timeout, "rendezvous on " + ep);
+  JoinMsg j;
+  j.host = o.host;
+  j.node_rank = o.node_rank;
+  j.nnodes = o.nnodes;
+  j.nproc_per_node = o.nproc_per_node;
+  j.max_restarts = o.max_restarts;
+  j.run_id = o.run_id;
+  std::optional<PortReservation> own_port;
+  if (!o.static_mode && o.node_rank <= 0) {
+    j.worker_addr = o.local_addr.empty() ? sys::local_ip(fd.get()) : o.local_addr;
+    own_port.emplace(j.worker_addr, 0);
+    j.worker_port = own_port->port();
+  }
+  auto node = std::make_unique<Node>();
+  node->addr = sys::peer_ip(fd.get());
+  node->link = std::make_unique<Link>(std::move(fd), "the coordinator at " + ep);
+  std::vector<Message> queue;
+  try {
+    node->link->send("join", j);
+    for (;;) {
+      auto m = read_one(*node->link, queue, deadline);
+      if (!m) {
+        throw RendezvousError("rendezvous on " + ep + " timed out after " + seconds(o.rdzv_timeout) +
+                              " waiting for the other nodes");
+      }
+      if (m->type == "reject") throw RendezvousError(m->as<RejectMsg>().reason);
+      if (m->type != "assign") continue;
+      g->assign_ = m->as<AssignMsg>();
+      break;
+    }
+  } catch (const LinkError& e) {
+    throw RendezvousError("rendezvous on " + ep + ": lost the connection to the coordinator (" +
+                          e.what() + ")");
+  } catch (const BadMessage& e) {
+    throw RendezvousError("rendezvous on " + ep + ": bad message from the coordinator: " + e.what());
+  }
+  if (g->assign_.node_rank == 0 && own_port) g->master_port_.emplace(std::move(*own_port));
+  const int coord_rank = g->assign_.coordinator;
+  if (coord_rank < 0 || coord_rank >= g->assign_.nnodes ||
+      g->assign_.hosts.size() != static_cast<size_t>(g->assign_.nnodes) ||
+      g->assign_.node_rank < 0 || g->assign_.node_rank >= g->assign_.nnodes) {
+    throw RendezvousError("rendezvous on " + ep + ": inconsistent assignment from the coordinator");
+  }
+  node->node_rank = coord_rank;
+  node->host = g->assign_.hosts[static_cast<size_t>(coord_rank)];
+  node->link->set_peer("the coordinator (" + node->host + ", " + ep + ")");
+  node->link->touch();
+  for (auto& m : queue) g->handle(*node, m);
+  g->nodes_.push_back(std::move(node));
+  g->info("rendezvous: node " + std::to_string(g->assign_.node_rank) + " of " +
+          std::to_string(g->assign_.nnodes) + " after " +
+          seconds(std::chrono::duration_cast<milliseconds>(Clock::now() - t0)));
+  return g;
+}
+
+std::vector<int> Group::fds() const {
+  std::vector<int> out;
+  for (auto& n : nodes_)
+    if (n->link) out.push_back(n->link->fd());
+  return out;
+}
+
+void Group::on_readable(int fd) {
+  for (auto& n : nodes_) {
+    if (!n->link || n->link->fd() != fd) continue;
+    try {
+      for (auto& m : n->link->read()) {
+        handle(*n, m);
+        if (!n->link) return;
+      }
+    } catch (const LinkError& e) {
+      lost(*n, e.what());
+    } catch (const BadMessage& e) {
+      lost(*n, std::string("bad message: ") + e.what());
+    }
+    return;
+  }
+}
+
+void Group::handle(Node& n, const Message& m) {
+  n.busy_until = m.type == "busy" ? Clock::now() + milliseconds(std::max<int64_t>(m.as<BusyMsg>().ms, 0))
+                                  : Clock::time_point{};
+  if (m.type == "hb" || m.type == "busy") return;
+  if (m.type == "status" || m.type == "stacks?" || m.type == "stacks") {
+    if (opts_.on_hang_message) opts_.on_hang_message(n.node_rank, m);
+    return;
+  }
+  if (!coordinator_) {
+    handle_member_message(m);
+    return;
+  }
+  if (m.type == "failed") {
+    Cause c = m.as<FailedMsg>().cause;
+    if (c.restart_count == round_) coordinator_failure(c);
+  } else if (m.type == "done") {
+    auto d = m.as<DoneMsg>();
+    if (d.restart_count == round_) node_done(n.node_rank, d.failed, d.cause);
+  }
+}
+
+void Group::handle_member_message(const Message& m) {
+  if (m.type == "stop") {
+    auto s = m.as<StopMsg>();
+    if (s.restart_count == round_ && !stop_requested_) {
+      stop_requested_ = true;
+      info("the coordinator stops every node: " + first_line(s.cause.text) +
+           (s.cause.kind == "worker"
+                ? " on node " + std::to_string(s.cause.node_rank) + " (" + s.cause.host + ")"
+                : ""));
+    }
+  } else if (m.type == "start") {
+    const StartMsg st = m.as<StartMsg>();
+    info("attempt " + std::to_string(round_) + " failed (" + first_line(st.cause.text) +
+         (st.cause.kind == "worker" ? " on node " + std::to_string(st.cause.node_rank) + " (" + st.cause.host + ")" : "") +
+         "); the coordinator restarts every node's workers");
+    round_ = st.restart_count;
+    stop_requested_ = false;
+    local_done_ = false;
+    start_ = round_;
+  } else if (m.type == "finish") {
+    finish_ = m.as<FinishMsg>();
+    stop_requested_ = true;
+  }
+}
+
+void Group::lost(Node& n, const std::string& why) {
+  if (!n.link) return;
+  const std::string peer = n.link->peer();
+  n.link.reset();
+  if (finish_) return;  // the job is over; the peer may simply have exited
+  Cause c;
+  c.kind = "node-lost";
+  c.restart_count = round_;
+  c.node_rank = n.node_rank;
+  c.host = n.host;
+  c.exit_code = exit_codes::kNodeLost;
+  c.time_us = now_us();
+  c.text = "lspawn: root cause: node " + std::to_string(n.node_rank) + " (" + n.host + ", " + n.addr +
+           ") was lost: " + why + "\n";
+  info("lost " + peer + ": " + why);
+  if (coordinator_) {
+    coordinator_failure(c);
+    n.done = true;
+    maybe_decide();
+  } else {
+    lost_coordinator_ = c;
+    stop_requested_ = true;
+    if (local_done_) {
+      FinishMsg f;
+      f.exit_code = c.exit_code;
+      f.failed = true;
+      f.restart_count = round_;
+      f.cause = c;
+      finish_ = f;
+    }
+  }
+}
+
+void Group::send_hang_message(int node_rank, const std::string& type, const Body& body) {
+  for (auto& n : nodes_) {
+    if (n->node_rank != node_rank || !n->link) continue;
+    try {
+      n->link->send(type, body);
+    } catch (const LinkError& e) {
+      lost(*n, e.what());
+    }
+    return;
+  }
+}
+
+void Group::broadcast(const std::string& type, const Body& body) {
+  for (auto& n : nodes_) {
+    if (!n->link) continue;
+    try {
+      n->link->send(type, body);
+    } catch (const LinkError& e) {
+      lost(*n, e.what());
+    }
+  }
+}
+
+void Group::coordinator_failure(const Cause& c) {
+  causes_.push_back(c);
+  if (stopping_) return;
+  stopping_ = true;
+  stop_requested_ = true;
+  if (opts_.nnodes > 1) info("stopping the workers of every node: " + first_line(c.text) +
+       (c.kind == "worker" ? " on node " + std::to_string(c.node_rank) + " (" + c.host + ")" : ""));
+  StopMsg s;
+  s.restart_count = round_;
+  s.cause = c;
+  broadcast("stop", body_of(s));
+}
+
+void Group::local_failure(const Cause& c) {
+  if (finish_) return;
+  if (coordinator_) {
+    coordinator_failure(c);
+    return;
+  }
+  for (auto& n : nodes_) {
+    if (!n->link) continue;
+    try {
+      n->link->send("failed", FailedMsg{c});
+    } catch (const LinkError& e) {
+      lost(*n, e.what());
+    }
+  }
+}
+
+void Group::local_done(bool failed, const Cause& c) {
+  local_done_ = true;
+  if (coordinator_) {
+    node_done(assign_.node_rank, failed, c);
+    return;
+  }
+  if (lost_coordinator_) {
+    FinishMsg f;
+    f.exit_code = lost_coordinator_->exit_code;
+    f.failed = true;
+    f.restart_count = round_;
+    f.cause = *lost_coordinator_;
+    finish_ = f;
+    return;
+  }
+  DoneMsg d;
+  d.restart_count = round_;
+  d.failed = failed;
+  d.cause = c;
+  for (auto& n : nodes_) {
+    if (!n->link) continue;
+    try {
+      n->link->send("done", d);
+    } catch (const LinkError& e) {
+      lost(*n, e.what());
+    }
+  }
+}
+
+void Group::node_done(int node_rank, bool failed, const Cause& c) {
+  if (failed) causes_.push_back(c);
+  for (auto& n : nodes_)
+    if (n->node_rank == node_rank) n->done = true;
+  maybe_decide();
+}
+
+void Group::maybe_decide() {
+  if (finish_ || !local_done_) return;
+  for (auto& n : nodes_)
+    if (!n->done) return;
+  FinishMsg f;
+  f.restart_count = round_;
+  if (!causes_.empty()) {
+    const Cause* best = &causes_.front();
+    for (auto& c : causes_) {
+      const int a = kind_order(c.kind), b = kind_order(best->kind);
+      if (a < b || (a == b && c.time_us < best->time_us)) best = &c;
+    }
+    f.failed = true;
+    f.cause = *best;
+    f.exit_code = best->exit_code;
+    bool any_lost = false;
+    for (auto& n : nodes_) any_lost = any_lost || !n->link;
+    if (best->kind == "worker" && !any_lost && round_ < opts_.max_restarts) {
+      info("attempt " + std::to_string(round_) + " failed; restarting every node's workers (restart " +
+           std::to_string(round_ + 1) + " of at most " + std::to_string(opts_.max_restarts) + ")");
+      if (opts_.info) {
+        std::istringstream lines(best->text);
+        for (std::string l; std::getline(lines, l);) {
+          if (l.rfind("lspawn: ", 0) == 0) l = l.substr(8);
+          info("  attempt " + std::to_string(round_) + ": " + l);
+        }
+      }
+      ++round_;
+      causes_.clear();
+      stopping_ = false;
+      stop_requested_ = false;
+      local_done_ = false;
+      for (auto& n : nodes_) n->done = false;
+      start_ = round_;
+      StartMsg st;
+      st.restart_count = round_;
+      st.cause = f.cause;
+      broadcast("start", body_of(st));
+      return;
+    }
+  }
+  finish_ = f;
+  broadcast("finish", body_of(f));
+}
+
+std::optional<int> Group::take_start() {
+  auto s = start_;
+  start_.reset();
+  return s;
+}
+
+void Group::tick() {
+  const auto now = Clock::now();
+  for (auto& n : nodes_) {
+    if (!n->link) continue;
+    if (now - n->link->last_in() > opts_.node_timeout && now >= n->busy_until) {
+      lost(*n, "nothing received for " + seconds(opts_.node_timeout) + " (--node-timeout)");
+      continue;
+    }
+    try {
+      if (now - n->link->last_out() >= heartbeat_interval()) {
+        n->link->send("hb", Heartbeat{});
+      } else if (n->link->pending()) {
+        n->link->flush();
+      }
+    } catch (const LinkError& e) {
+      lost(*n, e.what());
+    }
+  }
+}
+
+Clock::time_point Group::next_wakeup() const {
+  auto t = Clock::time_point::max();
+  for (auto& n : nodes_) {
+    if (!n->link) continue;
+    t = std::min({t, n->link->last_out() + heartbeat_interval(),
+                  std::max(n->link->last_in() + opts_.node_timeout, n->busy_until)});
+    if (n->link->pending()) t = std::min(t, Clock::now() + milliseconds(10));
+  }
+  return t;
+}
+
+bool Group::wait(Clock::time_point deadline, int extra_fd) {
+  std::vector<pollfd> pfds;
+  for (int fd : fds()) pfds.push_back({fd, POLLIN, 0});
+  if (extra_fd >= 0) pfds.push_back({extra_fd, POLLIN, 0});
+  poll_fds(pfds, std::min(deadline, next_wakeup()));
+  bool extra = false;
+  for (auto& p : pfds) {
+    if (!p.revents) continue;
+    if (p.fd == extra_fd) {
+      extra = true;
+    } else {
+      on_readable(p.fd);
+    }
+  }
+  tick();
+  return extra;
+}
+
+void Group::announce_busy(milliseconds limit) {
+  BusyMsg b;
+  b.ms = limit.count();
+  for (auto& n : nodes_) {
+    if (!n->link) continue;
+    try {
+      n->link->send("busy", b);
+    } catch (const LinkError& e) {
+      lost(*n, e.what());
+    }
+  }
+}
+
+void Group::flush_for(milliseconds limit) {
+  const auto end = Clock::now() + limit;
+  for (;;) {
+    bool pending = false;
+    for (auto& n : nodes_) {
+      if (!n->link || !n->link->pending()) continue;
+      try {
+        n->link->flush();
+      } catch (const LinkError&) {
+        n->link.reset();
+        continue;
+      }
+      pending = pending || n->link->pending();
+    }
+    if (!pending || Clock::now() >= end) return;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+}
+
+}  // namespace lspawn::node

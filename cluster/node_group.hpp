@@ -1,0 +1,150 @@
+// The lspawn processes of one job, one per node, as one group: rendezvous, then one fate per
+// round (docs/multi-node.md).
+//
+// Rendezvous (form()): the coordinator listens on the rendezvous endpoint (static mode:
+// --master-addr:--master-port, and node 0 is the coordinator; --rdzv-endpoint mode: whichever
+// lspawn can bind the endpoint), every other lspawn connects and sends JoinMsg. When --nnodes
+// have joined, the coordinator assigns node ranks (the ones given; the others in join order,
+// coordinator first), the run id (--run-id/--rdzv-id, else a random one drawn by the
+// coordinator: every node gets the same), and the workers' MASTER_ADDR/MASTER_PORT (node 0's
+// address, a port node 0 reserved), and sends AssignMsg: round 0 starts.
+//
+// Round protocol (state machine of the coordinator; members follow its messages):
+//   Running ──a worker failed anywhere (FailedMsg / local_failure) or a node was lost──►
+//     Stopping (StopMsg to every node: grace period, then SIGKILL)
+//   Running/Stopping ──every node sent DoneMsg (or was lost)──► decide:
+//     no failure                                           → FinishMsg{0}
+//     a worker failure, restarts left, no node lost/signal → StartMsg{round + 1}, Running
+//     otherwise                                            → FinishMsg{root cause's exit code}
+// The root cause of a round is the first of: a lost node, a signal to an lspawn, the earliest
+// worker failure (by its failure time) over every node.
+// A member that loses the coordinator stops its workers and finishes on its own with the
+// coordinator's node as the lost one. A node is lost when its connection breaks (EOF: its
+// lspawn died) or nothing came from it for the node timeout (heartbeats every
+// min(1 s, timeout / 4); TCP_USER_TIMEOUT and keepalive at the same timeout).
+//
+// nnodes == 1: no channel at all; the same round protocol runs locally (restarts of a
+// single-node job).
+// Thread-safety: none; one thread drives it (the CLI's loop).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cluster/node_channel.hpp"
+#include "supervisor/port.hpp"
+
+namespace lspawn::node {
+
+using Clock = sys::Clock;
+
+struct GroupOptions {
+  std::string endpoint_addr = "127.0.0.1";  // static: --master-addr; else the rdzv host
+  int endpoint_port = 0;                    // static: --master-port; else the rdzv port
+  bool static_mode = true;                  // node 0 hosts; false: whoever binds the endpoint
+  int nnodes = 1;
+  int node_rank = -1;                       // -1: assigned (rdzv mode only)
+  int nproc_per_node = 1;
+  int max_restarts = 0;
+  std::string run_id;                       // empty: the coordinator draws one
+  std::chrono::milliseconds node_timeout{30000};
+  std::chrono::milliseconds rdzv_timeout{600000};
+  std::string host;                         // this node's name, for reports
+  // Rendezvous mode (--rdzv-endpoint) only: the address this node advertises for its workers'
+  // store should it become node 0 (--local-addr; reserved there, so it must be one of this
+  // host's). Empty: the rendezvous host on the node hosting the rendezvous, else the local
+  // address of this node's connection to it.
+  std::string local_addr;
+  std::function<void(const std::string&)> info;  // informational lines; may be null
+  // Hang diagnosis across nodes: the messages "status", "stacks?" and "stacks" (node_channel.hpp)
+  // that came from node `from` (its node rank). May be null (they are then dropped).
+  std::function<void(int from, const Message&)> on_hang_message;
+};
+
+// The rendezvous failed: not every node came within the timeout, the nodes disagree on the
+// job (nproc, nnodes, run id), node ranks clash, or the coordinator could not be reached.
+class RendezvousError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Group {
+ public:
+  // Blocks until the job's nodes have met (throws RendezvousError, or PortError when the
+  // static coordinator cannot listen on --master-port). nnodes == 1: returns at once.
+  // solo_master_port: nnodes == 1 only, the workers' MASTER_PORT (0: a free one).
+  static std::unique_ptr<Group> form(const GroupOptions& opts, int solo_master_port = 0);
+  ~Group();
+
+  const AssignMsg& assignment() const { return assign_; }
+  bool coordinator() const { return coordinator_; }
+  int round() const { return round_; }
+
+  // The channel's fds (POLLIN); the set shrinks when a node is lost. Re-read after events.
+  std::vector<int> fds() const;
+  // Handles what came on `fd` (unknown fds are ignored).
+  void on_readable(int fd);
+  // Heartbeats, node timeouts, pending writes. Call at least at next_wakeup().
+  void tick();
+  Clock::time_point next_wakeup() const;
+  // Polls the channel's fds and `extra_fd` (>= 0) until one is readable or `deadline`; handles
+  // the channel's. Returns true when extra_fd is readable. For use while no worker runs.
+  bool wait(Clock::time_point deadline, int extra_fd);
+
+  // This node's workers: the first failure of the round (provisional root cause; the round
+  // stops everywhere), then the round's end (every local worker exited; failed: the settled
+  // local root cause).
+  void local_failure(const Cause& cause);
+  void local_done(bool failed, const Cause& cause);
+
+  // This round's workers must stop (a failure or a lost node elsewhere).
+  bool stop_requested() const { return stop_requested_; }
+  // A restart was decided: the round to start now (once).
+  std::optional<int> take_start();
+  // The job is over: its exit code and root cause (the same on every node).
+  const std::optional<FinishMsg>& finish() const { return finish_; }
+  // This lspawn is about to block up to `limit` without heartbeats (starting an exec'd
+  // forkserver): the other nodes do not count that silence. Its next message ends it.
+  void announce_busy(std::chrono::milliseconds limit);
+  // Hang diagnosis across nodes: sends a message to node `node_rank` (a member: only the
+  // coordinator's node is reachable). To a lost or unknown node: dropped.
+  void send_hang_message(int node_rank, const std::string& type, const Body& body);
+  // Before exiting: gives the messages still queued up to `limit` to leave.
+  void flush_for(std::chrono::milliseconds limit);
+
+ private:
+  struct Node;
+  Group() = default;
+  static std::unique_ptr<Group> form_coordinator(const GroupOptions& o, sys::Fd listener);
+  static std::unique_ptr<Group> form_member(const GroupOptions& o);
+  void handle(Node& n, const Message& m);
+  void handle_member_message(const Message& m);
+  void lost(Node& n, const std::string& why);
+  void coordinator_failure(const Cause& c);
+  void node_done(int node_rank, bool failed, const Cause& c);
+  void maybe_decide();
+  void broadcast(const std::string& type, const Body& body);
+  void info(const std::string& line) const;
+  std::chrono::milliseconds heartbeat_interval() const;
+
+  GroupOptions opts_;
+  bool coordinator_ = true;
+  AssignMsg assign_;
+  std::optional<PortReservation> master_port_;  // node 0: the workers' store port, held
+  std::vector<std::unique_ptr<Node>> nodes_;    // coordinator: one per member; member: the coordinator
+  int round_ = 0;
+  bool stopping_ = false;        // coordinator: Stop sent for this round
+  bool stop_requested_ = false;
+  bool local_done_ = false;
+  std::optional<int> start_;
+  std::optional<FinishMsg> finish_;
+  std::vector<Cause> causes_;    // coordinator: this round's failures
+  std::optional<Cause> lost_coordinator_;  // member
+};
+
+}  // namespace lspawn::node

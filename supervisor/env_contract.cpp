@@ -1,0 +1,97 @@
+#include "supervisor/env_contract.hpp"
+
+#include <map>
+
+#include "supervisor/version.hpp"
+
+extern char** environ;
+
+namespace lspawn::env {
+
+std::string error_file_path(const std::string& run_dir, int rank) {
+  return run_dir + "/error-" + std::to_string(rank) + ".json";
+}
+
+std::vector<std::string> current_environment() {
+  std::vector<std::string> out;
+  for (char** e = environ; e && *e; ++e) out.emplace_back(*e);
+  return out;
+}
+
+namespace {
+bool has_var(const std::vector<std::string>& env, const std::string& name) {
+  for (const auto& kv : env) {
+    if (kv.size() > name.size() && kv.compare(0, name.size(), name) == 0 && kv[name.size()] == '=')
+      return true;
+  }
+  return false;
+}
+}  // namespace
+
+bool needs_omp_default(const std::vector<std::string>& base, int nproc_per_node) {
+  if (nproc_per_node <= 1) return false;
+  return !has_var(base.empty() ? current_environment() : base, kOmpNumThreads);
+}
+
+std::vector<std::string> without_run_variables(const std::vector<std::string>& env) {
+  static const char* const kPerRun[] = {
+      kRank, kLocalRank, kWorldSize, kLocalWorldSize, kGroupRank, kGroupWorldSize, kRoleRank,
+      kRoleWorldSize, kMasterAddr, kMasterPort, kRunId, kRestartCount, kMaxRestarts, kErrorFile,
+      kLspawnErrorFile, kLspawnRunDir, kLspawnJobSecret, kLspawnBindAddr};
+  std::vector<std::string> out;
+  for (const auto& kv : env) {
+    const std::string name = kv.substr(0, kv.find('='));
+    bool per_run = false;
+    for (const char* n : kPerRun) per_run = per_run || name == n;
+    if (!per_run) out.push_back(kv);
+  }
+  return out;
+}
+
+std::vector<std::string> worker_environment(const JobEnv& job, const WorkerPlace& place,
+                                            const std::vector<std::string>& base_in) {
+  const std::vector<std::string> base = base_in.empty() ? current_environment() : base_in;
+  std::map<std::string, std::string> set;
+  auto put = [&](const char* k, std::string v) { set[k] = std::move(v); };
+  put(kRank, std::to_string(place.rank()));
+  put(kLocalRank, std::to_string(place.local_rank));
+  put(kWorldSize, std::to_string(place.world_size()));
+  put(kLocalWorldSize, std::to_string(place.nproc_per_node));
+  put(kGroupRank, std::to_string(place.node_rank));
+  put(kGroupWorldSize, std::to_string(place.nnodes));
+  put(kRoleRank, std::to_string(place.rank()));
+  put(kRoleWorldSize, std::to_string(place.world_size()));
+  put(kRoleName, job.role_name);
+  put(kMasterAddr, job.master_addr);
+  put(kMasterPort, std::to_string(job.master_port));
+  put(kRunId, job.run_id);
+  put(kRestartCount, std::to_string(job.restart_count));
+  put(kMaxRestarts, std::to_string(job.max_restarts));
+  put(kUseAgentStore, "False");
+  put(kLspawnVersion, kVersion);
+  if (!job.run_dir.empty()) {
+    const std::string ef = error_file_path(job.run_dir, place.rank());
+    put(kErrorFile, ef);
+    put(kLspawnErrorFile, ef);
+    put(kLspawnRunDir, job.run_dir);
+  }
+  if (!job.job_secret.empty()) put(kLspawnJobSecret, job.job_secret);
+  if (!job.bind_addr.empty()) put(kLspawnBindAddr, job.bind_addr);
+  if (job.default_omp_threads && needs_omp_default(base, place.nproc_per_node)) {
+    put(kOmpNumThreads, "1");
+  }
+
+  std::vector<std::string> out;
+  out.reserve(base.size() + set.size());
+  for (const auto& kv : base) {
+    const auto eq = kv.find('=');
+    const std::string name = kv.substr(0, eq);
+    if (set.count(name)) continue;  // replaced below
+    if (name == kLspawnJobSecret) continue;  // only the job's own secret, never an inherited one
+    out.push_back(kv);
+  }
+  for (auto& [k, v] : set) out.push_back(k + "=" + v);
+  return out;
+}
+
+}  // namespace lspawn::env

@@ -1,0 +1,140 @@
+#include "supervisor/output.hpp"
+
+#include <cerrno>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace lspawn {
+
+const char* stream_name(Stream s) { return s == Stream::Stdout ? "stdout" : "stderr"; }
+
+void ConsoleSink::line(int rank, Stream stream, std::string_view line) {
+  const int idx = static_cast<int>(stream);
+  if (broken_[idx]) return;
+  buf_.clear();
+  if (opts_.prefix) {
+    buf_ += opts_.host.empty() ? "[rank " : "[" + opts_.host + " rank ";
+    buf_ += std::to_string(rank);
+    buf_ += "] ";
+  }
+  buf_.append(line.data(), line.size());
+  buf_ += '\n';
+  const int fd = stream == Stream::Stdout ? opts_.stdout_fd : opts_.stderr_fd;
+  try {
+    sys::write_all(fd, buf_, "console");
+  } catch (const sys::SysError&) {
+    broken_[idx] = true;  // EPIPE or a closed console: drop output, keep supervising
+  }
+}
+
+std::string LogDirSink::path(int rank, Stream stream) const {
+  return dir_ + "/rank" + std::to_string(rank) + "." + stream_name(stream);
+}
+
+int LogDirSink::fd_for(int rank, Stream stream) {
+  const size_t idx = 2 * static_cast<size_t>(rank) + static_cast<size_t>(stream);
+  if (fds_.size() <= idx) fds_.resize(idx + 1);
+  if (!fds_[idx]) {
+    const std::string p = path(rank, stream);
+    int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
+    if (fd < 0) sys::throw_errno("open", "log file " + p);
+    fds_[idx].reset(fd);
+  }
+  return fds_[idx].get();
+}
+
+void LogDirSink::bytes(int rank, Stream stream, std::string_view data) {
+  const size_t idx = 2 * static_cast<size_t>(rank) + static_cast<size_t>(stream);
+  if (idx < broken_.size() && broken_[idx]) return;
+  try {
+    sys::write_all(fd_for(rank, stream), data, "log file " + path(rank, stream));
+  } catch (const sys::SysError& e) {
+    if (broken_.size() <= idx) broken_.resize(idx + 1);
+    broken_[idx] = true;
+    const std::string msg = std::string(e.what()) + "; the rest of this stream is dropped";
+    if (warn_) {
+      warn_(msg);
+    } else {
+      try {
+        sys::write_all(2, "lspawn: " + msg + "\n", "stderr");
+      } catch (const sys::SysError&) {
+      }
+    }
+  }
+}
+
+void LogDirSink::closed(int rank, Stream stream) {
+  fd_for(rank, stream);  // create an empty file for a silent stream
+  const size_t idx = 2 * static_cast<size_t>(rank) + static_cast<size_t>(stream);
+  fds_[idx].reset();
+}
+
+void CaptureSink::bytes(int rank, Stream stream, std::string_view data) {
+  const size_t idx = 2 * static_cast<size_t>(rank) + static_cast<size_t>(stream);
+  if (bufs_.size() <= idx) bufs_.resize(idx + 1);
+  bufs_[idx].append(data.data(), data.size());
+}
+
+const std::string& CaptureSink::text(int rank, Stream stream) const {
+  const size_t idx = 2 * static_cast<size_t>(rank) + static_cast<size_t>(stream);
+  return idx < bufs_.size() ? bufs_[idx] : empty_;
+}
+
+void LineSplitter::emit_line(std::string_view line) {
+  for (auto* s : sinks_) s->line(rank_, stream_, line);
+}
+
+void LineSplitter::feed(std::string_view data) {
+  if (data.empty()) return;
+  for (auto* s : sinks_) s->bytes(rank_, stream_, data);
+  size_t pos = 0;
+  while (pos < data.size()) {
+    const size_t nl = data.find('\n', pos);
+    if (nl == std::string_view::npos) {
+      partial_.append(data.data() + pos, data.size() - pos);
+      break;
+    }
+    if (partial_.empty()) {
+      // Fast path: a whole line inside this read.
+      std::string_view line = data.substr(pos, nl - pos);
+      while (line.size() > kMaxLine) {
+        emit_line(line.substr(0, kMaxLine));
+        line.remove_prefix(kMaxLine);
+      }
+      emit_line(line);
+    } else {
+      partial_.append(data.data() + pos, nl - pos);
+      std::string_view line = partial_;
+      while (line.size() > kMaxLine) {
+        emit_line(line.substr(0, kMaxLine));
+        line.remove_prefix(kMaxLine);
+      }
+      emit_line(line);
+      partial_.clear();
+    }
+    pos = nl + 1;
+  }
+  // A line still growing past the bound: flush whole pieces now, keep the rest.
+  // Keep at least one byte back so a '\n' right after a piece does not make an empty line.
+  if (partial_.size() > kMaxLine) {
+    size_t off = 0;
+    while (partial_.size() - off > kMaxLine) {
+      emit_line(std::string_view(partial_).substr(off, kMaxLine));
+      off += kMaxLine;
+    }
+    partial_.erase(0, off);
+  }
+}
+
+void LineSplitter::finish() {
+  if (finished_) return;
+  finished_ = true;
+  if (!partial_.empty()) {
+    emit_line(partial_);
+    partial_.clear();
+  }
+  for (auto* s : sinks_) s->closed(rank_, stream_);
+}
+
+}  // namespace lspawn

@@ -1,0 +1,115 @@
+// Where worker output goes: line splitting and the sinks (console with prefixes, log files,
+// in-memory capture).
+//
+// The Supervisor reads each worker's stdout and stderr pipes and hands the bytes to a
+// LineSplitter per stream, which delivers them to every sink:
+//   - bytes(): the raw bytes exactly as read (log files, capture: nothing added or lost);
+//   - line():  one whole line without its '\n', for consoles shared by several ranks. A last
+//              line without '\n' is delivered at EOF; a line longer than kMaxLine is delivered
+//              in kMaxLine pieces, each as its own line (so a huge line neither stalls other
+//              ranks nor grows memory without bound).
+// Sinks are called from the supervisor's one thread only.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "supervisor/sys.hpp"
+
+namespace lspawn {
+
+enum class Stream { Stdout = 0, Stderr = 1 };
+const char* stream_name(Stream s);  // "stdout" / "stderr"
+
+class OutputSink {
+ public:
+  virtual ~OutputSink() = default;
+  virtual void bytes(int rank, Stream stream, std::string_view data) {
+    (void)rank, (void)stream, (void)data;
+  }
+  virtual void line(int rank, Stream stream, std::string_view line) {
+    (void)rank, (void)stream, (void)line;
+  }
+  // The stream of `rank` reached EOF (after its last bytes()/line()).
+  virtual void closed(int rank, Stream stream) { (void)rank, (void)stream; }
+};
+
+// Writes each line to stdout_fd / stderr_fd (the worker's stream picks the fd), as
+// "[rank N] " + line + "\n" ("[HOST rank N] " when Options::host is set) in ONE write(2), so lines of different ranks never interleave
+// mid-line. A write error (EPIPE: the reader went away) disables that console stream
+// silently; the run goes on.
+class ConsoleSink : public OutputSink {
+ public:
+  struct Options {
+    bool prefix = true;  // "[rank N] " before each line
+    std::string host;    // non-empty (multi-node jobs): "[HOST rank N] " instead
+    int stdout_fd = 1;
+    int stderr_fd = 2;
+  };
+  explicit ConsoleSink(Options opts) : opts_(opts) {}
+  void line(int rank, Stream stream, std::string_view line) override;
+
+ private:
+  Options opts_;
+  bool broken_[2] = {false, false};
+  std::string buf_;
+};
+
+// Writes raw bytes to DIR/rank<N>.stdout and DIR/rank<N>.stderr (created, truncated, 0644,
+// on the first output or at EOF, so every rank has both files). DIR must exist.
+// A log file that cannot be written (the directory is full, a quota, EIO) does not stop the run:
+// the error is reported once per file through `warn` ("lspawn: write (log file DIR/rank1.stdout):
+// No space left on device; the rest of this stream is dropped"), and that stream's
+// output is dropped from then on, while the workers go on and are supervised as before.
+class LogDirSink : public OutputSink {
+ public:
+  using Warn = std::function<void(const std::string&)>;
+  // `warn` defaults to one "lspawn: ..." line on stderr.
+  explicit LogDirSink(std::string dir, Warn warn = {}) : dir_(std::move(dir)), warn_(std::move(warn)) {}
+  void bytes(int rank, Stream stream, std::string_view data) override;
+  void closed(int rank, Stream stream) override;
+  std::string path(int rank, Stream stream) const;
+
+ private:
+  int fd_for(int rank, Stream stream);
+  std::string dir_;
+  Warn warn_;
+  std::vector<sys::Fd> fds_;  // index 2*rank + stream
+  std::vector<bool> broken_;  // index 2*rank + stream: a write failed, output dropped
+};
+
+// Keeps all output in memory: text(rank, stream) returns the raw bytes.
+class CaptureSink : public OutputSink {
+ public:
+  void bytes(int rank, Stream stream, std::string_view data) override;
+  const std::string& text(int rank, Stream stream) const;
+
+ private:
+  std::vector<std::string> bufs_;
+  std::string empty_;
+};
+
+// Splits one worker stream into lines for the sinks. Not copyable (sinks are borrowed).
+class LineSplitter {
+ public:
+  static constexpr size_t kMaxLine = 64 * 1024;
+  LineSplitter(int rank, Stream stream, std::vector<OutputSink*> sinks)
+      : rank_(rank), stream_(stream), sinks_(std::move(sinks)) {}
+  void feed(std::string_view data);
+  // EOF: flushes a partial last line (as a line; its missing '\n' is not invented in bytes()).
+  void finish();
+
+ private:
+  void emit_line(std::string_view line);
+  int rank_;
+  Stream stream_;
+  std::vector<OutputSink*> sinks_;
+  std::string partial_;
+  bool finished_ = false;
+};
+
+}  // namespace lspawn

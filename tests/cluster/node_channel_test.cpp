@@ -1,0 +1,165 @@
+// The launchers' control channel: frames, bounded lengths, bad input, EOF, message bodies.
+#include <catch2/catch.hpp>
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cluster/node_channel.hpp"
+
+using namespace lspawn;
+using namespace lspawn::node;
+
+namespace {
+
+// A body crafted as a stranger would: any JSON, as CBOR.
+Body cbor_body(const nlohmann::json& j) {
+  const auto cbor = nlohmann::json::to_cbor(j);
+  return Body{std::string(cbor.begin(), cbor.end())};
+}
+
+// Two connected ends: a Link on one, a raw fd on the other.
+struct Pair {
+  std::unique_ptr<Link> link;
+  sys::Fd raw;
+  Pair() {
+    int fds[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, fds) == 0);
+    link = std::make_unique<Link>(sys::Fd(fds[0]), "test peer");
+    raw.reset(fds[1]);
+  }
+  void put(const std::string& bytes) { sys::write_all(raw.get(), bytes, "test"); }
+};
+
+std::string be32(uint32_t n) {
+  std::string s;
+  for (int k = 24; k >= 0; k -= 8) s.push_back(static_cast<char>((n >> k) & 0xff));
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("node channel: messages round-trip, also split across reads", "[node_channel]") {
+  Pair p;
+  Cause c;
+  c.kind = "worker";
+  c.rank = 3;
+  c.node_rank = 1;
+  c.host = "lsp-b";
+  c.exit_code = 7;
+  c.time_us = 123456789;
+  c.text = "lspawn: root cause: process 3 terminated with exit code 7\n";
+  const std::string frame = encode("failed", FailedMsg{c}) + encode("hb", Heartbeat{});
+  p.put(frame.substr(0, 5));
+  CHECK(p.link->read().empty());  // an incomplete frame waits
+  p.put(frame.substr(5));
+  auto msgs = p.link->read();
+  REQUIRE(msgs.size() == 2);
+  CHECK(msgs[0].type == "failed");
+  const Cause got = msgs[0].as<FailedMsg>().cause;
+  CHECK(got.rank == 3);
+  CHECK(got.host == "lsp-b");
+  CHECK(got.exit_code == 7);
+  CHECK(got.time_us == 123456789);
+  CHECK(got.text == c.text);
+  CHECK(msgs[1].type == "hb");
+}
+
+TEST_CASE("node channel: a frame longer than the limit closes the link before allocating", "[node_channel]") {
+  Pair p;
+  p.put(be32(kMaxFrame + 1) + "x");
+  CHECK_THROWS_WITH(p.link->read(), Catch::Contains("bad frame: length 1048577 exceeds 1048576"));
+}
+
+TEST_CASE("node channel: a frame that is not CBOR, or lacks the envelope, closes the link", "[node_channel]") {
+  {
+    Pair p;
+    p.put(be32(3) + "\xff\xff\xff");
+    CHECK_THROWS_WITH(p.link->read(), Catch::Contains("bad frame"));
+  }
+  {
+    Pair p;
+    const auto cbor = nlohmann::json::to_cbor(nlohmann::json{{"x", 1}});
+    p.put(be32(static_cast<uint32_t>(cbor.size())) + std::string(cbor.begin(), cbor.end()));
+    CHECK_THROWS_WITH(p.link->read(), Catch::Contains("bad frame"));
+  }
+}
+
+TEST_CASE("node channel: a body of the wrong shape is a BadMessage naming it, a missing field takes its default", "[node_channel]") {
+  Message m{"assign", cbor_body(nlohmann::json{{"node_rank", "one"}})};
+  CHECK_THROWS_AS(m.as<AssignMsg>(), BadMessage);
+  CHECK_THROWS_WITH(m.as<AssignMsg>(), Catch::Contains("body of 'assign'") && Catch::Contains("number"));
+  Message d{"done", cbor_body(nlohmann::json::object())};
+  CHECK(d.as<DoneMsg>().failed == false);
+}
+
+TEST_CASE("node channel: the messages before EOF are delivered, then the EOF", "[node_channel]") {
+  Pair p;
+  FinishMsg f;
+  f.exit_code = 7;
+  f.failed = true;
+  p.put(encode("finish", f));
+  p.raw.reset();
+  auto msgs = p.link->read();
+  REQUIRE(msgs.size() == 1);
+  CHECK(msgs[0].as<FinishMsg>().exit_code == 7);
+  CHECK_THROWS_WITH(p.link->read(), "connection closed");
+}
+
+TEST_CASE("node channel: sending to a closed peer is a LinkError", "[node_channel]") {
+  Pair p;
+  p.raw.reset();
+  CHECK_THROWS_AS(p.link->send("hb", Heartbeat{}), LinkError);
+}
+
+TEST_CASE("node channel: a node's status records round-trip (hang diagnosis across nodes)", "[node_channel]") {
+  Pair p;
+  StatusMsg st;
+  st.restart_count = 2;
+  RankInput with;
+  with.rank = 3;
+  with.pid = 4242;
+  with.host = "lsp-b";
+  with.started_us = 17;
+  status::RankView v;
+  v.rank = 3;
+  v.pid = 4242;
+  v.stack_signal = 40;
+  status::GroupView g;
+  g.name = "world";
+  g.group_size = 4;
+  g.in_collective = true;
+  g.seq = 1043;
+  g.op = "all_reduce";
+  g.bytes = 16u << 20;
+  g.since_us = 1700000000000000;
+  g.version = 99;
+  v.groups.push_back(g);
+  with.record = v;
+  RankInput without;  // no record yet, exited
+  without.rank = 2;
+  without.exited = true;
+  without.exit_text = "has exited (exit code 0)";
+  st.ranks = {with, without};
+  p.put(encode("status", st));
+  auto msgs = p.link->read();
+  REQUIRE(msgs.size() == 1);
+  const auto got = msgs[0].as<StatusMsg>();
+  CHECK(got.restart_count == 2);
+  REQUIRE(got.ranks.size() == 2);
+  REQUIRE(got.ranks[0].record);
+  CHECK(got.ranks[0].host == "lsp-b");
+  CHECK(got.ranks[0].record->groups.at(0).op == "all_reduce");
+  CHECK(got.ranks[0].record->groups.at(0).seq == 1043);
+  CHECK(got.ranks[0].record->groups.at(0).bytes == (16u << 20));
+  CHECK(got.ranks[0].record->groups.at(0).in_collective);
+  CHECK(got.ranks[0].record->groups.at(0).version == 99);
+  CHECK_FALSE(got.ranks[1].record.has_value());
+  CHECK(got.ranks[1].exited);
+  // A record of the wrong shape is a BadMessage (the launcher ignores the message, naming it).
+  p.put(encode("status", cbor_body(nlohmann::json{{"restart_count", 0}, {"ranks", {{{"record", "not an object"}}}}})));
+  msgs = p.link->read();
+  REQUIRE(msgs.size() == 1);
+  CHECK_THROWS_AS(msgs[0].as<StatusMsg>(), BadMessage);
+}

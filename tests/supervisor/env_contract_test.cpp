@@ -1,0 +1,81 @@
+#include <catch2/catch.hpp>
+
+#include <map>
+
+#include "supervisor/env_contract.hpp"
+
+namespace env = lspawn::env;
+
+namespace {
+std::map<std::string, std::string> as_map(const std::vector<std::string>& v) {
+  std::map<std::string, std::string> m;
+  for (const auto& kv : v) {
+    auto eq = kv.find('=');
+    REQUIRE(m.count(kv.substr(0, eq)) == 0);  // each name once
+    m[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return m;
+}
+}  // namespace
+
+TEST_CASE("worker_environment: torchrun's names from the worker's place", "[env]") {
+  env::JobEnv job;
+  job.master_addr = "10.0.0.1";
+  job.master_port = 4242;
+  job.run_id = "rid";
+  job.run_dir = "/tmp/run";
+  env::WorkerPlace place{1, 4, 2, 3};  // local 1 of 4, node 2 of 3
+  auto m = as_map(env::worker_environment(job, place, {"PATH=/bin", "RANK=stale", "OTHER=x"}));
+  CHECK(m["RANK"] == "9");
+  CHECK(m["LOCAL_RANK"] == "1");
+  CHECK(m["WORLD_SIZE"] == "12");
+  CHECK(m["LOCAL_WORLD_SIZE"] == "4");
+  CHECK(m["GROUP_RANK"] == "2");
+  CHECK(m["GROUP_WORLD_SIZE"] == "3");
+  CHECK(m["ROLE_RANK"] == "9");
+  CHECK(m["ROLE_WORLD_SIZE"] == "12");
+  CHECK(m["ROLE_NAME"] == "default");
+  CHECK(m["MASTER_ADDR"] == "10.0.0.1");
+  CHECK(m["MASTER_PORT"] == "4242");
+  CHECK(m["TORCHELASTIC_RUN_ID"] == "rid");
+  CHECK(m["TORCHELASTIC_RESTART_COUNT"] == "0");
+  CHECK(m["TORCHELASTIC_MAX_RESTARTS"] == "0");
+  CHECK(m["TORCHELASTIC_USE_AGENT_STORE"] == "False");
+  CHECK(m["TORCHELASTIC_ERROR_FILE"] == "/tmp/run/error-9.json");
+  CHECK(m["LSPAWN_ERROR_FILE"] == "/tmp/run/error-9.json");
+  CHECK(m["LSPAWN_RUN_DIR"] == "/tmp/run");
+  CHECK(m["OMP_NUM_THREADS"] == "1");
+  CHECK(m["PATH"] == "/bin");
+  CHECK(m["OTHER"] == "x");
+}
+
+TEST_CASE("OMP_NUM_THREADS default only with several workers per node and none set", "[env]") {
+  env::JobEnv job;
+  CHECK(env::needs_omp_default({"A=1"}, 2));
+  CHECK_FALSE(env::needs_omp_default({"A=1"}, 1));
+  CHECK_FALSE(env::needs_omp_default({"OMP_NUM_THREADS=8"}, 2));
+  CHECK_FALSE(env::needs_omp_default({"OMP_NUM_THREADS_X=8", "OMP_NUM_THREADS=2"}, 4));
+  auto m = as_map(env::worker_environment(job, env::WorkerPlace{0, 2, 0, 1}, {"OMP_NUM_THREADS=8"}));
+  CHECK(m["OMP_NUM_THREADS"] == "8");
+  m = as_map(env::worker_environment(job, env::WorkerPlace{0, 1, 0, 1}, {"A=1"}));
+  CHECK(m.count("OMP_NUM_THREADS") == 0);
+  job.default_omp_threads = false;
+  m = as_map(env::worker_environment(job, env::WorkerPlace{0, 2, 0, 1}, {"A=1"}));
+  CHECK(m.count("OMP_NUM_THREADS") == 0);
+}
+
+TEST_CASE("worker_environment: the job's secret and bind address - an inherited secret is never passed on",
+          "[env][security]") {
+  env::JobEnv job;
+  job.master_port = 1;
+  env::WorkerPlace place{0, 1, 0, 1};
+  const std::vector<std::string> base{"PATH=/bin", "LSPAWN_JOB_SECRET=inherited-from-an-outer-job"};
+  auto none = as_map(env::worker_environment(job, place, base));
+  CHECK(none.count("LSPAWN_JOB_SECRET") == 0);
+  CHECK(none.count("LSPAWN_BIND_ADDR") == 0);
+  job.job_secret = "0123456789abcdef0123456789abcdef";
+  job.bind_addr = "10.1.2.3";
+  auto with = as_map(env::worker_environment(job, place, base));
+  CHECK(with["LSPAWN_JOB_SECRET"] == job.job_secret);
+  CHECK(with["LSPAWN_BIND_ADDR"] == "10.1.2.3");
+}

@@ -1,0 +1,135 @@
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <sstream>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include "supervisor/output.hpp"
+#include "supervisor/sys.hpp"
+
+using lspawn::LineSplitter;
+using lspawn::OutputSink;
+using lspawn::Stream;
+
+namespace {
+struct Recorder : OutputSink {
+  std::vector<std::string> lines;
+  std::string bytes_seen;
+  int closes = 0;
+  void bytes(int, Stream, std::string_view d) override { bytes_seen.append(d); }
+  void line(int rank, Stream s, std::string_view l) override {
+    lines.push_back(std::to_string(rank) + (s == Stream::Stdout ? "o:" : "e:") + std::string(l));
+  }
+  void closed(int, Stream) override { ++closes; }
+};
+}  // namespace
+
+TEST_CASE("LineSplitter: lines across reads - partial last line at EOF", "[output]") {
+  Recorder r;
+  LineSplitter s(2, Stream::Stderr, {&r});
+  s.feed("ab");
+  s.feed("c\nde");
+  s.feed("f\n\ng");
+  CHECK(r.lines == std::vector<std::string>{"2e:abc", "2e:def", "2e:"});
+  s.finish();
+  CHECK(r.lines.back() == "2e:g");
+  CHECK(r.bytes_seen == "abc\ndef\n\ng");  // raw bytes: nothing added
+  CHECK(r.closes == 1);
+  s.finish();  // idempotent
+  CHECK(r.closes == 1);
+}
+
+TEST_CASE("LineSplitter: lines over 64 KiB come in 64 KiB pieces - nothing lost", "[output]") {
+  Recorder r;
+  LineSplitter s(0, Stream::Stdout, {&r});
+  const size_t k = LineSplitter::kMaxLine;
+  std::string big(2 * k + 10, 'x');
+  // In one read, and dribbled in 1000-byte reads.
+  s.feed(big + "\n");
+  for (size_t off = 0; off < big.size(); off += 1000) s.feed(big.substr(off, 1000));
+  s.feed("\n");
+  std::string joined;
+  size_t pieces = 0;
+  for (auto& l : r.lines) {
+    CHECK(l.size() - 3 <= k);
+    joined += l.substr(3);
+    ++pieces;
+  }
+  CHECK(joined == big + big);
+  CHECK(pieces == 6);  // 3 per line, no empty line
+  // Exactly kMaxLine then '\n' in a later read: one line, not a piece plus an empty line.
+  r.lines.clear();
+  s.feed(std::string(k, 'y'));
+  s.feed("\n");
+  REQUIRE(r.lines.size() == 1);
+  CHECK(r.lines[0].size() == 3 + k);
+}
+
+TEST_CASE("ConsoleSink: one write per prefixed line - LogDirSink: exact bytes", "[output]") {
+  const std::string dir = lspawn::sys::make_temp_dir("lspawn-out-");
+  int fd = ::open((dir + "/console").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  REQUIRE(fd >= 0);
+  lspawn::ConsoleSink::Options co;
+  co.stdout_fd = fd;
+  co.stderr_fd = fd;
+  lspawn::ConsoleSink console(co);
+  lspawn::LogDirSink logs(dir);
+  lspawn::CaptureSink cap;
+  LineSplitter s(1, Stream::Stdout, {&console, &logs, &cap});
+  s.feed("one\ntw");
+  s.finish();
+  LineSplitter e(1, Stream::Stderr, {&console, &logs, &cap});
+  e.finish();  // silent stream: an empty log file still exists
+  ::close(fd);
+  auto slurp = [](const std::string& p) {
+    std::ifstream f(p);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  };
+  CHECK(slurp(dir + "/console") == "[rank 1] one\n[rank 1] tw\n");
+  CHECK(slurp(logs.path(1, Stream::Stdout)) == "one\ntw");
+  CHECK(access(logs.path(1, Stream::Stderr).c_str(), F_OK) == 0);
+  CHECK(slurp(logs.path(1, Stream::Stderr)).empty());
+  CHECK(cap.text(1, Stream::Stdout) == "one\ntw");
+  CHECK(cap.text(5, Stream::Stdout).empty());
+  lspawn::sys::remove_tree(dir);
+}
+
+TEST_CASE("ConsoleSink: a closed console (EPIPE) is dropped - not fatal", "[output]") {
+  auto p = lspawn::sys::make_pipe("test");
+  p.read.reset();
+  signal(SIGPIPE, SIG_IGN);
+  lspawn::ConsoleSink::Options co;
+  co.stdout_fd = p.write.get();
+  lspawn::ConsoleSink console(co);
+  console.line(0, Stream::Stdout, "into the void");
+  console.line(0, Stream::Stdout, "again");
+  SUCCEED();
+}
+
+TEST_CASE("LogDirSink: a full log file (ENOSPC) is reported once and dropped - not fatal", "[output]") {
+  char tmpl[] = "/tmp/lspawn-logfull-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  // rank0.stdout is /dev/full: every write fails with ENOSPC, as on a full file system.
+  REQUIRE(::symlink("/dev/full", (dir + "/rank0.stdout").c_str()) == 0);
+  std::vector<std::string> warnings;
+  lspawn::LogDirSink sink(dir, [&](const std::string& w) { warnings.push_back(w); });
+  CHECK_NOTHROW(sink.bytes(0, Stream::Stdout, "first\n"));
+  CHECK_NOTHROW(sink.bytes(0, Stream::Stdout, "second\n"));
+  CHECK_NOTHROW(sink.bytes(0, Stream::Stderr, "other stream still written\n"));
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find(dir + "/rank0.stdout") != std::string::npos);
+  CHECK(warnings[0].find("No space left on device") != std::string::npos);
+  CHECK(warnings[0].find("the rest of this stream is dropped") != std::string::npos);
+  sink.closed(0, Stream::Stderr);
+  std::ifstream in(dir + "/rank0.stderr");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  CHECK(ss.str() == "other stream still written\n");
+  lspawn::sys::remove_tree(dir);
+}

@@ -1,0 +1,63 @@
+#include <catch2/catch.hpp>
+
+#include <fstream>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "supervisor/sys.hpp"
+
+namespace sys = lspawn::sys;
+
+TEST_CASE("sys: wait status wording follows torch.multiprocessing", "[sys]") {
+  CHECK(sys::describe_wait_status(3 << 8) == "terminated with exit code 3");
+  CHECK(sys::describe_wait_status(0) == "exited with code 0");
+  CHECK(sys::describe_wait_status(SIGSEGV) == "terminated with signal SIGSEGV");
+  CHECK(sys::shell_exit_code(SIGKILL) == 137);
+  CHECK(sys::shell_exit_code(3 << 8) == 3);
+  CHECK(sys::signal_name(SIGTERM) == "SIGTERM");
+  CHECK(sys::signal_name(SIGRTMIN + 40) .find("signal ") == 0);
+}
+
+TEST_CASE("sys: errors name the call - the context and errno text", "[sys]") {
+  try {
+    sys::waitpid(999999, nullptr, WNOHANG, "rank 7");
+    FAIL();
+  } catch (const sys::SysError& e) {
+    CHECK(std::string(e.what()) == "waitpid(999999) (rank 7): No child processes");
+    CHECK(e.error() == ECHILD);
+  }
+  CHECK_FALSE(sys::kill(999999, 0, "probe"));  // ESRCH is an answer, not an error
+}
+
+TEST_CASE("sys: pipes are close-on-exec - Fd closes", "[sys]") {
+  int raw;
+  {
+    auto p = sys::make_pipe("t");
+    CHECK((fcntl(p.read.get(), F_GETFD) & FD_CLOEXEC) != 0);
+    CHECK((fcntl(p.write.get(), F_GETFD) & FD_CLOEXEC) != 0);
+    raw = p.read.get();
+  }
+  CHECK(fcntl(raw, F_GETFD) == -1);
+}
+
+TEST_CASE("sys: find_executable searches PATH like execvp", "[sys]") {
+  int err = 0;
+  auto sh = sys::find_executable("sh", &err);
+  REQUIRE(sh);
+  CHECK(sh->back() == 'h');
+  CHECK_FALSE(sys::find_executable("lspawn-surely-absent-xyz", &err));
+  CHECK(err == ENOENT);
+  const std::string d = sys::make_temp_dir("lspawn-sys-");
+  std::ofstream(d + "/noexec") << "x";
+  chmod((d + "/noexec").c_str(), 0644);
+  CHECK_FALSE(sys::find_executable(d + "/noexec", &err));
+  CHECK(err == EACCES);
+  CHECK_FALSE(sys::find_executable(d, &err));
+  CHECK(err == EACCES);
+  sys::remove_tree(d);
+  CHECK(access(d.c_str(), F_OK) != 0);
+}
