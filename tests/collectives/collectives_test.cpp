@@ -153,8 +153,8 @@ TEST_CASE("hierarchical: a rank SIGKILLed mid-collective is named on every node"
   const int victim = GENERATE(3, 2);
   auto r = run_ranks(4, "kill", "auto",
                      {{"LSPAWN_TEST_NODES", "0,0,1,1"}, {"LSPAWN_TEST_KILL_RANK", std::to_string(victim)},
-                      {"LSPAWN_TEST_TIMEOUT_MS", "20000"}},
-                     std::chrono::seconds(60));
+                      {"LSPAWN_TEST_TIMEOUT_MS", "120000"}},
+                     std::chrono::seconds(180));
   INFO("victim " << victim << "\n" << r.all_output());
   REQUIRE_FALSE(r.timed_out);
   CHECK(r.ranks[victim].signal == SIGKILL);
@@ -167,6 +167,6 @@ TEST_CASE("hierarchical: a rank SIGKILLed mid-collective is named on every node"
     if (q == (victim ^ 1)) CHECK_THAT(r.ranks[q].output, Catch::Contains("peer died during the collective: rank " + std::to_string(victim)));
     else CHECK_THAT(r.ranks[q].output, Catch::Contains("first failure in the group: " + died));
   }
-  // Far below the 20 s timeout: nobody waited for it.
-  CHECK(r.seconds < 15);
+  // Far below the 120 s timeout: nobody waited for it (however slow the machine starts 4 ranks).
+  CHECK(r.seconds < 60);
 }

@@ -19,7 +19,7 @@ TEST_CASE("exit code 3 of rank 1 is lspawn's exit code - the others are terminat
     CHECK(p > root);
   }
   CHECK(count(r.err, "terminated by lspawn with SIGTERM") == 3);
-  CHECK(r.seconds < 5.0);
+  CHECK(r.seconds < 15.0);  // the others wait forever unless lspawn stops them (the harness gives up at 20 s)
 }
 
 TEST_CASE("a rank killed by SIGKILL: 137 and the signal name", "[e2e][failure]") {
@@ -47,12 +47,12 @@ TEST_CASE("a rank that ignores SIGTERM gets SIGKILL after the grace period", "[e
   CHECK(r.err.find("grace period of 0.3 s is over") != std::string::npos);
   CHECK(r.err.find("process 1 (pid ") != std::string::npos);
   CHECK(r.err.find("terminated by lspawn with SIGKILL") != std::string::npos);
-  CHECK(r.seconds < 5.0);
+  CHECK(r.seconds < 15.0);  // the others wait forever unless lspawn stops them (the harness gives up at 20 s)
 }
 
 TEST_CASE("a sibling that exits by itself within the grace period is not reported as killed", "[e2e][failure][exec-only]") {
   TempDir sync;
-  auto r = run_lspawn({"--nprocs", "2", "--grace-period", "5", "/bin/sh", "-c",
+  auto r = run_lspawn({"--nprocs", "2", "--grace-period", "60", "/bin/sh", "-c",
                        "if [ $RANK = 1 ]; then exec " + worker_bin() +
                            " exit-on-term; fi; until [ -e $LSPAWN_TEST_SYNC_DIR/ready-1 ]; do sleep 0.01; done; exit 4"},
                       {"LSPAWN_TEST_SYNC_DIR=" + sync.path});
@@ -62,7 +62,7 @@ TEST_CASE("a sibling that exits by itself within the grace period is not reporte
   CHECK(r.err.find("process 1 (pid ") != std::string::npos);
   CHECK(r.err.find("exited with code 0") != std::string::npos);
   CHECK(r.err.find("terminated by lspawn") == std::string::npos);
-  CHECK(r.seconds < 4.0);  // did not wait for the grace period
+  CHECK(r.seconds < 15.0);  // did not wait for the 60 s grace period (the harness gives up at 20 s)
 }
 
 TEST_CASE("a worker that exits 0 early does not stop the others", "[e2e][failure][exec-only]") {

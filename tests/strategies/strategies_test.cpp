@@ -70,15 +70,15 @@ TEST_CASE("a rank throwing inside training_step stops the run with that rank nam
   TempDir dir;
   const auto t0 = std::chrono::steady_clock::now();
   lspawn::test::Child c({LSPAWN_BIN, "--nprocs", "3", LSPAWN_COLLECTIVES_TEST_WORKER, "throw"},
-                        {{"LSPAWN_TEST_THROW_RANK", "1"}, {"LSPAWN_PG_TIMEOUT", "30"}}, dir.file("out"));
-  const auto st = c.wait(60s);
+                        {{"LSPAWN_TEST_THROW_RANK", "1"}, {"LSPAWN_PG_TIMEOUT", "120"}}, dir.file("out"));
+  const auto st = c.wait(180s);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   INFO(c.output());
   CHECK_FALSE(st.timed_out);
   CHECK(st.exited);
   CHECK(st.code != 0);
   CHECK_THAT(c.output(), Contains("rank 1") && Contains("training_step failed on purpose at batch 2"));
-  CHECK(seconds < 30);
+  CHECK(seconds < 60);  // the others were stopped, not left to their 120 s collective timeout
 }
 
 namespace {

@@ -269,15 +269,23 @@ TEST_CASE("supervisor: grace period 0 kills at once - kill_now() from the caller
 TEST_CASE("supervisor: stop_workers stops for someone else - no stop signal, no root cause - earliest_failure sees failures while stopping", "[supervisor][multinode]") {
   Supervisor sup(opts(nullptr, 2000ms));
   sup.start_fork(0, ForkSpec{[] { return wait_forever(); }, "", 0});
-  // Rank 1 exits 4 when told to stop: a failure of its own, though it came while stopping.
-  sup.start_fork(1, ForkSpec{[] {
+  // Rank 1 exits 4 when told to stop: a failure of its own, though it came while stopping. It
+  // says so on a pipe once its handler is installed (an event: a loaded machine may take long).
+  int installed[2];
+  REQUIRE(::pipe(installed) == 0);
+  const int installed_w = installed[1];
+  sup.start_fork(1, ForkSpec{[installed_w] {
                                struct sigaction sa {};
                                sa.sa_handler = [](int) { _exit(4); };
                                sigaction(SIGTERM, &sa, nullptr);
+                               (void)!::write(installed_w, "1", 1);
                                return wait_forever();
                              },
                              "", 1});
-  std::this_thread::sleep_for(100ms);  // rank 1's handler is installed
+  ::close(installed[1]);
+  pollfd pfd{installed[0], POLLIN, 0};
+  REQUIRE(::poll(&pfd, 1, 30000) == 1);
+  ::close(installed[0]);
   sup.stop_workers();
   CHECK(sup.phase() == Phase::Stopping);
   sup.run();
