@@ -33,7 +33,8 @@ headers() {  # $1: version → prints the include folder, downloading it once
   echo "$dir/torch/include"
 }
 
-# Every source that reads LibTorch: the parts above launcher/, and the examples.
+# Every source that reads LibTorch: the torch parts (runtime/ and above, docs/architecture.md), and
+# the examples.
 mapfile -t sources < <(cd "$root" && ls runtime/*.cpp runtime/spawn/*.cpp collectives/*.cpp strategies/*.cpp examples/*.cpp)
 nccl_sources=(runtime/process_group.cpp collectives/group.cpp)
 
