@@ -123,7 +123,7 @@ TEST_CASE("multi-node: a rank failing on one node stops the other - both report 
   Child a(node(0));
   Child b(node(1));
   const auto t0 = std::chrono::steady_clock::now();
-  const int sa = a.wait(std::chrono::seconds(15)), sb = b.wait(std::chrono::seconds(15));
+  const int sa = a.wait(std::chrono::seconds(45)), sb = b.wait(std::chrono::seconds(45));
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   INFO(a.err() << "----\n" << b.err());
   CHECK(code_of(sa) == 7);
@@ -134,7 +134,7 @@ TEST_CASE("multi-node: a rank failing on one node stops the other - both report 
     CHECK(c->err().find("on node 1 of 2") != std::string::npos);
   }
   CHECK(a.err().find("terminated by lspawn with SIGTERM") != std::string::npos);
-  CHECK(secs < 6.0);
+  CHECK(secs < 30.0);  // the others were stopped, not left to their 60 s sleep
 }
 
 TEST_CASE("multi-node: a node whose lspawn is SIGKILLed is lost - the other stops in bounded time and names it", "[e2e][multinode][exec-only]") {
@@ -171,12 +171,12 @@ TEST_CASE("multi-node: a node whose lspawn is SIGKILLed is lost - the other stop
   REQUIRE(pids.size() == 4);
   const auto t0 = std::chrono::steady_clock::now();
   b.signal(SIGKILL);
-  const int sa = a.wait(std::chrono::seconds(15));
+  const int sa = a.wait(std::chrono::seconds(45));
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   INFO(a.err());
   CHECK(code_of(sa) == 123);
   CHECK(a.err().find("root cause: node 1 (" + kHost + ", 127.0.0.1) was lost") != std::string::npos);
-  CHECK(secs < 5.0);
+  CHECK(secs < 30.0);  // stopped by the loss, not left to its workers' 60 s sleep
   // Nothing of either node is left: node 1's workers went with its lspawn (guardian).
   CHECK(alive_after(pids, std::chrono::seconds(5)).empty());
 }
