@@ -301,11 +301,13 @@ TEST_CASE("multi-node: waiting for a late node is not silence: nodes that joined
   const std::string port = std::to_string(free_port());
   auto node = [&](int r) {
     return lspawn_args({"--nnodes", "3", "--node-rank", std::to_string(r), "--master-port", port,
-                        "--node-timeout", "0.4", "/bin/sh", "-c", "sleep 0.8"});
+                        "--node-timeout", "2", "/bin/sh", "-c", "sleep 2.5"});
   };
+  // A node timeout a loaded machine cannot miss by accident (its heartbeats are well within
+  // 2 s), and waits and runs longer than it.
   Child a(node(0));
   Child b(node(1));
-  usleep(1000 * 1000);  // nodes 0 and 1 wait 1 s (> node timeout) for node 2
+  usleep(3000 * 1000);  // nodes 0 and 1 wait 3 s (> node timeout) for node 2
   Child c(node(2));
   const int sa = a.wait(), sb = b.wait(), sc = c.wait();
   INFO(a.err() << "----\n" << b.err() << "----\n" << c.err());
