@@ -65,6 +65,55 @@ TEST_CASE("error report: an uncaught exception in run_main writes the JSON repor
   CHECK(r.failed_at_us <= r.timestamp_us);
 }
 
+namespace {
+bool appears(const std::string& path, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (::access(path.c_str(), F_OK) != 0) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    ::usleep(5000);
+  }
+  return true;
+}
+}  // namespace
+
+// The launcher's SIGTERM (another rank died of this one's closed sockets) lands while the
+// exception unwinds toward run_main: the report is still written, then the SIGTERM acts.
+TEST_CASE("error report: a SIGTERM during the unwinding waits for the report, then terminates", "[error_report]") {
+  TempDir dir;
+  const std::string report = dir.file("error.json");
+  auto env = env_with_error_file("TORCHELASTIC_ERROR_FILE", report);
+  env["LSPAWN_TEST_SYNC_DIR"] = dir.path();
+  Child c({LSPAWN_TEST_WORKER, "throw-slow-unwind"}, env, dir.file("out"));
+  REQUIRE(appears(dir.file("unwinding"), 30s));
+  REQUIRE(::kill(c.pid(), SIGTERM) == 0);  // pending before "go": it lands during the unwinding
+  std::FILE* go = std::fopen(dir.file("go").c_str(), "w");
+  REQUIRE(go != nullptr);
+  std::fclose(go);
+  const auto st = c.wait(30s);
+  INFO(st.describe() << "\n" << c.output());
+  CHECK_FALSE(st.exited);
+  CHECK(st.signal == SIGTERM);
+  const auto r = read_report(report);
+  CHECK(r.exception_type == "std::runtime_error");
+  CHECK(r.message == "boom from rank 3");
+  CHECK(r.failed_at_us > 0);
+}
+
+TEST_CASE("error report: a SIGTERM outside any unwinding terminates at once, without a report", "[error_report]") {
+  TempDir dir;
+  const std::string report = dir.file("error.json");
+  auto env = env_with_error_file("TORCHELASTIC_ERROR_FILE", report);
+  env["LSPAWN_TEST_SYNC_DIR"] = dir.path();
+  Child c({LSPAWN_TEST_WORKER, "wait-for-term"}, env, dir.file("out"));
+  REQUIRE(appears(dir.file("waiting"), 30s));
+  REQUIRE(::kill(c.pid(), SIGTERM) == 0);
+  const auto st = c.wait(30s);
+  INFO(st.describe() << "\n" << c.output());
+  CHECK_FALSE(st.exited);
+  CHECK(st.signal == SIGTERM);
+  CHECK(::access(report.c_str(), F_OK) != 0);
+}
+
 TEST_CASE("error report: LSPAWN_ERROR_FILE is used when TORCHELASTIC_ERROR_FILE is unset", "[error_report]") {
   TempDir dir;
   const std::string report = dir.file("lspawn-error.json");
