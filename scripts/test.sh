@@ -79,7 +79,7 @@ fi
 run_suite() {   # $1: build dir, then extra ctest arguments
   # Each test has its own timeout so a hang fails the test instead of stalling CI. No test is
   # retried: one failure fails the suite (a test that depends on a quiet machine is fixed to wait
-  # on an event, not retried; docs/reliability.md "Flakes").
+  # on an event, not retried; docs/reliability.md "No retries").
   local dir=$1
   shift
   ctest --test-dir "$dir" --output-on-failure --timeout 300 -j "${LSPAWN_TEST_JOBS:-2}" "$@"
