@@ -196,7 +196,6 @@ namespace {
 // SIG_DFL on entry: a program's own handler is left alone.
 std::mutex g_term_mutex;
 int g_term_depth = 0;                       // record() calls running with the handler installed
-struct sigaction g_term_previous {};        // the SIG_DFL disposition it replaced
 volatile sig_atomic_t g_term_held = 0;      // a SIGTERM came while unwinding
 
 void on_term_during_record(int sig) {
@@ -209,6 +208,13 @@ void on_term_during_record(int sig) {
   ::raise(sig);
 }
 
+// Whether SIGTERM's disposition is the plain handler `h` (SIG_DFL, or ours).
+bool term_disposition_is(void (*h)(int)) {
+  struct sigaction current {};
+  return ::sigaction(SIGTERM, nullptr, &current) == 0 && (current.sa_flags & SA_SIGINFO) == 0 &&
+         current.sa_handler == h;
+}
+
 class HoldTermWhileUnwinding {
  public:
   HoldTermWhileUnwinding() {
@@ -218,16 +224,12 @@ class HoldTermWhileUnwinding {
       active_ = true;
       return;
     }
-    struct sigaction current {};
-    if (::sigaction(SIGTERM, nullptr, &current) != 0 || (current.sa_flags & SA_SIGINFO) != 0 ||
-        current.sa_handler != SIG_DFL) {
-      return;  // the program handles (or ignores) SIGTERM itself
-    }
+    if (!term_disposition_is(SIG_DFL)) return;  // the program handles (or ignores) SIGTERM itself
     struct sigaction hold {};
     hold.sa_handler = on_term_during_record;
     sigemptyset(&hold.sa_mask);
     hold.sa_flags = SA_RESTART;  // what the unwinding was waiting for goes on waiting
-    if (::sigaction(SIGTERM, &hold, &g_term_previous) != 0) return;
+    if (::sigaction(SIGTERM, &hold, nullptr) != 0) return;
     g_term_depth = 1;
     active_ = true;
   }
@@ -239,11 +241,7 @@ class HoldTermWhileUnwinding {
     if (!active_) return;
     std::lock_guard<std::mutex> lock(g_term_mutex);
     if (--g_term_depth > 0) return;
-    struct sigaction current {};
-    if (::sigaction(SIGTERM, nullptr, &current) == 0 && (current.sa_flags & SA_SIGINFO) == 0 &&
-        current.sa_handler == on_term_during_record) {
-      ::sigaction(SIGTERM, &g_term_previous, nullptr);
-    }
+    if (term_disposition_is(on_term_during_record)) ::signal(SIGTERM, SIG_DFL);  // what it replaced
     if (g_term_held) {
       g_term_held = 0;
       ::raise(SIGTERM);

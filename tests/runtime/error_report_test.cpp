@@ -7,6 +7,7 @@
 #include "proto/wire.hpp"
 #include "runtime/error_report.hpp"
 #include "tests/runtime/child.hpp"
+#include "tests/runtime/gloo_strangers.hpp"  // wait_file, touch: the tests' file sync
 // Last: c10's glog headers define CHECK too; Catch's must win.
 #include <catch2/catch.hpp>
 
@@ -65,17 +66,6 @@ TEST_CASE("error report: an uncaught exception in run_main writes the JSON repor
   CHECK(r.failed_at_us <= r.timestamp_us);
 }
 
-namespace {
-bool appears(const std::string& path, std::chrono::milliseconds limit) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (::access(path.c_str(), F_OK) != 0) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    ::usleep(5000);
-  }
-  return true;
-}
-}  // namespace
-
 // The launcher's SIGTERM (another rank died of this one's closed sockets) lands while the
 // exception unwinds toward run_main: the report is still written, then the SIGTERM acts.
 TEST_CASE("error report: a SIGTERM during the unwinding waits for the report, then terminates", "[error_report]") {
@@ -84,11 +74,9 @@ TEST_CASE("error report: a SIGTERM during the unwinding waits for the report, th
   auto env = env_with_error_file("TORCHELASTIC_ERROR_FILE", report);
   env["LSPAWN_TEST_SYNC_DIR"] = dir.path();
   Child c({LSPAWN_TEST_WORKER, "throw-slow-unwind"}, env, dir.file("out"));
-  REQUIRE(appears(dir.file("unwinding"), 30s));
+  REQUIRE(lspawn::test::wait_file(dir.file("unwinding"), 30s));
   REQUIRE(::kill(c.pid(), SIGTERM) == 0);  // pending before "go": it lands during the unwinding
-  std::FILE* go = std::fopen(dir.file("go").c_str(), "w");
-  REQUIRE(go != nullptr);
-  std::fclose(go);
+  lspawn::test::touch(dir.file("go"));
   const auto st = c.wait(30s);
   INFO(st.describe() << "\n" << c.output());
   CHECK_FALSE(st.exited);
@@ -105,7 +93,7 @@ TEST_CASE("error report: a SIGTERM outside any unwinding terminates at once, wit
   auto env = env_with_error_file("TORCHELASTIC_ERROR_FILE", report);
   env["LSPAWN_TEST_SYNC_DIR"] = dir.path();
   Child c({LSPAWN_TEST_WORKER, "wait-for-term"}, env, dir.file("out"));
-  REQUIRE(appears(dir.file("waiting"), 30s));
+  REQUIRE(lspawn::test::wait_file(dir.file("waiting"), 30s));
   REQUIRE(::kill(c.pid(), SIGTERM) == 0);
   const auto st = c.wait(30s);
   INFO(st.describe() << "\n" << c.output());

@@ -236,22 +236,11 @@ int do_stranger() {
   return 0;
 }
 
-// LSPAWN_TEST_SYNC_DIR: a file `name` appears there (touch), or is waited for (up to 30 s).
-void sync_touch(const char* name) {
-  const char* dir = std::getenv("LSPAWN_TEST_SYNC_DIR");
-  if (FILE* f = dir ? std::fopen((std::string(dir) + "/" + name).c_str(), "w") : nullptr) std::fclose(f);
-}
-void sync_wait(const char* name) {
-  const char* dir = std::getenv("LSPAWN_TEST_SYNC_DIR");
-  const std::string path = std::string(dir ? dir : ".") + "/" + name;
-  for (int i = 0; i < 6000 && ::access(path.c_str(), F_OK) != 0; ++i) ::usleep(5000);
-}
-
 // Unwinds slowly, as a process group's destructor does: says "unwinding", then waits for "go".
 struct SlowUnwind {
   ~SlowUnwind() {
-    sync_touch("unwinding");
-    sync_wait("go");
+    lspawn::test::touch(sync_file("unwinding"));
+    wait_for_file("go");
   }
 };
 
@@ -278,7 +267,7 @@ int worker_main(int argc, char** argv) {
     lspawn_test_throw_runtime_error();
   }
   if (mode == "wait-for-term") {
-    sync_touch("waiting");
+    lspawn::test::touch(sync_file("waiting"));
     for (;;) ::pause();
   }
   if (mode == "throw-custom") throw lspawn_test::CustomError("custom failure");

@@ -57,16 +57,19 @@ void t_abort(int index, int bad) {
 }
 LSPAWN_REGISTER(t_abort);
 
+// Whether files prefix0 .. prefix<n-1> all exist.
+bool all_exist(const std::string& prefix, int n) {
+  for (int i = 0; i < n; ++i)
+    if (!exists(prefix + std::to_string(i))) return false;
+  return true;
+}
+
 void t_exit(int index, int bad, int code, std::string pid_dir, int nprocs) {
   write_file(pid_dir + "/" + std::to_string(index), std::to_string(::getpid()));
   if (index == bad) {
     // Once every sibling has written its pid (an event, not a delay: a loaded machine may take
     // long to start them).
-    eventually([&] {
-      for (int i = 0; i < nprocs; ++i)
-        if (!exists(pid_dir + "/" + std::to_string(i))) return false;
-      return true;
-    }, 20s);
+    eventually([&] { return all_exist(pid_dir + "/", nprocs); }, 20s);
     std::fflush(nullptr);
     std::_Exit(code);
   }
@@ -117,11 +120,7 @@ LSPAWN_REGISTER(t_family);
 // side all return; one started after another's return never comes (that one throws after 20 s).
 void t_meet(int index, std::string dir, int nprocs) {
   write_file(dir + "/started-" + std::to_string(index), "1");
-  const bool all = eventually([&] {
-    for (int i = 0; i < nprocs; ++i)
-      if (!exists(dir + "/started-" + std::to_string(i))) return false;
-    return true;
-  }, 20s);
+  const bool all = eventually([&] { return all_exist(dir + "/started-", nprocs); }, 20s);
   if (!all) throw std::runtime_error("worker " + std::to_string(index) + ": the others never started beside it");
 }
 LSPAWN_REGISTER(t_meet);
