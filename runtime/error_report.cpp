@@ -9,16 +9,14 @@
 
 #include <cxxabi.h>
 #include <execinfo.h>
-#include <signal.h>
 #include <unistd.h>
-
-#include <mutex>
 
 #include <c10/util/Exception.h>
 
 #include "proto/wire.hpp"
 #include "runtime/throw_trace.hpp"
 #include "runtime/torch_compat.hpp"
+#include "supervisor/worker_failure.hpp"
 
 namespace lspawn {
 namespace {
@@ -184,78 +182,8 @@ std::terminate_handler install_error_handler() {
   return std::set_terminate(on_terminate);
 }
 
-namespace {
-
-// SIGTERM while an exception unwinds toward record() (docs/error-reports.md, "Root cause"): a
-// rank that throws closes its sockets while it unwinds (its process group's destructor), before
-// record() can write its report; a peer dies of the closed connection, the launcher stops the
-// others with SIGTERM, and the rank that failed first would die without a report. So while
-// record() runs, a SIGTERM that lands on a thread with an exception in flight is held until the
-// report is written, then delivered (the launcher's SIGKILL after its grace period still ends a
-// rank whose unwinding hangs). Any other SIGTERM acts at once, as SIG_DFL. Only when SIGTERM was
-// SIG_DFL on entry: a program's own handler is left alone.
-std::mutex g_term_mutex;
-int g_term_depth = 0;                       // record() calls running with the handler installed
-volatile sig_atomic_t g_term_held = 0;      // a SIGTERM came while unwinding
-
-void on_term_during_record(int sig) {
-  // std::uncaught_exceptions() reads this thread's exception globals: no lock, no allocation.
-  if (std::uncaught_exceptions() > 0) {
-    g_term_held = 1;
-    return;
-  }
-  ::signal(sig, SIG_DFL);
-  ::raise(sig);
-}
-
-// Whether SIGTERM's disposition is the plain handler `h` (SIG_DFL, or ours).
-bool term_disposition_is(void (*h)(int)) {
-  struct sigaction current {};
-  return ::sigaction(SIGTERM, nullptr, &current) == 0 && (current.sa_flags & SA_SIGINFO) == 0 &&
-         current.sa_handler == h;
-}
-
-class HoldTermWhileUnwinding {
- public:
-  HoldTermWhileUnwinding() {
-    std::lock_guard<std::mutex> lock(g_term_mutex);
-    if (g_term_depth > 0) {
-      ++g_term_depth;
-      active_ = true;
-      return;
-    }
-    if (!term_disposition_is(SIG_DFL)) return;  // the program handles (or ignores) SIGTERM itself
-    struct sigaction hold {};
-    hold.sa_handler = on_term_during_record;
-    sigemptyset(&hold.sa_mask);
-    hold.sa_flags = SA_RESTART;  // what the unwinding was waiting for goes on waiting
-    if (::sigaction(SIGTERM, &hold, nullptr) != 0) return;
-    g_term_depth = 1;
-    active_ = true;
-  }
-  HoldTermWhileUnwinding(const HoldTermWhileUnwinding&) = delete;
-  HoldTermWhileUnwinding& operator=(const HoldTermWhileUnwinding&) = delete;
-  // Restores SIG_DFL when the last record() ends (unless the program installed a handler of its
-  // own meanwhile), then delivers a held SIGTERM.
-  ~HoldTermWhileUnwinding() {
-    if (!active_) return;
-    std::lock_guard<std::mutex> lock(g_term_mutex);
-    if (--g_term_depth > 0) return;
-    if (term_disposition_is(on_term_during_record)) ::signal(SIGTERM, SIG_DFL);  // what it replaced
-    if (g_term_held) {
-      g_term_held = 0;
-      ::raise(SIGTERM);
-    }
-  }
-
- private:
-  bool active_ = false;
-};
-
-}  // namespace
-
 int record(const std::function<int()>& fn) {
-  HoldTermWhileUnwinding hold;
+  TermHold hold;  // a SIGTERM while the exception unwinds waits for the report
   try {
     return fn();
   } catch (...) {

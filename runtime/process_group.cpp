@@ -23,6 +23,8 @@
 
 #include "runtime/authenticated_store.hpp"
 #include "runtime/gloo_guard.hpp"
+#include "runtime/throw_trace.hpp"
+#include "supervisor/worker_failure.hpp"
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/tcp/loop.h>
@@ -246,6 +248,10 @@ World init_process_group(const InitOptions& options) {
   // The rank's status record and stack-dump handler exist from here on, so a rank that hangs
   // before its first group is still reported with its stack (docs/hang-diagnosis.md).
   status::Recorder::process();
+  // A peer's death is an error from the collective, not a SIGPIPE; spawn()'s worker dates its
+  // failure by the throw, as record() does (supervisor/worker_failure.hpp).
+  ignore_sigpipe_if_default();
+  set_throw_clock(&detail::throw_site_time_us);
   const std::string who = "rank " + std::to_string(w.env.rank) + "/" + std::to_string(w.env.world_size);
 
   w.backend = !options.backend.empty() ? options.backend : getenv_or("LSPAWN_BACKEND", "gloo");

@@ -14,6 +14,7 @@
 #include <typeinfo>
 
 #include "supervisor/error_file.hpp"
+#include "supervisor/worker_failure.hpp"
 #include "proto/wire.hpp"
 
 namespace lspawn {
@@ -113,6 +114,7 @@ void read_frame_file(const std::string& path, proto::SpawnResult& msg, uint32_t 
 }
 
 int run_worker(const WorkerBody& body) noexcept {
+  TermHold hold;  // a SIGTERM while the exception unwinds waits for the report
   try {
     std::optional<proto::Value> value = body.call();
     if (!body.result_path.empty()) {
@@ -128,6 +130,7 @@ int run_worker(const WorkerBody& body) noexcept {
     proto::ErrorReport report;
     try {
       report = report_current_exception(body.index);
+      report.failed_at_us = throw_time_us(std::current_exception());
     } catch (...) {
       report.exception_type = "unknown exception";
     }

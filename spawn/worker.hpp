@@ -4,6 +4,8 @@
 // file the parent named) or, when the function throws, an ErrorReport (JSON, in the file named
 // by TORCHELASTIC_ERROR_FILE) plus a one-line summary on stderr. It returns the exit status the
 // process must exit with: 0 on success, 1 after an exception (as torch.multiprocessing does).
+// A SIGTERM that lands while the exception unwinds waits until the report is written
+// (supervisor/worker_failure.hpp): the worker that failed first stays the root cause.
 // It never calls exit(); the caller (the forked child, the forkserver's child, or init() in an
 // exec'd child) exits with the returned status after flushing stdio.
 #pragma once

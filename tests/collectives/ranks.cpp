@@ -1,7 +1,5 @@
 #include "ranks.hpp"
 
-#include <catch2/catch.hpp>
-
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <fcntl.h>
@@ -18,6 +16,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+// Last: c10's glog headers define CHECK too; Catch's must win.
+#include <catch2/catch.hpp>
 
 extern char** environ;
 

@@ -1,21 +1,10 @@
 # Fails when a file of one part includes a part it may not (docs/architecture.md, "Parts and
 # layers"): an include that runs back up a layer, or LibTorch in a torch-free part. A grep of
-# every #include, no compilation. The table below is the one in docs/architecture.md.
+# every #include, no compilation. The table is cmake/parts.cmake, the one in docs/architecture.md.
 # Usage: cmake -DSOURCE_DIR=<repo> -P check_layering.cmake
-set(torch_free proto status supervisor hang spawn cluster daemon launcher)
-set(may_proto)
-set(may_status)
-set(may_supervisor proto)
-set(may_hang supervisor status proto)
-set(may_spawn hang supervisor status proto)
-set(may_cluster hang supervisor status proto)
-set(may_daemon spawn hang supervisor status proto)
-set(may_launcher daemon cluster spawn hang supervisor status proto)
-set(may_runtime cluster spawn hang supervisor status proto)
-set(may_collectives runtime cluster spawn hang supervisor status proto)
-set(may_strategies collectives runtime cluster spawn hang supervisor status proto)
-set(may_lspawn strategies collectives runtime cluster spawn hang supervisor status proto)
-set(parts proto status supervisor hang spawn cluster daemon launcher runtime collectives strategies lspawn)
+include(${SOURCE_DIR}/cmake/parts.cmake)  # the table: LSPAWN_PARTS, LSPAWN_MAY_<part>
+set(torch_free ${LSPAWN_TORCH_FREE_PARTS})
+set(parts ${LSPAWN_PARTS})
 
 set(found "")
 set(count 0)
@@ -35,9 +24,9 @@ foreach(part ${parts})
       endif()
       list(FIND parts ${top} _is_part)
       if(_is_part GREATER -1)
-        list(FIND may_${part} ${top} _allowed)
+        list(FIND LSPAWN_MAY_${part} ${top} _allowed)
         if(_allowed EQUAL -1)
-          list(JOIN may_${part} "/ " _may)
+          list(JOIN LSPAWN_MAY_${part} "/ " _may)
           string(APPEND found "  ${rel}: #include \"${path}\" (${part}/ may include: ${_may}/)\n")
         endif()
       elseif(_torch_free GREATER -1 AND top MATCHES "^(torch|ATen|c10|caffe2)$")

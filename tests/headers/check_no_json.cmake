@@ -8,7 +8,8 @@
 # JSON stays inside the .cpp files that encode or decode (proto/wire.cpp, cluster/node_channel.cpp,
 # supervisor/error_file.cpp, strategies/spawn_strategies.cpp).
 # Usage: cmake -DSOURCE_DIR=<repo> -P check_no_json.cmake
-set(parts proto status supervisor hang spawn cluster daemon launcher runtime collectives strategies lspawn)
+include(${SOURCE_DIR}/cmake/parts.cmake)
+set(parts ${LSPAWN_PARTS})
 set(found "")
 set(count 0)
 foreach(part ${parts})

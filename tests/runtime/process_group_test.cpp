@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -77,6 +78,26 @@ TEST_CASE("init_process_group: a one-worker job on MASTER_PORT=0 works in-proces
   // The store is the run's prefixed store: keys written through it are visible to the job.
   w.store->set("user/key", std::vector<uint8_t>{7});
   CHECK(w.store->get("user/key") == std::vector<uint8_t>{7});
+}
+
+// gloo writes with writev(2): were SIGPIPE at its default, a rank whose peer died mid-collective
+// would be killed by the signal (no error, no report) instead of failing with gloo's error.
+TEST_CASE("init_process_group: a write to a peer that has gone fails with EPIPE instead of killing the rank",
+          "[process_group]") {
+  TempDir dir;
+  const bool own = GENERATE(false, true);
+  INFO((own ? "the program installed its own SIGPIPE handler" : "SIGPIPE at its default"));
+  std::map<std::string, std::string> env{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"},
+                                         {"MASTER_PORT", "0"}, {"LSPAWN_RDZV_TIMEOUT", "30"}};
+  if (own) env["LSPAWN_TEST_OWN_SIGPIPE"] = "1";
+  Child c({LSPAWN_TEST_WORKER, "sigpipe"}, env, dir.file("out"));
+  const auto st = c.wait(60s);
+  INFO(st.describe() << "\n" << c.output());
+  CHECK(st.exited);
+  CHECK(st.code == 0);
+  CHECK_THAT(c.output(), Contains("writev: EPIPE"));
+  // A handler of the program's own is left in place, and still sees the signal.
+  if (own) CHECK_THAT(c.output(), Contains("own handler kept, called 1"));
 }
 
 TEST_CASE("init_process_group: nccl without NCCL support is a clear error", "[process_group]") {

@@ -9,7 +9,6 @@
 #include <thread>
 #include <vector>
 
-#include <catch2/catch.hpp>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -19,6 +18,8 @@
 #include "runtime/store_listener.hpp"
 #include "runtime/torch_compat.hpp"
 #include "support/loopback.hpp"
+// Last: c10's glog headers define CHECK too; Catch's must win.
+#include <catch2/catch.hpp>
 
 using namespace std::chrono_literals;
 using lspawn::HeadVerdict;

@@ -17,12 +17,18 @@
 //   (LSPAWN_TEST_ABSENT_RANK=R: rank R never arrives, whatever the mode)
 //   test_worker stranger      not a rank: writes forged plain records into the job's store
 //   (LSPAWN_TEST_DELAY_RANKS_MS=N: ranks other than 0 start N ms late)
+//   test_worker sigpipe       init_process_group() (world size 1), then writev(2) to a socket
+//                             whose peer has closed: prints "writev: <errno name>"; exit 0
+//                             (LSPAWN_TEST_OWN_SIGPIPE=1: installs a SIGPIPE handler first, and
+//                             prints "own handler kept, called <n>")
 //   test_worker throw         run_main() around a throw of std::runtime_error
 //   test_worker throw-custom  run_main() around a throw of lspawn_test::CustomError
 //   test_worker throw-c10     run_main() around a TORCH_CHECK failure (c10::Error)
 //   test_worker terminate     install_error_handler(); main throws with no handler (terminate)
 //   test_worker terminate-thread  same from a std::thread (stack unwound to its noexcept frame)
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -36,6 +42,7 @@
 #include <unistd.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include "collectives/group.hpp"
 #include "collectives/ops.hpp"
@@ -244,6 +251,35 @@ struct SlowUnwind {
   }
 };
 
+// What gloo does when the peer has gone (it writes with writev): a peer's death must be an
+// error, not a signal that kills this rank without a word.
+volatile sig_atomic_t g_own_sigpipe_calls = 0;
+void own_sigpipe_handler(int) { g_own_sigpipe_calls = g_own_sigpipe_calls + 1; }
+
+int do_sigpipe() {
+  const bool own = std::getenv("LSPAWN_TEST_OWN_SIGPIPE") != nullptr;
+  // Whatever the test's parent ignored: a program starts with SIGPIPE at its default.
+  ::signal(SIGPIPE, own ? own_sigpipe_handler : SIG_DFL);
+  lspawn::World w = lspawn::init_process_group();
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return 6;
+  ::close(sv[1]);
+  char byte = 'x';
+  struct iovec iov {&byte, 1};
+  const ssize_t n = ::writev(sv[0], &iov, 1);
+  const int err = errno;
+  std::printf("writev: %s\n", n < 0 && err == EPIPE ? "EPIPE" : n < 0 ? std::strerror(err) : "wrote");
+  if (own) {
+    struct sigaction now {};
+    ::sigaction(SIGPIPE, nullptr, &now);
+    std::printf("own handler %s, called %d\n", now.sa_handler == own_sigpipe_handler ? "kept" : "replaced",
+                static_cast<int>(g_own_sigpipe_calls));
+  }
+  std::fflush(stdout);
+  ::close(sv[0]);
+  return 0;
+}
+
 int worker_main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "stranger") return do_stranger();
@@ -261,6 +297,7 @@ int worker_main(int argc, char** argv) {
   if (mode == "collectives") return do_collectives();
   if (mode == "gloo-strangers") return do_gloo_strangers();
   if (mode == "listeners") return do_listeners();
+  if (mode == "sigpipe") return do_sigpipe();
   if (mode == "throw") lspawn_test_throw_runtime_error();
   if (mode == "throw-slow-unwind") {
     SlowUnwind slow;

@@ -1,6 +1,5 @@
 // spawn() with LibTorch values: tensor arguments and results, ModelWrapper, a gloo process
 // group inside the workers, for every start method.
-#include <catch2/catch.hpp>
 
 #include <ATen/ATen.h>
 #include <torch/nn/modules/linear.h>
@@ -12,9 +11,15 @@
 #include "collectives/group.hpp"
 #include "collectives/ops.hpp"
 #include "runtime/process_group.hpp"
+#include "tests/spawn/test_util.hpp"
 
+#include <cerrno>
 #include <chrono>
+#include <ctime>
+#include <stdexcept>
 #include <thread>
+// Last: c10's glog headers define CHECK too; Catch's must win.
+#include <catch2/catch.hpp>
 
 using lspawn::SpawnOptions;
 using lspawn::StartMethod;
@@ -65,6 +70,35 @@ int t_hang(int index) {
   return 0;
 }
 LSPAWN_REGISTER(t_hang);
+
+// The launcher's SIGTERM lands while this rank unwinds: says "unwinding", then sleeps until a
+// signal handler interrupts it (SIGTERM goes to the main thread, which sleeps here unblocked),
+// at most 30 s. Without lspawn's hold that SIGTERM kills the rank before its report is written.
+struct TermDuringUnwind {
+  std::string dir;
+  ~TermDuringUnwind() {
+    spawn_test::write_file(dir + "/unwinding", "1");
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < end) {
+      struct timespec ts {0, 10'000'000};
+      if (::nanosleep(&ts, nullptr) != 0 && errno == EINTR) break;
+    }
+  }
+};
+
+// Rank 0 throws, and unwinds slowly (as a process group's destructor does); rank 1 fails while
+// it does, so lspawn sees rank 1 exit first and stops rank 0 mid-unwind.
+int t_unwind_term(int index, std::string dir) {
+  lspawn::World world = lspawn::init_process_group();  // what a worker that fails has built
+  if (index == 0) {
+    TermDuringUnwind slow{dir};
+    throw std::runtime_error("rank 0 failed first");
+  }
+  spawn_test::eventually([&] { return spawn_test::exists(dir + "/unwinding"); }, std::chrono::seconds(30));
+  std::fflush(nullptr);
+  std::_Exit(3);
+}
+LSPAWN_REGISTER(t_unwind_term);
 
 const StartMethod kMethods[] = {StartMethod::Fork, StartMethod::Spawn, StartMethod::Forkserver};
 
@@ -171,4 +205,23 @@ TEST_CASE("hang_timeout: join() throws HangError naming the rank that never ente
   CHECK(report.find("waiting: rank 0 in all_reduce #2 on group world, 16 B") != std::string::npos);
   CHECK(report.find("behind: rank 1 has not entered a collective for ") != std::string::npos);
   CHECK(report.find("main thread of rank 1 (pid ") != std::string::npos);
+}
+
+TEST_CASE("spawn: the rank that threw first is the root cause, though it was stopped while unwinding") {
+  const StartMethod m = GENERATE(from_range(std::begin(kMethods), std::end(kMethods)));
+  INFO("start method " << lspawn::start_method_name(m));
+  spawn_test::TempDir dir;
+  SpawnOptions o = quiet(m, 2);
+  o.grace_period = std::chrono::seconds(30);  // the hold, not SIGKILL, decides
+  try {
+    lspawn::spawn(t_unwind_term, std::make_tuple(dir.path), o);
+    FAIL("spawn did not throw");
+  } catch (const lspawn::ProcessRaisedException& e) {
+    // Its report was written before the SIGTERM acted, dated by the throw (before rank 1's exit).
+    CHECK(e.index() == 0);
+    CHECK(e.what_text() == "rank 0 failed first");
+  } catch (const lspawn::ProcessExitedException& e) {
+    FAIL("the root cause is not the rank that threw first: " << e.what());
+  }
+  CHECK(spawn_test::exists(dir.path + "/unwinding"));
 }

@@ -1,0 +1,20 @@
+# lspawn's parts, in layer order, and what each may include: the table of docs/architecture.md
+# ("Parts and layers") as CMake lists, read by the build (CMakeLists.txt, cmake/install.cmake)
+# and by the tests that grep the tree (tests/headers/check_layering.cmake, check_no_json.cmake).
+# A new part is added here, once. Plain set() only: it is also read in script mode (cmake -P).
+set(LSPAWN_PARTS proto status supervisor hang spawn cluster daemon launcher runtime collectives strategies lspawn)
+# The parts that never include (or link) LibTorch.
+set(LSPAWN_TORCH_FREE_PARTS proto status supervisor hang spawn cluster daemon launcher)
+# LSPAWN_MAY_<part>: the parts <part> may include, besides itself.
+set(LSPAWN_MAY_proto)
+set(LSPAWN_MAY_status)
+set(LSPAWN_MAY_supervisor proto)
+set(LSPAWN_MAY_hang supervisor status proto)
+set(LSPAWN_MAY_spawn hang supervisor status proto)
+set(LSPAWN_MAY_cluster hang supervisor status proto)
+set(LSPAWN_MAY_daemon spawn hang supervisor status proto)
+set(LSPAWN_MAY_launcher daemon cluster spawn hang supervisor status proto)
+set(LSPAWN_MAY_runtime cluster spawn hang supervisor status proto)
+set(LSPAWN_MAY_collectives runtime cluster spawn hang supervisor status proto)
+set(LSPAWN_MAY_strategies collectives runtime cluster spawn hang supervisor status proto)
+set(LSPAWN_MAY_lspawn strategies collectives runtime cluster spawn hang supervisor status proto)
