@@ -4,11 +4,17 @@
 //   lspawn --nprocs 4 build/examples/digits_ddp            # DDP: one worker per rank
 //   build/examples/digits_ddp --spawn 4                     # DDPSpawn: fit() starts 4 workers
 //   build/examples/digits_ddp --spawn 4 --start fork        # ... forked instead of exec'd
+//   lspawn --nprocs 1 build/examples/digits_ddp --accelerator cuda --precision bf16-mixed
 //   options: --epochs E (15) --csv PATH --batch B (32 per rank) --lr LR (0.003)
+//            --accelerator cpu|cuda|auto (cpu) --precision 32-true|bf16-mixed|16-mixed (32-true)
 //
-// Prints one line per epoch (rank 0) and "test accuracy A" on the held-out 20 % (360 images).
+// Prints (rank 0) the device, precision and the strategy group's backend (DDP: NCCL by default
+// when the device is CUDA and NCCL is built, docs/strategies.md), then "test accuracy A" on the
+// held-out 20 % (360 images).
 #include <lspawn/spawn.hpp>
 #include <lspawn/strategies.hpp>
+
+#include "runtime/error_report.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/modules/linear.h>
@@ -80,6 +86,8 @@ struct Args {
   int64_t epochs = 15, batch = 32;
   double lr = 0.003;
   std::string csv = kDigitsCsv;
+  lspawn::AcceleratorKind accelerator = lspawn::AcceleratorKind::Cpu;
+  lspawn::Precision precision = lspawn::Precision::F32True;
 };
 
 Args parse(int argc, char** argv) {
@@ -96,6 +104,8 @@ Args parse(int argc, char** argv) {
     else if (k == "--batch") a.batch = std::stoll(value());
     else if (k == "--lr") a.lr = std::stod(value());
     else if (k == "--csv") a.csv = value();
+    else if (k == "--accelerator") a.accelerator = lspawn::parse_accelerator(value());
+    else if (k == "--precision") a.precision = lspawn::parse_precision(value());
     else throw std::invalid_argument("unknown option " + k);
   }
   return a;
@@ -103,6 +113,10 @@ Args parse(int argc, char** argv) {
 
 }  // namespace
 
+int digits_main(int argc, char** argv);
+
+// A failure is reported as every lspawn worker's is: the exception on stderr and in the error
+// file (docs/error-reports.md), exit status 1.
 int main(int argc, char** argv) {
   // A DDPSpawn worker started by exec runs its part and exits inside init(). `--start forkserver`:
   // the server is forked now, before the data preparation below starts LibTorch's thread pools
@@ -112,7 +126,17 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--start" && std::string(argv[i + 1]) == "forkserver") startup.start_forkserver = true;
   }
   lspawn::init(argc, argv, startup);
-  const Args args = parse(argc, argv);
+  return lspawn::run_main(argc, argv, digits_main);
+}
+
+int digits_main(int argc, char** argv) {
+  Args args;
+  try {
+    args = parse(argc, argv);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "digits_ddp: %s\n", e.what());
+    return 2;
+  }
   auto [x, y] = load_digits(args.csv);
   // A fixed 80/20 split, the same in every process.
   auto gen = at::make_generator<at::CPUGeneratorImpl>(0);
@@ -135,25 +159,32 @@ int main(int argc, char** argv) {
     so.start_method = args.start == "fork"         ? lspawn::StartMethod::Fork
                       : args.start == "forkserver" ? lspawn::StartMethod::Forkserver
                                                    : lspawn::StartMethod::Spawn;
-    so.ddp.accelerator = lspawn::AcceleratorKind::Cpu;
+    so.ddp.accelerator = args.accelerator;
+    so.ddp.precision = args.precision;
     lspawn::DDPSpawn strategy(so);
     const auto r = strategy.fit(net, train, std::nullopt, topt);
     // The caller's module now holds rank 0's weights: evaluate here, in one process.
     lspawn::SingleDevice single(lspawn::AcceleratorKind::Cpu);
     lspawn::Trainer evaluator(single, {});
     const auto m = evaluator.test(*net, test);
-    std::printf("DDPSpawn (%d workers, %s): train_loss %.4f after %lld steps, first step %.3f s after fit()\n",
-                args.spawn, args.start.c_str(), r.metrics.at("train_loss"), static_cast<long long>(r.global_step),
+    std::printf("DDPSpawn (%d workers, %s, %s, %s): train_loss %.4f after %lld steps, first step %.3f s after fit()\n",
+                args.spawn, args.start.c_str(), lspawn::to_string(args.accelerator),
+                lspawn::to_string(args.precision), r.metrics.at("train_loss"), static_cast<long long>(r.global_step),
                 r.time_to_first_step);
     std::printf("test accuracy %.4f\n", m.at("test_accuracy"));
     return 0;
   }
 
   lspawn::DDPOptions o;
-  o.accelerator = lspawn::AcceleratorKind::Cpu;
+  o.accelerator = args.accelerator;
+  o.precision = args.precision;
   lspawn::DDP strategy(o);
   lspawn::Trainer trainer(strategy, topt);
   trainer.fit(*net, train);
+  if (strategy.is_global_zero()) {
+    std::printf("DDP on %s, %s, backend %s, %d ranks\n", strategy.root_device().str().c_str(),
+                lspawn::to_string(args.precision), strategy.group().backend().c_str(), strategy.world_size());
+  }
   const auto m = trainer.test(*net, test);
   if (strategy.is_global_zero()) std::printf("test accuracy %.4f\n", m.at("test_accuracy"));
   return 0;
