@@ -20,9 +20,10 @@ namespace {
 
 constexpr size_t kBroadcastBucketBytes = 250u * 1024 * 1024;  // torch's _DEFAULT_BUCKET_SIZE for module sync
 
-// Runs bucket all-reduces through lspawn's shm all_reduce on one thread (the group's collectives
-// must be issued from one thread at a time; the autograd thread only queues them, so backward
-// goes on while a bucket is being reduced).
+// Runs bucket all-reduces through lspawn's all_reduce on one thread: shared memory on one node,
+// the hierarchy (shm on each node, gloo among the node leaders) across nodes. The group's
+// collectives must be issued from one thread at a time; the autograd thread only queues them, so
+// backward goes on while a bucket is being reduced.
 class ShmHookWorker {
  public:
   explicit ShmHookWorker(std::shared_ptr<Group> group) : group_(std::move(group)), thread_([this] { loop(); }) {}
@@ -155,7 +156,8 @@ void DDP::setup(TrainingModule& module) {
   reducer_ = compat::make_reducer(std::move(args));
 
   shm_hook_ = false;
-  if (ddp_.shm_comm_hook && group().shm() != nullptr && !root_device().is_cuda()) {
+  const bool shm_levels = group().shm() != nullptr || group().hierarchy() != nullptr;
+  if (ddp_.shm_comm_hook && shm_levels && !root_device().is_cuda()) {
     auto worker = std::make_shared<ShmHookWorker>(group_);
     reducer_->register_comm_hook(std::make_unique<ShmCommHook>(worker));
     hook_worker_ = worker;

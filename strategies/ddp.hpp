@@ -25,8 +25,9 @@
 //     2.x.) The views move once, when the buckets are rebuilt at the second step; a gradient a
 //     caller sets to none is copied into its bucket and made a view again by the next backward.
 //
-// The all-reduce goes through lspawn's shm all_reduce on a dedicated thread (a c10d comm hook,
-// which keeps the overlap) when the group has shared memory and the model is on the CPU
+// The all-reduce goes through lspawn's all_reduce on a dedicated thread (a c10d comm hook, which
+// keeps the overlap) when the group has shared memory (one node: shm; several nodes: the
+// hierarchy, shm on each node and gloo among one leader per node) and the model is on the CPU
 // (shm_comm_hook, on by default); else through the Group's c10d process group (gloo; NCCL for
 // NCCL groups).
 #pragma once
@@ -50,7 +51,8 @@ struct DDPOptions : ParallelOptions {
   bool broadcast_buffers = true;
   bool gradient_as_bucket_view = false;
   // Reduce buckets through lspawn's shared-memory all_reduce when the group has shm (its ranks
-  // share a node) and the model is on the CPU; otherwise through the group's process group.
+  // share a node, or, across nodes, the hierarchy: shm on each node, gloo among the node
+  // leaders) and the model is on the CPU; otherwise through the group's process group.
   // On by default: 1.57x PyTorch DDP's steps/s at N = 2 where the gloo path gives 1.03x
   // (docs/benchmarks-training.md). False: always the process group, as torch's DDP.
   bool shm_comm_hook = true;
@@ -75,7 +77,7 @@ class DDP : public ParallelStrategy {
   const DDPOptions& ddp_options() const { return ddp_; }
   // Number of gradient buckets (after setup()).
   std::size_t num_buckets() const { return num_buckets_; }
-  // True when buckets are reduced through the shm comm hook.
+  // True when buckets are reduced through the shm comm hook (one node or hierarchical).
   bool uses_shm_hook() const { return shm_hook_; }
   // The reducer's flat gradient buckets, in reduction order (empty before setup() or without
   // parameters that require grad). With gradient_as_bucket_view each such parameter's .grad is

@@ -1,7 +1,7 @@
 // Training throughput of lspawn's DDP (c10d::Reducer on a gloo or shm Group), the model of the
 // Python reference: MLP 784-1024-1024-10, batch 64 per rank, fp32, SGD, synthetic data.
 //
-//   lspawn --nprocs N build/bench/training/train_bench [--steps S] [--warmup W] [--hook] [--backend gloo|shm]
+//   lspawn --nprocs N build/bench/training/train_bench [--steps S] [--warmup W] [--hook] [--backend gloo|shm|auto]
 //                                                      [--bucket-view]   (DDPOptions::gradient_as_bucket_view)
 //   build/bench/training/train_bench --spawn N [--start fork|spawn|forkserver]   # DDPSpawn: fit() → first step
 //
@@ -59,6 +59,14 @@ int main(int argc, char** argv) {
     else if (a == "--backend") backend = argv[++i];
     else if (a == "--spawn") spawn = std::stoi(argv[++i]);
     else if (a == "--start") start = argv[++i];
+    else {
+      std::fprintf(stderr, "train_bench: unknown argument '%s'\n", a.c_str());
+      return 2;
+    }
+  }
+  if (backend != "gloo" && backend != "shm" && backend != "auto") {
+    std::fprintf(stderr, "train_bench: --backend: '%s' is not gloo, shm or auto\n", backend.c_str());
+    return 2;
   }
   if (spawn > 0) {
     const double t0 = now();
@@ -82,7 +90,8 @@ int main(int argc, char** argv) {
 
   lspawn::DDPOptions o;
   o.accelerator = lspawn::AcceleratorKind::Cpu;
-  o.backend = backend == "shm" ? lspawn::Backend::Shm : lspawn::Backend::Gloo;
+  // auto: shm on one node, hierarchical across nodes (bench/multinode/ddp.sh).
+  o.backend = backend == "shm" ? lspawn::Backend::Shm : backend == "auto" ? lspawn::Backend::Auto : lspawn::Backend::Gloo;
   o.shm_comm_hook = hook;
   o.gradient_as_bucket_view = bucket_view;
   lspawn::DDP ddp(o);
@@ -146,7 +155,10 @@ int main(int argc, char** argv) {
                 "\"compute_ms\": %.2f, \"allreduce_ms\": %.2f, \"grad_floats\": %lld, \"buckets\": %zu, "
                 "\"hidden\": %.2f, \"fwd_ms\": %.2f, \"bwd_ms\": %.2f, \"bwd_nosync_ms\": %.2f, \"opt_ms\": %.2f, "
                 "\"intra_op_threads\": %d, \"bucket_view\": %s}\n",
-                hook ? (ddp.uses_shm_hook() ? "shm-hook" : "hook-unavailable") : "gloo", ddp.world_size(),
+                hook ? (!ddp.uses_shm_hook() ? "hook-unavailable"
+                        : ddp.group().backend() == "hierarchical" ? "hierarchical-hook" : "shm-hook")
+                     : "gloo",
+                ddp.world_size(),
                 1.0 / t_ddp, t_ddp * 1e3, t_compute * 1e3, t_ar * 1e3, static_cast<long long>(floats), ddp.num_buckets(),
                 hidden, f_sync * 1e3, b_sync * 1e3, b_compute * 1e3, o_sync * 1e3, at::get_num_threads(),
                 o.gradient_as_bucket_view ? "true" : "false");

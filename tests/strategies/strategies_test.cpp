@@ -5,6 +5,7 @@
 #include "tests/runtime/child.hpp"
 
 #include <chrono>
+#include <map>
 #include <unistd.h>
 #include <string>
 
@@ -32,6 +33,38 @@ TEST_CASE("DDP find_unused_parameters: a parameter the loss never reaches does n
 TEST_CASE("DDP with the shm comm hook equals one process (buckets through shared memory)", "[strategies][ddp]") {
   auto r = run_ranks(2, "equiv", "shm", {{"LSPAWN_TEST_STRATEGY", "ddp_hook"}}, 90s);
   require_all_ok(r);
+}
+
+// Across nodes (faked on this machine: LSPAWN_TEST_NODES gives each rank a node id) the group is
+// hierarchical, and the hook reduces each bucket through it: shm on each node, gloo among the two
+// leaders (collectives/hierarchy.hpp).
+TEST_CASE("DDP with the shm comm hook across nodes (hierarchical) equals one process", "[strategies][ddp][hierarchical]") {
+  const std::map<std::string, std::string> env = {
+      {"LSPAWN_TEST_STRATEGY", "ddp_hook"}, {"LSPAWN_TEST_NODES", "0,0,1,1"}, {"LSPAWN_TEST_EXPECT_BACKEND", "hierarchical"}};
+  auto r = run_ranks(4, "equiv", "auto", env, 90s);
+  require_all_ok(r);
+  CHECK_THAT(r.ranks[0].output, Contains("ddp_hook auto N=4 max_abs_diff"));
+  require_all_ok(run_ranks(4, "bucket_view", "auto", env, 90s));
+}
+
+TEST_CASE("DDP's hierarchical hook: a rank that dies mid-training is named by the others, who stop", "[strategies][ddp][hierarchical][failure]") {
+  // Rank 3 (node 1, not its leader) dies before its second backward; its node's leader sees it
+  // die through shm and leaves the group's failure note; node 0's ranks learn it from the
+  // leaders' gloo connection closing, and name rank 3 too, not their neighbour.
+  auto r = run_ranks(4, "equiv", "auto",
+                     {{"LSPAWN_TEST_STRATEGY", "ddp_hook"}, {"LSPAWN_TEST_NODES", "0,0,1,1"},
+                      {"LSPAWN_TEST_EXPECT_BACKEND", "hierarchical"}, {"LSPAWN_TEST_DIE_RANK", "3"}},
+                     90s);
+  INFO(r.all_output());
+  REQUIRE_FALSE(r.timed_out);
+  CHECK(r.seconds < 45);  // stopped by the death, not by the group's 60 s timeout
+  CHECK(r.ranks[3].exit_code == 7);
+  for (int q : {0, 1, 2}) {
+    INFO("rank " << q << ": " << r.ranks[q].output);
+    CHECK(r.ranks[q].signal == 0);
+    CHECK(r.ranks[q].exit_code == 5);
+    CHECK_THAT(r.ranks[q].output, Contains("rank 3"));
+  }
 }
 
 // N = 4 for XLA runs through XLASpawn below.

@@ -2,10 +2,12 @@
 // tests/collectives/ranks.hpp: RANK, WORLD_SIZE, MASTER_PORT of a TCPStore hosted by the test),
 // or under the lspawn CLI ("throw"), or once as the caller of DDPSpawn / XLASpawn ("spawn").
 //
-//   lspawn_strategies_test_worker <scenario> <backend gloo|shm>
+//   lspawn_strategies_test_worker <scenario> <backend gloo|shm|auto>
 //   scenarios: equiv, nosync, bucket_view, calls, checkpoint, throw, spawn
 //   env: LSPAWN_TEST_STRATEGY (ddp | ddp_hook | ddp_unused | xla), LSPAWN_TEST_DIR, LSPAWN_TEST_THROW_RANK,
-//        LSPAWN_TEST_START (fork | spawn | forkserver | fork-if-allowed), LSPAWN_TEST_NPROCS
+//        LSPAWN_TEST_START (fork | spawn | forkserver | fork-if-allowed), LSPAWN_TEST_NPROCS,
+//        LSPAWN_TEST_EXPECT_BACKEND (the Group's backend() the case needs, e.g. hierarchical),
+//        LSPAWN_TEST_DIE_RANK (equiv: that rank _exit()s with 7 before its second backward)
 // Exit status: 0 all checks passed; 1 a check failed; 5 an exception. Prints "rank R: ..." lines.
 #include "collectives/group.hpp"
 #include "spawn/threads.hpp"
@@ -19,6 +21,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <dirent.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -64,10 +67,17 @@ std::shared_ptr<lspawn::Group> make_group(const std::string& backend) {
   so.timeout = std::chrono::seconds(60);
   auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
   lspawn::GroupOptions go;
-  go.backend = backend == "shm" ? lspawn::Backend::Shm : lspawn::Backend::Gloo;
+  go.backend = backend == "shm" ? lspawn::Backend::Shm : backend == "auto" ? lspawn::Backend::Auto : lspawn::Backend::Gloo;
   go.timeout = std::chrono::seconds(60);
-  return lspawn::Group::create(store, env_int("RANK", 0), env_int("WORLD_SIZE", 1), go);
+  auto g = lspawn::Group::create(store, env_int("RANK", 0), env_int("WORLD_SIZE", 1), go);
+  const std::string want = env_str("LSPAWN_TEST_EXPECT_BACKEND");
+  check(want.empty() || g->backend() == want, "group backend " + g->backend() + ", wanted " + want);
+  return g;
 }
+
+// Whether DDP's shm comm hook must be in use: the group has shared memory among its ranks (one
+// node: shm+gloo; several nodes: hierarchical).
+bool hook_expected(const lspawn::Group& g) { return g.backend() == "shm+gloo" || g.backend() == "hierarchical"; }
 
 std::unique_ptr<lspawn::Strategy> make_strategy(const std::shared_ptr<lspawn::Group>& g, const std::string& kind) {
   lspawn::DDPOptions o;
@@ -92,14 +102,21 @@ int equiv(const std::string& backend) {
   s->setup(net);
   if (auto* ddp = dynamic_cast<lspawn::DDP*>(s.get())) {
     check(ddp->num_buckets() > 1, "several buckets, got " + std::to_string(ddp->num_buckets()));
-    if (kind == "ddp_hook") check(ddp->uses_shm_hook() == (backend == "shm"), "shm hook in use on shm only");
+    if (kind == "ddp_hook")
+      check(ddp->uses_shm_hook() == hook_expected(*g), "shm hook in use on shm and hierarchical only (" + g->backend() + ")");
   }
+  const int die_rank = env_int("LSPAWN_TEST_DIE_RANK", -1);
   auto opt = net.configure_optimizers();
   for (int64_t k = 0; k < K; ++k) {
     auto data = tiny_data(B * n, 100 + static_cast<uint64_t>(k));
     lspawn::Batch mine = {data[0].slice(0, r * B, (r + 1) * B), data[1].slice(0, r * B, (r + 1) * B)};
     opt->zero_grad();
     auto loss = s->training_step(mine, k);
+    if (r == die_rank && k == 1) {
+      std::printf("rank %d: dying before backward %lld\n", r, static_cast<long long>(k));
+      std::fflush(stdout);
+      ::_exit(7);
+    }
     s->backward(loss);
     s->optimizer_step(*opt);
   }
@@ -260,7 +277,7 @@ int bucket_view(const std::string& backend) {
     lspawn::DDP s(g, o);
     s.setup(net);
     check(s.num_buckets() > 1, "several buckets, got " + std::to_string(s.num_buckets()));
-    if (hook) check(s.uses_shm_hook() == (backend == "shm"), "shm hook in use on shm only");
+    if (hook) check(s.uses_shm_hook() == hook_expected(*g), "shm hook in use on shm and hierarchical only (" + g->backend() + ")");
     auto opt = net.configure_optimizers();
     std::vector<const void*> rebuilt;  // data pointers of the gradients after the rebuild
     for (int64_t k = 0; k < K; ++k) {
