@@ -79,6 +79,26 @@ std::optional<Hierarchy::Note> Hierarchy::read_note(std::chrono::milliseconds wa
 }
 
 void Hierarchy::fail(std::exception_ptr error) {
+  try {
+    explain(std::move(error));
+  } catch (...) {
+    if (!failure_) failure_ = std::current_exception();
+    throw;
+  }
+}
+
+void Hierarchy::check_usable() const {
+  if (!failure_) return;
+  try {
+    std::rethrow_exception(failure_);
+  } catch (const shm::Error& e) {
+    throw shm::Error(e.kind(), e.ranks(), std::string("unusable after an earlier failure: ") + e.what());
+  } catch (const std::exception& e) {
+    throw shm::Error(shm::Error::Kind::Broken, {}, std::string("unusable after an earlier failure: ") + e.what());
+  }
+}
+
+void Hierarchy::explain(std::exception_ptr error) {
   const auto& members = layout_.members[layout_.node];
   const int me = members[layout_.local_rank];
   std::ostringstream where;

@@ -21,7 +21,9 @@
 // first writer wins: "rank 3 died (node 1, host mn-b), seen by rank 2: …". Every rank whose op then
 // fails — a leader whose gloo peer closed its connection, a member whose leader left — reads that
 // note (waiting up to `note_wait` for it) and reports the rank that died first, not its own
-// neighbour: fail() throws shm::Error (collectives/shm/communicator.hpp) naming that rank.
+// neighbour: fail() throws shm::Error (collectives/shm/communicator.hpp) naming that rank. From
+// then on the hierarchy is broken: each op starts with check_usable(), which throws that failure
+// again at once.
 #pragma once
 
 #include "collectives/shm/communicator.hpp"
@@ -74,9 +76,16 @@ class Hierarchy {
   // member died, the note is left for the others); for any other failure (gloo), Kind::PeerDied
   // naming the rank of the group's failure note when one appears within `note_wait` — else the
   // exception is rethrown as it is.
+  // The hierarchy is then broken (its ranks are at unknown stages of the op): check_usable()
+  // throws that failure again, as shm::Error naming the same ranks, for every later op.
   [[noreturn]] void fail(std::exception_ptr error);
+  // Called by each op before its first stage: throws when an earlier op failed (fail()), so a
+  // rank that goes on issuing ops after a failure (DDP's hook thread, bucket after bucket) does
+  // not meet its node's members mid-op and report a mismatch instead of the first failure.
+  void check_usable() const;
 
  private:
+  [[noreturn]] void explain(std::exception_ptr error);  // fail()'s work
   struct Note {
     int rank;
     std::string text;
@@ -89,6 +98,8 @@ class Hierarchy {
   c10::intrusive_ptr<c10d::ProcessGroup> leaders_;
   c10::intrusive_ptr<c10d::Store> store_;
   std::chrono::milliseconds note_wait_;
+  // What fail() threw first; ops run one at a time (the Group's contract), so no lock.
+  std::exception_ptr failure_;
 };
 
 }  // namespace lspawn

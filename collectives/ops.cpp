@@ -145,10 +145,12 @@ bool use_hier(Group& g, const at::Tensor& t) {
 }
 
 // ---- hierarchical ops (collectives/hierarchy.hpp): shm inside each node, gloo between leaders.
-// Each runs every stage in the calling thread; a failed stage goes to Hierarchy::fail.
+// Each runs every stage in the calling thread; a failed stage goes to Hierarchy::fail, after which
+// every op throws that failure at once (Hierarchy::check_usable).
 
 // shm all_reduce on the node → leaders all_reduce the node results → shm broadcast from the leader.
 void hier_all_reduce(Hierarchy& h, at::Tensor& work, ReduceOp op) {
+  h.check_usable();
   try {
     h.local().all_reduce(work.data_ptr(), static_cast<std::size_t>(work.numel()), *elem_of(work.scalar_type()),
                          kernel_of(op));
@@ -171,6 +173,7 @@ void hier_all_reduce(Hierarchy& h, at::Tensor& work, ReduceOp op) {
 // On the root's node: shm broadcast from the root; leaders: gloo broadcast from the root's node;
 // on the other nodes: shm broadcast from the leader.
 void hier_broadcast(Hierarchy& h, at::Tensor& work, int src) {
+  h.check_usable();
   const NodeLayout& l = h.layout();
   const int src_node = l.node_of[src];
   const auto& src_members = l.members[src_node];
@@ -194,6 +197,7 @@ void hier_broadcast(Hierarchy& h, at::Tensor& work, int src) {
 // block is its slice of the output and the leaders gather straight into the output; otherwise
 // the blocks are padded to the largest node and each piece is put at its group rank.
 void hier_all_gather(Hierarchy& h, const at::Tensor& in, at::Tensor& work) {
+  h.check_usable();
   const NodeLayout& l = h.layout();
   const std::size_t bytes = in.nbytes();
   const int m = l.max_members();

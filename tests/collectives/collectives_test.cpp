@@ -170,3 +170,23 @@ TEST_CASE("hierarchical: a rank SIGKILLed mid-collective is named on every node"
   // Far below the 120 s timeout: nobody waited for it (however slow the machine starts 4 ranks).
   CHECK(r.seconds < 60);
 }
+
+// After that failure a hierarchical group is broken: the next op throws the first failure at
+// once on every surviving rank (collectives/hierarchy.hpp, check_usable), naming the same rank,
+// instead of a node leader meeting its member mid-op (a collective mismatch, or a wait).
+TEST_CASE("hierarchical: after a failed op the next one throws the first failure again", "[collectives][processes][hierarchical][failure]") {
+  auto r = run_ranks(4, "kill_retry", "auto",
+                     {{"LSPAWN_TEST_NODES", "0,0,1,1"}, {"LSPAWN_TEST_KILL_RANK", "3"}, {"LSPAWN_TEST_TIMEOUT_MS", "120000"}},
+                     std::chrono::seconds(180));
+  INFO(r.all_output());
+  REQUIRE_FALSE(r.timed_out);
+  CHECK(r.ranks[3].signal == SIGKILL);
+  for (int q = 0; q < 3; ++q) {
+    CHECK(r.ranks[q].exit_code == 2);
+    CHECK_THAT(r.ranks[q].output, Catch::Contains("first failure: ") &&
+                                      Catch::Contains("unusable after an earlier failure") &&
+                                      Catch::Contains("ranks concerned: 3"));
+    CHECK_THAT(r.ranks[q].output, !Catch::Contains("CollectiveMismatch"));
+  }
+  CHECK(r.seconds < 60);
+}

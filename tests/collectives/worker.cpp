@@ -5,7 +5,7 @@
 //        LSPAWN_TEST_TIMEOUT_MS (group timeout), LSPAWN_TEST_BIG=1 (add the 64 MiB case),
 //        LSPAWN_TEST_EXPECT_BACKEND (Group::backend() must say so), LSPAWN_TEST_EXPECT_SINGLE_COPY
 //        (0/1: the shm communicator's single-copy path must be off/on), LSPAWN_TEST_KILL_RANK (the
-//        rank scenario "kill" SIGKILLs; default the last), LSPAWN_TEST_FROM_WORLD=1 (join through
+//        rank scenarios "kill" and "kill_retry" SIGKILL; default the last), LSPAWN_TEST_FROM_WORLD=1 (join through
 //        runtime's init_process_group() and Group::from_world(): run under lspawn, any host)
 //
 // Exit status: 0 all checks passed; 1 a check failed (message on stderr); 2 CollectiveError;
@@ -380,6 +380,26 @@ void scenario_kill(Group& g) {
   check(false, "all_reduce returned although a rank died");
 }
 
+// As "kill", and every rank that survives the failure of its all_reduce calls all_reduce again at
+// once, as DDP's hook thread does with the next bucket: that call must throw the first failure
+// again ("unusable after an earlier failure", the same rank concerned), on the other node too,
+// rather than run into a node-mate that is still inside the failed op.
+void scenario_kill_retry(Group& g) {
+  auto t = at::ones({1 << 20});
+  for (int i = 0; i < 3; ++i) lspawn::all_reduce(g, t);
+  if (g.rank() == env_int("LSPAWN_TEST_KILL_RANK", g.size() - 1)) ::raise(SIGKILL);
+  bool failed = false;
+  try {
+    for (int i = 0; i < 5; ++i) lspawn::all_reduce(g, t);
+  } catch (const lspawn::CollectiveError& e) {
+    std::cerr << "rank " << g.rank() << ": first failure: " << e.what() << std::endl;
+    failed = true;
+  }
+  check(failed, "all_reduce returned although a rank died");
+  lspawn::all_reduce(g, t);
+  check(false, "all_reduce after a failed one completed");
+}
+
 // Rank 1 calls broadcast where the others call all_reduce.
 void scenario_mismatch_op(Group& g) {
   auto t = at::ones({10});
@@ -441,6 +461,7 @@ int main(int argc, char** argv) {
     else if (scenario == "subgroups") scenario_subgroups(*g);
     else if (scenario == "timeout") scenario_timeout(*g);
     else if (scenario == "kill") scenario_kill(*g);
+    else if (scenario == "kill_retry") scenario_kill_retry(*g);
     else if (scenario == "mismatch_op") scenario_mismatch_op(*g);
     else if (scenario == "mismatch_shape") scenario_mismatch_shape(*g);
     else throw std::invalid_argument("unknown scenario " + scenario);
