@@ -37,7 +37,10 @@ job() {  # NAME CMD...: one job on both hosts; rank 0's JSON line (tagged with N
   local ra=$?
   wait $pb; local rb=$?
   [[ $ra == 0 && $rb == 0 ]] || { echo "$name failed ($ra $rb)" >&2; cat $WORK/$name.a $WORK/$name.b >&2; exit 1; }
-  grep -h '^{\|^\[rank 0\] {' $WORK/$name.a | sed 's/^\[rank 0\] //' | sed "s/}\$/, \"job\": \"$name\"}/" >>"$OUT"
+  local line
+  line=$(grep -h '^{\|^\[[^]]*rank 0\] {' $WORK/$name.a | sed 's/^\[[^]]*rank 0\] //')
+  [[ -n $line ]] || { echo "$name: rank 0 printed no figures" >&2; cat $WORK/$name.a >&2; exit 1; }
+  echo "${line%\}}, \"job\": \"$name\"}" >>"$OUT"
 }
 
 echo "# $(date -u +%FT%TZ), $(getconf _NPROCESSORS_ONLN) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), $REPS reps, $STEPS steps, python $PY" >&2
