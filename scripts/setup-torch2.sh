@@ -18,15 +18,24 @@
 # code under the old name; `import lightning` does not need it) and fsspec's [http] extra
 # (aiohttp, for remote checkpoints). Its own stamp, so a venv made before it only gains it.
 #
-# Environment: LSPAWN_TORCH2_VENV (default: <repo>/.deps/torch2), LSPAWN_TORCH2_VERSION (2.15.0),
-# PYTHON (default: python3), LSPAWN_LIGHTNING_VERSION (2.6.6).
+# Another CUDA release of the range, built with NCCL exactly as a GPU machine with that torch has
+# it (e.g. 2.11.0+cu130, the first GPU run's), goes in a venv of its own:
+#   venv=$(LSPAWN_TORCH2_VERSION=2.11.0 bash scripts/setup-torch2.sh)    # <repo>/.deps/torch-2.11.0
+# The CUDA runtime wheels are those the torch wheel itself pins (its Requires-Dist), read after
+# it is installed, so each release gets the NCCL it was built with.
+#
+# Environment: LSPAWN_TORCH2_VENV (default: <repo>/.deps/torch2 for 2.15.0, else
+# <repo>/.deps/torch-<version>), LSPAWN_TORCH2_VERSION (2.15.0), PYTHON (default: python3),
+# LSPAWN_LIGHTNING_VERSION (2.6.6).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-venv=${LSPAWN_TORCH2_VENV:-$root/.deps/torch2}
 version=${LSPAWN_TORCH2_VERSION:-2.15.0}
+if [[ $version == 2.15.0 ]]; then
+  venv=${LSPAWN_TORCH2_VENV:-$root/.deps/torch2}
+else
+  venv=${LSPAWN_TORCH2_VENV:-$root/.deps/torch-$version}
+fi
 py=${PYTHON:-python3}
-# Versions that torch 2.15.0's wheel names in its Requires-Dist (pinned there too).
-nvidia=(nvidia-cusparselt-cu13==0.8.1 nvidia-nvshmem-cu13==3.7.2 nvidia-nccl-cu13==2.30.7 nvidia-cufile)
 pure=(filelock "typing-extensions>=4.13.0" sympy networkx jinja2 fsspec numpy)
 lightning_version=${LSPAWN_LIGHTNING_VERSION:-2.6.6}
 # lightning's Requires-Dist less torch, pytorch-lightning and fsspec's [http] extra (see above).
@@ -58,8 +67,27 @@ if [[ -f $stamp ]]; then  # torch is there: a venv from before the Lightning ste
   exit 0
 fi
 "$py" -m venv "$venv" >&2
-log "installing torch==$version (no CUDA dependencies) + ${#nvidia[@]} CUDA runtime wheels into $venv"
-"${pip[@]}" install --no-deps --no-compile "torch==$version" "${nvidia[@]}" >&2
+log "installing torch==$version (no CUDA dependencies) into $venv"
+"${pip[@]}" install --no-deps --no-compile "torch==$version" >&2
+# The CUDA runtime wheels this torch pins (for 2.15.0: nvidia-cusparselt-cu13==0.8.1,
+# nvidia-nvshmem-cu13==3.7.2, nvidia-nccl-cu13==2.30.7), and libcufile (among cuda-toolkit's
+# extras in the pins; the toolkit here lacks it).
+mapfile -t nvidia < <("$venv/bin/python" - <<'EOF'
+import importlib.metadata as md, re
+for req in md.requires("torch") or []:
+    spec, _, marker = req.partition(";")
+    spec = spec.replace(" ", "")
+    if "extra" not in marker and re.match(r"nvidia-(cusparselt|nvshmem|nccl)-cu\d+([=<>!~]|$)", spec):
+        print(spec)
+EOF
+)
+if ((${#nvidia[@]} == 0)); then
+  log "torch==$version names no nvidia-nccl/cusparselt/nvshmem wheel in its Requires-Dist: not a CUDA build?"
+  exit 1
+fi
+nvidia+=(nvidia-cufile)
+log "installing the CUDA runtime wheels it pins: ${nvidia[*]}"
+"${pip[@]}" install --no-deps --no-compile "${nvidia[@]}" >&2
 "${pip[@]}" install --no-compile "${pure[@]}" >&2
 site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 # A stable path for CMake and the tests, whatever the Python version.

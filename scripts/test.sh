@@ -8,10 +8,12 @@
 #      (scripts/setup-torch-cpu.sh, cmake/TorchCpuOnly.cmake: pre-C++11 ABI, CUDA 12 wheel)
 # Usage: scripts/test.sh                 # every line
 #        scripts/test.sh --line 1.13     # or --line 2 (2.15) or --line 2.4: one line only
+#        LSPAWN_TORCH2_VERSION=2.11.0 scripts/test.sh --line 2   # line 2 with another CUDA
+#                                        # release (its NCCL compiled in) → build-torch-2.11.0/
 #        scripts/test.sh --asan          # also an ASan+UBSan build (1.13) in build-asan/
 #        scripts/test.sh --tsan          # only: a ThreadSanitizer build (1.13) in build-tsan/ of the
 #                                        # supervisor, hang, cluster, launcher, spawn, e2e and
-#                                        # collectives tests, run under TSan
+#                                        # collectives tests and DDP's comm hook, run under TSan
 #                                        # (docs/reliability.md)
 # Every run but --tsan ends with the fuzz smoke run (scripts/fuzz.sh: each fuzz target
 # LSPAWN_FUZZ_SECONDS, default 5 s, as a ctest test in build-fuzz/); LSPAWN_SKIP_FUZZ=1 skips it.
@@ -41,7 +43,8 @@ if ((tsan)); then
   cmake --build "$root/build-tsan" -j "${LSPAWN_JOBS:-$(nproc)}" --target \
     lspawn lspawn-guardian lspawn_supervisor_tests lspawn_hang_tests lspawn_cluster_tests lspawn_launcher_tests spawn_core_tests spawn_tests lspawn_test_worker lspawn_test_hang_worker \
     lspawn_e2e_tests collectives_test shm_communicator_test lspawn_collectives_test_worker \
-    lspawn_status_tests lspawn_runtime_tests lspawn_runtime_test_worker lspawn_gloo_guard_tests
+    lspawn_status_tests lspawn_runtime_tests lspawn_runtime_test_worker lspawn_gloo_guard_tests \
+    strategies_test lspawn_strategies_test_worker
   echo "test.sh: TSan build took $((SECONDS - start)) s"
   export TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 suppressions=$root/scripts/tsan.supp"
   failed=0
@@ -73,6 +76,9 @@ if ((tsan)); then
   # 1.13, the relay thread of a pair a stranger reached first; in one process, then in real ranks.
   tsan_run tests/runtime/lspawn_gloo_guard_tests
   tsan_run tests/runtime/lspawn_runtime_tests "secured rendezvous: strangers on gloo*"
+  # DDP's comm hook: the autograd thread queues buckets, the hook's thread runs them through shm or
+  # the hierarchy (a rank dying mid-training included). Not [spawn]: those fork (thread count).
+  tsan_run tests/strategies/strategies_test '[ddp]'
   exit $failed
 fi
 
@@ -95,6 +101,7 @@ for line in "${lines[@]}"; do
       ;;
     2)
       dir=$root/build-torch2
+      [[ ${LSPAWN_TORCH2_VERSION:-2.15.0} == 2.15.0 ]] || dir=$root/build-torch-$LSPAWN_TORCH2_VERSION
       skip=()
       venv=$(bash scripts/setup-torch2.sh)
       bash scripts/build.sh "$dir" -DLSPAWN_BUILD_TESTS=ON -DLSPAWN_BUILD_BENCH=OFF \
