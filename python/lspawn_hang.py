@@ -194,27 +194,56 @@ class _Watch:
 
     @staticmethod
     def _backends():
+        """{backend: dump(entries) -> dict} for each Flight Recorder of this torch that answers a first read.
+
+        Two APIs: torch 2.15 has one function for every recorder, `_dump_fr_trace_json(..., backend=B)`; the
+        releases before it (2.11: `_dump_fr_trace_json(includeCollectives, onlyActive)`) dump gloo's (the
+        CPU recorder) with that function and NCCL's with `_dump_nccl_trace_json`. Which one this torch has is
+        decided by asking, not by its version. Empty: no recorder, and the wrapped functions record."""
+        import json
         try:
             from torch._C import _distributed_c10d as c10d
         except Exception:
-            return []
+            return {}
         if not hasattr(c10d, "_dump_fr_trace_json"):
-            return []  # no Flight Recorder in this torch: the wrapped functions record
+            return {}  # no Flight Recorder in this torch: the wrapped functions record
         for var in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):  # torch's precedence
             value = os.environ.get(var, "")
             if value:
                 try:
                     if int(value) <= 0:
-                        return []  # the user turned the recorder off: the wrapped functions record
+                        return {}  # the user turned the recorder off: the wrapped functions record
                 except ValueError:
                     pass
                 break
-        return ["gloo", "nccl"]
+
+        def by_name(backend):
+            return lambda entries: json.loads(c10d._dump_fr_trace_json(includeCollectives=entries, backend=backend))
+
+        try:
+            by_name("gloo")(False)
+            takes_backend = True
+        except TypeError:  # pybind refused the argument
+            takes_backend = False
+        except Exception:  # the argument was taken, gloo's recorder did not answer (dropped below)
+            takes_backend = True
+        if takes_backend:
+            candidates = {"gloo": by_name("gloo"), "nccl": by_name("nccl")}
+        else:
+            candidates = {"gloo": lambda entries: json.loads(c10d._dump_fr_trace_json(includeCollectives=entries))}
+            if hasattr(c10d, "_dump_nccl_trace_json"):
+                candidates["nccl"] = lambda entries: json.loads(c10d._dump_nccl_trace_json(includeCollectives=entries))
+        answering = {}
+        for name, dump in candidates.items():
+            try:
+                dump(False)
+            except Exception:
+                continue  # not built in, or not usable here
+            answering[name] = dump
+        return answering
 
     def _dump(self, backend, entries):
-        import json
-        from torch._C import _distributed_c10d as c10d
-        return json.loads(c10d._dump_fr_trace_json(includeCollectives=entries, backend=backend))
+        return self.backends[backend](entries)
 
     def _status(self):
         """{pg name: (last enqueued, last completed)} over every backend that answers."""
@@ -223,7 +252,7 @@ class _Watch:
             try:
                 d = self._dump(b, False)
             except Exception:
-                self.backends.remove(b)  # not built in, or no such backend here: never asked again
+                self.backends.pop(b, None)  # stopped answering: never asked again
                 continue
             for name, s in (d.get("pg_status") or {}).items():
                 e = int(s.get("last_enqueued_collective", -1))
