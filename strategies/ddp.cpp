@@ -16,9 +16,7 @@
 
 namespace lspawn {
 
-namespace {
-
-constexpr size_t kBroadcastBucketBytes = 250u * 1024 * 1024;  // torch's _DEFAULT_BUCKET_SIZE for module sync
+namespace detail {
 
 // Runs bucket all-reduces through lspawn's all_reduce on one thread: shared memory on one node,
 // the hierarchy (shm on each node, gloo among the node leaders) across nodes. The group's
@@ -27,7 +25,11 @@ constexpr size_t kBroadcastBucketBytes = 250u * 1024 * 1024;  // torch's _DEFAUL
 class ShmHookWorker {
  public:
   explicit ShmHookWorker(std::shared_ptr<Group> group) : group_(std::move(group)), thread_([this] { loop(); }) {}
-  ~ShmHookWorker() {
+  ~ShmHookWorker() { stop(); }
+  // Runs what is queued, then ends the thread and joins it; once stopped, nothing of the worker
+  // touches a bucket or a future again. Idempotent; from the owner's thread.
+  void stop() {
+    if (!thread_.joinable()) return;
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
@@ -74,12 +76,18 @@ class ShmHookWorker {
   std::thread thread_;
 };
 
+}  // namespace detail
+
+namespace {
+
+constexpr size_t kBroadcastBucketBytes = 250u * 1024 * 1024;  // torch's _DEFAULT_BUCKET_SIZE for module sync
+
 // A C++ comm hook. Derives from CommHookInterface itself rather than CppCommHookInterface:
 // the latter's parseHookResult calls c10d::detail::parseCppCommHookResult, which Debian's
 // libtorch_cpu 1.13 does not export.
 class ShmCommHook : public c10d::CommHookInterface {
  public:
-  explicit ShmCommHook(std::shared_ptr<ShmHookWorker> worker) : worker_(std::move(worker)) {}
+  explicit ShmCommHook(std::shared_ptr<detail::ShmHookWorker> worker) : worker_(std::move(worker)) {}
   c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
     return worker_->submit(bucket.getBufferRef());
   }
@@ -88,7 +96,7 @@ class ShmCommHook : public c10d::CommHookInterface {
   }
 
  private:
-  std::shared_ptr<ShmHookWorker> worker_;
+  std::shared_ptr<detail::ShmHookWorker> worker_;
 };
 
 }  // namespace
@@ -101,6 +109,9 @@ DDP::DDP(std::shared_ptr<Group> group, DDPOptions options, int local_rank)
 DDP::~DDP() { teardown(); }
 
 void DDP::teardown() {
+  // The hook's thread first: a bucket it is still reducing (after a failed backward, say) is
+  // finished or failed, and its future set, before the reducer that owns them goes.
+  if (hook_worker_) hook_worker_->stop();
   reducer_.reset();
   hook_worker_.reset();
 }
@@ -158,7 +169,7 @@ void DDP::setup(TrainingModule& module) {
   shm_hook_ = false;
   const bool shm_levels = group().shm() != nullptr || group().hierarchy() != nullptr;
   if (ddp_.shm_comm_hook && shm_levels && !root_device().is_cuda()) {
-    auto worker = std::make_shared<ShmHookWorker>(group_);
+    auto worker = std::make_shared<detail::ShmHookWorker>(group_);
     reducer_->register_comm_hook(std::make_unique<ShmCommHook>(worker));
     hook_worker_ = worker;
     shm_hook_ = true;

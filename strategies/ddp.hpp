@@ -43,6 +43,9 @@ class Reducer;
 }
 
 namespace lspawn {
+namespace detail {
+class ShmHookWorker;  // ddp.cpp: the thread that runs the comm hook's bucket all-reduces
+}
 
 struct DDPOptions : ParallelOptions {
   int64_t bucket_cap_bytes = 25 * 1024 * 1024;
@@ -93,7 +96,9 @@ class DDP : public ParallelStrategy {
   std::size_t num_buckets_ = 0;
   bool sync_ = true;
   bool shm_hook_ = false;
-  std::shared_ptr<void> hook_worker_;  // ShmHookWorker (ddp.cpp), outlives the reducer's hook
+  // The comm hook's thread; the reducer's hook holds it too. teardown() stops it before the
+  // reducer goes, so no bucket is still being reduced (or its future completed) meanwhile.
+  std::shared_ptr<detail::ShmHookWorker> hook_worker_;
 };
 
 }  // namespace lspawn
