@@ -241,6 +241,33 @@ TEST_CASE("supervisor: forwarded signals arrive as events (SIGUSR1 forwarded - r
   CHECK(infos[0] == "received SIGUSR1; forwarding it to every worker");
 }
 
+TEST_CASE("supervisor: a forwarded signal still pending when the run has ended does not kill the caller",
+          "[supervisor]") {
+  // As under Slurm's scancel -s USR2: the signal reaches lspawn while its workers have already
+  // exited 0; the supervisor is destroyed before a step() read it. In a child process, so that
+  // the signal's default action (the bug) kills the child, not the test.
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    int code = 3;
+    {
+      auto o = opts(nullptr);
+      o.forward_signals = {SIGUSR2, SIGTERM};
+      Supervisor sup(o);
+      sup.start_fork(0, ForkSpec{[] { return 0; }, "", 0});
+      if (sup.run_until(Clock::now() + 5s) && sup.exit_code() == 0) code = 0;
+      ::kill(::getpid(), SIGUSR2);  // blocked: pending until the supervisor goes
+    }
+    ::_exit(code);  // reached only if the pending SIGUSR2 was not delivered at its default action
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  INFO("child status " << status);
+  CHECK_FALSE(WIFSIGNALED(status));
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
 TEST_CASE("supervisor: grace period 0 kills at once - kill_now() from the caller", "[supervisor]") {
   {
     Supervisor sup(opts(nullptr, 0ms));
