@@ -142,11 +142,7 @@ Supervisor::~Supervisor() {
   // workers at once; the workers may exit first) is still pending: restoring the mask would
   // deliver it at its default action and kill the caller (a pre-emption notice at the end of a
   // job made a finished run exit 140). It was for the workers, who are gone: drop it.
-  if (signal_fd_) {
-    signalfd_siginfo si;
-    while (::read(signal_fd_.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-    }
-  }
+  take_signals();
   if (mask_changed_) ::pthread_sigmask(SIG_SETMASK, &saved_mask_, nullptr);
 }
 
