@@ -131,7 +131,8 @@ namespace {
 struct RaceCounts {
   int reads = 0, unflagged = 0, inside = 0, outside = 0, bad = 0, torn = 0;
 };
-// `gap`: how long the writer rests between collectives (zero: back to back, never pausing).
+// `gap`: how long the writer rests between collectives (zero: back to back, never pausing). Checks
+// that the race reached its counts and that no unflagged read was mixed; returns the counts.
 RaceCounts race_reader_and_writer(std::chrono::microseconds gap, int wanted_unflagged) {
   TempDir dir;
   auto rec = Recorder::create(dir.path, 0);
@@ -168,6 +169,12 @@ RaceCounts race_reader_and_writer(std::chrono::microseconds gap, int wanted_unfl
   }
   stop = true;
   writer.join();
+  INFO("gap " << gap.count() << " us: " << c.reads << " reads, " << c.unflagged << " unflagged, " << c.inside
+              << " inside a collective, " << c.outside << " outside, " << c.torn << " flagged torn");
+  CHECK(c.unflagged >= wanted_unflagged);
+  CHECK(c.inside >= wanted_each_state);
+  CHECK(c.outside >= wanted_each_state);
+  CHECK(c.bad == 0);
   return c;
 }
 }  // namespace
@@ -176,22 +183,11 @@ TEST_CASE("status record: a reader racing a writer never sees a torn record", "[
   // A writer that never pauses (back-to-back sections): the worst case for the reader, which may
   // be starved past its give-up time on a loaded machine and then flags the read; what it returns
   // unflagged is never mixed.
-  const RaceCounts worst = race_reader_and_writer(std::chrono::microseconds(0), 200);
-  INFO(worst.reads << " reads, " << worst.unflagged << " unflagged, " << worst.inside << " inside a collective, "
-                   << worst.outside << " outside, " << worst.torn << " flagged torn");
-  CHECK(worst.unflagged >= 200);
-  CHECK(worst.inside >= 20);
-  CHECK(worst.outside >= 20);
-  CHECK(worst.bad == 0);
+  race_reader_and_writer(std::chrono::microseconds(0), 200);
   // A writer that rests between collectives, as a rank does (it computes, or waits on its peers):
   // a torn flag is then rare, whatever the machine's load.
   const RaceCounts usual = race_reader_and_writer(std::chrono::microseconds(50), 300);
-  INFO(usual.reads << " reads, " << usual.unflagged << " unflagged, " << usual.inside << " inside a collective, "
-                   << usual.outside << " outside, " << usual.torn << " flagged torn");
-  CHECK(usual.unflagged >= 300);
-  CHECK(usual.inside >= 30);
-  CHECK(usual.outside >= 30);
-  CHECK(usual.bad == 0);
+  INFO(usual.reads << " reads, " << usual.torn << " flagged torn");
   CHECK(usual.torn * 100 <= usual.reads);
 }
 
