@@ -117,6 +117,9 @@ void DDP::teardown() {
 }
 
 void DDP::setup(TrainingModule& module) {
+  // A second setup() (the Trainer fitting another module) first ends the first one's reducer
+  // and hook thread, in teardown()'s order.
+  DDP::teardown();
   setup_environment();
   model_to_device(module);
   attach(module, ddp_.precision);
@@ -143,7 +146,6 @@ void DDP::setup(TrainingModule& module) {
   }
 
   if (params.empty()) {
-    reducer_.reset();
     num_buckets_ = 0;
     return;
   }
