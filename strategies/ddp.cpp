@@ -168,13 +168,11 @@ void DDP::setup(TrainingModule& module) {
   args.param_names = std::move(names);
   reducer_ = compat::make_reducer(std::move(args));
 
-  shm_hook_ = false;
   const bool shm_levels = group().shm() != nullptr || group().hierarchy() != nullptr;
   if (ddp_.shm_comm_hook && shm_levels && !root_device().is_cuda()) {
     auto worker = std::make_shared<detail::ShmHookWorker>(group_);
     reducer_->register_comm_hook(std::make_unique<ShmCommHook>(worker));
     hook_worker_ = worker;
-    shm_hook_ = true;
   }
 }
 

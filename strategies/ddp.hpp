@@ -80,8 +80,9 @@ class DDP : public ParallelStrategy {
   const DDPOptions& ddp_options() const { return ddp_; }
   // Number of gradient buckets (after setup()).
   std::size_t num_buckets() const { return num_buckets_; }
-  // True when buckets are reduced through the shm comm hook (one node or hierarchical).
-  bool uses_shm_hook() const { return shm_hook_; }
+  // True when buckets are reduced through the shm comm hook (one node or hierarchical), from
+  // setup() until teardown().
+  bool uses_shm_hook() const { return hook_worker_ != nullptr; }
   // The reducer's flat gradient buckets, in reduction order (empty before setup() or without
   // parameters that require grad). With gradient_as_bucket_view each such parameter's .grad is
   // a view of one of them once a backward pass has run (they change once, when the buckets are
@@ -95,7 +96,6 @@ class DDP : public ParallelStrategy {
   std::vector<at::Tensor> buffers_;
   std::size_t num_buckets_ = 0;
   bool sync_ = true;
-  bool shm_hook_ = false;
   // The comm hook's thread; the reducer's hook holds it too. teardown() stops it before the
   // reducer goes, so no bucket is still being reduced (or its future completed) meanwhile.
   std::shared_ptr<detail::ShmHookWorker> hook_worker_;
