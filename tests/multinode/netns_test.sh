@@ -127,10 +127,12 @@ wait $pa; ra=$?; wait $pb; rb=$?
 check "failure: both exit 1 (a=$ra b=$rb)" test $ra = 1 -a $rb = 1
 # The root cause is rank 3 either way; when node 0's stop (for rank 1's consequent failure) reaches
 # rank 3 while it is still exiting, the report says so (docs/error-reports.md) and counts exit code 1.
+# Step 6 reads its report the same way.
+R3="process 3 (terminated with exit code 1|raised std::runtime_error and was stopped by lspawn with SIGTERM while exiting)"
 root_block() { sed -n '/^lspawn: root cause:/,/^lspawn:   on node/p' "$1" | grep -v '^lspawn:     '; }
 for h in a b; do
   check "failure: mn-$h names rank 3 on mn-b as the root cause" eval \
-    'grep -qE "^lspawn: root cause: process 3 (terminated with exit code 1|raised std::runtime_error and was stopped by lspawn with SIGTERM while exiting)" $WORK/3$h.err && has $WORK/3$h.err "rank 3 of 4, pid" && has $WORK/3$h.err "host mn-b" && has $WORK/3$h.err "error: std::runtime_error: rank 3 throws on purpose"'
+    'grep -qE "^lspawn: root cause: $R3" $WORK/3$h.err && has $WORK/3$h.err "rank 3 of 4, pid" && has $WORK/3$h.err "host mn-b" && has $WORK/3$h.err "error: std::runtime_error: rank 3 throws on purpose"'
 done
 check "failure: the same report on both nodes" eval 'diff <(root_block $WORK/3a.err) <(root_block $WORK/3b.err) >/dev/null && [[ -n $(root_block $WORK/3a.err) ]]'
 check "failure: nothing left" nothing_left
@@ -187,7 +189,6 @@ echo "== [$(stamp)] 6. --max-restarts 2, rank 3 throws on attempt 0 only (forkse
 wait $pa; ra=$?; wait $pb; rb=$?
 check "restart: both nodes exit 0 on attempt 1 (a=$ra b=$rb)" test $ra = 0 -a $rb = 0
 # As in 3.: rank 3 may still be exiting when the stop reaches it (slow exits, e.g. under ASan).
-R3="process 3 (terminated with exit code 1|raised std::runtime_error and was stopped by lspawn with SIGTERM while exiting)"
 check "restart: attempt 0's failure was rank 3 on mn-b, on both nodes" eval 'grep -qE "attempt 0: root cause: $R3\$" $WORK/6a.err && grep -qE "attempt 0:   rank 3 of 4, pid [0-9]+, host mn-b," $WORK/6a.err && grep -qE "attempt 0 failed \($R3 on node 1 \(mn-b\)\)" $WORK/6b.err'
 check "restart: both nodes restarted once" eval 'has $WORK/6a.err "restart 1 of 2: starting 2 workers" && has $WORK/6b.err "restart 1 of 2: starting 2 workers" && ! has $WORK/6a.err "restart 2 of 2"'
 check "restart: all_reduce correct on attempt 1 on every rank" eval 'has $WORK/6a.out "[mn-a rank 0] rank 0/4: allreduce sum = 10" && has $WORK/6b.out "[mn-b rank 3] rank 3/4: allreduce sum = 10"'
