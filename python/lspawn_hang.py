@@ -220,20 +220,18 @@ class _Watch:
         def by_name(backend):
             return lambda entries: json.loads(c10d._dump_fr_trace_json(includeCollectives=entries, backend=backend))
 
+        # The first read of gloo's recorder by name also tells which API this is.
+        answering = {}
         try:
             by_name("gloo")(False)
-            takes_backend = True
-        except TypeError:  # pybind refused the argument
-            takes_backend = False
-        except Exception:  # the argument was taken, gloo's recorder did not answer (dropped below)
-            takes_backend = True
-        if takes_backend:
-            candidates = {"gloo": by_name("gloo"), "nccl": by_name("nccl")}
-        else:
+            answering["gloo"] = by_name("gloo")
+            candidates = {"nccl": by_name("nccl")}
+        except TypeError:  # pybind refused the argument: the API before 2.15
             candidates = {"gloo": lambda entries: json.loads(c10d._dump_fr_trace_json(includeCollectives=entries))}
             if hasattr(c10d, "_dump_nccl_trace_json"):
                 candidates["nccl"] = lambda entries: json.loads(c10d._dump_nccl_trace_json(includeCollectives=entries))
-        answering = {}
+        except Exception:  # the argument was taken, gloo's recorder did not answer: not used
+            candidates = {"nccl": by_name("nccl")}
         for name, dump in candidates.items():
             try:
                 dump(False)
