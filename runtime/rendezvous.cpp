@@ -53,9 +53,16 @@ milliseconds since(Clock::time_point t0) {
   return std::chrono::duration_cast<milliseconds>(Clock::now() - t0);
 }
 
+// Rounded up: a wait given this does not end before the deadline for want of the last fraction
+// of a millisecond.
 milliseconds remaining(Clock::time_point deadline) {
-  return std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
+  return std::max(milliseconds(1), std::chrono::ceil<milliseconds>(deadline - Clock::now()));
 }
+
+// How early, by this process's clock, a store wait given remaining(deadline) may still end: the
+// kernel counts a socket's timeout in timer ticks (up to 10 ms), and TCPStore reports it as a
+// failure ("Socket Timeout"). A failure this close to the deadline is the deadline.
+constexpr milliseconds kTimerSlack{50};
 
 std::string rank_list(const std::vector<int>& ranks) {
   constexpr size_t kShown = 32;
@@ -448,7 +455,8 @@ Rendezvous rendezvous(const WorkerEnv& env, const RendezvousOptions& options) {
     try {
       store.wait(all_ranks, remaining(deadline));
     } catch (const std::exception& e) {
-      if (Clock::now() < deadline) throw lost(e);
+      // A store really lost in the slack still says so: find_missing() below fails.
+      if (Clock::now() + kTimerSlack < deadline) throw lost(e);
       all_joined = false;
     }
     if (!all_joined) {
