@@ -432,6 +432,7 @@ int run(const CliOptions& o) {
   if (!o.quiet) sopts.on_info = say;
   sopts.world_size = assign.nnodes * o.nproc_per_node;
   sopts.host = host;
+  sopts.run_dir = run_dir.path;
 
   Supervisor sup(std::move(sopts));
   on_hang_message = [&](int from, const node::Message& m) {

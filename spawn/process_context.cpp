@@ -134,6 +134,7 @@ void ProcessContext::Impl::start(const SpawnPlan& plan) {
   }
 
   SupervisorOptions so;
+  so.run_dir = run_dir;
   so.grace_period = opts.grace_period;
   so.fail_fast = true;
   if (opts.sinks.empty()) {

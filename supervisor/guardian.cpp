@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <stdexcept>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -124,16 +126,36 @@ Guardian::~Guardian() {
   }
 }
 
-void Guardian::send(int32_t value) {
+void Guardian::send(int32_t value) { send_bytes(&value, sizeof value); }
+
+void Guardian::send_bytes(const void* data, size_t n) {
   if (!pipe_) throw sys::SysError("send", EPIPE, "guardian already shut down");
-  for (;;) {
-    // 4 bytes on a stream socket with room: sent whole or not at all.
-    ssize_t w = ::send(pipe_.get(), &value, sizeof value, MSG_NOSIGNAL);
-    if (w == static_cast<ssize_t>(sizeof value)) return;
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::send(pipe_.get(), p, n, MSG_NOSIGNAL);
     if (w < 0 && errno == EINTR) continue;
-    throw sys::SysError("send", w < 0 ? errno : EIO,
-                        "guardian channel, guardian pid " + std::to_string(pid_));
+    if (w <= 0) {
+      throw sys::SysError("send", w < 0 ? errno : EIO,
+                          "guardian channel, guardian pid " + std::to_string(pid_));
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
   }
+}
+
+void Guardian::remove_on_owner_death(const std::string& dir) {
+  if (dir.empty() || dir[0] != '/' || dir.size() >= PATH_MAX || dir.find('\0') != std::string::npos) {
+    throw std::invalid_argument("guardian: the directory to remove if the owner dies must be an absolute path "
+                                "shorter than PATH_MAX, got '" + dir + "'");
+  }
+  // One message: the guardian reads the stream in order and keeps the path only once it is whole.
+  std::string msg(2 * sizeof(int32_t), '\0');
+  const int32_t tag = guardian_detail::kOwnedDir;
+  const auto len = static_cast<int32_t>(dir.size());
+  std::memcpy(msg.data(), &tag, sizeof tag);
+  std::memcpy(msg.data() + sizeof tag, &len, sizeof len);
+  msg += dir;
+  send_bytes(msg.data(), msg.size());
 }
 
 void Guardian::register_group(pid_t pgid) {

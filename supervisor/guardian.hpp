@@ -4,7 +4,8 @@
 // The guardian is started when Guardian is constructed, puts itself in its own process group
 // (so a kill of the owner's group does not take it too), and reads pgids from a socket whose
 // only writer is the owner. When the socket reaches EOF without a clean-shutdown message — the
-// owner died, even by SIGKILL — it SIGKILLs every registered process group and exits.
+// owner died, even by SIGKILL — it SIGKILLs every registered process group, removes the
+// directory tree its owner gave it (remove_on_owner_death: a run's private directory), and exits.
 //
 // How it starts: posix_spawn (vfork + exec, no copy of the owner's page tables) of the small
 // `lspawn-guardian` program (guardian_main.cpp), found at $LSPAWN_GUARDIAN, else in the build
@@ -47,7 +48,11 @@ class Guardian {
   void register_group(pid_t pgid);
   void unregister_group(pid_t pgid);
 
-  // Tells the guardian to exit without killing anything, and reaps it. Idempotent.
+  // The directory tree (absolute path) the guardian removes, after the kills, if the owner dies;
+  // on a clean end the owner removes it. One: a later call replaces it. Throws
+  // std::invalid_argument naming `dir` when it is not absolute or not shorter than PATH_MAX.
+  void remove_on_owner_death(const std::string& dir);
+  // Tells the guardian to exit without killing or removing anything, and reaps it. Idempotent.
   void shutdown();
 
   pid_t pid() const { return pid_; }
@@ -62,6 +67,7 @@ class Guardian {
 
  private:
   void send(int32_t value);
+  void send_bytes(const void* data, size_t n);
   pid_t pid_ = -1;
   sys::Fd pipe_;
   std::string program_;

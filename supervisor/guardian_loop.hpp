@@ -2,8 +2,10 @@
 // fork fallback of Guardian (guardian.cpp). See guardian.hpp for the contract.
 //
 // Protocol on `rfd` (the only fd besides stdin/stdout/stderr the guardian keeps): int32 values,
-// >0 register that pgid, <0 unregister -pgid, 0 clean shutdown (exit, nothing killed). EOF (the
-// owner died, whatever killed it) SIGKILLs every registered group, then exits.
+// >0 register that pgid, <0 unregister -pgid, 0 clean shutdown (exit, nothing killed), and
+// kOwnedDir followed by an int32 length n (0 < n < PATH_MAX) and n bytes: an absolute path, the
+// directory tree to remove if the owner dies (one; a later one replaces it). EOF (the owner died,
+// whatever killed it) SIGKILLs every registered group, then removes that tree, then exits.
 //
 // Only async-signal-safe calls and no allocation: in the fork fallback this runs in a child of
 // a possibly multi-threaded process. `groups` has room for `max_groups` entries.
@@ -11,13 +13,20 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 namespace lspawn::guardian_detail {
+
+inline constexpr int32_t kOwnedDir = INT32_MIN;
+// How deep remove_tree_at() descends (a run directory is two levels deep).
+inline constexpr int kMaxTreeDepth = 16;
 
 // Makes this process the guardian: own process group, job-control and terminal signals
 // ignored, empty signal mask, stdin/stdout on /dev/null, `rfd` moved to fd 3 and every fd
@@ -51,18 +60,74 @@ inline int become_guardian(int rfd) {
   return rfd;
 }
 
+// Reads exactly n bytes; false at EOF or on an error.
+inline bool read_full(int fd, void* buf, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::read(fd, static_cast<char*>(buf) + got, n - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    got += static_cast<size_t>(r);
+  }
+  return true;
+}
+
+// Removes `name` under the directory `parent` (a file, a symlink — never followed — or a whole
+// tree, `depth` levels deep at most), as `rm -rf` does: getdents64 and unlinkat on a stack
+// buffer, no allocation. Entries it cannot remove stay; so does their directory.
+inline void remove_tree_at(int parent, const char* name, int depth) {
+  if (::unlinkat(parent, name, 0) == 0 || errno == ENOENT) return;
+  if (errno != EISDIR || depth <= 0) return;
+  const int fd = ::openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  struct Entry {  // linux_dirent64
+    uint64_t ino;
+    int64_t off;
+    unsigned short reclen;
+    unsigned char type;
+    char name[1];
+  };
+  alignas(8) char buf[4096];
+  // Each pass reads the directory from its start and removes what it lists; a pass that finds
+  // nothing left (or removes nothing) ends it.
+  for (int pass = 0; pass < 1024; ++pass) {
+    if (::lseek(fd, 0, SEEK_SET) != 0) break;
+    const long n = ::syscall(SYS_getdents64, fd, buf, sizeof buf);
+    if (n <= 0) break;
+    bool listed = false, removed = false;
+    for (long off = 0; off < n;) {
+      const Entry* e = reinterpret_cast<const Entry*>(buf + off);
+      off += e->reclen;
+      if (::strcmp(e->name, ".") == 0 || ::strcmp(e->name, "..") == 0) continue;
+      listed = true;
+      remove_tree_at(fd, e->name, depth - 1);
+      if (::faccessat(fd, e->name, F_OK, AT_SYMLINK_NOFOLLOW) != 0) removed = true;
+    }
+    if (!listed || !removed) break;
+  }
+  ::close(fd);
+  ::unlinkat(parent, name, AT_REMOVEDIR);
+}
+
 [[noreturn]] inline void guardian_loop(int rfd, pid_t* groups, int max_groups) {
   int n = 0;
+  // "" or the tree to remove when the owner dies; set only from a path read whole (a partial one
+  // could name a parent of the tree).
+  static char owned_dir[PATH_MAX];
+  static char incoming[PATH_MAX];
   for (;;) {
     int32_t v;
-    size_t got = 0;
-    while (got < sizeof v) {
-      ssize_t r = ::read(rfd, reinterpret_cast<char*>(&v) + got, sizeof v - got);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) goto owner_died;
-      got += static_cast<size_t>(r);
-    }
+    if (!read_full(rfd, &v, sizeof v)) goto owner_died;
     if (v == 0) ::_exit(0);
+    if (v == kOwnedDir) {
+      int32_t len;
+      if (!read_full(rfd, &len, sizeof len)) goto owner_died;
+      if (len <= 0 || len >= PATH_MAX) goto owner_died;  // never sent by Guardian
+      if (!read_full(rfd, incoming, static_cast<size_t>(len))) goto owner_died;
+      ::memcpy(owned_dir, incoming, static_cast<size_t>(len));
+      owned_dir[len] = '\0';
+      continue;
+    }
     if (v > 0) {
       if (n < max_groups) groups[n++] = v;
     } else {
@@ -76,6 +141,16 @@ inline int become_guardian(int rfd) {
   }
 owner_died:
   for (int i = 0; i < n; ++i) ::kill(-groups[i], SIGKILL);
+  if (owned_dir[0] == '/') {
+    // A worker killed in the middle of a system call may still finish it (create a file) after
+    // our pass: try again, 10 ms apart, for up to 2 s.
+    for (int attempt = 0; attempt < 200; ++attempt) {
+      remove_tree_at(AT_FDCWD, owned_dir, kMaxTreeDepth);
+      if (::faccessat(AT_FDCWD, owned_dir, F_OK, AT_SYMLINK_NOFOLLOW) != 0) break;
+      const struct timespec pause{0, 10 * 1000 * 1000};
+      ::nanosleep(&pause, nullptr);
+    }
+  }
   ::_exit(0);
 }
 

@@ -102,6 +102,7 @@ std::string demangled_current_exception_type() {
 
 Supervisor::Supervisor(SupervisorOptions opts) : opts_(std::move(opts)) {
   if (opts_.host.empty()) opts_.host = sys::hostname();
+  if (!opts_.run_dir.empty()) guardian_.remove_on_owner_death(opts_.run_dir);
   sigemptyset(&saved_mask_);
   if (!opts_.forward_signals.empty() || !opts_.report_signals.empty()) {
     sigset_t set;

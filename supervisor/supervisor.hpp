@@ -72,6 +72,10 @@ struct SupervisorOptions {
   // Informational lines ("process 1 terminated with exit code 3; stopping 3 workers ..."),
   // without a trailing newline. Null: none.
   std::function<void(const std::string&)> on_info;
+  // The run's private directory (absolute), removed by the Guardian if this process dies before
+  // it does so itself (SIGKILL, the OOM killer): a killed lspawn leaves no directory behind.
+  // Empty: none. The caller still removes it on every other way out.
+  std::string run_dir;
   // Used in reports and summaries.
   std::string host;  // default: gethostname()
   int world_size = 0;  // "rank R of W" in the summary; 0: the number of workers started

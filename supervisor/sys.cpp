@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <climits>
 #include <unistd.h>
 
 namespace lspawn::sys {
@@ -153,7 +154,17 @@ std::string make_temp_dir(const std::string& prefix) {
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
   if (!::mkdtemp(buf.data())) throw_errno("mkdtemp", tmpl);
-  return std::string(buf.data());
+  std::string dir(buf.data());
+  if (dir[0] != '/') {  // a relative TMPDIR: absolute, so a later chdir does not lose it
+    char cwd[PATH_MAX];
+    if (!::getcwd(cwd, sizeof cwd)) {
+      const int err = errno;
+      ::rmdir(dir.c_str());
+      throw SysError("getcwd", err, "making temporary directory '" + dir + "' absolute");
+    }
+    dir = std::string(cwd) + "/" + dir;
+  }
+  return dir;
 }
 
 void remove_tree(const std::string& path) {

@@ -114,7 +114,8 @@ int shell_exit_code(int status);
 // when the exec succeeded, else the child's execve errno.
 int read_exec_errno(int status_read_fd);
 
-// mkdtemp under $TMPDIR (or /tmp) with the given name prefix. Returns the directory path.
+// mkdtemp under $TMPDIR (or /tmp) with the given name prefix. Returns the directory's absolute
+// path (a relative TMPDIR is taken from the current directory).
 std::string make_temp_dir(const std::string& prefix);
 
 // Removes a directory tree (best effort, errors ignored). Used for lspawn's private run dir.

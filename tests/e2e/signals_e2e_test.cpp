@@ -68,26 +68,37 @@ TEST_CASE("SIGINT then a second SIGINT: workers that ignore it are killed at onc
   CHECK(std::chrono::steady_clock::now() - t0 < 10s);  // far less than the 60 s grace period
 }
 
-TEST_CASE("lspawn killed by SIGKILL leaves no worker and no grandchild within 1 s", "[e2e][signals][exec-only]") {
+TEST_CASE("lspawn killed by SIGKILL leaves no worker, no grandchild and no run directory", "[e2e][signals][exec-only]") {
   // Orphans are reparented to us and reaped here, so a dead one is not mistaken for alive.
   Subreaper reaper;
   Child c({lspawn_bin(), "--nprocs", "3", "/bin/sh", "-c",
-           "sleep 100 & echo pids $$ $!; wait"});
+           "sleep 100 & echo pids $$ $! $LSPAWN_RUN_DIR; wait"});
   REQUIRE(c.wait_stdout_count("pids ", 3, 10s));
   std::set<pid_t> pids;
+  std::string run_dir;
   for (const auto& l : lines(c.out())) {
     std::istringstream is(l.substr(l.find("pids ") + 5));
     pid_t a, b;
-    if (is >> a >> b) {
+    if (is >> a >> b >> run_dir) {
       pids.insert(a);
       pids.insert(b);
     }
   }
   REQUIRE(pids.size() == 6);
   for (pid_t p : pids) REQUIRE(alive(p));
+  // The run's private directory (the ranks' status records are in it) exists while it runs ...
+  REQUIRE(run_dir.rfind("/", 0) == 0);
+  REQUIRE(::access((run_dir + "/lspawn-status").c_str(), F_OK) == 0);
   c.signal(SIGKILL);
   CHECK(alive_after(pids, 1s).empty());
   c.wait(5s);
+  // ... and lspawn's guardian removes it once the workers are killed (docs/supervisor.md).
+  const auto t0 = std::chrono::steady_clock::now();
+  while (::access(run_dir.c_str(), F_OK) == 0 && std::chrono::steady_clock::now() - t0 < 2s) {
+    std::this_thread::sleep_for(5ms);
+  }
+  INFO("run directory " << run_dir);
+  CHECK(::access(run_dir.c_str(), F_OK) != 0);
 }
 
 TEST_CASE("a worker's own children die with it after it exits", "[e2e][signals][exec-only]") {

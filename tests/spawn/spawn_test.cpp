@@ -110,8 +110,9 @@ void t_family(int index, std::string dir) {
     sleep_ms(60000);
     std::_Exit(0);
   }
+  const char* run_dir = std::getenv("LSPAWN_RUN_DIR");
   write_file(dir + "/pids-" + std::to_string(index),
-             std::to_string(::getpid()) + " " + std::to_string(child));
+             std::to_string(::getpid()) + " " + std::to_string(child) + " " + (run_dir ? run_dir : "-"));
   sleep_ms(60000);
 }
 LSPAWN_REGISTER(t_family);
@@ -285,7 +286,7 @@ TEST_CASE("spawn: a sibling that exits on its own within the grace period is not
   CHECK(exists(dir.path + "/clean"));
 }
 
-TEST_CASE("spawn daemon: the parent is killed -> children and grandchildren gone within 1 s") {
+TEST_CASE("spawn daemon: the parent is killed -> children and grandchildren gone within 1 s, and the run directory") {
   const StartMethod m = GENERATE(from_range(std::begin(kMethods), std::end(kMethods)));
   INFO("start method " << lspawn::start_method_name(m));
   TempDir dir;
@@ -302,6 +303,7 @@ TEST_CASE("spawn daemon: the parent is killed -> children and grandchildren gone
     std::_Exit(1);
   }
   std::vector<pid_t> family;
+  std::string run_dir;
   REQUIRE(eventually(
       [&] {
         for (int i = 0; i < kProcs; ++i)
@@ -312,11 +314,14 @@ TEST_CASE("spawn daemon: the parent is killed -> children and grandchildren gone
   for (int i = 0; i < kProcs; ++i) {
     std::istringstream in(read_file(dir.path + "/pids-" + std::to_string(i)));
     pid_t worker = 0, grandchild = 0;
-    in >> worker >> grandchild;
+    in >> worker >> grandchild >> run_dir;
     family.push_back(worker);
     family.push_back(grandchild);
   }
   for (pid_t p : family) REQUIRE(alive(p));
+  INFO("run directory " << run_dir);
+  REQUIRE(run_dir.rfind("/", 0) == 0);
+  REQUIRE(exists(run_dir));
   lspawn::sys::kill(parent, SIGKILL, "test");
   int status;
   lspawn::sys::waitpid(parent, &status, 0, "test");
@@ -326,6 +331,8 @@ TEST_CASE("spawn daemon: the parent is killed -> children and grandchildren gone
   if (!all_gone) {  // leave nothing behind for the next test
     for (pid_t p : family) ::kill(p, SIGKILL);
   }
+  // The parent's guardian removes the spawn's private directory after the kills.
+  CHECK(eventually([&] { return !exists(run_dir); }, 2000ms));
 }
 
 TEST_CASE("spawn Forkserver: 8 workers start side by side, not one after another") {

@@ -3,11 +3,13 @@
 
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -162,4 +164,99 @@ TEST_CASE("guardian: without the program (LSPAWN_GUARDIAN empty or not executabl
     kill(kept, SIGKILL);
     CHECK(exited_within(kept, 2s));
   }
+}
+
+namespace {
+bool path_exists(const std::string& p) { return ::access(p.c_str(), F_OK) == 0; }
+
+void write_text(const std::string& path, const std::string& text) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  REQUIRE(f);
+  std::fputs(text.c_str(), f);
+  std::fclose(f);
+}
+
+bool gone_within(const std::string& p, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (path_exists(p)) {
+    if (std::chrono::steady_clock::now() >= end) return false;
+    std::this_thread::sleep_for(2ms);
+  }
+  return true;
+}
+
+// A run directory as lspawn leaves it (files two levels deep), plus links out of it: to a file
+// and to a directory that are not the run's and must survive its removal.
+struct RunTree {
+  std::string root, run, outside_file, outside_dir;
+  RunTree() {
+    char t[] = "/tmp/lspawn-guardian-test-XXXXXX";
+    REQUIRE(mkdtemp(t));
+    root = t;
+    run = root + "/run";
+    outside_file = root + "/keep.txt";
+    outside_dir = root + "/keep";
+    REQUIRE(mkdir(run.c_str(), 0700) == 0);
+    REQUIRE(mkdir((run + "/lspawn-status").c_str(), 0700) == 0);
+    REQUIRE(mkdir((run + "/a").c_str(), 0700) == 0);
+    REQUIRE(mkdir((run + "/a/b").c_str(), 0700) == 0);
+    REQUIRE(mkdir(outside_dir.c_str(), 0700) == 0);
+    write_text(outside_file, "not the run's");
+    write_text(outside_dir + "/inner.txt", "not the run's");
+    write_text(run + "/error-0.json", "{}");
+    write_text(run + "/lspawn-status/rank-0.status", "x");
+    write_text(run + "/a/b/deep", "x");
+    for (int i = 0; i < 300; ++i) write_text(run + "/a/many-" + std::to_string(i), "x");  // > one getdents64 buffer
+    REQUIRE(symlink(outside_file.c_str(), (run + "/link-to-file").c_str()) == 0);
+    REQUIRE(symlink(outside_dir.c_str(), (run + "/link-to-dir").c_str()) == 0);
+  }
+  ~RunTree() {
+    std::string cmd = "rm -rf '" + root + "'";
+    (void)!std::system(cmd.c_str());
+  }
+};
+
+// The owner names `dir`, then shuts the guardian down cleanly or not, then dies by SIGKILL.
+void owner_with_dir_dies(const std::string& dir, bool clean) {
+  std::fflush(nullptr);
+  pid_t owner = fork();
+  if (owner == 0) {
+    lspawn::Guardian g;
+    g.remove_on_owner_death("/tmp/replaced-by-the-next-call");
+    g.remove_on_owner_death(dir);
+    if (clean) g.shutdown();
+    raise(SIGKILL);
+  }
+  int st;
+  waitpid(owner, &st, 0);
+  REQUIRE(WIFSIGNALED(st));
+}
+}  // namespace
+
+TEST_CASE("guardian: owner killed -> the directory it named is removed, what its links point to is kept", "[guardian]") {
+  for (const char* program : {static_cast<const char*>(nullptr), ""}) {  // lspawn-guardian, then the fork fallback
+    GuardianEnv env(program);
+    INFO("LSPAWN_GUARDIAN " << (program ? "''" : "unset"));
+    RunTree t;
+    owner_with_dir_dies(t.run, false);
+    CHECK(gone_within(t.run, 2s));
+    CHECK(path_exists(t.outside_file));
+    CHECK(path_exists(t.outside_dir + "/inner.txt"));
+    CHECK(path_exists(t.root));
+  }
+}
+
+TEST_CASE("guardian: clean shutdown -> the directory stays (its owner removes it)", "[guardian]") {
+  RunTree t;
+  owner_with_dir_dies(t.run, true);
+  CHECK_FALSE(gone_within(t.run, 200ms));
+  CHECK(path_exists(t.run + "/a/b/deep"));
+}
+
+TEST_CASE("guardian: remove_on_owner_death refuses a path that is not absolute, naming it", "[guardian]") {
+  lspawn::Guardian g;
+  CHECK_THROWS_WITH(g.remove_on_owner_death("tmp/run"), Catch::Contains("'tmp/run'") && Catch::Contains("absolute"));
+  CHECK_THROWS_WITH(g.remove_on_owner_death(""), Catch::Contains("absolute"));
+  CHECK_THROWS_WITH(g.remove_on_owner_death("/" + std::string(PATH_MAX, 'x')), Catch::Contains("PATH_MAX"));
+  g.shutdown();
 }

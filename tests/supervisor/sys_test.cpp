@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <climits>
+#include <cstdlib>
 #include <fstream>
 
 #include <fcntl.h>
@@ -60,4 +62,29 @@ TEST_CASE("sys: find_executable searches PATH like execvp", "[sys]") {
   CHECK(err == EACCES);
   sys::remove_tree(d);
   CHECK(access(d.c_str(), F_OK) != 0);
+}
+
+TEST_CASE("sys: make_temp_dir under a relative TMPDIR returns an absolute path", "[sys]") {
+  const std::string base = sys::make_temp_dir("lspawn-sys-rel-");
+  char cwd[PATH_MAX];
+  REQUIRE(getcwd(cwd, sizeof cwd));
+  const char* old_tmp = std::getenv("TMPDIR");
+  const std::string saved = old_tmp ? old_tmp : "";
+  REQUIRE(chdir(base.c_str()) == 0);
+  char here[PATH_MAX];
+  REQUIRE(getcwd(here, sizeof here));
+  REQUIRE(mkdir("tmp", 0700) == 0);
+  setenv("TMPDIR", "tmp", 1);
+  const std::string d = sys::make_temp_dir("lspawn-x-");
+  if (old_tmp) {
+    setenv("TMPDIR", saved.c_str(), 1);
+  } else {
+    unsetenv("TMPDIR");
+  }
+  REQUIRE(chdir(cwd) == 0);  // a later chdir must not lose it
+  INFO(d);
+  CHECK(d.rfind(std::string(here) + "/tmp/lspawn-x-", 0) == 0);
+  CHECK(access(d.c_str(), F_OK) == 0);
+  sys::remove_tree(base);
+  CHECK(access(base.c_str(), F_OK) != 0);
 }
