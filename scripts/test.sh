@@ -33,6 +33,24 @@ while (($#)); do
 done
 bash scripts/install-deps.sh
 
+# Disk: what a clean clone's run writes per line, build directory and .deps/ together, measured
+# (docs/reliability.md, "Disk"). Said up front when less is free, and again when a step fails: a
+# compiler that cannot write says only "No space left on device", and the disk may be shared.
+declare -A line_gb=([1.13]=2.7 [2]=5.0 [2.4]=4.3)
+need_gb=0.2  # build-fuzz/
+if ((tsan)); then
+  need_gb=3.5
+else
+  for line in "${lines[@]}"; do need_gb=$(awk -v a="$need_gb" -v b="${line_gb[$line]:-5}" 'BEGIN { print a + b }'); done
+  ((asan)) && need_gb=$(awk -v a="$need_gb" 'BEGIN { print a + 4.0 }')
+fi
+free_gb() { df -Pk "$root" | awk 'NR == 2 { printf "%.1f", $4 / 1048576 }'; }
+if awk -v f="$(free_gb)" -v n="$need_gb" 'BEGIN { exit !(f < n) }'; then
+  echo "test.sh: warning: $(free_gb) GB free on the disk of $root; a clean run of what was asked" \
+       "writes about $need_gb GB (less where build directories are already there; docs/reliability.md, \"Disk\")" >&2
+fi
+trap 'rc=$?; if ((rc)); then echo "test.sh: failed (exit $rc); $(free_gb) GB free on the disk of $root" >&2; fi' EXIT
+
 if ((tsan)); then
   # The torch-free parts' tests, spawn, e2e and collectives tests (and the binaries they start) under
   # ThreadSanitizer, against LibTorch 1.13. LibTorch and gloo are not instrumented:
