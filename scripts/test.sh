@@ -45,8 +45,9 @@ else
   ((asan)) && need_gb=$(awk -v a="$need_gb" 'BEGIN { print a + 4.0 }')
 fi
 free_gb() { df -Pk "$root" | awk 'NR == 2 { printf "%.1f", $4 / 1048576 }'; }
-if awk -v f="$(free_gb)" -v n="$need_gb" 'BEGIN { exit !(f < n) }'; then
-  echo "test.sh: warning: $(free_gb) GB free on the disk of $root; a clean run of what was asked" \
+free=$(free_gb)
+if awk -v f="$free" -v n="$need_gb" 'BEGIN { exit !(f < n) }'; then
+  echo "test.sh: warning: $free GB free on the disk of $root; a clean run of what was asked" \
        "writes about $need_gb GB (less where build directories are already there; docs/reliability.md, \"Disk\")" >&2
 fi
 trap 'rc=$?; if ((rc)); then echo "test.sh: failed (exit $rc); $(free_gb) GB free on the disk of $root" >&2; fi' EXIT

@@ -22,11 +22,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "supervisor/remove_tree.hpp"
+
 namespace lspawn::guardian_detail {
 
 inline constexpr int32_t kOwnedDir = INT32_MIN;
-// How deep remove_tree_at() descends (a run directory is two levels deep).
-inline constexpr int kMaxTreeDepth = 16;
 
 // Makes this process the guardian: own process group, job-control and terminal signals
 // ignored, empty signal mask, stdin/stdout on /dev/null, `rfd` moved to fd 3 and every fd
@@ -72,43 +72,6 @@ inline bool read_full(int fd, void* buf, size_t n) {
   return true;
 }
 
-// Removes `name` under the directory `parent` (a file, a symlink — never followed — or a whole
-// tree, `depth` levels deep at most), as `rm -rf` does: getdents64 and unlinkat on a stack
-// buffer, no allocation. Entries it cannot remove stay; so does their directory.
-inline void remove_tree_at(int parent, const char* name, int depth) {
-  if (::unlinkat(parent, name, 0) == 0 || errno == ENOENT) return;
-  if (errno != EISDIR || depth <= 0) return;
-  const int fd = ::openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return;
-  struct Entry {  // linux_dirent64
-    uint64_t ino;
-    int64_t off;
-    unsigned short reclen;
-    unsigned char type;
-    char name[1];
-  };
-  alignas(8) char buf[4096];
-  // Each pass reads the directory from its start and removes what it lists; a pass that finds
-  // nothing left (or removes nothing) ends it.
-  for (int pass = 0; pass < 1024; ++pass) {
-    if (::lseek(fd, 0, SEEK_SET) != 0) break;
-    const long n = ::syscall(SYS_getdents64, fd, buf, sizeof buf);
-    if (n <= 0) break;
-    bool listed = false, removed = false;
-    for (long off = 0; off < n;) {
-      const Entry* e = reinterpret_cast<const Entry*>(buf + off);
-      off += e->reclen;
-      if (::strcmp(e->name, ".") == 0 || ::strcmp(e->name, "..") == 0) continue;
-      listed = true;
-      remove_tree_at(fd, e->name, depth - 1);
-      if (::faccessat(fd, e->name, F_OK, AT_SYMLINK_NOFOLLOW) != 0) removed = true;
-    }
-    if (!listed || !removed) break;
-  }
-  ::close(fd);
-  ::unlinkat(parent, name, AT_REMOVEDIR);
-}
-
 [[noreturn]] inline void guardian_loop(int rfd, pid_t* groups, int max_groups) {
   int n = 0;
   // "" or the tree to remove when the owner dies; set only from a path read whole (a partial one
@@ -145,7 +108,7 @@ owner_died:
     // A worker killed in the middle of a system call may still finish it (create a file) after
     // our pass: try again, 10 ms apart, for up to 2 s.
     for (int attempt = 0; attempt < 200; ++attempt) {
-      remove_tree_at(AT_FDCWD, owned_dir, kMaxTreeDepth);
+      sys::remove_tree_at(AT_FDCWD, owned_dir, sys::kRemoveTreeDepth);
       if (::faccessat(AT_FDCWD, owned_dir, F_OK, AT_SYMLINK_NOFOLLOW) != 0) break;
       const struct timespec pause{0, 10 * 1000 * 1000};
       ::nanosleep(&pause, nullptr);

@@ -1,4 +1,5 @@
 #include "supervisor/sys.hpp"
+#include "supervisor/remove_tree.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -6,7 +7,6 @@
 #include <vector>
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -167,22 +167,7 @@ std::string make_temp_dir(const std::string& prefix) {
   return dir;
 }
 
-void remove_tree(const std::string& path) {
-  struct stat st;
-  if (::lstat(path.c_str(), &st) != 0) return;
-  if (S_ISDIR(st.st_mode)) {
-    if (DIR* d = ::opendir(path.c_str())) {
-      while (struct dirent* e = ::readdir(d)) {
-        if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
-        remove_tree(path + "/" + e->d_name);
-      }
-      ::closedir(d);
-    }
-    ::rmdir(path.c_str());
-  } else {
-    ::unlink(path.c_str());
-  }
-}
+void remove_tree(const std::string& path) { remove_tree_at(AT_FDCWD, path.c_str(), kRemoveTreeDepth); }
 
 std::string hostname() {
   char buf[256];

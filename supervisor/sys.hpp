@@ -118,7 +118,9 @@ int read_exec_errno(int status_read_fd);
 // path (a relative TMPDIR is taken from the current directory).
 std::string make_temp_dir(const std::string& prefix);
 
-// Removes a directory tree (best effort, errors ignored). Used for lspawn's private run dir.
+// Removes a directory tree, or a file (best effort, errors ignored; links removed, never
+// followed; kRemoveTreeDepth levels deep at most: remove_tree.hpp). Used for lspawn's private
+// run dir.
 void remove_tree(const std::string& path);
 
 // gethostname(2), "unknown" on failure.

@@ -92,7 +92,7 @@ TEST_CASE("lspawn killed by SIGKILL leaves no worker, no grandchild and no run d
   c.signal(SIGKILL);
   CHECK(alive_after(pids, 1s).empty());
   c.wait(5s);
-  // ... and lspawn's guardian removes it once the workers are killed (docs/supervisor.md).
+  // ... and lspawn's guardian removes it once the workers are killed (docs/architecture.md).
   const auto t0 = std::chrono::steady_clock::now();
   while (::access(run_dir.c_str(), F_OK) == 0 && std::chrono::steady_clock::now() - t0 < 2s) {
     std::this_thread::sleep_for(5ms);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "supervisor/guardian.hpp"
+#include "supervisor/sys.hpp"
 
 using namespace std::chrono_literals;
 
@@ -190,9 +191,7 @@ bool gone_within(const std::string& p, std::chrono::milliseconds limit) {
 struct RunTree {
   std::string root, run, outside_file, outside_dir;
   RunTree() {
-    char t[] = "/tmp/lspawn-guardian-test-XXXXXX";
-    REQUIRE(mkdtemp(t));
-    root = t;
+    root = lspawn::sys::make_temp_dir("lspawn-guardian-test-");
     run = root + "/run";
     outside_file = root + "/keep.txt";
     outside_dir = root + "/keep";
@@ -210,10 +209,7 @@ struct RunTree {
     REQUIRE(symlink(outside_file.c_str(), (run + "/link-to-file").c_str()) == 0);
     REQUIRE(symlink(outside_dir.c_str(), (run + "/link-to-dir").c_str()) == 0);
   }
-  ~RunTree() {
-    std::string cmd = "rm -rf '" + root + "'";
-    (void)!std::system(cmd.c_str());
-  }
+  ~RunTree() { lspawn::sys::remove_tree(root); }
 };
 
 // The owner names `dir`, then shuts the guardian down cleanly or not, then dies by SIGKILL.
