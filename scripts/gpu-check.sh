@@ -8,15 +8,15 @@
 #   bash scripts/gpu-check.sh [--build DIR] [--out DIR] [--python PY] [--device cuda|cpu] [--csv F]
 #
 # --build: a build of lspawn with CUDA (and NCCL): .gpu/build-cuda.sh makes one in /tmp/build-cuda.
-#   On the device machine, in the same call as the build:
-#     LOG_DIR=$OUT bash .gpu/build-cuda.sh 'bash "$OLDPWD/scripts/gpu-check.sh" --build . --out "$LOG_DIR"'
+#   On the device machine it runs in the same call as the build, through scripts/gpu-session.sh
+#   (which runs the suite after it and packs the logs into the 8 files the device tool brings back).
 # --csv: scikit-learn's digits.csv.gz for the DDP checks. Default: Debian's python3-sklearn copy,
 #   else .gpu/digits.csv.gz (the GPU machine has no sklearn: copy it there with fetch-debs.sh),
 #   else the one of --python's sklearn.
 # --out: where the logs and the benchmark's JSON go (default: a temp dir, printed; removed at the
 #   end when every check passed).
 # --device cpu: the same checks with CPU tensors and models, those that need CUDA skipped: how
-#   this script is tested on a machine without a GPU (ctest: e2e.gpu_check_script_on_cpu).
+#   this script is tested on a machine without a GPU (ctest: e2e.gpu_session_script_on_cpu).
 # Exit status: the number of failed checks (0: all passed or skipped).
 set -uo pipefail
 
