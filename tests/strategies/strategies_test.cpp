@@ -35,6 +35,17 @@ TEST_CASE("DDP with the shm comm hook equals one process (buckets through shared
   require_all_ok(r);
 }
 
+// The Trainer's next fit after a failed one: the first module's backward throws midway (a gradient
+// hook), with buckets still queued on rank 0's hook thread, while rank 1's has reduced them (it
+// sets up 300 ms later); setup() of the second module reduces them first, then trains it as one
+// process would.
+TEST_CASE("DDP with the shm comm hook: after a backward that throws midway, setup() of the next module reduces the buckets in flight first",
+          "[strategies][ddp][failure]") {
+  auto r = run_ranks(2, "equiv", "shm", {{"LSPAWN_TEST_STRATEGY", "ddp_hook"}, {"LSPAWN_TEST_FAILED_BACKWARD", "1"}}, 90s);
+  require_all_ok(r);
+  for (const auto& rank : r.ranks) CHECK_THAT(rank.output, Catch::Contains("the first module's backward threw as planned"));
+}
+
 // Across nodes (faked on this machine: LSPAWN_TEST_NODES gives each rank a node id) the group is
 // hierarchical, and the hook reduces each bucket through it: shm on each node, gloo among the two
 // leaders (collectives/hierarchy.hpp).

@@ -7,7 +7,8 @@
 //   env: LSPAWN_TEST_STRATEGY (ddp | ddp_hook | ddp_unused | xla), LSPAWN_TEST_DIR, LSPAWN_TEST_THROW_RANK,
 //        LSPAWN_TEST_START (fork | spawn | forkserver | fork-if-allowed), LSPAWN_TEST_NPROCS,
 //        LSPAWN_TEST_EXPECT_BACKEND (the Group's backend() the case needs, e.g. hierarchical),
-//        LSPAWN_TEST_DIE_RANK (equiv: that rank _exit()s with 7 before its second backward)
+//        LSPAWN_TEST_DIE_RANK (equiv: that rank _exit()s with 7 before its second backward),
+//        LSPAWN_TEST_FAILED_BACKWARD=1 (equiv, ddp_hook: the first module's backward throws midway)
 // Exit status: 0 all checks passed; 1 a check failed; 5 an exception. Prints "rank R: ..." lines.
 #include "collectives/group.hpp"
 #include "spawn/threads.hpp"
@@ -24,12 +25,14 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
 
 using lspawn::test::TinyNet;
 using lspawn::test::tiny_data;
@@ -106,7 +109,29 @@ int equiv(const std::string& backend) {
     first = make_net(kind, 99);
     s->setup(*first);
     auto data = tiny_data(B * n, 7);
-    s->backward(s->training_step({data[0].slice(0, r * B, (r + 1) * B), data[1].slice(0, r * B, (r + 1) * B)}, 0));
+    auto loss = s->training_step({data[0].slice(0, r * B, (r + 1) * B), data[1].slice(0, r * B, (r + 1) * B)}, 0);
+    if (env_int("LSPAWN_TEST_FAILED_BACKWARD", 0)) {
+      // The first module's backward throws at fc1.weight, its last gradient, after the buckets of
+      // fc3 and fc2 went to the hook's thread. Rank 0 sets up the second module at once, with
+      // those buckets still queued or being reduced; rank 1 waits 300 ms first, so its hook thread
+      // has reduced them all by then. Rank 0's setup() must reduce its own (as rank 1 did) before
+      // any collective of the second module, or the two ranks' collectives no longer pair up.
+      first->fc1->weight.register_hook(
+          [](const at::Tensor&) -> at::Tensor { throw std::runtime_error("backward failed on purpose at fc1.weight"); });
+      std::string what;
+      try {
+        s->backward(loss);
+      } catch (const std::exception& e) {
+        what = e.what();
+      }
+      check(what.find("backward failed on purpose") != std::string::npos,
+            "the first module's backward throws the hook's error, got '" + what.substr(0, 200) + "'");
+      std::printf("rank %d: the first module's backward threw as planned\n", r);
+      std::fflush(stdout);
+      if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    } else {
+      s->backward(loss);
+    }
   }
   s->setup(net);
   if (auto* ddp = dynamic_cast<lspawn::DDP*>(s.get())) {
