@@ -238,6 +238,32 @@ TEST_CASE("fault matrix: a rank never arrives at the rendezvous", "[fault-matrix
   CHECK(r.left == 0);
 }
 
+// Every store wait ends 30 ms before its deadline (tests/reliability/early_rcvtimeo.c, preloaded
+// into lspawn and the workers), as the kernel may end one since it counts a socket's timeout in
+// timer ticks. Rank 0's wait for the missing rank fails as "Socket Timeout" just before the
+// rendezvous deadline: that is the timeout (exit 3, the missing rank named), not a lost store.
+TEST_CASE("fault matrix: the store wait for a missing rank ends just before the deadline", "[fault-matrix]") {
+  Subreaper reaper;
+  const std::string tag = new_tag();
+  const int64_t t0 = now_us();
+  Child c({lspawn_bin(), "--nprocs", "3", LSPAWN_RUNTIME_WORKER, "rendezvous"},
+          {"LSPAWN_TEST_ABSENT_RANK=2", "LSPAWN_RDZV_TIMEOUT=2", "LSPAWN_FAULT_TAG=" + tag,
+           std::string("LD_PRELOAD=") + LSPAWN_EARLY_RCVTIMEO_PRELOAD, "LSPAWN_TEST_RCVTIMEO_EARLY_MS=30"});
+  const int status = c.wait(60s);
+  Row r;
+  r.fault = "rank never arrives, every store wait ends 30 ms early (rendezvous timeout 2 s)";
+  r.detection = seconds_text(now_us() - t0) + " from launch";
+  r.exit_code = code_of(status);
+  r.left = tagged_processes(tag);
+  r.message = line_with(c.out() + c.err(), "missing: [2]");
+  print_row(r);
+  INFO(c.out() << c.err());
+  CHECK(r.exit_code == 3);  // the test worker's code for RendezvousTimeout; 4 is a lost store
+  CHECK(r.message.find("2/3 ranks joined, missing: [2]") != std::string::npos);
+  CHECK((c.out() + c.err()).find("lost the store") == std::string::npos);
+  CHECK(r.left == 0);
+}
+
 namespace {
 // lspawn with 4 idle workers, all started (4 "ready" lines).
 struct IdleJob {
