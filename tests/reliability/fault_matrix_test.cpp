@@ -242,6 +242,7 @@ TEST_CASE("fault matrix: a rank never arrives at the rendezvous", "[fault-matrix
 // into lspawn and the workers), as the kernel may end one since it counts a socket's timeout in
 // timer ticks. Rank 0's wait for the missing rank fails as "Socket Timeout" just before the
 // rendezvous deadline: that is the timeout (exit 3, the missing rank named), not a lost store.
+// (On LibTorch 2.x the store client polls to its own deadline, which the shim does not shorten.)
 TEST_CASE("fault matrix: the store wait for a missing rank ends just before the deadline", "[fault-matrix]") {
   Subreaper reaper;
   const std::string tag = new_tag();
