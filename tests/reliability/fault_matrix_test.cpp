@@ -218,24 +218,36 @@ TEST_CASE("fault matrix: a rank hangs while the others wait in a collective", "[
   CHECK(r.left == 0);
 }
 
-TEST_CASE("fault matrix: a rank never arrives at the rendezvous", "[fault-matrix]") {
+namespace {
+// lspawn --nprocs 3 of the runtime's test worker, rank 2 never joining the rendezvous; `env` is
+// added to the job's. Checks the rendezvous timeout everyone must see (the worker exits 3 for
+// RendezvousTimeout, 4 for a lost store) and returns lspawn's and the workers' output.
+std::string check_rank_never_arrives(const std::string& fault, int timeout_s, std::vector<std::string> env) {
   Subreaper reaper;
   const std::string tag = new_tag();
   const int64_t t0 = now_us();
-  Child c({lspawn_bin(), "--nprocs", "3", LSPAWN_RUNTIME_WORKER, "rendezvous"},
-          {"LSPAWN_TEST_ABSENT_RANK=2", "LSPAWN_RDZV_TIMEOUT=3", "LSPAWN_FAULT_TAG=" + tag});
+  env.push_back("LSPAWN_TEST_ABSENT_RANK=2");
+  env.push_back("LSPAWN_RDZV_TIMEOUT=" + std::to_string(timeout_s));
+  env.push_back("LSPAWN_FAULT_TAG=" + tag);
+  Child c({lspawn_bin(), "--nprocs", "3", LSPAWN_RUNTIME_WORKER, "rendezvous"}, env);
   const int status = c.wait(60s);
   Row r;
-  r.fault = "rank never arrives (rendezvous timeout 3 s)";
+  r.fault = fault + " (rendezvous timeout " + std::to_string(timeout_s) + " s)";
   r.detection = seconds_text(now_us() - t0) + " from launch";
   r.exit_code = code_of(status);
   r.left = tagged_processes(tag);
   r.message = line_with(c.out() + c.err(), "missing: [2]");
   print_row(r);
   INFO(c.out() << c.err());
-  CHECK(r.exit_code == 3);  // the test worker's code for RendezvousTimeout
+  CHECK(r.exit_code == 3);
   CHECK(r.message.find("2/3 ranks joined, missing: [2]") != std::string::npos);
   CHECK(r.left == 0);
+  return c.out() + c.err();
+}
+}  // namespace
+
+TEST_CASE("fault matrix: a rank never arrives at the rendezvous", "[fault-matrix]") {
+  check_rank_never_arrives("rank never arrives", 3, {});
 }
 
 // Every store wait ends 30 ms before its deadline (tests/reliability/early_rcvtimeo.c, preloaded
@@ -244,25 +256,10 @@ TEST_CASE("fault matrix: a rank never arrives at the rendezvous", "[fault-matrix
 // rendezvous deadline: that is the timeout (exit 3, the missing rank named), not a lost store.
 // (On LibTorch 2.x the store client polls to its own deadline, which the shim does not shorten.)
 TEST_CASE("fault matrix: the store wait for a missing rank ends just before the deadline", "[fault-matrix]") {
-  Subreaper reaper;
-  const std::string tag = new_tag();
-  const int64_t t0 = now_us();
-  Child c({lspawn_bin(), "--nprocs", "3", LSPAWN_RUNTIME_WORKER, "rendezvous"},
-          {"LSPAWN_TEST_ABSENT_RANK=2", "LSPAWN_RDZV_TIMEOUT=2", "LSPAWN_FAULT_TAG=" + tag,
-           std::string("LD_PRELOAD=") + LSPAWN_EARLY_RCVTIMEO_PRELOAD, "LSPAWN_TEST_RCVTIMEO_EARLY_MS=30"});
-  const int status = c.wait(60s);
-  Row r;
-  r.fault = "rank never arrives, every store wait ends 30 ms early (rendezvous timeout 2 s)";
-  r.detection = seconds_text(now_us() - t0) + " from launch";
-  r.exit_code = code_of(status);
-  r.left = tagged_processes(tag);
-  r.message = line_with(c.out() + c.err(), "missing: [2]");
-  print_row(r);
-  INFO(c.out() << c.err());
-  CHECK(r.exit_code == 3);  // the test worker's code for RendezvousTimeout; 4 is a lost store
-  CHECK(r.message.find("2/3 ranks joined, missing: [2]") != std::string::npos);
-  CHECK((c.out() + c.err()).find("lost the store") == std::string::npos);
-  CHECK(r.left == 0);
+  const std::string out = check_rank_never_arrives(
+      "rank never arrives, every store wait ends 30 ms early", 2,
+      {std::string("LD_PRELOAD=") + LSPAWN_EARLY_RCVTIMEO_PRELOAD, "LSPAWN_TEST_RCVTIMEO_EARLY_MS=30"});
+  CHECK(out.find("lost the store") == std::string::npos);
 }
 
 namespace {
