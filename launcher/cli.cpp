@@ -219,15 +219,29 @@ std::optional<int> apply_torchrun_conventions(CliOptions& o) {
     }
     o.program = argv;
   }
-  if ((o.redirects || o.tee_spec) && o.log_dir.empty() &&
-      ((o.redirects && o.redirects->any()) || (o.tee_spec && o.tee_spec->any()) || o.tee)) {
+  // --local-ranks-filter names local ranks of this node; a rank it leaves out writes to files.
+  bool hides = false;
+  if (o.local_ranks_filter) {
+    const int top = *o.local_ranks_filter->rbegin();
+    if (top >= o.nproc_per_node) {
+      say("--local-ranks-filter: local rank " + std::to_string(top) + " does not exist: each node has " +
+          std::to_string(o.nproc_per_node) + " worker" + (o.nproc_per_node == 1 ? "" : "s") + ", local ranks 0.." +
+          std::to_string(o.nproc_per_node - 1));
+      return exit_codes::kUsage;
+    }
+    hides = static_cast<int>(o.local_ranks_filter->size()) < o.nproc_per_node;
+  }
+  const bool spec_files = (o.redirects || o.tee_spec) &&
+                          ((o.redirects && o.redirects->any()) || (o.tee_spec && o.tee_spec->any()) || o.tee);
+  if (o.log_dir.empty() && (spec_files || hides)) {
+    const std::string flags = spec_files ? "--redirects/--tee" : "--local-ranks-filter";
     try {
       o.log_dir = sys::make_temp_dir("lspawn-logs-");
     } catch (const sys::SysError& e) {
-      say(std::string("--redirects/--tee without --log-dir: cannot create a log directory: ") + e.what());
+      say(flags + " without --log-dir: cannot create a log directory: " + e.what());
       return exit_codes::kUsage;
     }
-    say("--redirects/--tee without --log-dir: the log files are in " + o.log_dir + " (kept after the run)");
+    say(flags + " without --log-dir: the log files are in " + o.log_dir + " (kept after the run)");
   }
   if (!o.preload.empty()) {
     if (auto why = preload::check_program(o.program); !why.empty()) {
@@ -399,7 +413,8 @@ int run(const CliOptions& o) {
   std::unique_ptr<ConsoleSink> console;
   std::unique_ptr<LogDirSink> logs;
   SupervisorOptions sopts;
-  if (o.log_dir.empty() || o.tee || o.redirects || o.tee_spec) {
+  const bool routed = o.redirects || o.tee_spec || o.local_ranks_filter;
+  if (o.log_dir.empty() || o.tee || routed) {
     console = std::make_unique<ConsoleSink>([&] {
       ConsoleSink::Options co;
       co.prefix = o.prefix;
@@ -412,17 +427,34 @@ int run(const CliOptions& o) {
     logs = std::make_unique<LogDirSink>(o.log_dir, say);
     sopts.sinks.push_back(logs.get());
   }
-  // torchrun's --redirects/--tee decide, per local rank and stream, console, files or both.
+  // torchrun's --redirects/--tee and --local-ranks-filter decide, per local rank and stream,
+  // console, files or both.
   std::vector<std::unique_ptr<RoutedSink>> routes;
-  if (o.redirects || o.tee_spec) {
+  if (routed) {
     const StdSpec redirects = o.redirects.value_or(StdSpec{});
     StdSpec tee = o.tee_spec.value_or(StdSpec{});
     if (!o.tee_spec && o.tee) tee.all = 3;  // the boolean --tee: every stream
     const int first_rank = node_rank * o.nproc_per_node;
-    auto route = [=](int rank, Stream s) { return std_route(redirects, tee, rank - first_rank, s == Stream::Stderr); };
+    const auto filter = o.local_ranks_filter;
+    auto route = [=](int rank, Stream s) {
+      const StdRoute r = std_route(redirects, tee, rank - first_rank, s == Stream::Stderr);
+      return filter ? filter_route(r, *filter, rank - first_rank) : r;
+    };
     sopts.sinks.clear();
     routes.push_back(std::make_unique<RoutedSink>(*console, [route](int r, Stream s) { return route(r, s).console; }));
-    if (logs) routes.push_back(std::make_unique<RoutedSink>(*logs, [route](int r, Stream s) { return route(r, s).file; }));
+    if (logs) {
+      routes.push_back(std::make_unique<RoutedSink>(*logs, [route](int r, Stream s) { return route(r, s).file; }));
+      // A failed rank whose output is not on the console: the report says where it is.
+      sopts.output_note = [route, &logs](int rank) {
+        std::string files;
+        for (Stream s : {Stream::Stdout, Stream::Stderr}) {
+          const StdRoute r = route(rank, s);
+          const std::string path = logs->path(rank, s);
+          if (r.file && !r.console && ::access(path.c_str(), F_OK) == 0) files += (files.empty() ? "" : ", ") + path;
+        }
+        return files.empty() ? std::string() : "its output, not on the console: " + files;
+      };
+    }
     for (auto& r : routes) sopts.sinks.push_back(r.get());
   }
   sopts.grace_period = std::chrono::milliseconds(static_cast<long long>(o.grace_period_s * 1000));

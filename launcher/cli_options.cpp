@@ -144,6 +144,12 @@ bool parse_torchrun_option(const std::string& name, bool has_value, const std::s
     } else {
       o.tee = true;
     }
+  } else if (name == "--local-ranks-filter") {
+    const std::string v = take("RANKS");
+    o.local_ranks_filter = parse_local_ranks(v);
+    if (!o.local_ranks_filter) {
+      usage(name + ": expected local ranks separated by commas (" + name + " 0, " + name + " 0,1), got '" + v + "'");
+    }
   } else if (name == "--rdzv-conf") {
     auto kv = parse_rdzv_conf(name, take("KEY=VALUE,..."));
     o.rdzv_conf.insert(o.rdzv_conf.end(), kv.begin(), kv.end());
@@ -248,6 +254,8 @@ options (--opt value and --opt=value are both accepted):
                                   (no --log-dir: a temporary one, named)
   -t, --tee SPEC                  torchrun's: these streams to the log files and the console
                                   (--tee not followed by a SPEC is the flag above)
+  --local-ranks-filter R[,R...]   torchrun's: only these local ranks on the console; the others'
+                                  output goes to the log files (no --log-dir: a temporary one, named)
   --no-prefix                     do not prefix console lines with "[rank N] " ("[HOST rank N] "
                                   when --nnodes > 1)
   --quiet                         no lspawn info lines (errors and the failure summary still printed)
@@ -296,8 +304,8 @@ options (--opt value and --opt=value are both accepted):
                                   workers' store should it become node 0
   --role NAME                     the workers' ROLE_NAME (default "default")
   Other torchrun flags: --monitor-interval, --signals-to-handle (lspawn's signals) and
-  --start-method spawn|fork are accepted with a note; --logs-specs, --local-ranks-filter,
-  --numa-binding, --event-log-handler are refused (docs/cli.md, "From torchrun").
+  --start-method spawn|fork are accepted with a note; --logs-specs, --numa-binding and
+  --event-log-handler are refused (docs/cli.md, "From torchrun").
   -h, --help                      this text
   --version                       print the version
 

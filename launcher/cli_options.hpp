@@ -56,6 +56,8 @@ struct CliOptions : LaunchFlags {
   ProgramConvention program_convention;  // -m/--module, --no-python, --run-path
   std::optional<StdSpec> redirects;      // --redirects/-r SPEC
   std::optional<StdSpec> tee_spec;       // --tee/-t SPEC (torchrun's form); the boolean --tee is `tee`
+  std::optional<std::set<int>> local_ranks_filter;  // --local-ranks-filter R[,R...]: the local
+                                   // ranks on the console; the others' output in the log files only
   std::string local_addr;          // --local-addr: what this node advertises as its workers'
                                    // store address should it become node 0 (--rdzv-endpoint jobs)
   std::string role = "default";    // --role: the workers' ROLE_NAME

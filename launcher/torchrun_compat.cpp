@@ -66,6 +66,25 @@ StdRoute std_route(const StdSpec& redirects, const StdSpec& tee, int local_rank,
   return r;
 }
 
+std::optional<std::set<int>> parse_local_ranks(const std::string& v) {
+  std::set<int> ranks;
+  size_t pos = 0;
+  while (pos <= v.size()) {
+    const size_t comma = v.find(',', pos);
+    const std::string item = v.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    if (!all_digits(item)) return std::nullopt;
+    ranks.insert(std::stoi(item));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return ranks;
+}
+
+StdRoute filter_route(StdRoute route, const std::set<int>& shown, int local_rank) {
+  if (shown.count(local_rank)) return route;
+  return StdRoute{false, true};
+}
+
 int resolve_nproc_spec(const std::string& spec, int gpus, int cpus, const char* cuda_visible_devices,
                        int max_procs, std::string* how) {
   const std::string flag = "--nproc-per-node " + spec;
@@ -167,9 +186,6 @@ std::optional<std::string> refused_torchrun_flag(const std::string& name) {
   };
   static const Refusal kRefused[] = {
       {"--logs-specs", "lspawn has no log plugins; its own files are --log-dir DIR with --redirects/--tee"},
-      {"--local-ranks-filter",
-       "to see only some local ranks on the console, keep every rank in files and tee those: e.g. "
-       "--log-dir DIR --redirects 3 --tee 0:3 (local rank 0 on the console too)"},
       {"--numa-binding", "bind in the program, or wrap it: lspawn ... -- numactl --cpunodebind=N prog"},
       {"--event-log-handler", "lspawn has no event log; its info lines and the failure summary go to stderr"},
       {"--use-env", "that is torch.distributed.launch's flag; lspawn (like torchrun) always sets LOCAL_RANK in the environment"},

@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,16 @@ struct StdRoute {
   bool file = false;
 };
 StdRoute std_route(const StdSpec& redirects, const StdSpec& tee, int local_rank, bool is_stderr);
+
+// `--local-ranks-filter 0[,1...]` (torchrun's): the local ranks shown on the console; nullopt
+// unless the value is one or more non-negative integers separated by commas.
+std::optional<std::set<int>> parse_local_ranks(const std::string& v);
+
+// `route` of a local rank once --local-ranks-filter `shown` applies: a rank it does not name
+// leaves the console. torchrun then writes that rank's tee'd streams to the files only and sends
+// the others, neither redirected nor tee'd, to /dev/null; lspawn keeps those in the files too, so
+// every line of every rank is somewhere (the CLI makes a log directory if none is given).
+StdRoute filter_route(StdRoute route, const std::set<int>& shown, int local_rank);
 
 // `--nproc-per-node gpu|cpu|auto` with torchrun's meaning: gpu = the NVIDIA GPUs visible to
 // this process (`gpus`); cpu = the CPUs it may run on (`cpus`); auto = gpus when > 0, else cpus.

@@ -746,6 +746,9 @@ void Supervisor::detail(std::ostream& os, const WorkerResult& r, const char* hea
   os << "lspawn:   rank " << r.rank << " of " << world << ", pid " << r.pid << ", host "
      << opts_.host << ", after " << std::fixed << std::setprecision(3) << r.seconds
      << std::defaultfloat << " s\n";
+  if (opts_.output_note) {
+    if (const std::string note = opts_.output_note(r.rank); !note.empty()) os << "lspawn:   " << note << "\n";
+  }
   if (!r.exec_error.empty()) os << "lspawn:   " << r.exec_error << "\n";
   if (r.report) {
     const auto& rep = *r.report;

@@ -66,6 +66,9 @@ struct SupervisorOptions {
   bool fail_fast = true;
   // Where output goes; borrowed, must outlive the Supervisor. Empty: output is read and dropped.
   std::vector<OutputSink*> sinks;
+  // Where a failed worker's output went when it is not on the console (its log files, say), for
+  // the failure report: one line, or "" for nothing to add. Null: nothing.
+  std::function<std::string(int rank)> output_note;
   // A worker that exited but whose pipes stay open this long (a grandchild that left its
   // process group holds them) has its pipes closed; what is still unread is lost.
   std::chrono::milliseconds drain_timeout{2000};

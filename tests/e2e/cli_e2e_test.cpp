@@ -31,7 +31,7 @@ TEST_CASE("usage errors exit 2 - name the option and start nothing", "[e2e][cli]
       {{"--standalone", "--rdzv-endpoint", "h:5"}, "--standalone: cannot be combined with --rdzv-endpoint h:5"},
       {{"--rdzv-backend", "etcd"}, "--rdzv-backend: lspawn's own rendezvous replaces c10d and static"},
       {{"--numa-binding", "node"}, "--numa-binding: torchrun's flag is not supported by lspawn"},
-      {{"--local_ranks_filter=0"}, "--local-ranks-filter: torchrun's flag is not supported by lspawn"},
+      {{"--local_ranks_filter=0,b"}, "--local-ranks-filter: expected local ranks separated by commas"},
       {{"--nnodes", "1:2"}, "--nnodes: elastic ranges (MIN:MAX) are not supported"},
       {{"--nprocs=0"}, "--nprocs: 0 is out of range"},
       {{"--nproc-per-node", "-3"}, "--nproc-per-node"},
@@ -326,19 +326,84 @@ TEST_CASE("options --redirects 3 --tee 0:1: tee wins over redirect for the strea
   CHECK_FALSE(has(r.err, "err 1"));
 }
 
+// The log directory lspawn named on stderr after `needle` (its --redirects/--tee or
+// --local-ranks-filter line), or "".
+std::string named_log_dir(const std::string& err, const std::string& needle) {
+  const auto at = err.find(needle);
+  if (at == std::string::npos) return "";
+  return err.substr(at + needle.size(), err.find(' ', at + needle.size()) - at - needle.size());
+}
+
 TEST_CASE("option --redirects without --log-dir: a temporary log directory, named", "[e2e][cli][torchrun][exec-only]") {
   TempDir dir;
   auto r = run_lspawn({"--redirects", "1", out_err_script(dir)}, {"TMPDIR=" + dir.path});
   INFO(r.err);
   CHECK(r.exit_code == 0);
-  const std::string needle = "--redirects/--tee without --log-dir: the log files are in ";
-  const auto at = r.err.find(needle);
-  REQUIRE(at != std::string::npos);
-  const std::string logs = r.err.substr(at + needle.size(), r.err.find(' ', at + needle.size()) - at - needle.size());
-  CHECK(logs.rfind(dir.path + "/lspawn-logs-", 0) == 0);
+  const std::string logs = named_log_dir(r.err, "--redirects/--tee without --log-dir: the log files are in ");
+  REQUIRE(logs.rfind(dir.path + "/lspawn-logs-", 0) == 0);
   CHECK(slurp(logs + "/rank0.stdout") == "out 0\n");
   CHECK_FALSE(has(r.out, "out 0"));
   CHECK(has(r.err, "[rank 0] err 0\n"));
+}
+
+TEST_CASE("option --local-ranks-filter 0 without --log-dir: local rank 0 on the console, the others in a temporary log directory, named",
+          "[e2e][cli][torchrun][exec-only]") {
+  TempDir dir;
+  auto r = run_lspawn({"--nproc-per-node", "3", "--local-ranks-filter", "0", out_err_script(dir)}, {"TMPDIR=" + dir.path});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  const std::string logs = named_log_dir(r.err, "--local-ranks-filter without --log-dir: the log files are in ");
+  REQUIRE(logs.rfind(dir.path + "/lspawn-logs-", 0) == 0);
+  CHECK(has(r.out, "[rank 0] out 0\n"));
+  CHECK(has(r.err, "[rank 0] err 0\n"));
+  CHECK(access((logs + "/rank0.stdout").c_str(), F_OK) != 0);  // shown, neither redirected nor tee'd
+  for (int rank = 1; rank < 3; ++rank) {  // torchrun: /dev/null; lspawn: the files
+    const std::string n = std::to_string(rank);
+    CHECK_FALSE(has(r.out, "out " + n));
+    CHECK_FALSE(has(r.err, "err " + n));
+    CHECK(slurp(logs + "/rank" + n + ".stdout") == "out " + n + "\n");
+    CHECK(slurp(logs + "/rank" + n + ".stderr") == "err " + n + "\n");
+  }
+}
+
+TEST_CASE("options --local-ranks-filter 0 --role rank --tee 3 --log-dir D (torchtitan's): every rank in the files, rank 0 on the console too",
+          "[e2e][cli][torchrun][exec-only]") {
+  TempDir dir;
+  const std::string logs = dir.path + "/logs";
+  auto r = run_lspawn({"--quiet", "--nproc-per-node=2", "--local-ranks-filter", "0", "--role", "rank", "--tee", "3",
+                       "--log-dir", logs, out_err_script(dir)});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  check_rank_logs(logs, 2);
+  CHECK(has(r.out, "[rank 0] out 0\n"));
+  CHECK(has(r.err, "[rank 0] err 0\n"));
+  CHECK_FALSE(has(r.out, "out 1"));
+  CHECK_FALSE(has(r.err, "err 1"));
+}
+
+TEST_CASE("option --local-ranks-filter: a hidden rank that fails is the root cause, and the report names its log files",
+          "[e2e][cli][torchrun][exec-only]") {
+  TempDir dir;
+  const std::string logs = dir.path + "/logs";
+  const std::string script = dir.path + "/fail1.sh";
+  write_file(script, "#!/bin/sh\n[ \"$RANK\" = 1 ] && { echo \"rank 1 gives up\" >&2; exit 7; }\nsleep 30\n", 0755);
+  auto r = run_lspawn({"--nproc-per-node=2", "--local-ranks-filter", "0", "--log-dir", logs, script});
+  INFO(r.err);
+  CHECK(r.exit_code == 7);
+  CHECK(has(r.err, "root cause: process 1 terminated with exit code 7"));
+  CHECK(has(r.err, "its output, not on the console: " + logs + "/rank1.stdout, " + logs + "/rank1.stderr\n"));
+  CHECK_FALSE(has(r.err, "rank 1 gives up"));
+  CHECK(slurp(logs + "/rank1.stderr") == "rank 1 gives up\n");
+}
+
+TEST_CASE("option --local-ranks-filter naming a local rank this node does not have: exit 2, naming it, nothing started",
+          "[e2e][cli][torchrun][exec-only]") {
+  TempDir dir;
+  const std::string marker = dir.path + "/started";
+  auto r = run_lspawn({"--nproc-per-node", "2", "--local-ranks-filter", "0,2", "sh", "-c", "touch " + marker});
+  CHECK(r.exit_code == 2);
+  CHECK(has(r.err, "--local-ranks-filter: local rank 2 does not exist: each node has 2 workers, local ranks 0..1"));
+  CHECK(access(marker.c_str(), F_OK) != 0);
 }
 
 TEST_CASE("lspawn's own --tee (no spec after it) still means: with --log-dir, the console too", "[e2e][cli][torchrun][exec-only]") {

@@ -319,6 +319,40 @@ TEST_CASE("parse_std_spec: torchrun's 0..3 and LOCAL_RANK:V lists - std_route: r
   CHECK_FALSE(lspawn::std_route(out_only, none, 0, true).file);
 }
 
+TEST_CASE("parse_local_ranks: torchrun's comma-separated local ranks - filter_route: the others to the files only", "[cli][torchrun]") {
+  CHECK(*lspawn::parse_local_ranks("0") == std::set<int>{0});
+  CHECK(*lspawn::parse_local_ranks("2,0,2") == std::set<int>{0, 2});
+  for (const std::string bad : {"", ",", "0,", ",1", "-1", "x", "0 1", "1.5", "0:1", "1234567"}) {
+    INFO(bad);
+    CHECK_FALSE(lspawn::parse_local_ranks(bad));
+  }
+  const std::set<int> shown{0, 2};
+  const lspawn::StdSpec none, all{3, {}, false};
+  for (const auto& [redirects, tee] : {std::pair{none, none}, {all, none}, {none, all}, {all, all}}) {
+    for (bool err : {false, true}) {
+      const auto base = lspawn::std_route(redirects, tee, 1, err);
+      // A shown rank keeps its route; a hidden one leaves the console, and what torchrun would
+      // send to /dev/null (neither redirected nor tee'd) goes to the files.
+      const auto kept = lspawn::filter_route(base, shown, 2);
+      CHECK((kept.console == base.console && kept.file == base.file));
+      const auto hidden = lspawn::filter_route(base, shown, 1);
+      CHECK((!hidden.console && hidden.file));
+    }
+  }
+}
+
+TEST_CASE("parse_cli: --local-ranks-filter takes local ranks, and names a bad list", "[cli][torchrun]") {
+  CHECK(*parse_cli({"--local-ranks-filter", "0", "p"}).local_ranks_filter == std::set<int>{0});
+  CHECK(*parse_cli({"--local_ranks_filter=1,0", "p"}).local_ranks_filter == std::set<int>{0, 1});
+  CHECK_FALSE(parse_cli({"p"}).local_ranks_filter);
+  for (const std::string bad : {"", "a", "0,-1", "0;1"}) {
+    INFO(bad);
+    CHECK(usage_msg({"--local-ranks-filter=" + bad, "p"}) ==
+          "--local-ranks-filter: expected local ranks separated by commas (--local-ranks-filter 0, "
+          "--local-ranks-filter 0,1), got '" + bad + "'");
+  }
+}
+
 TEST_CASE("parse_cli: --redirects/-r and --tee/-t take torchrun's specs - --tee alone stays lspawn's flag", "[cli][torchrun]") {
   CHECK(parse_cli({"--redirects", "3", "p"}).redirects->all == 3);
   CHECK(parse_cli({"--redirects=0:1,1:2", "p"}).redirects->mask_for(1) == 2);
@@ -400,8 +434,6 @@ TEST_CASE("parse_cli: torchrun flags lspawn does not support get their own error
   const std::vector<Case> cases = {
       {{"--logs-specs", "x", "p"}, "--logs-specs: torchrun's flag is not supported by lspawn ("},
       {{"--logs_specs=x", "p"}, "--logs-specs: torchrun's flag is not supported by lspawn ("},
-      {{"--local-ranks-filter", "0", "p"}, "--local-ranks-filter: torchrun's flag is not supported by lspawn (to see only"},
-      {{"--local_ranks_filter=0,1", "p"}, "--local-ranks-filter: torchrun's flag is not supported"},
       {{"--numa-binding", "node", "p"}, "--numa-binding: torchrun's flag is not supported by lspawn (bind in the program"},
       {{"--event_log_handler", "null", "p"}, "--event-log-handler: torchrun's flag is not supported by lspawn"},
   };
