@@ -164,10 +164,7 @@ bool parse_torchrun_option(const std::string& name, bool has_value, const std::s
     o.notes.push_back(name + ": ignored; lspawn learns of worker exits at once (pidfds, no polling)");
   } else if (name == "--signals-to-handle") {
     const std::string v = take("SIGNALS");
-    size_t pos = 0;
-    while (pos <= v.size()) {
-      const size_t comma = v.find(',', pos);
-      const std::string sig = v.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    for (const std::string& sig : split_commas(v)) {
       bool known = false;
       for (const char* f : kForwardedSignals) known = known || sig == f;
       if (!known) {
@@ -175,8 +172,6 @@ bool parse_torchrun_option(const std::string& name, bool has_value, const std::s
               "workers, always, and no other signal; '" + sig + "' in '" + v + "' is not one of them (" +
               name + " SIGTERM,SIGUSR1, or drop the flag)");
       }
-      if (comma == std::string::npos) break;
-      pos = comma + 1;
     }
     o.notes.push_back(name + ": lspawn always forwards SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the workers");
   } else {
@@ -432,16 +427,11 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
       o.start_method = CliStartMethod::Warm;
     } else if (name == "--preload") {
       const std::string v = take("MODULE[,MODULE...]");
-      size_t start = 0;
-      for (;;) {
-        const size_t comma = v.find(',', start);
-        const std::string m = v.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      for (const std::string& m : split_commas(v)) {
         if (auto why = preload::check_module(m); !why.empty()) {
           usage(name + ": " + why + " in '" + v + "' (" + name + " MODULE[,MODULE...], e.g. torch,lightning)");
         }
         o.preload.push_back(m);
-        if (comma == std::string::npos) break;
-        start = comma + 1;
       }
     } else if (name == "--daemon-socket") {
       o.daemon_socket = take("PATH");

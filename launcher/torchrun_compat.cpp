@@ -20,6 +20,17 @@ bool ends_with(const std::string& s, const std::string& tail) {
 
 }  // namespace
 
+std::vector<std::string> split_commas(const std::string& v) {
+  std::vector<std::string> items;
+  size_t pos = 0;
+  for (size_t comma = v.find(','); comma != std::string::npos; comma = v.find(',', pos)) {
+    items.push_back(v.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  items.push_back(v.substr(pos));
+  return items;
+}
+
 int StdSpec::mask_for(int local_rank) const {
   if (!mapped) return all;
   const auto it = per_rank.find(local_rank);
@@ -41,17 +52,12 @@ std::optional<StdSpec> parse_std_spec(const std::string& v) {
   }
   if (v.empty()) return std::nullopt;
   s.mapped = true;
-  size_t pos = 0;
-  while (pos <= v.size()) {
-    const size_t comma = v.find(',', pos);
-    const std::string item = v.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+  for (const std::string& item : split_commas(v)) {
     const size_t colon = item.find(':');
     if (colon == std::string::npos) return std::nullopt;
     const std::string lr = item.substr(0, colon), m = item.substr(colon + 1);
     if (!all_digits(lr) || m.size() != 1 || m[0] < '0' || m[0] > '3') return std::nullopt;
     s.per_rank[std::stoi(lr)] = m[0] - '0';
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
   }
   return s;
 }
@@ -68,14 +74,9 @@ StdRoute std_route(const StdSpec& redirects, const StdSpec& tee, int local_rank,
 
 std::optional<std::set<int>> parse_local_ranks(const std::string& v) {
   std::set<int> ranks;
-  size_t pos = 0;
-  while (pos <= v.size()) {
-    const size_t comma = v.find(',', pos);
-    const std::string item = v.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+  for (const std::string& item : split_commas(v)) {
     if (!all_digits(item)) return std::nullopt;
     ranks.insert(std::stoi(item));
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
   }
   return ranks;
 }
@@ -163,18 +164,13 @@ std::string python_interpreter(const std::function<std::optional<std::string>(co
 std::vector<std::pair<std::string, std::string>> parse_rdzv_conf(const std::string& opt, const std::string& v) {
   std::vector<std::pair<std::string, std::string>> out;
   if (v.empty()) return out;
-  size_t pos = 0;
-  while (pos <= v.size()) {
-    const size_t comma = v.find(',', pos);
-    const std::string item = v.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+  for (const std::string& item : split_commas(v)) {
     const size_t eq = item.find('=');
     if (eq == std::string::npos || eq == 0) {
       throw UsageError(opt + ": expected KEY=VALUE entries separated by commas (" + opt +
                        " join_timeout=900,KEY=VALUE), got '" + item + "' in '" + v + "'");
     }
     out.emplace_back(item.substr(0, eq), item.substr(eq + 1));
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
   }
   return out;
 }

@@ -17,6 +17,11 @@
 
 namespace lspawn {
 
+// The items of a comma-separated list, empty ones included ("a,,b" -> a, "", b; "" -> one
+// empty item), as the CLI's list flags take them: the std specs, --local-ranks-filter, --rdzv-conf,
+// --signals-to-handle, --preload.
+std::vector<std::string> split_commas(const std::string& v);
+
 // A torchrun std-stream spec (`--redirects`, `--tee`; torchrun's `Std`): bit 1 stdout, bit 2
 // stderr, per local rank. "3" applies to every local rank; "0:1,1:2" to the ranks named
 // (the others: 0, no stream).

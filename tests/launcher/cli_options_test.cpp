@@ -319,6 +319,15 @@ TEST_CASE("parse_std_spec: torchrun's 0..3 and LOCAL_RANK:V lists - std_route: r
   CHECK_FALSE(lspawn::std_route(out_only, none, 0, true).file);
 }
 
+TEST_CASE("split_commas: every item of a comma-separated list, empty ones included", "[cli][torchrun]") {
+  using V = std::vector<std::string>;
+  CHECK(lspawn::split_commas("a") == V{"a"});
+  CHECK(lspawn::split_commas("a,bc,d") == V{"a", "bc", "d"});
+  CHECK(lspawn::split_commas("") == V{""});
+  CHECK(lspawn::split_commas("a,,b") == V{"a", "", "b"});
+  CHECK(lspawn::split_commas(",a,") == V{"", "a", ""});
+}
+
 TEST_CASE("parse_local_ranks: torchrun's comma-separated local ranks - filter_route: the others to the files only", "[cli][torchrun]") {
   CHECK(*lspawn::parse_local_ranks("0") == std::set<int>{0});
   CHECK(*lspawn::parse_local_ranks("2,0,2") == std::set<int>{0, 2});
