@@ -33,16 +33,17 @@ namespace lspawn::node {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Cause, kind, restart_count, rank, node_rank, host, exit_code, time_us,
                                                 text)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(JoinMsg, version, host, node_rank, nnodes, nproc_per_node,
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(JoinMsg, version, host, node_rank, nnodes, min_nnodes, nproc_per_node,
                                                 max_restarts, run_id, worker_addr, worker_port)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AssignMsg, node_rank, nnodes, nproc_per_node, max_restarts, run_id,
-                                                master_addr, master_port, hosts, coordinator)
+                                                master_addr, master_port, hosts, coordinator, restart_count,
+                                                restarts_used)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RejectMsg, reason)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FailedMsg, cause)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StopMsg, restart_count, cause)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DoneMsg, restart_count, failed, cause)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BusyMsg, ms)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StartMsg, restart_count, cause)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StartMsg, restart_count, restarts_used, cause)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FinishMsg, exit_code, failed, restart_count, cause)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StatusMsg, restart_count, ranks)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StackAskMsg, restart_count, ranks)

@@ -53,7 +53,7 @@ inline constexpr uint32_t kMaxFrame = 1u << 20;  // 1 MiB: a root-cause report w
 
 // Why a job (or a round) failed: the one root cause every lspawn reports.
 struct Cause {
-  std::string kind = "worker";  // "worker" | "node-lost" | "signal"
+  std::string kind = "worker";  // "worker" | "node-lost" | "signal" | "hang" | "membership"
   int restart_count = 0;        // the round it happened in
   int rank = -1;                // worker: its global rank
   int node_rank = -1;           // where it happened (node-lost: the node that was lost)
@@ -67,7 +67,8 @@ struct JoinMsg {
   int version = kProtocolVersion;
   std::string host;
   int node_rank = -1;  // -1: assign one
-  int nnodes = 0;
+  int nnodes = 0;           // --nnodes N, or MAX of MIN:MAX
+  int min_nnodes = 0;       // MIN of --nnodes MIN:MAX; 0: a fixed count
   int nproc_per_node = 0;
   int max_restarts = 0;
   std::string run_id;       // empty: none given
@@ -85,6 +86,10 @@ struct AssignMsg {
   int master_port = 0;
   std::vector<std::string> hosts;  // by node rank
   int coordinator = 0;             // node rank of the coordinator
+  // The round this assignment starts: 0 at the rendezvous. An elastic job sends a new
+  // assignment before each round whose nodes changed (and to a node admitted later).
+  int restart_count = 0;
+  int restarts_used = 0;           // of --max-restarts: rounds started after a failure
 };
 
 struct RejectMsg {
@@ -112,6 +117,7 @@ struct BusyMsg {
 
 struct StartMsg {
   int restart_count = 0;
+  int restarts_used = 0;  // of --max-restarts (a round that admits a node counts none)
   Cause cause;  // the root cause of the attempt that failed
 };
 

@@ -23,6 +23,13 @@ struct Group::Node {
   Clock::time_point busy_until{};  // its announced silence (BusyMsg) ends then
 };
 
+// A connection to an elastic job's endpoint after it formed: a node that wants to join.
+struct Group::Joiner {
+  std::unique_ptr<Link> link;
+  std::optional<JoinMsg> join;  // accepted; it waits for the next round
+  std::string endpoint;         // "IP:PORT" of the peer
+};
+
 namespace {
 
 using std::chrono::milliseconds;
@@ -55,11 +62,44 @@ std::string first_line(const std::string& text) {
   return l;
 }
 
-// Lower is more fundamental: a lost node explains the failures it caused elsewhere.
+// Lower is more fundamental: a lost node explains the failures it caused elsewhere; a round
+// stopped to admit a node explains the workers that failed while it stopped.
 int kind_order(const std::string& kind) {
   if (kind == "node-lost") return 0;
   if (kind == "signal") return 1;
-  return 2;
+  if (kind == "membership") return 2;
+  return 3;
+}
+
+std::string nnodes_flag(int min_nnodes, int nnodes) {
+  return min_nnodes > 0 && min_nnodes < nnodes ? std::to_string(min_nnodes) + ":" + std::to_string(nnodes)
+                                                : std::to_string(nnodes);
+}
+
+// Why `j` cannot be part of the job `o` describes; empty when it can.
+std::string join_mismatch(const GroupOptions& o, const JoinMsg& j) {
+  const auto fixed = [](int min, int max) { return min > 0 && min < max ? min : 0; };
+  if (j.version != kProtocolVersion) {
+    return "speaks control protocol " + std::to_string(j.version) + ", this lspawn " +
+           std::to_string(kProtocolVersion);
+  }
+  if (j.nnodes != o.nnodes || fixed(j.min_nnodes, j.nnodes) != fixed(o.min_nnodes, o.nnodes)) {
+    return "has --nnodes " + nnodes_flag(j.min_nnodes, j.nnodes) + ", node 0 " + nnodes_flag(o.min_nnodes, o.nnodes);
+  }
+  if (j.nproc_per_node != o.nproc_per_node) {
+    return "has --nproc-per-node " + std::to_string(j.nproc_per_node) + ", this node " +
+           std::to_string(o.nproc_per_node) + " (every node must run the same number)";
+  }
+  if (!j.run_id.empty() && !o.run_id.empty() && j.run_id != o.run_id) {
+    return "has run id '" + j.run_id + "', this node '" + o.run_id + "'";
+  }
+  if (j.max_restarts != o.max_restarts) {
+    return "has --max-restarts " + std::to_string(j.max_restarts) + ", this node " + std::to_string(o.max_restarts);
+  }
+  if (fixed(o.min_nnodes, o.nnodes) && j.node_rank >= 0) {
+    return "has --node-rank " + std::to_string(j.node_rank) + ": an elastic job numbers its nodes itself";
+  }
+  return "";
 }
 
 int poll_fds(std::vector<pollfd>& pfds, Clock::time_point deadline) {
@@ -136,8 +176,16 @@ std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd li
   const auto t0 = Clock::now();
   const auto deadline = t0 + o.rdzv_timeout;
   const std::string ep = o.endpoint_addr + ":" + std::to_string(o.endpoint_port);
-  g->info("rendezvous: waiting for " + std::to_string(o.nnodes - 1) + " more node" +
-          (o.nnodes == 2 ? "" : "s") + " on " + ep + " (timeout " + seconds(o.rdzv_timeout) + ")");
+  const bool elastic = o.min_nnodes > 0 && o.min_nnodes < o.nnodes;
+  g->endpoint_ = ep;
+  if (elastic) {
+    g->info("rendezvous: waiting for " + std::to_string(o.min_nnodes - 1) + " to " + std::to_string(o.nnodes - 1) +
+            " more nodes on " + ep + " (--nnodes " + nnodes_flag(o.min_nnodes, o.nnodes) + ", timeout " +
+            seconds(o.rdzv_timeout) + ", last call " + seconds(o.last_call) + ")");
+  } else {
+    g->info("rendezvous: waiting for " + std::to_string(o.nnodes - 1) + " more node" +
+            (o.nnodes == 2 ? "" : "s") + " on " + ep + " (timeout " + seconds(o.rdzv_timeout) + ")");
+  }
   // A port for the workers' store on this host, in case this node is node 0.
   const std::string own_addr = !o.static_mode && !o.local_addr.empty() ? o.local_addr : o.endpoint_addr;
   PortReservation own_port(own_addr, 0);
@@ -163,14 +211,32 @@ std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd li
     for (auto& p : pending) n += p.join.has_value();
     return n;
   };
-  while (joined() < o.nnodes) {
+  // Elastic: once MIN have joined, the rendezvous closes at the last call (or at MAX).
+  std::optional<Clock::time_point> last_call;
+  auto formed = [&] {
+    const int n = joined();
+    if (n >= o.nnodes) return true;
+    if (!elastic || n < o.min_nnodes) {
+      last_call.reset();
+      return false;
+    }
+    const auto now = Clock::now();
+    if (!last_call) {
+      last_call = now + o.last_call;
+      g->info("rendezvous: " + std::to_string(n) + " nodes joined (--nnodes " + nnodes_flag(o.min_nnodes, o.nnodes) +
+              "): waiting " + seconds(o.last_call) + " for more (last_call_timeout)");
+    }
+    return now >= *last_call || now >= deadline;
+  };
+  while (!formed()) {
     if (Clock::now() >= deadline) {
       reject_all("rendezvous on " + ep + " timed out after " + seconds(o.rdzv_timeout) + ": " +
-                 std::to_string(joined()) + "/" + std::to_string(o.nnodes) + " nodes joined");
+                 std::to_string(joined()) + "/" + std::to_string(elastic ? o.min_nnodes : o.nnodes) +
+                 " nodes joined" + (elastic ? " (--nnodes " + nnodes_flag(o.min_nnodes, o.nnodes) + ")" : ""));
     }
     std::vector<pollfd> pfds{{listener.get(), POLLIN, 0}};
     for (auto& p : pending) pfds.push_back({p.link->fd(), POLLIN, 0});
-    poll_fds(pfds, deadline);
+    poll_fds(pfds, last_call ? std::min(deadline, *last_call) : deadline);
     if (pfds[0].revents) {
       while (sys::Fd fd = sys::tcp_accept(listener.get(), "rendezvous on " + ep)) {
         sys::tcp_set_liveness(fd.get(), o.node_timeout, "rendezvous on " + ep);
@@ -187,26 +253,8 @@ std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd li
         for (auto& m : p.queue) {
           if (m.type != "join" || p.join) continue;
           JoinMsg j = m.as<JoinMsg>();
-          auto mismatch = [&](const std::string& what) {
-            reject_all("rendezvous on " + ep + ": " + p.link->peer() + " (" + j.host + ") " + what);
-          };
-          if (j.version != kProtocolVersion) {
-            mismatch("speaks control protocol " + std::to_string(j.version) + ", this lspawn " +
-                     std::to_string(kProtocolVersion));
-          }
-          if (j.nnodes != o.nnodes) {
-            mismatch("has --nnodes " + std::to_string(j.nnodes) + ", node 0 " + std::to_string(o.nnodes));
-          }
-          if (j.nproc_per_node != o.nproc_per_node) {
-            mismatch("has --nproc-per-node " + std::to_string(j.nproc_per_node) + ", this node " +
-                     std::to_string(o.nproc_per_node) + " (every node must run the same number)");
-          }
-          if (!j.run_id.empty() && !o.run_id.empty() && j.run_id != o.run_id) {
-            mismatch("has run id '" + j.run_id + "', this node '" + o.run_id + "'");
-          }
-          if (j.max_restarts != o.max_restarts) {
-            mismatch("has --max-restarts " + std::to_string(j.max_restarts) + ", this node " +
-                     std::to_string(o.max_restarts));
+          if (const std::string why = join_mismatch(o, j); !why.empty()) {
+            reject_all("rendezvous on " + ep + ": " + p.link->peer() + " (" + j.host + ") " + why);
           }
           p.join = j;
           p.link->set_peer(j.host + " (" + sys::peer_ip(p.link->fd()) + ")");
@@ -238,7 +286,29 @@ std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd li
       }
     }
   }
-  listener.reset();  // the job is formed; later lspawns get "connection refused"
+  // Connections that sent no join yet: an elastic job's next round may admit them; a fixed
+  // job has formed without them.
+  for (size_t i = 0; i < pending.size(); ++i) {
+    if (pending[i].join) continue;
+    if (elastic) {
+      g->joiners_.push_back(std::make_unique<Joiner>(Joiner{std::move(pending[i].link), {}, pending[i].endpoint}));
+    } else {
+      try {
+        pending[i].link->send("reject", RejectMsg{"the job on " + ep + " has formed without this node"});
+      } catch (const LinkError&) {
+      }
+    }
+    pending.erase(pending.begin() + static_cast<long>(i));
+    --i;
+  }
+  // Elastic: the endpoint stays open for nodes that join later; fixed: later lspawns get
+  // "connection refused".
+  if (elastic) {
+    g->listener_ = std::move(listener);
+  } else {
+    listener.reset();
+  }
+  const int formed_nodes = static_cast<int>(pending.size()) + 1;
 
   // Node ranks: the given ones, then the lowest free ones in join order (coordinator first).
   std::vector<int> rank_of(pending.size() + 1, -1);  // [0]: the coordinator
@@ -269,14 +339,14 @@ std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd li
     r = next;
     taken[next] = 0;
   }
-  g->assign_.nnodes = o.nnodes;
+  g->assign_.nnodes = formed_nodes;
   g->assign_.nproc_per_node = o.nproc_per_node;
   g->assign_.max_restarts = o.max_restarts;
   g->assign_.run_id = o.run_id;
   for (auto& p : pending)
     if (g->assign_.run_id.empty()) g->assign_.run_id = p.join->run_id;
   if (g->assign_.run_id.empty()) g->assign_.run_id = random_run_id();
-  g->assign_.hosts.assign(static_cast<size_t>(o.nnodes), "");
+  g->assign_.hosts.assign(static_cast<size_t>(formed_nodes), "");
   g->assign_.hosts[static_cast<size_t>(rank_of[0])] = o.host;
   for (size_t i = 0; i < pending.size(); ++i) {
     g->assign_.hosts[static_cast<size_t>(rank_of[i + 1])] = pending[i].join->host;
@@ -322,7 +392,7 @@ std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd li
       n->link->touch();
     }
   }
-  g->info("rendezvous: " + std::to_string(o.nnodes) + " nodes joined after " +
+  g->info("rendezvous: " + std::to_string(formed_nodes) + " node" + (formed_nodes == 1 ? "" : "s") + " joined after " +
           seconds(std::chrono::duration_cast<milliseconds>(Clock::now() - t0)));
   return g;
 }
@@ -357,6 +427,7 @@ std::unique_ptr<Group> Group::form_member(const GroupOptions& o) {
   j.host = o.host;
   j.node_rank = o.node_rank;
   j.nnodes = o.nnodes;
+  j.min_nnodes = o.min_nnodes;
   j.nproc_per_node = o.nproc_per_node;
   j.max_restarts = o.max_restarts;
   j.run_id = o.run_id;
@@ -396,6 +467,8 @@ std::unique_ptr<Group> Group::form_member(const GroupOptions& o) {
       g->assign_.node_rank < 0 || g->assign_.node_rank >= g->assign_.nnodes) {
     throw RendezvousError("rendezvous on " + ep + ": inconsistent assignment from the coordinator");
   }
+  g->round_ = g->assign_.restart_count;  // a node admitted to a running elastic job: its round
+  g->restarts_used_ = g->assign_.restarts_used;
   node->node_rank = coord_rank;
   node->host = g->assign_.hosts[static_cast<size_t>(coord_rank)];
   node->link->set_peer("the coordinator (" + node->host + ", " + ep + ")");
@@ -412,10 +485,96 @@ std::vector<int> Group::fds() const {
   std::vector<int> out;
   for (auto& n : nodes_)
     if (n->link) out.push_back(n->link->fd());
+  if (listener_) out.push_back(listener_.get());
+  for (auto& j : joiners_) out.push_back(j->link->fd());
   return out;
 }
 
+std::string Group::nnodes_text() const { return nnodes_flag(opts_.min_nnodes, opts_.nnodes); }
+
+int Group::nodes_alive() const {
+  int n = 1;  // the coordinator
+  for (auto& node : nodes_) n += node->link != nullptr;
+  return n;
+}
+
+void Group::accept_joiners() {
+  while (sys::Fd fd = sys::tcp_accept(listener_.get(), "rendezvous on " + endpoint_)) {
+    sys::tcp_set_liveness(fd.get(), opts_.node_timeout, "rendezvous on " + endpoint_);
+    const std::string peer = sys::peer_ip(fd.get());
+    const std::string endpoint = sys::peer_endpoint(fd.get());
+    joiners_.push_back(std::make_unique<Joiner>(
+        Joiner{std::make_unique<Link>(std::move(fd), "node at " + peer), {}, endpoint}));
+  }
+}
+
+// A node that wants to join a formed elastic job: checked as at the rendezvous; accepted, it
+// waits for the next round, which begins at once unless the round is ending already (a
+// failure) or some node's workers are done (the job may be about to succeed).
+void Group::on_joiner_readable(size_t i) {
+  Joiner& jn = *joiners_[i];
+  std::string turned_away;  // said to the peer and here
+  try {
+    for (auto& m : jn.link->read()) {
+      if (m.type != "join" || jn.join) continue;
+      const JoinMsg j = m.as<JoinMsg>();
+      int waiting = 0;
+      for (auto& other : joiners_) waiting += other->join.has_value();
+      if (std::string why = join_mismatch(opts_, j); !why.empty()) {
+        turned_away = jn.link->peer() + " (" + j.host + ") " + why;
+      } else if (finish_) {
+        turned_away = jn.link->peer() + " (" + j.host + ") came after the job ended";
+      } else if (nodes_alive() + waiting >= opts_.nnodes) {
+        turned_away = jn.link->peer() + " (" + j.host + ") cannot join: the job has its --nnodes " +
+                      nnodes_text() + " maximum of " + std::to_string(opts_.nnodes) + " nodes";
+      } else {
+        jn.join = j;
+        jn.link->set_peer(j.host + " (" + sys::peer_ip(jn.link->fd()) + ")");
+        bool some_done = local_done_;
+        for (auto& n : nodes_) some_done = some_done || (n->link && n->done);
+        if (stopping_ || restart_ || some_done) {
+          info("node " + jn.link->peer() + " wants to join: it is admitted if the job goes on to a next round");
+        } else {
+          Cause c;
+          c.kind = "membership";
+          c.restart_count = round_;
+          c.host = j.host;
+          c.exit_code = 0;
+          c.time_us = now_us();
+          c.text = "lspawn: root cause: a new node, " + jn.link->peer() + ", joined the job (--nnodes " + nnodes_text() +
+                   "): the next round admits it\n";
+          coordinator_failure(c);
+        }
+      }
+      break;
+    }
+  } catch (const LinkError& e) {
+    if (jn.join) info("node " + jn.link->peer() + ", waiting to join, went away: " + e.what());
+    joiners_.erase(joiners_.begin() + static_cast<long>(i));
+    return;
+  } catch (const BadMessage& e) {
+    turned_away = "connection from " + jn.endpoint + ": bad join message (" + e.what() + ")";
+  }
+  if (turned_away.empty()) return;
+  info("rendezvous on " + endpoint_ + ": rejected " + turned_away);
+  try {
+    jn.link->send("reject", RejectMsg{"rendezvous on " + endpoint_ + ": " + turned_away});
+  } catch (const LinkError&) {
+  }
+  joiners_.erase(joiners_.begin() + static_cast<long>(i));
+}
+
 void Group::on_readable(int fd) {
+  if (listener_ && fd == listener_.get()) {
+    accept_joiners();
+    return;
+  }
+  for (size_t i = 0; i < joiners_.size(); ++i) {
+    if (joiners_[i]->link->fd() == fd) {
+      on_joiner_readable(i);
+      return;
+    }
+  }
   for (auto& n : nodes_) {
     if (!n->link || n->link->fd() != fd) continue;
     try {
@@ -463,11 +622,27 @@ void Group::handle_member_message(const Message& m) {
                 ? " on node " + std::to_string(s.cause.node_rank) + " (" + s.cause.host + ")"
                 : ""));
     }
+  } else if (m.type == "assign") {
+    // An elastic job's next round changes the nodes: this node's new place (its "start" follows).
+    const AssignMsg a = m.as<AssignMsg>();
+    if (a.node_rank < 0 || a.node_rank >= a.nnodes || a.hosts.size() != static_cast<size_t>(a.nnodes) ||
+        a.coordinator != assign_.coordinator) {
+      throw BadMessage("inconsistent assignment for round " + std::to_string(a.restart_count));
+    }
+    assign_ = a;
   } else if (m.type == "start") {
     const StartMsg st = m.as<StartMsg>();
-    info("attempt " + std::to_string(round_) + " failed (" + first_line(st.cause.text) +
-         (st.cause.kind == "worker" ? " on node " + std::to_string(st.cause.node_rank) + " (" + st.cause.host + ")" : "") +
-         "); the coordinator restarts every node's workers");
+    if (st.cause.kind == "membership") {
+      info(first_line(st.cause.text) + "; the coordinator starts round " + std::to_string(st.restart_count) +
+           " with " + std::to_string(assign_.nnodes) + " nodes");
+    } else {
+      info("attempt " + std::to_string(round_) + " failed (" + first_line(st.cause.text) +
+           (st.cause.kind == "worker" ? " on node " + std::to_string(st.cause.node_rank) + " (" + st.cause.host + ")" : "") +
+           (st.cause.kind == "node-lost" && elastic()
+                ? "); the coordinator restarts the workers of the " + std::to_string(assign_.nnodes) + " remaining nodes"
+                : std::string("); the coordinator restarts every node's workers")));
+    }
+    restarts_used_ = st.restarts_used;
     round_ = st.restart_count;
     stop_requested_ = false;
     local_done_ = false;
@@ -600,51 +775,154 @@ void Group::node_done(int node_rank, bool failed, const Cause& c) {
 }
 
 void Group::maybe_decide() {
-  if (finish_ || !local_done_) return;
+  if (finish_ || restart_ || !local_done_) return;
   for (auto& n : nodes_)
     if (!n->done) return;
   FinishMsg f;
   f.restart_count = round_;
-  if (!causes_.empty()) {
-    const Cause* best = &causes_.front();
-    for (auto& c : causes_) {
-      const int a = kind_order(c.kind), b = kind_order(best->kind);
-      if (a < b || (a == b && c.time_us < best->time_us)) best = &c;
-    }
-    f.failed = true;
-    f.cause = *best;
-    f.exit_code = best->exit_code;
-    bool any_lost = false;
-    for (auto& n : nodes_) any_lost = any_lost || !n->link;
-    if (best->kind == "worker" && !any_lost && round_ < opts_.max_restarts) {
-      info("attempt " + std::to_string(round_) + " failed; restarting every node's workers (restart " +
-           std::to_string(round_ + 1) + " of at most " + std::to_string(opts_.max_restarts) + ")");
-      if (opts_.info) {
-        std::istringstream lines(best->text);
-        for (std::string l; std::getline(lines, l);) {
-          if (l.rfind("lspawn: ", 0) == 0) l = l.substr(8);
-          info("  attempt " + std::to_string(round_) + ": " + l);
-        }
-      }
-      ++round_;
-      causes_.clear();
-      stopping_ = false;
-      stop_requested_ = false;
-      local_done_ = false;
-      for (auto& n : nodes_) n->done = false;
-      start_ = round_;
-      StartMsg st;
-      st.restart_count = round_;
-      st.cause = f.cause;
-      broadcast("start", body_of(st));
-      return;
-    }
+  if (causes_.empty()) {
+    finish_with(f);
+    return;
   }
+  const Cause* best = &causes_.front();
+  bool signal = false;
+  for (auto& c : causes_) {
+    const int a = kind_order(c.kind), b = kind_order(best->kind);
+    if (a < b || (a == b && c.time_us < best->time_us)) best = &c;
+    signal = signal || c.kind == "signal";
+  }
+  f.failed = true;
+  f.cause = *best;
+  f.exit_code = best->exit_code;
+  int waiting = 0;
+  for (auto& j : joiners_) waiting += j->join.has_value();
+  const int next_nodes = nodes_alive() + waiting;
+  const bool any_lost = nodes_alive() - 1 < static_cast<int>(nodes_.size());
+  const bool restarts_left = restarts_used_ < opts_.max_restarts;
+  if (best->kind == "membership") {
+    restart_ = Restart{*best, false};
+    return;
+  }
+  const bool worker_restart = best->kind == "worker" && !any_lost && restarts_left;
+  // Elastic: a lost node is a failure like a worker's; the survivors go on if enough are left.
+  const bool elastic_restart = elastic() && best->kind == "node-lost" && !signal && restarts_left &&
+                               next_nodes >= opts_.min_nnodes;
+  if (worker_restart || elastic_restart) {
+    info("attempt " + std::to_string(round_) + " failed; restarting " +
+         (elastic_restart ? "the " + std::to_string(next_nodes) + " remaining nodes' workers (--nnodes " + nnodes_text() + ", "
+                          : std::string("every node's workers (")) +
+         "restart " + std::to_string(restarts_used_ + 1) + " of at most " + std::to_string(opts_.max_restarts) + ")");
+    if (opts_.info) {
+      std::istringstream lines(best->text);
+      for (std::string l; std::getline(lines, l);) {
+        if (l.rfind("lspawn: ", 0) == 0) l = l.substr(8);
+        info("  attempt " + std::to_string(round_) + ": " + l);
+      }
+    }
+    restart_ = Restart{*best, true};
+    return;
+  }
+  if (elastic() && best->kind == "node-lost" && !signal && restarts_left) {
+    f.cause.text += "lspawn:   " + std::to_string(next_nodes) + " node" + (next_nodes == 1 ? "" : "s") +
+                    " left, fewer than the " + std::to_string(opts_.min_nnodes) + " of --nnodes " + nnodes_text() + "\n";
+  }
+  finish_with(f);
+}
+
+void Group::finish_with(const FinishMsg& f) {
   finish_ = f;
   broadcast("finish", body_of(f));
+  for (auto& j : joiners_) {
+    if (!j->join) continue;
+    try {
+      j->link->send("reject", RejectMsg{"rendezvous on " + endpoint_ + ": the job ended (exit code " +
+                                        std::to_string(f.exit_code) + ") before this node could join"});
+    } catch (const LinkError&) {
+    }
+  }
+}
+
+// The coordinator begins the round restart_ decided. An elastic job first drops its lost
+// nodes, admits the waiting ones and numbers them all again (each is sent its AssignMsg).
+void Group::begin_round() {
+  const Restart r = *restart_;
+  restart_.reset();
+  // A node lost after the decision: a fixed job cannot go on; an elastic one without it, if
+  // enough nodes are left.
+  int waiting = 0;
+  for (auto& j : joiners_) waiting += j->join.has_value();
+  for (const Cause& c : causes_) {
+    if (c.kind != "node-lost" || (elastic() && nodes_alive() + waiting >= opts_.min_nnodes)) continue;
+    FinishMsg f;
+    f.restart_count = round_;
+    f.failed = true;
+    f.cause = c;
+    f.exit_code = c.exit_code;
+    finish_with(f);
+    return;
+  }
+  ++round_;
+  if (r.counted) ++restarts_used_;
+  causes_.clear();
+  stopping_ = false;
+  stop_requested_ = false;
+  local_done_ = false;
+  std::vector<Node*> fresh;  // admitted now: they get their assignment, no "start"
+  if (elastic()) {
+    nodes_.erase(std::remove_if(nodes_.begin(), nodes_.end(), [](const auto& n) { return !n->link; }), nodes_.end());
+    for (size_t i = 0; i < joiners_.size(); ++i) {
+      if (!joiners_[i]->join) continue;
+      auto n = std::make_unique<Node>();
+      n->host = joiners_[i]->join->host;
+      n->addr = sys::peer_ip(joiners_[i]->link->fd());
+      n->link = std::move(joiners_[i]->link);
+      fresh.push_back(n.get());
+      nodes_.push_back(std::move(n));
+      joiners_.erase(joiners_.begin() + static_cast<long>(i));
+      --i;
+    }
+    assign_.nnodes = static_cast<int>(nodes_.size()) + 1;
+    assign_.node_rank = 0;
+    assign_.coordinator = 0;
+    assign_.hosts = {opts_.host};
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      nodes_[i]->node_rank = static_cast<int>(i) + 1;
+      nodes_[i]->link->set_peer("node " + std::to_string(i + 1) + " (" + nodes_[i]->host + ", " + nodes_[i]->addr + ")");
+      assign_.hosts.push_back(nodes_[i]->host);
+    }
+  }
+  assign_.restart_count = round_;
+  assign_.restarts_used = restarts_used_;
+  for (auto& n : nodes_) n->done = !n->link;
+  if (elastic()) {
+    for (auto& n : nodes_) {
+      AssignMsg a = assign_;
+      a.node_rank = n->node_rank;
+      try {
+        n->link->send("assign", a);
+      } catch (const LinkError&) {
+        // Noticed below (the next send) or by tick().
+      }
+    }
+  }
+  StartMsg st;
+  st.restart_count = round_;
+  st.restarts_used = restarts_used_;
+  st.cause = r.cause;
+  for (auto& n : nodes_) {
+    if (!n->link || std::find(fresh.begin(), fresh.end(), n.get()) != fresh.end()) continue;
+    try {
+      n->link->send("start", st);
+    } catch (const LinkError& e) {
+      lost(*n, e.what());
+    }
+  }
+  for (Node* n : fresh) n->link->touch();
+  start_ = round_;
 }
 
 std::optional<int> Group::take_start() {
+  if (restart_) begin_round();
   auto s = start_;
   start_.reset();
   return s;

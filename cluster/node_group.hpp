@@ -23,6 +23,15 @@
 // lspawn died) or nothing came from it for the node timeout (heartbeats every
 // min(1 s, timeout / 4); TCP_USER_TIMEOUT and keepalive at the same timeout).
 //
+// Elastic jobs (--nnodes MIN:MAX, rendezvous mode; docs/multi-node.md "Elastic jobs"): the
+// rendezvous forms with MAX nodes, or with at least MIN once last_call has passed since MIN
+// joined (or at the rendezvous timeout); the coordinator is node 0 and keeps listening. Each
+// round may change the nodes: a lost node ends the round and, with restarts left and at least
+// MIN nodes remaining, the next round runs on the survivors (a restart, as under torchrun); a
+// node that joins while every node runs stops the round and the next round admits it (not a
+// restart). Before such a round every node gets a new AssignMsg (node ranks 0..n-1: the
+// coordinator, then the others in their old order, then the new ones in join order).
+//
 // nnodes == 1: no channel at all; the same round protocol runs locally (restarts of a
 // single-node job).
 // Thread-safety: none; one thread drives it (the CLI's loop).
@@ -47,7 +56,9 @@ struct GroupOptions {
   std::string endpoint_addr = "127.0.0.1";  // static: --master-addr; else the rdzv host
   int endpoint_port = 0;                    // static: --master-port; else the rdzv port
   bool static_mode = true;                  // node 0 hosts; false: whoever binds the endpoint
-  int nnodes = 1;
+  int nnodes = 1;                           // --nnodes N, or MAX of MIN:MAX
+  int min_nnodes = 0;                       // MIN of --nnodes MIN:MAX (rdzv mode); 0: fixed
+  std::chrono::milliseconds last_call{30000};  // elastic: wait for more once MIN have joined
   int node_rank = -1;                       // -1: assigned (rdzv mode only)
   int nproc_per_node = 1;
   int max_restarts = 0;
@@ -81,9 +92,14 @@ class Group {
   static std::unique_ptr<Group> form(const GroupOptions& opts, int solo_master_port = 0);
   ~Group();
 
+  // This round's assignment (the same object for the whole job; an elastic job changes it
+  // between rounds: node rank, node count, hosts).
   const AssignMsg& assignment() const { return assign_; }
   bool coordinator() const { return coordinator_; }
   int round() const { return round_; }
+  // Rounds started after a failure, of --max-restarts (a round that admits a node is none).
+  int restarts_used() const { return restarts_used_; }
+  bool elastic() const { return opts_.min_nnodes > 0 && opts_.min_nnodes < opts_.nnodes; }
 
   // The channel's fds (POLLIN); the set shrinks when a node is lost. Re-read after events.
   std::vector<int> fds() const;
@@ -104,7 +120,9 @@ class Group {
 
   // This round's workers must stop (a failure or a lost node elsewhere).
   bool stop_requested() const { return stop_requested_; }
-  // A restart was decided: the round to start now (once).
+  // A new round was decided: the round to start now (once). On the coordinator this is where
+  // the round begins (an elastic job's nodes are renumbered, the others told): call it outside
+  // of the group's own callbacks.
   std::optional<int> take_start();
   // The job is over: its exit code and root cause (the same on every node).
   const std::optional<FinishMsg>& finish() const { return finish_; }
@@ -119,6 +137,11 @@ class Group {
 
  private:
   struct Node;
+  struct Joiner;
+  struct Restart {  // decided by maybe_decide(), begun by take_start()
+    Cause cause;
+    bool counted = true;  // a restart of --max-restarts (false: a node is admitted)
+  };
   Group() = default;
   static std::unique_ptr<Group> form_coordinator(const GroupOptions& o, sys::Fd listener);
   static std::unique_ptr<Group> form_member(const GroupOptions& o);
@@ -128,6 +151,12 @@ class Group {
   void coordinator_failure(const Cause& c);
   void node_done(int node_rank, bool failed, const Cause& c);
   void maybe_decide();
+  void begin_round();
+  void finish_with(const FinishMsg& f);
+  void accept_joiners();
+  void on_joiner_readable(size_t i);
+  int nodes_alive() const;
+  std::string nnodes_text() const;
   void broadcast(const std::string& type, const Body& body);
   void info(const std::string& line) const;
   std::chrono::milliseconds heartbeat_interval() const;
@@ -137,7 +166,12 @@ class Group {
   AssignMsg assign_;
   std::optional<PortReservation> master_port_;  // node 0: the workers' store port, held
   std::vector<std::unique_ptr<Node>> nodes_;    // coordinator: one per member; member: the coordinator
+  sys::Fd listener_;                            // elastic coordinator: the rendezvous endpoint
+  std::string endpoint_;                        // "HOST:PORT" of the rendezvous
+  std::vector<std::unique_ptr<Joiner>> joiners_;  // elastic coordinator: nodes waiting to join
+  std::optional<Restart> restart_;
   int round_ = 0;
+  int restarts_used_ = 0;
   bool stopping_ = false;        // coordinator: Stop sent for this round
   bool stop_requested_ = false;
   bool local_done_ = false;

@@ -312,7 +312,7 @@ int run(const CliOptions& o) {
     } else if (o.nnodes == 1) {
       job_secret = generate_job_secret();
     } else if (!o.quiet) {
-      say("--nnodes " + std::to_string(o.nnodes) + " without LSPAWN_JOB_SECRET: the store records of this job are "
+      say("--nnodes " + (o.min_nnodes > 0 ? std::to_string(o.min_nnodes) + ":" : std::string()) + std::to_string(o.nnodes) + " without LSPAWN_JOB_SECRET: the store records of this job are "
           "not authenticated; export the same secret on every node (e.g. LSPAWN_JOB_SECRET=$(openssl rand -hex 32))");
     }
   } catch (const std::exception& e) {
@@ -323,6 +323,8 @@ int run(const CliOptions& o) {
   const std::string host = sys::hostname();
   node::GroupOptions go;
   go.nnodes = o.nnodes;
+  go.min_nnodes = o.min_nnodes;
+  go.last_call = std::chrono::milliseconds(static_cast<long long>(o.last_call_s * 1000));
   go.nproc_per_node = o.nproc_per_node;
   go.max_restarts = o.max_restarts;
   go.run_id = o.run_id;
@@ -364,9 +366,10 @@ int run(const CliOptions& o) {
     say(std::string("rendezvous: ") + e.what());
     return exit_codes::kRendezvous;
   }
+  // An elastic job's assignment changes between rounds (node rank, node count): read it there.
   const node::AssignMsg& assign = group->assignment();
-  const bool multi = assign.nnodes > 1;
-  const int node_rank = assign.node_rank;
+  const bool multi = o.nnodes > 1;
+  int node_rank = assign.node_rank;
 
   env::JobEnv job;
   job.master_addr = assign.master_addr;
@@ -434,11 +437,11 @@ int run(const CliOptions& o) {
     const StdSpec redirects = o.redirects.value_or(StdSpec{});
     StdSpec tee = o.tee_spec.value_or(StdSpec{});
     if (!o.tee_spec && o.tee) tee.all = 3;  // the boolean --tee: every stream
-    const int first_rank = node_rank * o.nproc_per_node;
+    const int nproc = o.nproc_per_node;  // every node runs as many: the local rank is rank % nproc
     const auto filter = o.local_ranks_filter;
     auto route = [=](int rank, Stream s) {
-      const StdRoute r = std_route(redirects, tee, rank - first_rank, s == Stream::Stderr);
-      return filter ? filter_route(r, *filter, rank - first_rank) : r;
+      const StdRoute r = std_route(redirects, tee, rank % nproc, s == Stream::Stderr);
+      return filter ? filter_route(r, *filter, rank % nproc) : r;
     };
     sopts.sinks.clear();
     routes.push_back(std::make_unique<RoutedSink>(*console, [route](int r, Stream s) { return route(r, s).console; }));
@@ -577,6 +580,7 @@ int run(const CliOptions& o) {
     for (int fd : watched) sup.watch_fd(fd, POLLIN, [&group, fd](short) { group->on_readable(fd); });
   };
   bool hang = false;  // the hang watchdog stopped this node's workers (this round)
+  int restarts_before = 0;  // restarts_used() when the last round began
   auto attempt_text = [&](int round) {
     return multi ? "lspawn:   on node " + std::to_string(node_rank) + " of " +
                        std::to_string(assign.nnodes) + " (" + host + "), attempt " +
@@ -628,15 +632,24 @@ int run(const CliOptions& o) {
     return c;
   };
 
-  for (;;) {
+  for (bool first = true;; first = false) {
     const int round = group->round();
-    if (round > 0) {
-      sup.new_round();
-      specs = specs_for(round);
-      if (!o.quiet) say("restart " + std::to_string(round) + " of " + std::to_string(o.max_restarts) +
-                        ": starting " + std::to_string(o.nproc_per_node) + " worker" +
-                        (o.nproc_per_node == 1 ? "" : "s"));
+    node_rank = assign.node_rank;
+    if (!first) {
+      sup.new_round(assign.nnodes * o.nproc_per_node);
+      const std::string workers = std::to_string(o.nproc_per_node) + " worker" + (o.nproc_per_node == 1 ? "" : "s");
+      const std::string place = group->elastic() ? " (node " + std::to_string(node_rank) + " of " +
+                                                       std::to_string(assign.nnodes) + ")"
+                                                 : "";
+      if (!o.quiet && group->restarts_used() == restarts_before) {
+        say("round " + std::to_string(round) + ": starting " + workers + place);
+      } else if (!o.quiet) {
+        say("restart " + std::to_string(group->restarts_used()) + " of " + std::to_string(o.max_restarts) +
+            ": starting " + workers + place);
+      }
     }
+    if (!first || round > 0) specs = specs_for(round);
+    restarts_before = group->restarts_used();
     sync_watches();
     try {
       for (size_t lr = 0; lr < specs.size(); ++lr) {

@@ -202,7 +202,9 @@ void check_torchrun_options(CliOptions& o) {
   std::vector<std::string> ignored;
   bool join_timeout = false;  // join_timeout (the c10d backend's) wins over timeout (the static one's)
   for (const auto& [key, v] : o.rdzv_conf) {
-    if (key == "join_timeout" || key == "timeout") {
+    if (key == "last_call_timeout") {
+      o.last_call_s = parse_seconds("--rdzv-conf " + key, v);
+    } else if (key == "join_timeout" || key == "timeout") {
       const double s = parse_seconds("--rdzv-conf " + key, v);
       if (s < 0.1) usage("--rdzv-conf " + key + ": must be at least 0.1 s, got '" + v + "'");
       // An explicit --rdzv-timeout wins over both.
@@ -215,7 +217,7 @@ void check_torchrun_options(CliOptions& o) {
   if (!ignored.empty()) {
     std::string keys;
     for (const auto& k : ignored) keys += (keys.empty() ? "" : ", ") + k;
-    o.notes.push_back("--rdzv-conf: ignored " + keys + " (lspawn honours join_timeout and timeout, as --rdzv-timeout)");
+    o.notes.push_back("--rdzv-conf: ignored " + keys + " (lspawn honours join_timeout and timeout, as --rdzv-timeout, and last_call_timeout)");
   }
 }
 
@@ -231,6 +233,9 @@ options (--opt value and --opt=value are both accepted):
   --nprocs N, --nproc-per-node N  workers on this node (default 1); gpu: one per visible NVIDIA
                                   GPU, cpu: one per usable CPU, auto: gpu if any, else cpu
   --nnodes N                      number of nodes (default 1)
+  --nnodes MIN:MAX                elastic (with --rdzv-endpoint): start with MIN..MAX nodes, go on
+                                  with the survivors when a node is lost (a restart), admit nodes
+                                  that join later (a new round, not counted as a restart)
   --node-rank R                   rank of this node, 0..N-1 (default 0)
   --master-addr ADDR              rendezvous address (default 127.0.0.1)
   --master-port PORT              rendezvous port; absent or 0: a free port, reserved for the run
@@ -294,7 +299,9 @@ options (--opt value and --opt=value are both accepted):
                                   under torchrun); any other program is exec'd as given
   --no-python                     exec program as given, even a .py one
   --run-path                      run program under PYTHON -u, whatever its name
-  --rdzv-conf K=V,...             join_timeout (else timeout) is --rdzv-timeout; others ignored
+  --rdzv-conf K=V,...             join_timeout (else timeout) is --rdzv-timeout; last_call_timeout
+                                  (default 30): --nnodes MIN:MAX waits that long for more nodes
+                                  once MIN have joined; others ignored
   --local-addr ADDR               with --rdzv-endpoint: the address this node advertises for its
                                   workers' store should it become node 0
   --role NAME                     the workers' ROLE_NAME (default "default")
@@ -371,16 +378,19 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
         o.nproc_per_node = parse_int(name, v, 1, kMaxProcs, "N|gpu|cpu|auto", "a positive integer, gpu, cpu or auto");
       }
     } else if (name == "--nnodes") {
-      std::string v = take("N");
+      const std::string v = take("N|MIN:MAX");
       if (const auto colon = v.find(':'); colon != std::string::npos) {
-        // torchrun's MIN:MAX; a fixed count (1:1, 2:2) is the count.
-        if (v.substr(0, colon) != v.substr(colon + 1)) {
-          usage(name + ": elastic ranges (MIN:MAX) are not supported, give a fixed count (" + name +
-                " N, or N:N), got '" + v + "'");
+        // torchrun's elastic MIN:MAX (docs/multi-node.md "Elastic jobs"); N:N is the count N.
+        o.min_nnodes = parse_int(name, v.substr(0, colon), 1, 1 << 20, "N|MIN:MAX", "MIN:MAX with 1 <= MIN <= MAX");
+        o.nnodes = parse_int(name, v.substr(colon + 1), 1, 1 << 20, "N|MIN:MAX", "MIN:MAX with 1 <= MIN <= MAX");
+        if (o.min_nnodes > o.nnodes) {
+          usage(name + ": MIN must not exceed MAX (" + name + " MIN:MAX, e.g. 1:4), got '" + v + "'");
         }
-        v = v.substr(0, colon);
+        if (o.min_nnodes == o.nnodes) o.min_nnodes = 0;
+      } else {
+        o.nnodes = parse_int(name, v, 1, 1 << 20, "N|MIN:MAX", "a positive integer or MIN:MAX");
+        o.min_nnodes = 0;
       }
-      o.nnodes = parse_int(name, v, 1, 1 << 20, "N", "a positive integer");
     } else if (name == "--node-rank") {
       o.node_rank = parse_int(name, take("R"), 0, 1 << 20, "R", "an integer >= 0");
       o.node_rank_given = true;
@@ -448,6 +458,17 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
   for (; i < args.size(); ++i) o.program.push_back(args[i]);
   if (o.help || o.version) return o;
   if (o.program.empty()) usage("missing program (lspawn [options] [--] program [args...])");
+  if (o.min_nnodes > 0 && !o.standalone) {  // --standalone says its own (check_torchrun_options)
+    const std::string range = std::to_string(o.min_nnodes) + ":" + std::to_string(o.nnodes);
+    if (o.rdzv_endpoint.empty()) {
+      usage("--nnodes " + range + ": an elastic range needs --rdzv-endpoint HOST:PORT (the nodes meet "
+            "there; --master-addr/--master-port is a static job of a fixed node count)");
+    }
+    if (o.was_given("--node-rank")) {
+      usage("--node-rank: an elastic job (--nnodes " + range + ") numbers its nodes at each rendezvous; "
+            "leave --node-rank out");
+    }
+  }
   if (o.was_given("--node-rank") && o.was_given("--nnodes") && o.node_rank >= o.nnodes) {
     usage("--node-rank: " + std::to_string(o.node_rank) + " must be less than --nnodes " +
           std::to_string(o.nnodes) + " (--node-rank R with 0 <= R < N)");

@@ -40,6 +40,9 @@ struct CliOptions : LaunchFlags {
                                      // imported them once (python_preload.hpp); start_method is
                                      // then Forkserver (or Warm), never Exec
   int max_restarts = 0;            // --max-restarts K: restart every node's workers up to K times
+  int min_nnodes = 0;              // --nnodes MIN:MAX: MIN (nnodes is MAX); 0: a fixed count
+  double last_call_s = 30.0;       // --rdzv-conf last_call_timeout: an elastic rendezvous waits
+                                   // this long for more nodes once MIN have joined (torchrun's)
   // Multi-node (parse_multinode_option; docs/multi-node.md).
   bool node_rank_given = false;    // --node-rank was given (else rdzv mode assigns one)
   std::string rdzv_host;           // the parts of --rdzv-endpoint (LaunchFlags::rdzv_endpoint)

@@ -446,8 +446,9 @@ void Supervisor::stop_workers(int sig) {
   advance();
 }
 
-void Supervisor::new_round() {
+void Supervisor::new_round(int world_size) {
   if (phase_ != Phase::Finished) throw std::logic_error("lspawn: new_round() while workers are running");
+  if (world_size > 0) opts_.world_size = world_size;
   workers_.clear();
   results_.clear();
   by_rank_.clear();

@@ -190,8 +190,9 @@ class Supervisor {
   void stop_workers(int sig = SIGTERM);
   // After finished(): forgets every worker, result, root cause and stop signal, so that the
   // next round of a restarted job starts on this same supervisor (its signal forwarding,
-  // guardian and watched fds stay). Throws std::logic_error while not finished().
-  void new_round();
+  // guardian and watched fds stay). world_size > 0: the next round's (an elastic job's
+  // changes), for "rank R of W". Throws std::logic_error while not finished().
+  void new_round(int world_size = 0);
   // The signalfd of the forwarded signals (-1 when none). While finished(), step() does not
   // poll it: a caller that waits between rounds polls it and calls take_signals().
   int signal_fd() const { return signal_fd_.get(); }

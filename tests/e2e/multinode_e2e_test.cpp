@@ -449,3 +449,188 @@ TEST_CASE("multi-node: --local-addr is the address node 0 advertises for the wor
     CHECK(eo[host_is_zero ? 1 : 0]["MASTER_ADDR"] == addr);
   }
 }
+
+// Elastic jobs: --nnodes MIN:MAX with --rdzv-endpoint (docs/multi-node.md "Elastic jobs").
+// Three lspawns on 127.0.0.1 as three nodes; round 0's workers wait, a later round's run
+// real collectives (the hang fixture's slow-steps: an all_reduce over the whole world, then
+// "ready pid", exit 0), so a world that came out wrong would not finish.
+namespace {
+
+struct ElasticNode {
+  std::unique_ptr<Child> child;
+  bool stdout_has(const std::string& s) const { return child->out().find(s) != std::string::npos; }
+  bool stderr_has(const std::string& s) const { return child->err().find(s) != std::string::npos; }
+};
+
+// `lspawn --nnodes RANGE --nprocs 2 --rdzv-endpoint EP ...`: round 0 prints "up RANK/WORLD"
+// and sleeps (round0 "stay") or exits 0 at once (round0 "exit"); later rounds print
+// "round R: RANK/WORLD group G" and all_reduce on the world.
+std::vector<std::string> elastic_node(const std::string& range, const std::string& ep,
+                                      const std::vector<std::string>& extra, const std::string& round0 = "stay") {
+  const std::string later = "echo \"round $TORCHELASTIC_RESTART_COUNT: $RANK/$WORLD_SIZE group $GROUP_RANK\"; exec " +
+                            hang_worker_bin() + " slow-steps 0 1";
+  const std::string first = round0 == "stay" ? "echo \"up $RANK/$WORLD_SIZE\"; exec sleep 60"
+                                             : "echo \"up $RANK/$WORLD_SIZE\"; exit 0";
+  std::vector<std::string> args{"--nnodes", range, "--nprocs", "2", "--rdzv-endpoint", ep, "--node-timeout", "3",
+                                "--grace-period", "1", "--rdzv-timeout", "60"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  args.insert(args.end(), {"/bin/sh", "-c",
+                           "if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then " + first + "; fi; " + later});
+  return lspawn_args(args);
+}
+
+bool wait_err(Child& c, const std::string& needle, std::chrono::seconds limit = std::chrono::seconds(30)) {
+  return c.wait_output([&](const std::string&, const std::string& err) { return err.find(needle) != std::string::npos; },
+                       limit);
+}
+
+}  // namespace
+
+TEST_CASE("elastic: --nnodes 2:3, a node lost - the 2 others go on as a world of 4 and its collectives work",
+          "[e2e][multinode][elastic][exec-only]") {
+  Subreaper reaper;
+  const std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  const std::vector<std::string> extra{"--max-restarts", "1"};
+  Child a(elastic_node("2:3", ep, extra));
+  REQUIRE(wait_err(a, "rendezvous: waiting for 1 to 2 more nodes on " + ep + " (--nnodes 2:3"));
+  Child b(elastic_node("2:3", ep, extra));
+  REQUIRE(wait_err(a, "rendezvous: 2 nodes joined (--nnodes 2:3): waiting 30 s for more (last_call_timeout)"));
+  Child c(elastic_node("2:3", ep, extra));  // the third: MAX, the rendezvous closes at once
+  for (Child* n : {&a, &b, &c}) REQUIRE(n->wait_stdout_count("/6\n", 2, std::chrono::seconds(30)));
+  INFO(a.err() << "----\n" << b.err() << "----\n" << c.err());
+  CHECK(a.err().find("rendezvous: 3 nodes joined after") != std::string::npos);
+  CHECK(c.out().find("rank 5] up 5/6\n") != std::string::npos);  // join order: node 2
+  c.signal(SIGKILL);
+  const int sa = a.wait(std::chrono::seconds(60)), sb = b.wait(std::chrono::seconds(60));
+  INFO(a.out() << "----\n" << b.out());
+  CHECK(code_of(sa) == 0);
+  CHECK(code_of(sb) == 0);
+  // The coordinator names the lost node and restarts the survivors, a restart of --max-restarts.
+  CHECK(a.err().find("root cause: node 2 (" + kHost + ", 127.0.0.1) was lost: connection closed") != std::string::npos);
+  CHECK(a.err().find("attempt 0 failed; restarting the 2 remaining nodes' workers (--nnodes 2:3, restart 1 of at most 1)") !=
+        std::string::npos);
+  CHECK(a.err().find("restart 1 of 1: starting 2 workers (node 0 of 2)") != std::string::npos);
+  CHECK(b.err().find("the coordinator restarts the workers of the 2 remaining nodes") != std::string::npos);
+  CHECK(b.err().find("restart 1 of 1: starting 2 workers (node 1 of 2)") != std::string::npos);
+  // Round 1: ranks 0..3 of a world of 4, node ranks 0 and 1; each rank's all_reduce finished.
+  for (int r = 0; r < 4; ++r) {
+    const Child& n = r < 2 ? a : b;
+    CHECK(n.out().find("rank " + std::to_string(r) + "] round 1: " + std::to_string(r) + "/4 group " +
+                       std::to_string(r / 2) + "\n") != std::string::npos);
+  }
+  CHECK(a.wait_stdout_count("] ready pid ", 2, std::chrono::seconds(1)));
+  CHECK(b.wait_stdout_count("] ready pid ", 2, std::chrono::seconds(1)));
+}
+
+TEST_CASE("elastic: --nnodes 2:3 formed with 2 after the last call - a third that joins later is admitted "
+          "in a new round, which is not a restart",
+          "[e2e][multinode][elastic][exec-only]") {
+  Subreaper reaper;
+  const std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  // --max-restarts 0: admitting a node must not need a restart.
+  const std::vector<std::string> extra{"--max-restarts", "0", "--rdzv-conf", "last_call_timeout=0.5"};
+  Child a(elastic_node("2:3", ep, extra));
+  REQUIRE(wait_err(a, "rendezvous: waiting for 1 to 2 more nodes"));
+  Child b(elastic_node("2:3", ep, extra));
+  for (Child* n : {&a, &b}) REQUIRE(n->wait_stdout_count("/4\n", 2, std::chrono::seconds(30)));
+  CHECK(a.err().find("rendezvous: 2 nodes joined after") != std::string::npos);
+  Child c(elastic_node("2:3", ep, extra));
+  const int sa = a.wait(std::chrono::seconds(60)), sb = b.wait(std::chrono::seconds(60)), sc = c.wait(std::chrono::seconds(60));
+  INFO(a.err() << "----\n" << b.err() << "----\n" << c.err() << "----\n" << a.out() << b.out() << c.out());
+  CHECK(code_of(sa) == 0);
+  CHECK(code_of(sb) == 0);
+  CHECK(code_of(sc) == 0);
+  CHECK(a.err().find("stopping the workers of every node: a new node, " + kHost + " (127.0.0.1), joined the job "
+                     "(--nnodes 2:3): the next round admits it") != std::string::npos);
+  CHECK(a.err().find("round 1: starting 2 workers (node 0 of 3)") != std::string::npos);
+  CHECK(b.err().find("the coordinator starts round 1 with 3 nodes") != std::string::npos);
+  CHECK(b.err().find("round 1: starting 2 workers (node 1 of 3)") != std::string::npos);
+  CHECK(c.err().find("rendezvous: node 2 of 3 after") != std::string::npos);
+  CHECK(a.err().find("restart") == std::string::npos);  // no restart was used
+  CHECK(c.out().find("] up ") == std::string::npos);    // the new node starts in round 1
+  for (int r = 0; r < 6; ++r) {
+    const Child& n = r < 2 ? a : r < 4 ? b : c;
+    CHECK(n.out().find("rank " + std::to_string(r) + "] round 1: " + std::to_string(r) + "/6 group " +
+                       std::to_string(r / 2) + "\n") != std::string::npos);
+  }
+  for (Child* n : {&a, &b, &c}) CHECK(n->wait_stdout_count("] ready pid ", 2, std::chrono::seconds(1)));
+}
+
+TEST_CASE("elastic: --nnodes 2:3 down to 1 node - fewer than MIN: the job ends with the lost node as root cause",
+          "[e2e][multinode][elastic][exec-only]") {
+  Subreaper reaper;
+  const std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  const std::vector<std::string> extra{"--max-restarts", "3", "--rdzv-conf", "last_call_timeout=0.3"};
+  Child a(elastic_node("2:3", ep, extra));
+  REQUIRE(wait_err(a, "rendezvous: waiting for 1 to 2 more nodes"));
+  Child b(elastic_node("2:3", ep, extra));
+  for (Child* n : {&a, &b}) REQUIRE(n->wait_stdout_count("/4\n", 2, std::chrono::seconds(30)));
+  b.signal(SIGKILL);
+  const int sa = a.wait(std::chrono::seconds(30));
+  INFO(a.err());
+  CHECK(code_of(sa) == 123);
+  CHECK(a.err().find("root cause: node 1 (" + kHost + ", 127.0.0.1) was lost: connection closed\n"
+                     "lspawn:   1 node left, fewer than the 2 of --nnodes 2:3\n") != std::string::npos);
+  CHECK(a.err().find("restart") == std::string::npos);
+}
+
+TEST_CASE("elastic: nodes that cannot join a running job are turned away without disturbing it "
+          "(another --nproc-per-node, the job at MAX, the job over before the next round)",
+          "[e2e][multinode][elastic][exec-only]") {
+  const std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  const std::vector<std::string> extra{"--rdzv-conf", "last_call_timeout=0.3"};
+  // Node 0's workers exit 0 at once; node 1's exit after 4 s: the job succeeds in round 0.
+  auto node = [&](const std::string& range, const std::string& nprocs, const std::string& script) {
+    return lspawn_args({"--nnodes", range, "--nprocs", nprocs, "--rdzv-endpoint", ep, "--rdzv-timeout", "30",
+                        "--rdzv-conf", "last_call_timeout=0.3", "/bin/sh", "-c", script});
+  };
+  const std::string script = "echo \"up $RANK/$WORLD_SIZE\"; [ $GROUP_RANK = 0 ] || sleep 4";
+  SECTION("another --nproc-per-node, then the job at MAX") {
+    Child a(node("1:2", "2", script));
+    REQUIRE(wait_err(a, "rendezvous: waiting for 0 to 1 more nodes"));
+    Child b(node("1:2", "2", script));
+    REQUIRE(b.wait_stdout_count("/4\n", 2, std::chrono::seconds(30)));
+    Child c(node("1:2", "3", script));
+    Child d(node("1:2", "2", script));
+    const int sc = c.wait(std::chrono::seconds(30)), sd = d.wait(std::chrono::seconds(30));
+    const int sa = a.wait(std::chrono::seconds(30)), sb = b.wait(std::chrono::seconds(30));
+    INFO(a.err() << "----\n" << b.err() << "----\n" << c.err() << "----\n" << d.err());
+    CHECK(code_of(sc) == 122);
+    CHECK(c.err().find("has --nproc-per-node 3, this node 2") != std::string::npos);
+    CHECK(code_of(sd) == 122);
+    CHECK(d.err().find("cannot join: the job has its --nnodes 1:2 maximum of 2 nodes") != std::string::npos);
+    CHECK(code_of(sa) == 0);
+    CHECK(code_of(sb) == 0);
+    CHECK(a.err().find("rejected") != std::string::npos);
+    CHECK(a.err().find("round 1") == std::string::npos);  // the job was not stopped
+    CHECK(d.out().empty());
+  }
+  SECTION("a node that comes when some node's workers are done waits, and is turned away when the job ends") {
+    Child a(node("2:3", "2", script));
+    REQUIRE(wait_err(a, "rendezvous: waiting for 1 to 2 more nodes"));
+    Child b(node("2:3", "2", script));
+    REQUIRE(b.wait_stdout_count("/4\n", 2, std::chrono::seconds(30)));
+    REQUIRE(a.wait_stdout_count("/4\n", 2, std::chrono::seconds(30)));
+    // Node 0's workers exit at once: wait for the coordinator to have seen them end.
+    usleep(500 * 1000);
+    Child c(node("2:3", "2", script));
+    const int sa = a.wait(std::chrono::seconds(30)), sb = b.wait(std::chrono::seconds(30));
+    const int sc = c.wait(std::chrono::seconds(30));
+    INFO(a.err() << "----\n" << b.err() << "----\n" << c.err());
+    CHECK(code_of(sa) == 0);
+    CHECK(code_of(sb) == 0);
+    CHECK(a.err().find("wants to join: it is admitted if the job goes on to a next round") != std::string::npos);
+    CHECK(code_of(sc) == 122);
+    CHECK(c.err().find("the job ended (exit code 0) before this node could join") != std::string::npos);
+    CHECK(c.out().empty());
+  }
+}
+
+TEST_CASE("elastic: fewer than MIN nodes by --rdzv-timeout - the rendezvous fails and says how many came",
+          "[e2e][multinode][elastic]") {
+  auto r = run_lspawn({"--nnodes", "2:3", "--rdzv-endpoint", "127.0.0.1:" + std::to_string(free_port()),
+                       "--rdzv-timeout", "0.5", worker_bin(), "env"});
+  CHECK(r.exit_code == 122);
+  CHECK(r.err.find("timed out after 0.5 s: 1/2 nodes joined (--nnodes 2:3)") != std::string::npos);
+  CHECK(r.out.empty());
+}

@@ -73,7 +73,11 @@ TEST_CASE("parse_cli: malformed options name the option and the accepted form", 
   CHECK(msg({"--grace-period", "nan", "p"}).find("--grace-period") == 0);
   CHECK(msg({"--master-port", "65536", "p"}) == "--master-port: 65536 is out of range 0..65535 (--master-port PORT)");
   CHECK(msg({"--max-restarts", "-1", "p"}) == "--max-restarts: expected an integer >= 0 (--max-restarts K), got '-1'");
-  CHECK(msg({"--nnodes", "1:4", "p"}).find("--nnodes: elastic ranges (MIN:MAX) are not supported") == 0);
+  CHECK(msg({"--nnodes", "1:4", "p"}).find("--nnodes 1:4: an elastic range needs --rdzv-endpoint HOST:PORT") == 0);
+  CHECK(msg({"--nnodes", "4:1", "--rdzv-endpoint", "h", "p"}) ==
+        "--nnodes: MIN must not exceed MAX (--nnodes MIN:MAX, e.g. 1:4), got '4:1'");
+  CHECK(msg({"--nnodes", "0:4", "p"}) == "--nnodes: 0 is out of range 1..1048576 (--nnodes N|MIN:MAX)");
+  CHECK(msg({"--nnodes", "1:x", "p"}).find("--nnodes: expected MIN:MAX with 1 <= MIN <= MAX") == 0);
   CHECK(msg({"--rdzv-endpoint", "h:0", "p"}).find("--rdzv-endpoint: 0 is out of range 1..65535") == 0);
   CHECK(msg({"--rdzv-endpoint", ":5", "p"}) == "--rdzv-endpoint: empty host (--rdzv-endpoint HOST:PORT)");
   CHECK(msg({"--rdzv-backend", "etcd", "p"}).find("--rdzv-backend: lspawn's own rendezvous") == 0);
@@ -396,7 +400,7 @@ TEST_CASE("parse_cli: --rdzv-conf join_timeout/timeout set the rendezvous timeou
   const CliOptions o = parse_cli({"--rdzv-conf", "is_host=1,read_timeout=60,join_timeout=5", "p"});
   CHECK(o.rdzv_timeout_s == 5);
   REQUIRE(o.notes.size() == 1);
-  CHECK(o.notes[0] == "--rdzv-conf: ignored is_host, read_timeout (lspawn honours join_timeout and timeout, as --rdzv-timeout)");
+  CHECK(o.notes[0] == "--rdzv-conf: ignored is_host, read_timeout (lspawn honours join_timeout and timeout, as --rdzv-timeout, and last_call_timeout)");
   CHECK(usage_msg({"--rdzv-conf", "join_timeout", "p"}) ==
         "--rdzv-conf: expected KEY=VALUE entries separated by commas (--rdzv-conf join_timeout=900,KEY=VALUE), got "
         "'join_timeout' in 'join_timeout'");
@@ -428,11 +432,26 @@ TEST_CASE("parse_cli: --local-addr, --role, --monitor-interval, --signals-to-han
   CHECK(parse_cli({"--start_method=fork", "p"}).start_method == lspawn::CliStartMethod::Exec);
 }
 
-TEST_CASE("parse_cli: --nnodes N:N is N - an elastic range is refused", "[cli][torchrun]") {
+TEST_CASE("parse_cli: --nnodes N:N is N - MIN:MAX is an elastic job, with --rdzv-endpoint and without --node-rank", "[cli][torchrun]") {
   CHECK(parse_cli({"--nnodes", "1:1", "p"}).nnodes == 1);
+  CHECK(parse_cli({"--nnodes", "1:1", "p"}).min_nnodes == 0);
   CHECK(parse_cli({"--nnodes=2:2", "--rdzv-endpoint", "h", "p"}).nnodes == 2);
+  const CliOptions e = parse_cli({"--nnodes", "1:4", "--rdzv-endpoint", "h:5", "p"});
+  CHECK(e.min_nnodes == 1);
+  CHECK(e.nnodes == 4);
+  CHECK(e.last_call_s == 30);  // torchrun's default
+  CHECK(parse_cli({"--nnodes", "2:3", "--nnodes", "3", "p"}).min_nnodes == 0);  // the last one counts
   CHECK(usage_msg({"--nnodes", "1:4", "p"}) ==
-        "--nnodes: elastic ranges (MIN:MAX) are not supported, give a fixed count (--nnodes N, or N:N), got '1:4'");
+        "--nnodes 1:4: an elastic range needs --rdzv-endpoint HOST:PORT (the nodes meet there; "
+        "--master-addr/--master-port is a static job of a fixed node count)");
+  CHECK(usage_msg({"--nnodes", "1:4", "--rdzv-endpoint", "h", "--node-rank", "1", "p"}) ==
+        "--node-rank: an elastic job (--nnodes 1:4) numbers its nodes at each rendezvous; leave --node-rank out");
+  CHECK(usage_msg({"--standalone", "--nnodes", "1:2", "p"}).find("--standalone: cannot be combined with --nnodes 2") == 0);
+  // torchrun's last_call_timeout: how long an elastic rendezvous waits for more nodes after MIN.
+  const CliOptions lc = parse_cli({"--rdzv-conf", "last_call_timeout=0.5", "p"});
+  CHECK(lc.last_call_s == 0.5);
+  CHECK(lc.notes.empty());
+  CHECK(usage_msg({"--rdzv-conf", "last_call_timeout=-1", "p"}).find("--rdzv-conf last_call_timeout: expected a number of seconds") == 0);
 }
 
 TEST_CASE("parse_cli: torchrun flags lspawn does not support get their own error, not 'unknown option'", "[cli][torchrun]") {
