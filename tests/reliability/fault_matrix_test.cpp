@@ -472,8 +472,19 @@ TEST_CASE("fault matrix: garbage on the rendezvous port of a multi-node job (nod
     }
   }
   REQUIRE(n0.wait_output([](const std::string&, const std::string& err) { return count(err, "rejected connection from 127.0.0.1:") >= 4; }, 10s));
+  // A connection that says nothing while node 1 joins: the job forms without it (it is told so),
+  // it is not taken for a node.
+  const int silent = connect_to(static_cast<uint16_t>(port));
+  REQUIRE(silent >= 0);
+  std::this_thread::sleep_for(50ms);
   Child n1(node(1), {"LSPAWN_FAULT_TAG=" + tag});
   const int s0 = n0.wait(60s), s1 = n1.wait(60s);
+  std::string told;
+  char buf[512];
+  for (ssize_t n; (n = ::recv(silent, buf, sizeof buf, 0)) > 0;) told.append(buf, static_cast<size_t>(n));
+  ::close(silent);
+  CHECK(told.find("reject") != std::string::npos);
+  CHECK(told.find("has formed without this node") != std::string::npos);
   Row r{"garbage to the rendezvous port (multi-node control channel)", "survived; job took " + seconds_text(now_us() - t0),
         code_of(s0), line_with(n0.err(), "bad frame"), tagged_processes(tag)};
   print_row(r);
