@@ -32,7 +32,7 @@ TEST_CASE("usage errors exit 2 - name the option and start nothing", "[e2e][cli]
       {{"--rdzv-backend", "etcd"}, "--rdzv-backend: lspawn's own rendezvous replaces c10d and static"},
       {{"--numa-binding", "node"}, "--numa-binding: torchrun's flag is not supported by lspawn"},
       {{"--local_ranks_filter=0,b"}, "--local-ranks-filter: expected local ranks separated by commas"},
-      {{"--nnodes", "1:2"}, "--nnodes: elastic ranges (MIN:MAX) are not supported"},
+      {{"--nnodes", "1:2"}, "--nnodes 1:2: an elastic range needs --rdzv-endpoint HOST:PORT"},
       {{"--nprocs=0"}, "--nprocs: 0 is out of range"},
       {{"--nproc-per-node", "-3"}, "--nproc-per-node"},
       {{"--grace-period", "-1"}, "--grace-period: expected a number of seconds >= 0"},
