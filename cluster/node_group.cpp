@@ -549,7 +549,13 @@ void Group::on_joiner_readable(size_t i) {
       break;
     }
   } catch (const LinkError& e) {
-    if (jn.join) info("node " + jn.link->peer() + ", waiting to join, went away: " + e.what());
+    // Gone (said when it had joined), or not an lspawn (said as at the rendezvous).
+    const std::string why = e.what();
+    if (jn.join) {
+      info("node " + jn.link->peer() + ", waiting to join, went away: " + why);
+    } else if (why.rfind("bad frame", 0) == 0 || why.rfind("connection closed inside a frame", 0) == 0) {
+      info("rendezvous on " + endpoint_ + ": rejected connection from " + jn.endpoint + ": " + why);
+    }
     joiners_.erase(joiners_.begin() + static_cast<long>(i));
     return;
   } catch (const BadMessage& e) {
