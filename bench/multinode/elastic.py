@@ -122,7 +122,11 @@ def run_once(launcher, scenario, args, logdir):
         cmd = [args.python, "-m", "torch.distributed.run"] + flags + [JOB]
     else:
         cmd = [os.path.join(args.build, "launcher", "lspawn"), "--quiet"] + flags + [args.python, JOB]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+    # The launchers' temporary files (torchrun's torchelastic_* log directories, which it leaves;
+    # the run directory of the lspawn killed as a machine dies) go with the benchmark's.
+    tmp = os.path.join(logdir, f"tmp-{launcher}-{scenario}-{port}")
+    os.makedirs(tmp)
+    env = dict(os.environ, TMPDIR=tmp, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
                ELASTIC_FINAL_WORLD="2" if scenario == "lost" else "3",
                LSPAWN_JOB_SECRET="e1a571c0e1a571c0e1a571c0e1a571c0")
     tag = f"{launcher}-{scenario}-{port}"
