@@ -210,7 +210,8 @@ TEST_CASE("scripts/torchrun.py runs hello_allreduce with --no_python (lspawn wor
   Child c({kPython, LSPAWN_SOURCE_DIR "/scripts/torchrun.py", "--nproc_per_node", "2", "--master_addr",
            "127.0.0.1", "--master_port", std::to_string(reserved.port()), "--max_restarts", "0", "--no_python",
            LSPAWN_HELLO_ALLREDUCE},
-          {{"OMP_NUM_THREADS", "1"}, {"LSPAWN_RDZV_TIMEOUT", "60"}}, dir.file("out"));
+          // TMPDIR: torchrun's agent leaves its torchelastic_* log directory there.
+          {{"OMP_NUM_THREADS", "1"}, {"LSPAWN_RDZV_TIMEOUT", "60"}, {"TMPDIR", dir.path()}}, dir.file("out"));
   const auto st = c.wait(180s);
   INFO(st.describe() << "\n" << c.output());
   CHECK(st.code == 0);
