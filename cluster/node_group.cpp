@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 #include <sstream>
@@ -71,19 +72,40 @@ int kind_order(const std::string& kind) {
   return 3;
 }
 
+// --nnodes MIN:MAX with MIN < MAX (min_nnodes 0: a fixed count).
+bool is_elastic(int min_nnodes, int nnodes) { return min_nnodes > 0 && min_nnodes < nnodes; }
+
 std::string nnodes_flag(int min_nnodes, int nnodes) {
-  return min_nnodes > 0 && min_nnodes < nnodes ? std::to_string(min_nnodes) + ":" + std::to_string(nnodes)
-                                                : std::to_string(nnodes);
+  return is_elastic(min_nnodes, nnodes) ? std::to_string(min_nnodes) + ":" + std::to_string(nnodes)
+                                        : std::to_string(nnodes);
+}
+
+// A connection whose bytes are no frame of the channel's (not an lspawn): said, naming the sender.
+bool not_our_frames(const LinkError& e) {
+  const std::string why = e.what();
+  return why.rfind("bad frame", 0) == 0 || why.rfind("connection closed inside a frame", 0) == 0;
+}
+
+// Accepts every connection waiting on `listener` (the rendezvous endpoint `ep`): `add` gets its
+// link ("node at IP") and its "IP:PORT".
+void accept_nodes(int listener, const std::string& ep, milliseconds node_timeout,
+                  const std::function<void(std::unique_ptr<Link>, std::string)>& add) {
+  while (sys::Fd fd = sys::tcp_accept(listener, "rendezvous on " + ep)) {
+    sys::tcp_set_liveness(fd.get(), node_timeout, "rendezvous on " + ep);
+    const std::string peer = sys::peer_ip(fd.get());
+    std::string endpoint = sys::peer_endpoint(fd.get());
+    add(std::make_unique<Link>(std::move(fd), "node at " + peer), std::move(endpoint));
+  }
 }
 
 // Why `j` cannot be part of the job `o` describes; empty when it can.
 std::string join_mismatch(const GroupOptions& o, const JoinMsg& j) {
-  const auto fixed = [](int min, int max) { return min > 0 && min < max ? min : 0; };
+  const auto min_of = [](int min, int max) { return is_elastic(min, max) ? min : 0; };
   if (j.version != kProtocolVersion) {
     return "speaks control protocol " + std::to_string(j.version) + ", this lspawn " +
            std::to_string(kProtocolVersion);
   }
-  if (j.nnodes != o.nnodes || fixed(j.min_nnodes, j.nnodes) != fixed(o.min_nnodes, o.nnodes)) {
+  if (j.nnodes != o.nnodes || min_of(j.min_nnodes, j.nnodes) != min_of(o.min_nnodes, o.nnodes)) {
     return "has --nnodes " + nnodes_flag(j.min_nnodes, j.nnodes) + ", node 0 " + nnodes_flag(o.min_nnodes, o.nnodes);
   }
   if (j.nproc_per_node != o.nproc_per_node) {
@@ -96,7 +118,7 @@ std::string join_mismatch(const GroupOptions& o, const JoinMsg& j) {
   if (j.max_restarts != o.max_restarts) {
     return "has --max-restarts " + std::to_string(j.max_restarts) + ", this node " + std::to_string(o.max_restarts);
   }
-  if (fixed(o.min_nnodes, o.nnodes) && j.node_rank >= 0) {
+  if (is_elastic(o.min_nnodes, o.nnodes) && j.node_rank >= 0) {
     return "has --node-rank " + std::to_string(j.node_rank) + ": an elastic job numbers its nodes itself";
   }
   return "";
@@ -176,7 +198,7 @@ std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd li
   const auto t0 = Clock::now();
   const auto deadline = t0 + o.rdzv_timeout;
   const std::string ep = o.endpoint_addr + ":" + std::to_string(o.endpoint_port);
-  const bool elastic = o.min_nnodes > 0 && o.min_nnodes < o.nnodes;
+  const bool elastic = is_elastic(o.min_nnodes, o.nnodes);
   g->endpoint_ = ep;
   if (elastic) {
     g->info("rendezvous: waiting for " + std::to_string(o.min_nnodes - 1) + " to " + std::to_string(o.nnodes - 1) +
@@ -238,12 +260,9 @@ std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd li
     for (auto& p : pending) pfds.push_back({p.link->fd(), POLLIN, 0});
     poll_fds(pfds, last_call ? std::min(deadline, *last_call) : deadline);
     if (pfds[0].revents) {
-      while (sys::Fd fd = sys::tcp_accept(listener.get(), "rendezvous on " + ep)) {
-        sys::tcp_set_liveness(fd.get(), o.node_timeout, "rendezvous on " + ep);
-        const std::string peer = sys::peer_ip(fd.get());
-        const std::string endpoint = sys::peer_endpoint(fd.get());
-        pending.push_back({std::make_unique<Link>(std::move(fd), "node at " + peer), {}, {}, endpoint});
-      }
+      accept_nodes(listener.get(), ep, o.node_timeout, [&](std::unique_ptr<Link> link, std::string endpoint) {
+        pending.push_back({std::move(link), {}, {}, std::move(endpoint)});
+      });
     }
     for (size_t i = 0; i < pending.size(); ++i) {
       auto& p = pending[i];
@@ -265,8 +284,7 @@ std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd li
         // lspawn: either way the rendezvous goes on without it. Bytes that are no frame of
         // ours are said, naming the sender.
         drop = true;
-        const std::string why = e.what();
-        if (why.rfind("bad frame", 0) == 0 || why.rfind("connection closed inside a frame", 0) == 0) {
+        if (not_our_frames(e)) {
           g->info("rendezvous on " + ep + ": rejected connection from " + p.endpoint + ": " + e.what());
         }
       } catch (const BadMessage& e) {
@@ -490,6 +508,8 @@ std::vector<int> Group::fds() const {
   return out;
 }
 
+bool Group::elastic() const { return is_elastic(opts_.min_nnodes, opts_.nnodes); }
+
 std::string Group::nnodes_text() const { return nnodes_flag(opts_.min_nnodes, opts_.nnodes); }
 
 int Group::nodes_alive() const {
@@ -499,13 +519,15 @@ int Group::nodes_alive() const {
 }
 
 void Group::accept_joiners() {
-  while (sys::Fd fd = sys::tcp_accept(listener_.get(), "rendezvous on " + endpoint_)) {
-    sys::tcp_set_liveness(fd.get(), opts_.node_timeout, "rendezvous on " + endpoint_);
-    const std::string peer = sys::peer_ip(fd.get());
-    const std::string endpoint = sys::peer_endpoint(fd.get());
-    joiners_.push_back(std::make_unique<Joiner>(
-        Joiner{std::make_unique<Link>(std::move(fd), "node at " + peer), {}, endpoint}));
-  }
+  accept_nodes(listener_.get(), endpoint_, opts_.node_timeout, [this](std::unique_ptr<Link> link, std::string endpoint) {
+    joiners_.push_back(std::make_unique<Joiner>(Joiner{std::move(link), {}, std::move(endpoint)}));
+  });
+}
+
+int Group::waiting_joiners() const {
+  int n = 0;
+  for (auto& j : joiners_) n += j->join.has_value();
+  return n;
 }
 
 // A node that wants to join a formed elastic job: checked as at the rendezvous; accepted, it
@@ -518,13 +540,11 @@ void Group::on_joiner_readable(size_t i) {
     for (auto& m : jn.link->read()) {
       if (m.type != "join" || jn.join) continue;
       const JoinMsg j = m.as<JoinMsg>();
-      int waiting = 0;
-      for (auto& other : joiners_) waiting += other->join.has_value();
       if (std::string why = join_mismatch(opts_, j); !why.empty()) {
         turned_away = jn.link->peer() + " (" + j.host + ") " + why;
       } else if (finish_) {
         turned_away = jn.link->peer() + " (" + j.host + ") came after the job ended";
-      } else if (nodes_alive() + waiting >= opts_.nnodes) {
+      } else if (nodes_alive() + waiting_joiners() >= opts_.nnodes) {
         turned_away = jn.link->peer() + " (" + j.host + ") cannot join: the job has its --nnodes " +
                       nnodes_text() + " maximum of " + std::to_string(opts_.nnodes) + " nodes";
       } else {
@@ -550,11 +570,10 @@ void Group::on_joiner_readable(size_t i) {
     }
   } catch (const LinkError& e) {
     // Gone (said when it had joined), or not an lspawn (said as at the rendezvous).
-    const std::string why = e.what();
     if (jn.join) {
-      info("node " + jn.link->peer() + ", waiting to join, went away: " + why);
-    } else if (why.rfind("bad frame", 0) == 0 || why.rfind("connection closed inside a frame", 0) == 0) {
-      info("rendezvous on " + endpoint_ + ": rejected connection from " + jn.endpoint + ": " + why);
+      info("node " + jn.link->peer() + ", waiting to join, went away: " + e.what());
+    } else if (not_our_frames(e)) {
+      info("rendezvous on " + endpoint_ + ": rejected connection from " + jn.endpoint + ": " + e.what());
     }
     joiners_.erase(joiners_.begin() + static_cast<long>(i));
     return;
@@ -800,9 +819,7 @@ void Group::maybe_decide() {
   f.failed = true;
   f.cause = *best;
   f.exit_code = best->exit_code;
-  int waiting = 0;
-  for (auto& j : joiners_) waiting += j->join.has_value();
-  const int next_nodes = nodes_alive() + waiting;
+  const int next_nodes = nodes_alive() + waiting_joiners();
   const bool any_lost = nodes_alive() - 1 < static_cast<int>(nodes_.size());
   const bool restarts_left = restarts_used_ < opts_.max_restarts;
   if (best->kind == "membership") {
@@ -855,10 +872,8 @@ void Group::begin_round() {
   restart_.reset();
   // A node lost after the decision: a fixed job cannot go on; an elastic one without it, if
   // enough nodes are left.
-  int waiting = 0;
-  for (auto& j : joiners_) waiting += j->join.has_value();
   for (const Cause& c : causes_) {
-    if (c.kind != "node-lost" || (elastic() && nodes_alive() + waiting >= opts_.min_nnodes)) continue;
+    if (c.kind != "node-lost" || (elastic() && nodes_alive() + waiting_joiners() >= opts_.min_nnodes)) continue;
     FinishMsg f;
     f.restart_count = round_;
     f.failed = true;
@@ -900,7 +915,7 @@ void Group::begin_round() {
   assign_.restart_count = round_;
   assign_.restarts_used = restarts_used_;
   for (auto& n : nodes_) n->done = !n->link;
-  if (elastic()) {
+  if (elastic()) {  // the new places, before "start"
     for (auto& n : nodes_) {
       AssignMsg a = assign_;
       a.node_rank = n->node_rank;

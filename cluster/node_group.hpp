@@ -99,7 +99,7 @@ class Group {
   int round() const { return round_; }
   // Rounds started after a failure, of --max-restarts (a round that admits a node is none).
   int restarts_used() const { return restarts_used_; }
-  bool elastic() const { return opts_.min_nnodes > 0 && opts_.min_nnodes < opts_.nnodes; }
+  bool elastic() const;  // --nnodes MIN:MAX with MIN < MAX
 
   // The channel's fds (POLLIN); the set shrinks when a node is lost. Re-read after events.
   std::vector<int> fds() const;
@@ -156,6 +156,7 @@ class Group {
   void accept_joiners();
   void on_joiner_readable(size_t i);
   int nodes_alive() const;
+  int waiting_joiners() const;  // accepted, waiting for the next round
   std::string nnodes_text() const;
   void broadcast(const std::string& type, const Body& body);
   void info(const std::string& line) const;
