@@ -37,7 +37,7 @@ std::optional<std::pair<std::string, std::string>> first_set(const EnvLookup& en
 struct Detected {
   Scheduler scheduler = Scheduler::None;
   std::string what;  // "Slurm job 42", "Kubernetes PyTorchJob"
-  std::optional<int> nproc_per_node, nnodes, node_rank, master_port;
+  std::optional<int> nproc_per_node, nnodes, min_nnodes, node_rank, master_port;
   std::optional<std::string> master_addr, run_id;
   std::string nnodes_var = "--nnodes", node_rank_var = "--node-rank";  // for messages
 };
@@ -103,26 +103,44 @@ std::optional<Detected> detect_slurm(const EnvLookup& env) {
   return d;
 }
 
-std::optional<Detected> detect_pytorchjob(const EnvLookup& env) {
+std::optional<Detected> detect_pytorchjob(const EnvLookup& env, const LaunchFlags& f) {
   const auto pet_nnodes = env("PET_NNODES");
   const auto pet_rank = env("PET_NODE_RANK");
   Detected d;
   d.scheduler = Scheduler::PyTorchJob;
   d.what = "Kubernetes PyTorchJob";
+  // An elasticPolicy gives a rendezvous endpoint (PET_RDZV_ENDPOINT, read as --rdzv-endpoint by
+  // the CLI): the rendezvous numbers the nodes, as torchrun's c10d rendezvous does.
+  const bool rdzv = !f.rdzv_endpoint.empty();
   if (pet_nnodes || pet_rank) {
-    if (!pet_nnodes || !pet_rank) {
-      usage(std::string("Kubernetes PyTorchJob: ") + (pet_nnodes ? "PET_NODE_RANK" : "PET_NNODES") +
-            " is missing next to " + (pet_nnodes ? "PET_NNODES" : "PET_NODE_RANK"));
-    }
-    if (pet_nnodes->find(':') != std::string::npos) {
-      throw EnvSyntaxError("PET_NNODES", *pet_nnodes,
-                           "an elastic range (MIN:MAX) needs a rendezvous endpoint; not detected, "
-                           "pass --nnodes/--node-rank or --rdzv-endpoint");
-    }
-    d.nnodes = static_cast<int>(env_int("PET_NNODES", *pet_nnodes, 1, 1 << 20));
+    if (!pet_nnodes) usage("Kubernetes PyTorchJob: PET_NNODES is missing next to PET_NODE_RANK");
     d.nnodes_var = "PET_NNODES";
-    d.node_rank = static_cast<int>(env_int("PET_NODE_RANK", *pet_rank, 0, 1 << 20));
-    d.node_rank_var = "PET_NODE_RANK";
+    if (const auto colon = pet_nnodes->find(':'); colon != std::string::npos) {
+      if (!rdzv) {
+        throw EnvSyntaxError("PET_NNODES", *pet_nnodes,
+                             "an elastic range (MIN:MAX) needs a rendezvous endpoint: PET_RDZV_ENDPOINT "
+                             "(an elasticPolicy sets it) or --rdzv-endpoint HOST:PORT");
+      }
+      long long lo = 0, hi = 0;
+      try {
+        lo = env_int("PET_NNODES", pet_nnodes->substr(0, colon), 1, 1 << 20);
+        hi = env_int("PET_NNODES", pet_nnodes->substr(colon + 1), 1, 1 << 20);
+      } catch (const EnvSyntaxError&) {
+        throw EnvSyntaxError("PET_NNODES", *pet_nnodes, "expected N or MIN:MAX, integers 1..1048576");
+      }
+      if (lo > hi) throw EnvSyntaxError("PET_NNODES", *pet_nnodes, "MIN must not exceed MAX");
+      d.nnodes = static_cast<int>(hi);
+      d.min_nnodes = lo == hi ? 0 : static_cast<int>(lo);
+      // PET_NODE_RANK, set too when the job has a Master replica, is not read: the rendezvous
+      // numbers an elastic job's nodes.
+    } else {
+      d.nnodes = static_cast<int>(env_int("PET_NNODES", *pet_nnodes, 1, 1 << 20));
+      if (!pet_rank && !rdzv) usage("Kubernetes PyTorchJob: PET_NODE_RANK is missing next to PET_NNODES");
+      if (pet_rank) {
+        d.node_rank = static_cast<int>(env_int("PET_NODE_RANK", *pet_rank, 0, 1 << 20));
+        d.node_rank_var = "PET_NODE_RANK";
+      }
+    }
     if (const auto n = env("PET_NPROC_PER_NODE")) {
       d.nproc_per_node = static_cast<int>(env_int("PET_NPROC_PER_NODE", *n, 1, 4096));
     }
@@ -150,6 +168,8 @@ std::optional<Detected> detect_pytorchjob(const EnvLookup& env) {
   } else if (addr && port) {
     // Every pod sees the same master service and port: a run id they agree on.
     d.run_id = "pytorchjob-" + addr->second + "-" + port->second;
+  } else if (rdzv) {
+    d.run_id = "pytorchjob-" + f.rdzv_endpoint;  // the same for every pod too
   }
   return d;
 }
@@ -169,7 +189,7 @@ int slurm_default_port(long long job_id) { return 15000 + static_cast<int>(job_i
 LaunchSettings resolve_launch(const LaunchFlags& f, const EnvLookup& env) {
   // --standalone: one node whatever the cluster manager says (torchrun's --standalone).
   std::optional<Detected> d = f.standalone ? std::nullopt : detect_slurm(env);
-  if (!d && !f.standalone) d = detect_pytorchjob(env);
+  if (!d && !f.standalone) d = detect_pytorchjob(env, f);
 
   LaunchSettings s;
   auto pick = [&](const char* flag, auto flag_value, const auto& detected, auto fallback) {
@@ -181,6 +201,7 @@ LaunchSettings resolve_launch(const LaunchFlags& f, const EnvLookup& env) {
   const Detected& det = d ? *d : none;
   s.nproc_per_node = pick("--nprocs", f.nproc_per_node, det.nproc_per_node, f.nproc_per_node);
   s.nnodes = pick("--nnodes", f.nnodes, det.nnodes, f.nnodes);
+  s.min_nnodes = f.was_given("--nnodes") || !det.nnodes ? f.min_nnodes : det.min_nnodes.value_or(0);
   s.node_rank = pick("--node-rank", f.node_rank, det.node_rank, f.node_rank);
   s.master_addr = pick("--master-addr", f.master_addr, det.master_addr, f.master_addr);
   s.master_port = pick("--master-port", f.master_port, det.master_port, f.master_port);
@@ -194,6 +215,10 @@ LaunchSettings resolve_launch(const LaunchFlags& f, const EnvLookup& env) {
           std::to_string(s.nnodes) + " (--node-rank R with 0 <= R < N)");
   }
   s.node_rank_given = f.was_given("--node-rank") || det.node_rank.has_value();
+  if (s.min_nnodes > 0 && f.was_given("--node-rank")) {
+    usage("--node-rank: an elastic job (" + nn_name + " " + std::to_string(s.min_nnodes) + ":" +
+          std::to_string(s.nnodes) + ") numbers its nodes at each rendezvous; leave --node-rank out");
+  }
   if (s.nnodes > 1 && f.rdzv_endpoint.empty() && s.master_port == 0) {
     usage("--master-port: required when --nnodes > 1 without --rdzv-endpoint (every node must agree "
           "on it: --master-port PORT)");
@@ -212,10 +237,17 @@ LaunchSettings resolve_launch(const LaunchFlags& f, const EnvLookup& env) {
                    "node with srun --ntasks-per-node=1 (docs/multi-node.md)";
     }
   } else {
-    s.detected = d->what + ": node " + std::to_string(s.node_rank) + " of " + std::to_string(s.nnodes) +
-                 ", master " + s.master_addr + ":" + std::to_string(s.master_port) + ", " +
-                 std::to_string(s.nproc_per_node) + " worker" + (s.nproc_per_node == 1 ? "" : "s") +
-                 " per node";
+    const std::string workers = std::to_string(s.nproc_per_node) + " worker" +
+                                (s.nproc_per_node == 1 ? "" : "s") + " per node";
+    if (s.node_rank_given || f.rdzv_endpoint.empty()) {
+      s.detected = d->what + ": node " + std::to_string(s.node_rank) + " of " + std::to_string(s.nnodes) +
+                   ", master " + s.master_addr + ":" + std::to_string(s.master_port) + ", " + workers;
+    } else {
+      s.detected = d->what + ": " +
+                   (s.min_nnodes > 0 ? "elastic, " + std::to_string(s.min_nnodes) + " to " : std::string()) +
+                   std::to_string(s.nnodes) + " nodes, node rank from the rendezvous at " +
+                   f.rdzv_endpoint + ", " + workers;
+    }
   }
   return s;
 }

@@ -23,7 +23,12 @@
 // - Kubernetes PyTorchJob (training-operator), when PET_NNODES or PET_NODE_RANK is set (v1.7+):
 //     node count PET_NNODES, node rank PET_NODE_RANK, nprocs PET_NPROC_PER_NODE,
 //     master PET_MASTER_ADDR/PET_MASTER_PORT, else MASTER_ADDR/MASTER_PORT; run id
-//     PET_RDZV_ID, else the master address and port. Elastic forms (PET_NNODES=1:4) are refused.
+//     PET_RDZV_ID, else the master address and port.
+//   With a rendezvous endpoint (an elasticPolicy's PET_RDZV_ENDPOINT, which the CLI reads as
+//   --rdzv-endpoint, or the flag): PET_NNODES may be elastic, MIN:MAX (min_nnodes, nnodes), and
+//   the node rank comes from the rendezvous (PET_NODE_RANK is not needed; with MIN:MAX it is not
+//   read); the run id is PET_RDZV_ID, else the master's, else pytorchjob-<endpoint>. Without
+//   one, MIN:MAX is an EnvSyntaxError naming PET_NNODES.
 //   Older operators (no PET_*) set WORLD_SIZE = number of pods and RANK = pod index next to
 //   MASTER_ADDR/MASTER_PORT: all four set and no LOCAL_RANK → node count and node rank.
 // - Otherwise, and always with --standalone: the flags and their defaults (one node).
@@ -44,7 +49,8 @@ namespace lspawn {
 // CLI's options (launcher/cli_options.hpp) extend it.
 struct LaunchFlags {
   int nproc_per_node = 1;          // --nprocs / --nproc-per-node, >= 1
-  int nnodes = 1;                  // --nnodes, >= 1
+  int nnodes = 1;                  // --nnodes, >= 1 (with MIN:MAX: MAX)
+  int min_nnodes = 0;              // --nnodes MIN:MAX: MIN; 0: a fixed count
   int node_rank = 0;               // --node-rank, 0 <= node_rank < nnodes
   std::string master_addr = "127.0.0.1";  // --master-addr
   int master_port = 0;             // --master-port; 0: a free port is reserved
@@ -68,7 +74,8 @@ enum class Scheduler { None, Slurm, PyTorchJob };
 
 struct LaunchSettings {
   int nproc_per_node = 1;
-  int nnodes = 1;
+  int nnodes = 1;                        // an elastic job's MAX
+  int min_nnodes = 0;                    // an elastic job's MIN (a rendezvous endpoint is set); 0: fixed
   int node_rank = 0;                     // 0 <= node_rank < nnodes
   bool node_rank_given = false;          // by --node-rank or the scheduler (else: assigned by rendezvous)
   std::string master_addr = "127.0.0.1";

@@ -789,7 +789,7 @@ int run_cli(const std::vector<std::string>& args) {
   }
   CliOptions o;
   try {
-    o = parse_cli(args);
+    o = parse_cli(args, process_environment());
   } catch (const UsageError& e) {
     say(e.what());
     say("try 'lspawn --help'");
@@ -811,6 +811,7 @@ int run_cli(const std::vector<std::string>& args) {
     const LaunchSettings s = resolve_launch(o, process_environment());
     o.nproc_per_node = s.nproc_per_node;
     o.nnodes = s.nnodes;
+    o.min_nnodes = s.min_nnodes;
     o.node_rank = s.node_rank;
     o.node_rank_given = s.node_rank_given;
     o.master_addr = s.master_addr;

@@ -324,7 +324,10 @@ lspawn daemon [--socket PATH] [--max-forkservers N] [--idle-timeout SECONDS]
 )";
 }
 
-CliOptions parse_cli(const std::vector<std::string>& args) {
+namespace {
+
+// The flags of args, each checked alone, and the program (parse_cli()'s first half).
+CliOptions parse_flags(const std::vector<std::string>& args) {
   CliOptions o;
   size_t i = 0;
   for (; i < args.size(); ++i) {
@@ -456,7 +459,12 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
     o.given.insert(name == "--nproc-per-node" ? "--nprocs" : name);
   }
   for (; i < args.size(); ++i) o.program.push_back(args[i]);
-  if (o.help || o.version) return o;
+  return o;
+}
+
+// What the whole command line decides (parse_cli()'s second half).
+void check_options(CliOptions& o) {
+  if (o.help || o.version) return;
   if (o.program.empty()) usage("missing program (lspawn [options] [--] program [args...])");
   if (o.min_nnodes > 0 && !o.standalone) {  // --standalone says its own (check_torchrun_options)
     const std::string range = std::to_string(o.min_nnodes) + ":" + std::to_string(o.nnodes);
@@ -487,6 +495,50 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
     // The program is checked once torchrun's conventions made it a Python command line
     // (check_preload_program(), called by the CLI): `--preload torch train.py` and `-m` work too.
   }
+}
+
+}  // namespace
+
+CliOptions parse_cli(const std::vector<std::string>& args) {
+  CliOptions o = parse_flags(args);
+  check_options(o);
+  return o;
+}
+
+CliOptions parse_cli(const std::vector<std::string>& args, const EnvLookup& env) {
+  CliOptions o = parse_flags(args);
+  if (o.help || o.version) return o;
+  const EnvFlags from_env = torchrun_env_flags(env, o.given);
+  o.notes.insert(o.notes.end(), from_env.notes.begin(), from_env.notes.end());
+  if (from_env.flags.empty()) {
+    check_options(o);
+    return o;
+  }
+  // Each variable alone first, so that a bad value is named by its variable, not by a flag the
+  // command line does not have.
+  std::vector<std::string> all;
+  std::string used;
+  for (const EnvFlag& f : from_env.flags) {
+    std::vector<std::string> alone = f.args;
+    alone.push_back("program");
+    try {
+      parse_cli(alone);
+    } catch (const UsageError& e) {
+      throw UsageError(f.var + "='" + f.value + "' (torchrun's environment default of " + f.flag +
+                       "): " + e.what());
+    }
+    all.insert(all.end(), f.args.begin(), f.args.end());
+    used += (used.empty() ? "" : ", ") + f.var + "=" + f.value;
+  }
+  all.insert(all.end(), args.begin(), args.end());  // after: the command line wins
+  try {
+    o = parse_flags(all);
+    check_options(o);
+  } catch (const UsageError& e) {
+    throw UsageError(std::string(e.what()) + " (with " + used + " from the environment)");
+  }
+  o.notes.insert(o.notes.begin(), "from the environment (torchrun's PET_* defaults): " + used);
+  o.notes.insert(o.notes.end(), from_env.notes.begin(), from_env.notes.end());
   return o;
 }
 

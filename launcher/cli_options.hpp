@@ -40,7 +40,6 @@ struct CliOptions : LaunchFlags {
                                      // imported them once (python_preload.hpp); start_method is
                                      // then Forkserver (or Warm), never Exec
   int max_restarts = 0;            // --max-restarts K: restart every node's workers up to K times
-  int min_nnodes = 0;              // --nnodes MIN:MAX: MIN (nnodes is MAX); 0: a fixed count
   double last_call_s = 30.0;       // --rdzv-conf last_call_timeout: an elastic rendezvous waits
                                    // this long for more nodes once MIN have joined (torchrun's)
   // Multi-node (parse_multinode_option; docs/multi-node.md).
@@ -72,6 +71,11 @@ struct CliOptions : LaunchFlags {
 // what depends on the environment too (e.g. --nnodes > 1 needs a port) is checked by
 // resolve_launch() (launch_env.hpp).
 CliOptions parse_cli(const std::vector<std::string>& args);
+
+// parse_cli() with torchrun's environment defaults (torchrun_env_flags()): a flag not on the
+// command line takes its PET_* variable's value. A bad value throws UsageError naming the
+// variable; the variables used are noted (CliOptions::notes) and count as given.
+CliOptions parse_cli(const std::vector<std::string>& args, const EnvLookup& env);
 
 // The --help text.
 std::string usage_text();

@@ -1,5 +1,6 @@
 #include "launcher/torchrun_compat.hpp"
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 
@@ -192,6 +193,55 @@ std::optional<std::string> refused_torchrun_flag(const std::string& name) {
     }
   }
   return std::nullopt;
+}
+
+EnvFlags torchrun_env_flags(const std::function<std::optional<std::string>(const std::string&)>& env,
+                            const std::set<std::string>& given) {
+  // torchrun 2.15's flags with an environment default that lspawn has (canonical '-' names).
+  static const char* const kValued[] = {
+      "--rdzv-backend", "--rdzv-endpoint", "--rdzv-conf", "--max-restarts", "--monitor-interval",
+      "--start-method", "--role", "--log-dir", "--redirects", "--tee", "--local-ranks-filter",
+      "--local-addr", "--signals-to-handle"};
+  static const char* const kSwitches[] = {"--standalone", "--module", "--no-python", "--run-path"};
+  // ... and those lspawn does not have: their variables are noted, not read.
+  static const char* const kAbsent[] = {"--event-log-handler", "--log-line-prefix-template",
+                                        "--duplicate-stdout-filters", "--duplicate-stderr-filters",
+                                        "--shutdown-timeout", "--virtual-local-rank"};
+  auto var_of = [](const std::string& flag) {
+    std::string v = "PET_";
+    for (size_t i = 2; i < flag.size(); ++i) {
+      v += flag[i] == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(flag[i])));
+    }
+    return v;
+  };
+  EnvFlags out;
+  for (const char* flag : kValued) {
+    const std::string var = var_of(flag);
+    const auto v = env(var);
+    if (!v || v->empty() || given.count(flag) != 0) continue;
+    out.flags.push_back({var, flag, *v, {std::string(flag) + "=" + *v}});
+  }
+  for (const char* flag : kSwitches) {
+    const std::string var = var_of(flag);
+    const auto v = env(var);
+    if (!v || v->empty() || given.count(flag) != 0) continue;
+    // torchrun: bool(int(value)).
+    const bool integer = v->find_first_not_of("0123456789") == std::string::npos ||
+                         ((*v)[0] == '-' && v->size() > 1 && v->find_first_not_of("0123456789", 1) == std::string::npos);
+    if (!integer) {
+      throw UsageError(var + "='" + *v + "': expected an integer (torchrun's switch " + flag +
+                       ": 0 off, any other integer on)");
+    }
+    const bool on = v->find_first_not_of("-0") != std::string::npos;
+    out.flags.push_back({var, flag, *v, on ? std::vector<std::string>{flag} : std::vector<std::string>{}});
+  }
+  for (const char* flag : kAbsent) {
+    const std::string var = var_of(flag);
+    if (const auto v = env(var); v && !v->empty()) {
+      out.notes.push_back(var + "='" + *v + "': ignored (torchrun's " + flag + ", which lspawn does not have)");
+    }
+  }
+  return out;
 }
 
 }  // namespace lspawn

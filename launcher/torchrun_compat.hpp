@@ -94,6 +94,30 @@ std::string python_interpreter(const std::function<std::optional<std::string>(co
 // Throws UsageError naming the flag for an entry without '=' or with an empty key.
 std::vector<std::pair<std::string, std::string>> parse_rdzv_conf(const std::string& opt, const std::string& v);
 
+// torchrun's environment defaults (torch/distributed/argparse_util.py): a flag not on the
+// command line takes its value from PET_<FLAG> (upper case, '_' for '-'): PET_MAX_RESTARTS=3 is
+// `--max-restarts 3`; a switch (--standalone, --module, --no-python, --run-path) is on when its
+// variable is a non-zero integer. Kubeflow's PyTorchJob sets these for an elastic job
+// (PET_RDZV_ENDPOINT, PET_MAX_RESTARTS, PET_RDZV_CONF, ...). The node variables (PET_NNODES,
+// PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT, PET_RDZV_ID) are not
+// here: cluster detection reads them as a PyTorchJob's (cluster/launch_env.hpp). An empty
+// variable counts as unset.
+struct EnvFlag {
+  std::string var;                // "PET_MAX_RESTARTS"
+  std::string flag;               // "--max-restarts"
+  std::string value;              // "3"
+  std::vector<std::string> args;  // what it stands for: {"--max-restarts=3"}; {} for a switch off
+};
+struct EnvFlags {
+  std::vector<EnvFlag> flags;     // in a fixed order, one per variable set
+  std::vector<std::string> notes; // variables of torchrun flags lspawn does not have (ignored)
+};
+// `given`: the canonical names of the flags on the command line (CliOptions::given), whose
+// variables are not read. Throws UsageError naming the variable for a switch that is not an
+// integer.
+EnvFlags torchrun_env_flags(const std::function<std::optional<std::string>(const std::string&)>& env,
+                            const std::set<std::string>& given);
+
 // A torchrun flag lspawn refuses (canonical name, '-' spelling): the message of the UsageError
 // ("--numa-binding: torchrun's flag is not supported by lspawn: ...; instead ..."), or nullopt
 // when `name` is not one of them.

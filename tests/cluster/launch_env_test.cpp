@@ -173,13 +173,84 @@ TEST_CASE("resolve_launch: Kubernetes PyTorchJob", "[launch-env][k8s]") {
     CHECK(s.run_id == "job7");
   }
   SECTION("errors name the variable") {
-    CHECK(error_of({}, {{"PET_NNODES", "1:4"}, {"PET_NODE_RANK", "0"}}).find("PET_NNODES='1:4': an elastic range") == 0);
+    CHECK(error_of({}, {{"PET_NNODES", "1:4"}, {"PET_NODE_RANK", "0"}}) ==
+          "PET_NNODES='1:4': an elastic range (MIN:MAX) needs a rendezvous endpoint: PET_RDZV_ENDPOINT "
+          "(an elasticPolicy sets it) or --rdzv-endpoint HOST:PORT");
     CHECK(error_of({}, {{"PET_NNODES", "2"}}) == "Kubernetes PyTorchJob: PET_NODE_RANK is missing next to PET_NNODES");
     CHECK(error_of({}, {{"PET_NNODES", "2"}, {"PET_NODE_RANK", "0"}, {"PET_NPROC_PER_NODE", "auto"}}) ==
           "PET_NPROC_PER_NODE='auto': expected an integer 1..4096");
     CHECK(error_of({}, {{"PET_NNODES", "2"}, {"PET_NODE_RANK", "3"}, {"MASTER_PORT", "5"}})
               .find("PET_NODE_RANK: 3 must be less than PET_NNODES 2") == 0);
     CHECK(error_of({}, {{"PET_NNODES", "2"}, {"PET_NODE_RANK", "1"}}).find("--master-port: required") == 0);
+  }
+}
+
+TEST_CASE("resolve_launch: an elastic PyTorchJob - PET_NNODES MIN:MAX with a rendezvous endpoint", "[launch-env][k8s]") {
+  // What training-operator v1 sets in every pod of a job with an elasticPolicy (minReplicas 2,
+  // maxReplicas 3; pkg/controller.v1/pytorch/elastic.go), PET_RDZV_ENDPOINT being read by the CLI
+  // as --rdzv-endpoint (torchrun's PET_* defaults, parse_cli(args, env)).
+  const EnvMap env = {{"PET_RDZV_ENDPOINT", "job-worker-0:29400"}, {"PET_RDZV_BACKEND", "c10d"},
+                      {"PET_NNODES", "2:3"}, {"PET_MAX_RESTARTS", "3"}, {"PET_NPROC_PER_NODE", "2"},
+                      {"PYTHONUNBUFFERED", "0"}};
+  auto elastic = [&](std::vector<std::string> args, const EnvMap& e) {
+    args.push_back("prog");
+    return resolve_launch(parse_cli(args, lookup_of(e)), lookup_of(e));
+  };
+  const LaunchSettings s = elastic({}, env);
+  CHECK(s.scheduler == Scheduler::PyTorchJob);
+  CHECK(s.min_nnodes == 2);
+  CHECK(s.nnodes == 3);
+  CHECK_FALSE(s.node_rank_given);  // the rendezvous numbers the nodes
+  CHECK(s.nproc_per_node == 2);
+  CHECK(s.run_id == "pytorchjob-job-worker-0:29400");
+  CHECK(s.detected == "Kubernetes PyTorchJob: elastic, 2 to 3 nodes, node rank from the rendezvous at "
+                      "job-worker-0:29400, 2 workers per node");
+  SECTION("PET_NODE_RANK (a job with a Master replica) is not read; PET_RDZV_ID is the run id") {
+    EnvMap e = env;
+    e["PET_NODE_RANK"] = "1";
+    e["PET_RDZV_ID"] = "j7";
+    const LaunchSettings t = elastic({}, e);
+    CHECK_FALSE(t.node_rank_given);
+    CHECK(t.run_id == "j7");
+  }
+  SECTION("MIN == MAX is a fixed count whose nodes the rendezvous numbers; so is a plain count") {
+    for (const char* n : {"3:3", "3"}) {
+      EnvMap e = env;
+      e["PET_NNODES"] = n;
+      const LaunchSettings t = elastic({}, e);
+      CHECK(t.min_nnodes == 0);
+      CHECK(t.nnodes == 3);
+      CHECK_FALSE(t.node_rank_given);
+      CHECK(t.detected.find("PyTorchJob: 3 nodes, node rank from the rendezvous at job-worker-0:29400") != std::string::npos);
+    }
+  }
+  SECTION("flags win") {
+    const LaunchSettings t = elastic({"--nnodes", "4"}, env);
+    CHECK(t.min_nnodes == 0);
+    CHECK(t.nnodes == 4);
+    CHECK(elastic({"--nnodes", "1:2"}, env).min_nnodes == 1);
+  }
+  SECTION("errors name what is wrong") {
+    auto error = [&](const std::vector<std::string>& args, const EnvMap& e) -> std::string {
+      try {
+        elastic(args, e);
+      } catch (const UsageError& x) {
+        return x.what();
+      } catch (const EnvSyntaxError& x) {
+        return x.what();
+      }
+      return "(no error)";
+    };
+    EnvMap e = env;
+    e["PET_NNODES"] = "3:2";
+    CHECK(error({}, e) == "PET_NNODES='3:2': MIN must not exceed MAX");
+    e["PET_NNODES"] = "2:x";
+    CHECK(error({}, e) == "PET_NNODES='2:x': expected N or MIN:MAX, integers 1..1048576");
+    CHECK(error({"--node-rank", "1"}, env) ==
+          "--node-rank: an elastic job (PET_NNODES 2:3) numbers its nodes at each rendezvous; leave --node-rank out");
+    e = env;
+    e.erase("PET_RDZV_ENDPOINT");
+    CHECK(error({}, e).find("PET_NNODES='2:3': an elastic range (MIN:MAX) needs a rendezvous endpoint") == 0);
   }
 }
 

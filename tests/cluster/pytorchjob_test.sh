@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# Emulates the two pods of scripts/jobs/pytorchjob.yaml on this machine: two lspawn processes
-# started with exactly the command of the manifest's containers, each with the environment the
-# training-operator (v1.7+) gives its pod (MASTER_ADDR=<job>-master-0, MASTER_PORT, WORLD_SIZE =
-# pods x nprocPerNode, RANK = PET_NODE_RANK = pod index, PET_NNODES, PET_NPROC_PER_NODE), like
-# /work/shared/cluster/pytorchjob-emu.sh but on loopback: the master service name resolves to
-# 127.0.0.1 through a private /etc/hosts (mount namespace), the port is a free one.
-# Checks: both pods exit 0, each lspawn prints what it detected, 4 ranks all-reduce.
+# Emulates the pods of scripts/jobs/pytorchjob.yaml and scripts/jobs/pytorchjob-elastic.yaml on
+# this machine: lspawn processes started with exactly the command of the manifests' containers,
+# each with the environment the training-operator gives its pod, like
+# /work/shared/cluster/pytorchjob-emu.sh but on loopback: the service names resolve to 127.0.0.1
+# through a private /etc/hosts (mount namespace), the ports are free ones.
+# - pytorchjob.yaml (v1.7+): MASTER_ADDR=<job>-master-0, MASTER_PORT, WORLD_SIZE = pods x
+#   nprocPerNode, RANK = PET_NODE_RANK = pod index, PET_NNODES, PET_NPROC_PER_NODE. Checks: both
+#   pods exit 0, each lspawn prints what it detected, 4 ranks all-reduce.
+# - pytorchjob-elastic.yaml (elasticPolicy): PET_RDZV_ENDPOINT=<job>-worker-0:PORT,
+#   PET_RDZV_BACKEND, PET_NNODES=MIN:MAX, PET_MAX_RESTARTS, PET_NPROC_PER_NODE, PET_RDZV_CONF and no
+#   node rank. Checks, with minReplicas pods (the job forms after the last call) and with
+#   maxReplicas pods (at once): every pod exits 0 and prints what it detected, and every rank of
+#   pods x nProcPerNode all-reduces.
 # usage: pytorchjob_test.sh SOURCE_DIR LSPAWN HELLO_ALLREDUCE   (exit 77: not root / no unshare)
 set -uo pipefail
 SRC=${1:?} LSPAWN=${2:?} HELLO=${3:?}
@@ -42,5 +48,42 @@ done
 for ((r = 0; r < pods * nproc; r++)); do
   grep -qE "\[([^ ]+ )?rank $r\] rank $r/$((pods * nproc)): allreduce sum" "$D/all.out" || ok=0
 done
-if ((ok)); then echo "ok: PyTorchJob $job: $pods pods x $nproc workers, ranks 0..$((pods * nproc - 1))"; exit 0; fi
-echo "FAIL: PyTorchJob emulation"; for f in "$D"/pod*.out; do echo "--- $f"; cat "$f"; done; exit 1
+if ((!ok)); then
+  echo "FAIL: PyTorchJob emulation"; for f in "$D"/pod*.out; do echo "--- $f"; cat "$f"; done; exit 1
+fi
+echo "ok: PyTorchJob $job: $pods pods x $nproc workers, ranks 0..$((pods * nproc - 1))"
+
+# The elastic job.
+EYAML=$SRC/scripts/jobs/pytorchjob-elastic.yaml
+ejob=$(sed -n 's/^  name: *//p' "$EYAML" | head -1)
+field() { sed -n "s/^ *$1: *\"\{0,1\}\([0-9]*\)\"\{0,1\}\$/\1/p" "$EYAML" | head -1; }
+emin=$(field minReplicas) emax=$(field maxReplicas) erestarts=$(field maxRestarts) enproc=$(field nProcPerNode)
+conf="$(sed -n 's/^ *- key: *//p' "$EYAML" | head -1)=$(sed -n 's/^ *value: *"\(.*\)"/\1/p' "$EYAML" | head -1)"
+ecmd=$(sed -n 's/^ *command: *\[\(.*\)\]/\1/p' "$EYAML" | head -1)
+[[ $ecmd == '"lspawn", "/opt/train/hello_allreduce"' && -n $emin && -n $emax && -n $enproc && $conf == last_call_timeout=* ]] ||
+  { echo "FAIL: unexpected elastic manifest: command $ecmd, $emin:$emax nodes, $enproc per node, conf $conf"; exit 1; }
+echo "127.0.0.1 $ejob-worker-0" >>"$D/hosts"   # the bind mount shows the file: the name resolves now
+for pods in "$emin" "$emax"; do
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  rm -f "$D"/pod*.out
+  pids=()
+  for ((i = 0; i < pods; i++)); do
+    env PYTHONUNBUFFERED=0 PET_RDZV_ENDPOINT="$ejob-worker-0:$port" PET_RDZV_BACKEND=c10d PET_NNODES="$emin:$emax" \
+      PET_MAX_RESTARTS="$erestarts" PET_NPROC_PER_NODE="$enproc" PET_RDZV_CONF="$conf" \
+      timeout 60 "$LSPAWN" "$HELLO" >"$D/pod$i.out" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do wait "${pids[$i]}" || { echo "elastic pod $i exited $?"; ok=0; }; done
+  cat "$D"/pod*.out >"$D/all.out"
+  n=$(grep -c "lspawn: Kubernetes PyTorchJob: elastic, $emin to $emax nodes, node rank from the rendezvous at $ejob-worker-0:$port, $enproc workers per node" "$D/all.out")
+  ((n == pods)) || { echo "elastic: $n of $pods pods printed what they detected"; ok=0; }
+  grep -q "from the environment (torchrun's PET_\* defaults): .*PET_MAX_RESTARTS=$erestarts" "$D/all.out" || ok=0
+  for ((r = 0; r < pods * enproc; r++)); do
+    grep -qE "\[([^ ]+ )?rank $r\] rank $r/$((pods * enproc)): allreduce sum" "$D/all.out" || { echo "elastic: rank $r/$((pods * enproc)) missing"; ok=0; }
+  done
+  if ((!ok)); then
+    echo "FAIL: elastic PyTorchJob emulation with $pods pods"; for f in "$D"/pod*.out; do echo "--- $f"; cat "$f"; done; exit 1
+  fi
+  echo "ok: elastic PyTorchJob $ejob ($emin:$emax): $pods pods x $enproc workers, ranks 0..$((pods * enproc - 1))"
+done
+exit 0

@@ -179,3 +179,23 @@ TEST_CASE("in a PyTorchJob pod, lspawn takes the node from PET_*", "[e2e][env][k
   CHECK(env[2]["LOCAL_RANK"] == "0");
   CHECK(env[2]["MASTER_ADDR"] == "127.0.0.1");
 }
+
+TEST_CASE("torchrun's PET_* defaults: PET_MAX_RESTARTS and PET_ROLE act as the flags, the command line wins", "[e2e][env][k8s][exec-only]") {
+  const std::string script =
+      "if [ $RANK = 1 ] && [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then exit 5; fi; "
+      "echo \"ok rank=$RANK restart=$TORCHELASTIC_RESTART_COUNT max=$TORCHELASTIC_MAX_RESTARTS role=$ROLE_NAME\"";
+  auto r = run_lspawn({"--nprocs", "2", "/bin/sh", "-c", script}, {"PET_MAX_RESTARTS=2", "PET_ROLE=trainer"});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("[rank 1] ok rank=1 restart=1 max=2 role=trainer\n") != std::string::npos);
+  CHECK(r.err.find("lspawn: from the environment (torchrun's PET_* defaults): PET_MAX_RESTARTS=2, PET_ROLE=trainer\n") ==
+        0);
+  // --max-restarts 0 on the command line: no restart, rank 1's exit code is the job's.
+  auto once = run_lspawn({"--nprocs", "2", "--max-restarts", "0", "/bin/sh", "-c", script}, {"PET_MAX_RESTARTS=2"});
+  CHECK(once.exit_code == 5);
+  // A bad value: exit 2, the variable named, nothing started.
+  auto bad = run_lspawn({"--nprocs", "2", "/bin/sh", "-c", "echo started"}, {"PET_MAX_RESTARTS=-1"});
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("lspawn: PET_MAX_RESTARTS='-1' (torchrun's environment default of --max-restarts): ") == 0);
+  CHECK(bad.out.find("started") == std::string::npos);
+}

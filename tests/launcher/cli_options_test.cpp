@@ -454,6 +454,93 @@ TEST_CASE("parse_cli: --nnodes N:N is N - MIN:MAX is an elastic job, with --rdzv
   CHECK(usage_msg({"--rdzv-conf", "last_call_timeout=-1", "p"}).find("--rdzv-conf last_call_timeout: expected a number of seconds") == 0);
 }
 
+TEST_CASE("parse_cli(args, env): torchrun's PET_* defaults - the command line wins, bad values name the variable", "[cli][torchrun]") {
+  using Env = std::map<std::string, std::string>;
+  auto lookup = [](Env m) {
+    return [m](const std::string& name) -> std::optional<std::string> {
+      auto it = m.find(name);
+      if (it == m.end()) return std::nullopt;
+      return it->second;
+    };
+  };
+  auto env_msg = [&](std::vector<std::string> args, const Env& env) -> std::string {
+    try {
+      parse_cli(args, lookup(env));
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  // What an elasticPolicy sets (training-operator's elastic.go), beside the node variables.
+  const Env elastic = {{"PET_RDZV_ENDPOINT", "job-worker-0:29400"}, {"PET_RDZV_BACKEND", "c10d"},
+                       {"PET_MAX_RESTARTS", "3"}, {"PET_RDZV_CONF", "last_call_timeout=5,join_timeout=60"},
+                       {"PET_NNODES", "2:3"}, {"PET_NPROC_PER_NODE", "2"}};
+  const CliOptions o = parse_cli({"p"}, lookup(elastic));
+  CHECK(o.rdzv_host == "job-worker-0");
+  CHECK(o.rdzv_port == 29400);
+  CHECK(o.max_restarts == 3);
+  CHECK(o.last_call_s == 5);
+  CHECK(o.rdzv_timeout_s == 60);
+  CHECK(o.nnodes == 1);             // PET_NNODES is cluster detection's (resolve_launch)
+  CHECK(o.nproc_per_node == 1);
+  CHECK_FALSE(o.was_given("--nnodes"));
+  CHECK(o.was_given("--max-restarts"));
+  REQUIRE_FALSE(o.notes.empty());
+  CHECK(o.notes[0] == "from the environment (torchrun's PET_* defaults): PET_RDZV_BACKEND=c10d, "
+                      "PET_RDZV_ENDPOINT=job-worker-0:29400, PET_RDZV_CONF=last_call_timeout=5,join_timeout=60, "
+                      "PET_MAX_RESTARTS=3");
+  CHECK(o.program == std::vector<std::string>{"p"});
+
+  SECTION("a flag on the command line wins over its variable; --rdzv-conf replaces, not adds") {
+    const CliOptions c = parse_cli({"--max_restarts", "1", "--rdzv-conf", "join_timeout=7", "p"}, lookup(elastic));
+    CHECK(c.max_restarts == 1);
+    CHECK(c.rdzv_timeout_s == 7);
+    CHECK(c.last_call_s == 30);  // PET_RDZV_CONF's last_call_timeout=5 is not read
+    CHECK(c.notes[0].find("PET_MAX_RESTARTS") == std::string::npos);
+    CHECK(c.notes[0].find("PET_RDZV_CONF") == std::string::npos);
+  }
+  SECTION("switches: a non-zero integer is on, 0 off; empty variables are unset") {
+    CHECK(parse_cli({"p"}, lookup({{"PET_STANDALONE", "1"}})).standalone);
+    CHECK_FALSE(parse_cli({"p"}, lookup({{"PET_STANDALONE", "0"}})).standalone);
+    CHECK(parse_cli({"p"}, lookup({{"PET_NO_PYTHON", "2"}})).program_convention.no_python);
+    CHECK(parse_cli({"p"}, lookup({{"PET_MODULE", "1"}})).program_convention.module);
+    CHECK_FALSE(parse_cli({"p"}, lookup({{"PET_STANDALONE", ""}, {"PET_MAX_RESTARTS", ""}})).standalone);
+    CHECK(parse_cli({"p"}, lookup({{"PET_MAX_RESTARTS", ""}})).notes.empty());
+    CHECK(env_msg({"p"}, {{"PET_STANDALONE", "yes"}}) ==
+          "PET_STANDALONE='yes': expected an integer (torchrun's switch --standalone: 0 off, any other integer on)");
+  }
+  SECTION("start method, log dir, role, std specs") {
+    const CliOptions c = parse_cli({"p"}, lookup({{"PET_START_METHOD", "spawn"}, {"PET_LOG_DIR", "/tmp/l"},
+                                                  {"PET_ROLE", "trainer"}, {"PET_TEE", "3"}, {"PET_REDIRECTS", "0:1"}}));
+    CHECK(c.start_method == lspawn::CliStartMethod::Exec);
+    CHECK(c.log_dir == "/tmp/l");
+    CHECK(c.role == "trainer");
+    REQUIRE(c.tee_spec);
+    CHECK(c.tee_spec->all == 3);
+    REQUIRE(c.redirects);
+    CHECK(c.redirects->mask_for(0) == 1);
+    CHECK(parse_cli({"--warm", "p"}, lookup({{"PET_START_METHOD", "spawn"}})).start_method == lspawn::CliStartMethod::Warm);
+  }
+  SECTION("a bad value is named by its variable; a clash with the command line names both") {
+    CHECK(env_msg({"p"}, {{"PET_MAX_RESTARTS", "many"}}) ==
+          "PET_MAX_RESTARTS='many' (torchrun's environment default of --max-restarts): --max-restarts: expected an "
+          "integer >= 0 (--max-restarts K), got 'many'");
+    CHECK(env_msg({"p"}, {{"PET_RDZV_BACKEND", "etcd-v2"}}).find(
+              "PET_RDZV_BACKEND='etcd-v2' (torchrun's environment default of --rdzv-backend): --rdzv-backend: lspawn's own "
+              "rendezvous replaces c10d and static") == 0);
+    CHECK(env_msg({"--rdzv-endpoint", "h:1", "p"}, {{"PET_STANDALONE", "1"}}) ==
+          "--standalone: cannot be combined with --rdzv-endpoint h:1 (--standalone is one node with a local "
+          "rendezvous on a free port) (with PET_STANDALONE=1 from the environment)");
+    CHECK(env_msg({"--help"}, {{"PET_MAX_RESTARTS", "many"}}) == "(accepted)");
+  }
+  SECTION("variables of torchrun flags lspawn does not have are noted, not read") {
+    const CliOptions c = parse_cli({"p"}, lookup({{"PET_SHUTDOWN_TIMEOUT", "5"}, {"PET_EVENT_LOG_HANDLER", "null"}}));
+    REQUIRE(c.notes.size() == 2);
+    CHECK(c.notes[0] == "PET_EVENT_LOG_HANDLER='null': ignored (torchrun's --event-log-handler, which lspawn does not have)");
+    CHECK(c.notes[1] == "PET_SHUTDOWN_TIMEOUT='5': ignored (torchrun's --shutdown-timeout, which lspawn does not have)");
+  }
+}
+
 TEST_CASE("parse_cli: torchrun flags lspawn does not support get their own error, not 'unknown option'", "[cli][torchrun]") {
   struct Case {
     std::vector<std::string> args;
