@@ -29,6 +29,7 @@ struct Group::Joiner {
   std::unique_ptr<Link> link;
   std::optional<JoinMsg> join;  // accepted; it waits for the next round
   std::string endpoint;         // "IP:PORT" of the peer
+  Clock::time_point accepted_at;
 };
 
 namespace {
@@ -86,16 +87,41 @@ bool not_our_frames(const LinkError& e) {
   return why.rfind("bad frame", 0) == 0 || why.rfind("connection closed inside a frame", 0) == 0;
 }
 
+// Connections to the rendezvous endpoint that have not sent their join message yet: at most
+// this many at a time (more are closed as they come), each for at most --node-timeout. A real
+// lspawn joins as soon as it connects; without these bounds a port scanner or a stuck peer would
+// hold the coordinator's fds for the whole job.
+constexpr int kMaxUnjoined = 64;
+
 // Accepts every connection waiting on `listener` (the rendezvous endpoint `ep`): `add` gets its
-// link ("node at IP") and its "IP:PORT".
-void accept_nodes(int listener, const std::string& ep, milliseconds node_timeout,
+// link ("node at IP") and its "IP:PORT". `unjoined`: the connections that have not joined yet;
+// beyond kMaxUnjoined new ones are closed at once, said the first time (`*said`).
+void accept_nodes(int listener, const std::string& ep, milliseconds node_timeout, int unjoined,
+                  bool* said, const std::function<void(const std::string&)>& info,
                   const std::function<void(std::unique_ptr<Link>, std::string)>& add) {
   while (sys::Fd fd = sys::tcp_accept(listener, "rendezvous on " + ep)) {
+    std::string endpoint = sys::peer_endpoint(fd.get());
+    if (unjoined >= kMaxUnjoined) {
+      if (!*said) {
+        info("rendezvous on " + ep + ": closed connection from " + endpoint + ": " + std::to_string(unjoined) +
+             " connections have not sent a join message yet, the most there may be (further ones are closed "
+             "without a word)");
+        *said = true;
+      }
+      continue;  // fd closes here
+    }
     sys::tcp_set_liveness(fd.get(), node_timeout, "rendezvous on " + ep);
     const std::string peer = sys::peer_ip(fd.get());
-    std::string endpoint = sys::peer_endpoint(fd.get());
     add(std::make_unique<Link>(std::move(fd), "node at " + peer), std::move(endpoint));
+    ++unjoined;
   }
+}
+
+// A connection that has sent no join message within --node-timeout of its accept: what is said
+// when it is closed.
+std::string join_overdue(const std::string& ep, const std::string& endpoint, milliseconds node_timeout) {
+  return "rendezvous on " + ep + ": closed connection from " + endpoint + ": no join message within " +
+         seconds(node_timeout) + " (--node-timeout)";
 }
 
 // Why `j` cannot be part of the job `o` describes; empty when it can.
@@ -217,8 +243,10 @@ std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd li
     std::vector<Message> queue;
     std::optional<JoinMsg> join;
     std::string endpoint;  // "IP:PORT" of the peer, for what is said about a stranger
+    Clock::time_point accepted_at;
   };
   std::vector<Pending> pending;
+  bool full_said = false;  // kMaxUnjoined was reached (said once)
   auto reject_all = [&](const std::string& reason) {
     for (auto& p : pending) {
       try {
@@ -257,12 +285,18 @@ std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd li
                  " nodes joined" + (elastic ? " (--nnodes " + nnodes_flag(o.min_nnodes, o.nnodes) + ")" : ""));
     }
     std::vector<pollfd> pfds{{listener.get(), POLLIN, 0}};
-    for (auto& p : pending) pfds.push_back({p.link->fd(), POLLIN, 0});
-    poll_fds(pfds, last_call ? std::min(deadline, *last_call) : deadline);
+    auto wake = last_call ? std::min(deadline, *last_call) : deadline;
+    for (auto& p : pending) {
+      pfds.push_back({p.link->fd(), POLLIN, 0});
+      if (!p.join) wake = std::min(wake, p.accepted_at + o.node_timeout + milliseconds(1));
+    }
+    poll_fds(pfds, wake);
     if (pfds[0].revents) {
-      accept_nodes(listener.get(), ep, o.node_timeout, [&](std::unique_ptr<Link> link, std::string endpoint) {
-        pending.push_back({std::move(link), {}, {}, std::move(endpoint)});
-      });
+      const int unjoined = static_cast<int>(pending.size()) - (joined() - 1);
+      accept_nodes(listener.get(), ep, o.node_timeout, unjoined, &full_said, [&](const std::string& l) { g->info(l); },
+                   [&](std::unique_ptr<Link> link, std::string endpoint) {
+                     pending.push_back({std::move(link), {}, {}, std::move(endpoint), Clock::now()});
+                   });
     }
     for (size_t i = 0; i < pending.size(); ++i) {
       auto& p = pending[i];
@@ -298,6 +332,10 @@ std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd li
         } catch (const LinkError&) {
         }
       }
+      if (!drop && !p.join && Clock::now() - p.accepted_at > o.node_timeout) {
+        drop = true;
+        g->info(join_overdue(ep, p.endpoint, o.node_timeout));
+      }
       if (drop) {
         pending.erase(pending.begin() + static_cast<long>(i));
         --i;
@@ -309,7 +347,8 @@ std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd li
   for (size_t i = 0; i < pending.size(); ++i) {
     if (pending[i].join) continue;
     if (elastic) {
-      g->joiners_.push_back(std::make_unique<Joiner>(Joiner{std::move(pending[i].link), {}, pending[i].endpoint}));
+      g->joiners_.push_back(std::make_unique<Joiner>(
+          Joiner{std::move(pending[i].link), {}, pending[i].endpoint, pending[i].accepted_at}));
     } else {
       try {
         pending[i].link->send("reject", RejectMsg{"the job on " + ep + " has formed without this node"});
@@ -519,9 +558,11 @@ int Group::nodes_alive() const {
 }
 
 void Group::accept_joiners() {
-  accept_nodes(listener_.get(), endpoint_, opts_.node_timeout, [this](std::unique_ptr<Link> link, std::string endpoint) {
-    joiners_.push_back(std::make_unique<Joiner>(Joiner{std::move(link), {}, std::move(endpoint)}));
-  });
+  const int unjoined = static_cast<int>(joiners_.size()) - waiting_joiners();
+  accept_nodes(listener_.get(), endpoint_, opts_.node_timeout, unjoined, &unjoined_full_said_,
+               [this](const std::string& l) { info(l); }, [this](std::unique_ptr<Link> link, std::string endpoint) {
+                 joiners_.push_back(std::make_unique<Joiner>(Joiner{std::move(link), {}, std::move(endpoint), Clock::now()}));
+               });
 }
 
 int Group::waiting_joiners() const {
@@ -951,6 +992,12 @@ std::optional<int> Group::take_start() {
 
 void Group::tick() {
   const auto now = Clock::now();
+  for (size_t i = 0; i < joiners_.size(); ++i) {
+    if (joiners_[i]->join || now - joiners_[i]->accepted_at <= opts_.node_timeout) continue;
+    info(join_overdue(endpoint_, joiners_[i]->endpoint, opts_.node_timeout));
+    joiners_.erase(joiners_.begin() + static_cast<long>(i));
+    --i;
+  }
   for (auto& n : nodes_) {
     if (!n->link) continue;
     if (now - n->link->last_in() > opts_.node_timeout && now >= n->busy_until) {
@@ -971,6 +1018,9 @@ void Group::tick() {
 
 Clock::time_point Group::next_wakeup() const {
   auto t = Clock::time_point::max();
+  for (auto& j : joiners_) {
+    if (!j->join) t = std::min(t, j->accepted_at + opts_.node_timeout + milliseconds(1));
+  }
   for (auto& n : nodes_) {
     if (!n->link) continue;
     t = std::min({t, n->link->last_out() + heartbeat_interval(),

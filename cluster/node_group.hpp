@@ -170,6 +170,7 @@ class Group {
   sys::Fd listener_;                            // elastic coordinator: the rendezvous endpoint
   std::string endpoint_;                        // "HOST:PORT" of the rendezvous
   std::vector<std::unique_ptr<Joiner>> joiners_;  // elastic coordinator: nodes waiting to join
+  bool unjoined_full_said_ = false;             // too many connections without a join (said once)
   std::optional<Restart> restart_;
   int round_ = 0;
   int restarts_used_ = 0;

@@ -634,6 +634,58 @@ TEST_CASE("elastic: nodes that cannot join a running job are turned away without
   }
 }
 
+namespace {
+// Waits up to `limit` for the peer to close `fd` (recv returns 0 or an error): true when it did.
+bool closed_by_peer(int fd, std::chrono::seconds limit) {
+  timeval tv{static_cast<time_t>(limit.count()), 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char c;
+  const ssize_t n = ::recv(fd, &c, 1, 0);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+size_t count_of(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (auto p = text.find(needle); p != std::string::npos; p = text.find(needle, p + 1)) ++n;
+  return n;
+}
+}  // namespace
+
+TEST_CASE("elastic: connections that send no join message are closed after --node-timeout - at most 64 wait at once",
+          "[e2e][multinode][elastic][exec-only]") {
+  const uint16_t port = static_cast<uint16_t>(free_port());
+  const std::string ep = "127.0.0.1:" + std::to_string(port);
+  // One node, --nnodes 1:2: the job forms after the last call (2 s) and its worker runs 5 s.
+  Child a(lspawn_args({"--nnodes", "1:2", "--nprocs", "1", "--rdzv-endpoint", ep, "--node-timeout", "1",
+                       "--rdzv-conf", "last_call_timeout=2", "/bin/sh", "-c", "echo up; sleep 5"}));
+  REQUIRE(wait_err(a, "rendezvous: waiting for 0 to 1 more nodes on " + ep));
+  // Before the job forms: a silent connection is closed after 1 s, the rendezvous goes on.
+  const int early = connect_to(port);
+  REQUIRE(early >= 0);
+  CHECK(closed_by_peer(early, std::chrono::seconds(10)));
+  ::close(early);
+  REQUIRE(a.wait_stdout_count("] up\n", 1, std::chrono::seconds(30)));
+  // The job runs: 64 silent connections are held (each for 1 s), the 65th is closed at once.
+  std::vector<int> fds;
+  for (int i = 0; i < 65; ++i) {
+    const int fd = connect_to(port);
+    REQUIRE(fd >= 0);
+    fds.push_back(fd);
+  }
+  CHECK(wait_err(a, "64 connections have not sent a join message yet, the most there may be (further ones are closed "
+                    "without a word)"));
+  for (int fd : fds) {
+    CHECK(closed_by_peer(fd, std::chrono::seconds(10)));
+    ::close(fd);
+  }
+  const int sa = a.wait(std::chrono::seconds(30));
+  INFO(a.err());
+  CHECK(code_of(sa) == 0);  // the job was not disturbed
+  CHECK(a.err().find("round 1") == std::string::npos);
+  const std::string overdue = ": no join message within 1 s (--node-timeout)\n";
+  CHECK(count_of(a.err(), overdue) == 65);  // the early one and the 64 held
+  CHECK(a.err().find(overdue) < a.err().find("starting 1 worker"));  // the early one, at the rendezvous
+}
+
 TEST_CASE("elastic: fewer than MIN nodes by --rdzv-timeout - the rendezvous fails and says how many came",
           "[e2e][multinode][elastic]") {
   auto r = run_lspawn({"--nnodes", "2:3", "--rdzv-endpoint", "127.0.0.1:" + std::to_string(free_port()),
