@@ -273,7 +273,7 @@ std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd li
     const auto now = Clock::now();
     if (!last_call) {
       last_call = now + o.last_call;
-      g->info("rendezvous: " + std::to_string(n) + " nodes joined (--nnodes " + nnodes_flag(o.min_nnodes, o.nnodes) +
+      g->info("rendezvous: " + std::to_string(n) + (n == 1 ? " node" : " nodes") + " joined (--nnodes " + nnodes_flag(o.min_nnodes, o.nnodes) +
               "): waiting " + seconds(o.last_call) + " for more (last_call_timeout)");
     }
     return now >= *last_call || now >= deadline;
@@ -873,7 +873,8 @@ void Group::maybe_decide() {
                                next_nodes >= opts_.min_nnodes;
   if (worker_restart || elastic_restart) {
     info("attempt " + std::to_string(round_) + " failed; restarting " +
-         (elastic_restart ? "the " + std::to_string(next_nodes) + " remaining nodes' workers (--nnodes " + nnodes_text() + ", "
+         (elastic_restart ? "the " + std::to_string(next_nodes) + (next_nodes == 1 ? " remaining node's" : " remaining nodes'") +
+                                " workers (--nnodes " + nnodes_text() + ", "
                           : std::string("every node's workers (")) +
          "restart " + std::to_string(restarts_used_ + 1) + " of at most " + std::to_string(opts_.max_restarts) + ")");
     if (opts_.info) {

@@ -13,6 +13,10 @@
 #   6. --max-restarts 2 with rank 3 throwing on attempt 0 only (--start-method forkserver): the
 #      group restarts once and all_reduce is correct on attempt 1 (store keys of attempt 0 are
 #      under another prefix)
+#   8. elastic --nnodes 1:2: mn-a runs alone, mn-b joins later: a new round (not a restart) of
+#      4 ranks across both hosts, all_reduce correct
+#   9. elastic --nnodes 1:2 with both: mn-b's link goes down: mn-a restarts alone (a world of
+#      2, all_reduce correct, exit 0); mn-b loses the coordinator (exit 123)
 # After each: nothing left running in either namespace. The namespaces and veth names carry a
 # token unique to this run (parallel ctest runs do not clash); everything is removed on exit.
 # Needs root, iproute2, nsenter, unshare, timeout; exits 77 (skipped) without them.
@@ -193,6 +197,43 @@ check "restart: attempt 0's failure was rank 3 on mn-b, on both nodes" eval 'gre
 check "restart: both nodes restarted once" eval 'has $WORK/6a.err "restart 1 of 2: starting 2 workers" && has $WORK/6b.err "restart 1 of 2: starting 2 workers" && ! has $WORK/6a.err "restart 2 of 2"'
 check "restart: all_reduce correct on attempt 1 on every rank" eval 'has $WORK/6a.out "[mn-a rank 0] rank 0/4: allreduce sum = 10" && has $WORK/6b.out "[mn-b rank 3] rank 3/4: allreduce sum = 10"'
 check "restart: nothing left" nothing_left
+
+# Elastic (--nnodes 1:2): rank 0 hangs in round 0 only (--fail-on-attempt 0), so a round after
+# the first runs all_reduce to the end.
+ELASTIC=(--nnodes 1:2 --nprocs 2 --grace-period 1 --rdzv-endpoint $NET.1:29400 --node-timeout 2
+         --rdzv-conf last_call_timeout=0.5)
+echo "== [$(stamp)] 8. elastic: mn-a alone, then mn-b joins: round 1 spans both hosts"
+(on a timeout 60 "$LSPAWN" "${ELASTIC[@]}" --max-restarts 0 "$HELLO" --hang-rank 0 --fail-on-attempt 0 \
+   >$WORK/8a.out 2>$WORK/8a.err) & pa=$!
+until_in $WORK/8a.err "hanging on purpose" 40 || fail "elastic join: mn-a's round 0 never started"
+(on b timeout 60 "$LSPAWN" "${ELASTIC[@]}" --max-restarts 0 "$HELLO" --hang-rank 0 --fail-on-attempt 0 \
+   >$WORK/8b.out 2>$WORK/8b.err) & pb=$!
+wait $pa; ra=$?; wait $pb; rb=$?
+check "elastic join: both nodes exit 0 (a=$ra b=$rb)" test $ra = 0 -a $rb = 0
+check "elastic join: mn-a admitted mn-b in a new round, not a restart" eval 'has $WORK/8a.err "a new node, mn-b ($NET.2), joined the job (--nnodes 1:2)" && has $WORK/8a.err "round 1: starting 2 workers (node 0 of 2)" && ! has $WORK/8a.err "restart"'
+check "elastic join: round 1's all_reduce is right on every rank of both hosts" eval 'has $WORK/8a.out "[mn-a rank 0] rank 0/4: allreduce sum = 10" && has $WORK/8a.out "[mn-a rank 1] rank 1/4: allreduce sum = 10" && has $WORK/8b.out "[mn-b rank 2] rank 2/4: allreduce sum = 10" && has $WORK/8b.out "[mn-b rank 3] rank 3/4: allreduce sum = 10"'
+check "elastic join: nothing left" nothing_left
+
+echo "== [$(stamp)] 9. elastic: mn-b's link goes down: mn-a goes on alone"
+(on a timeout 60 "$LSPAWN" "${ELASTIC[@]}" --max-restarts 1 "$HELLO" --hang-rank 0 --fail-on-attempt 0 \
+   >$WORK/9a.out 2>$WORK/9a.err) & pa=$!
+(on b timeout 60 "$LSPAWN" "${ELASTIC[@]}" --max-restarts 1 "$HELLO" --hang-rank 0 --fail-on-attempt 0 \
+   >$WORK/9b.out 2>$WORK/9b.err) & pb=$!
+until_in $WORK/9a.err "hanging on purpose" 40 || fail "elastic loss: rank 0 never started hanging"
+until_in $WORK/9b.err "starting 2 workers" 40 || fail "elastic loss: mn-b never started its workers"
+sleep 0.3
+ip -n $B link set $VB down
+wait $pa; ra=$?; wait $pb; rb=$?
+check "elastic loss: mn-a exits 0 after a round alone (got $ra), mn-b 123 (got $rb)" test $ra = 0 -a $rb = 123
+check "elastic loss: mn-a names mn-b as lost and restarts alone" eval 'has $WORK/9a.err "node 1 (mn-b, $NET.2) was lost" && has $WORK/9a.err "restarting the 1 remaining node'"'"'s workers (--nnodes 1:2, restart 1 of at most 1)"'
+check "elastic loss: mn-a's round 1 is a world of 2 with the right sum" eval 'has $WORK/9a.out "[mn-a rank 0] rank 0/2: allreduce sum = 3" && has $WORK/9a.out "[mn-a rank 1] rank 1/2: allreduce sum = 3"'
+check "elastic loss: mn-b names mn-a as lost" has $WORK/9b.err "root cause: node 0 (mn-a, $NET.1) was lost"
+check "elastic loss: nothing left" nothing_left
+ip -n $B link set $VB up
+for _ in $(seq 100); do
+  ip -n $A link show $VA | grep -q LOWER_UP && ip -n $B link show $VB | grep -q LOWER_UP && break
+  sleep 0.05
+done
 
 if [[ -n $COLLWORKER ]]; then
   echo "== [$(stamp)] 7. lspawn::Group across hosts: hierarchical all_reduce, broadcast, all_gather"
