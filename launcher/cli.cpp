@@ -635,12 +635,15 @@ int run(const CliOptions& o) {
   for (bool first = true;; first = false) {
     const int round = group->round();
     node_rank = assign.node_rank;
+    // Each attempt its own log files (a joiner's first round may be a later one).
+    if (logs) logs->set_attempt(round);
     if (!first) {
       sup.new_round(assign.nnodes * o.nproc_per_node);
       const std::string workers = std::to_string(o.nproc_per_node) + " worker" + (o.nproc_per_node == 1 ? "" : "s");
-      const std::string place = group->elastic() ? " (node " + std::to_string(node_rank) + " of " +
-                                                       std::to_string(assign.nnodes) + ")"
-                                                 : "";
+      std::string place = group->elastic() ? " (node " + std::to_string(node_rank) + " of " +
+                                                 std::to_string(assign.nnodes) + ")"
+                                           : "";
+      if (logs) place += ", log files " + o.log_dir + "/rank<N>.attempt" + std::to_string(round) + ".std{out,err}";
       if (!o.quiet && group->restarts_used() == restarts_before) {
         say("round " + std::to_string(round) + ": starting " + workers + place);
       } else if (!o.quiet) {

@@ -29,7 +29,15 @@ void ConsoleSink::line(int rank, Stream stream, std::string_view line) {
 }
 
 std::string LogDirSink::path(int rank, Stream stream) const {
-  return dir_ + "/rank" + std::to_string(rank) + "." + stream_name(stream);
+  return dir_ + "/rank" + std::to_string(rank) + (attempt_ > 0 ? ".attempt" + std::to_string(attempt_) : "") + "." +
+         stream_name(stream);
+}
+
+void LogDirSink::set_attempt(int k) {
+  if (k == attempt_) return;
+  attempt_ = k;
+  fds_.clear();
+  broken_.clear();
 }
 
 int LogDirSink::fd_for(int rank, Stream stream) {

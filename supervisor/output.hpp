@@ -61,6 +61,9 @@ class ConsoleSink : public OutputSink {
 
 // Writes raw bytes to DIR/rank<N>.stdout and DIR/rank<N>.stderr (created, truncated, 0644,
 // on the first output or at EOF, so every rank has both files). DIR must exist.
+// Restart attempt k > 0 (set_attempt) writes DIR/rank<N>.attempt<k>.std{out,err}: an attempt
+// never overwrites the files of the one before (which explain why it failed), and an elastic
+// round's renumbered ranks get files of their own.
 // A log file that cannot be written (the directory is full, a quota, EIO) does not stop the run:
 // the error is reported once per file through `warn` ("lspawn: write (log file DIR/rank1.stdout):
 // No space left on device; the rest of this stream is dropped"), and that stream's
@@ -73,10 +76,14 @@ class LogDirSink : public OutputSink {
   void bytes(int rank, Stream stream, std::string_view data) override;
   void closed(int rank, Stream stream) override;
   std::string path(int rank, Stream stream) const;
+  // The files from now on are attempt k's (0: the first). Call between attempts, once every
+  // stream of the last one has closed.
+  void set_attempt(int k);
 
  private:
   int fd_for(int rank, Stream stream);
   std::string dir_;
+  int attempt_ = 0;
   Warn warn_;
   std::vector<sys::Fd> fds_;  // index 2*rank + stream
   std::vector<bool> broken_;  // index 2*rank + stream: a write failed, output dropped

@@ -99,6 +99,27 @@ TEST_CASE("option --log-dir writes one file per rank and stream - exactly --tee 
   CHECK(slurp(logs + "/rank1.stdout") == "out-1\n");
 }
 
+TEST_CASE("option --log-dir with --max-restarts: each attempt writes its own files - a failed attempt's output is kept",
+          "[e2e][output][restarts][exec-only]") {
+  TempDir dir;
+  const std::string logs = dir.path + "/logs";
+  // Rank 1 fails on attempts 0 and 1, explaining why on stderr; attempt 2 succeeds.
+  auto r = run_lspawn({"--nprocs", "2", "--max-restarts", "2", "--log-dir", logs, "/bin/sh", "-c",
+                       "a=$TORCHELASTIC_RESTART_COUNT; echo \"attempt $a rank $RANK\"; "
+                       "if [ $RANK = 1 ] && [ $a -lt 2 ]; then echo \"why $a\" >&2; exit 3; fi"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(slurp(logs + "/rank0.stdout") == "attempt 0 rank 0\n");
+  CHECK(slurp(logs + "/rank1.stdout") == "attempt 0 rank 1\n");
+  CHECK(slurp(logs + "/rank1.stderr") == "why 0\n");
+  CHECK(slurp(logs + "/rank1.attempt1.stderr") == "why 1\n");
+  CHECK(slurp(logs + "/rank0.attempt2.stdout") == "attempt 2 rank 0\n");
+  CHECK(slurp(logs + "/rank1.attempt2.stdout") == "attempt 2 rank 1\n");
+  CHECK(slurp(logs + "/rank1.attempt2.stderr").empty());
+  CHECK(r.err.find("restart 1 of 2: starting 2 workers, log files " + logs + "/rank<N>.attempt1.std{out,err}\n") !=
+        std::string::npos);
+}
+
 TEST_CASE("option --log-dir that cannot be created: exit 2 and the reason", "[e2e][output][exec-only]") {
   TempDir dir;
   const std::string file = dir.path + "/file";

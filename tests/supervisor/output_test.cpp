@@ -99,6 +99,31 @@ TEST_CASE("ConsoleSink: one write per prefixed line - LogDirSink: exact bytes", 
   lspawn::sys::remove_tree(dir);
 }
 
+TEST_CASE("LogDirSink: attempt k > 0 writes rank<N>.attempt<k>.* - the files of attempt 0 are kept", "[output]") {
+  const std::string dir = lspawn::sys::make_temp_dir("lspawn-out-");
+  lspawn::LogDirSink logs(dir);
+  auto write = [&](const std::string& text) {
+    LineSplitter s(0, Stream::Stdout, {&logs});
+    s.feed(text);
+    s.finish();
+  };
+  auto slurp = [](const std::string& p) {
+    std::ifstream f(p);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  };
+  write("first\n");
+  CHECK(logs.path(0, Stream::Stdout) == dir + "/rank0.stdout");
+  logs.set_attempt(1);
+  CHECK(logs.path(0, Stream::Stdout) == dir + "/rank0.attempt1.stdout");
+  CHECK(logs.path(3, Stream::Stderr) == dir + "/rank3.attempt1.stderr");
+  write("second\n");
+  CHECK(slurp(dir + "/rank0.stdout") == "first\n");
+  CHECK(slurp(dir + "/rank0.attempt1.stdout") == "second\n");
+  lspawn::sys::remove_tree(dir);
+}
+
 TEST_CASE("ConsoleSink: a closed console (EPIPE) is dropped - not fatal", "[output]") {
   auto p = lspawn::sys::make_pipe("test");
   p.read.reset();
