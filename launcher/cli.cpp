@@ -219,6 +219,18 @@ std::optional<int> apply_torchrun_conventions(CliOptions& o) {
     }
     o.program = argv;
   }
+  // torchrun's --start-method forkserver for a script: torchrun runs scripts by exec whatever
+  // its start method (that flag is for function entrypoints); so does lspawn, saying so.
+  // lspawn's own forkserver needs a program linking its hook, which an interpreter does not;
+  // --preload is its Python form.
+  if (o.start_method == CliStartMethod::Forkserver && o.preload.empty() &&
+      (!reason.empty() || preload::check_program(o.program).empty())) {
+    o.start_method = CliStartMethod::Exec;
+    if (!o.quiet) {
+      say("--start-method forkserver: a Python program runs by exec, as torchrun runs scripts whatever "
+          "its start method; to fork the workers from one interpreter that imported torch once: --preload torch");
+    }
+  }
   // --local-ranks-filter names local ranks of this node; a rank it leaves out writes to files.
   bool hides = false;
   if (o.local_ranks_filter) {

@@ -228,6 +228,33 @@ TEST_CASE("a .py program runs under Python -u ($LSPAWN_PYTHON) with its argument
   CHECK(has(r.err, "lspawn: cannot open the Python program '" + dir.path + "/missing.py': No such file or directory"));
 }
 
+TEST_CASE("torchrun's --start-method forkserver (or PET_START_METHOD) with a Python program: run by exec, with a note",
+          "[e2e][cli][torchrun][exec-only]") {
+  if (access("/usr/bin/python3", X_OK) != 0) {
+    WARN("no /usr/bin/python3: not tested");
+    return;
+  }
+  TempDir dir;
+  const std::string script = dir.path + "/print_rank.py";
+  write_file(script, "import os\nprint('py rank', os.environ['RANK'])\n");
+  const std::string note = "lspawn: --start-method forkserver: a Python program runs by exec, as torchrun runs scripts "
+                           "whatever its start method; to fork the workers from one interpreter that imported torch "
+                           "once: --preload torch\n";
+  for (const auto& [args, env] : std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>>{
+           {{"--nproc-per-node", "2", "--start-method", "forkserver", script}, {"LSPAWN_PYTHON=/usr/bin/python3"}},
+           {{"--nproc-per-node", "2", "/usr/bin/python3", script}, {"PET_START_METHOD=forkserver"}}}) {
+    auto r = run_lspawn(args, env);
+    INFO(r.err);
+    CHECK(r.exit_code == 0);
+    CHECK(has(r.out, "[rank 0] py rank 0"));
+    CHECK(has(r.out, "[rank 1] py rank 1"));
+    CHECK(has(r.err, note));
+  }
+  // A program that is no interpreter still needs lspawn's hook (forkserver_e2e_test.cpp).
+  auto r = run_lspawn({"--start-method", "forkserver", "/bin/true"});
+  CHECK(r.exit_code == 2);
+}
+
 TEST_CASE("option -m/--module runs python -u -m MODULE", "[e2e][cli][torchrun][exec-only]") {
   if (access("/usr/bin/python3", X_OK) != 0) {
     WARN("no /usr/bin/python3: not tested");
