@@ -54,10 +54,15 @@ ip link set $VA netns $A && ip link set $VB netns $B
 ip -n $A addr add $NET.1/24 dev $VA && ip -n $B addr add $NET.2/24 dev $VB
 ip -n $A link set lo up && ip -n $B link set lo up
 ip -n $A link set $VA up && ip -n $B link set $VB up
-for _ in $(seq 100); do
-  ip -n $A link show $VA | grep -q LOWER_UP && ip -n $B link show $VB | grep -q LOWER_UP && break
-  sleep 0.05
-done
+# Waits (up to 5 s) for both ends of the veth pair to be up.
+links_up() {
+  for _ in $(seq 100); do
+    ip -n $A link show $VA | grep -q LOWER_UP && ip -n $B link show $VB | grep -q LOWER_UP && return 0
+    sleep 0.05
+  done
+  return 1
+}
+links_up
 
 # on HOST CMD...: CMD on host a or b (its netns, hostname mn-a / mn-b); execs, so $! is CMD's pid.
 on() {
@@ -180,10 +185,7 @@ check "linkdown: mn-b names node 0 (mn-a)" has $WORK/5b.err "root cause: node 0 
 check "linkdown: both stopped by the 2 s node timeout, not by their 60 s timeout or TCP's (< 20 s)" eval 'elapsed_below $sa 20 && elapsed_below $sb 20'
 check "linkdown: nothing left" nothing_left
 ip -n $B link set $VB up
-for _ in $(seq 100); do
-  ip -n $A link show $VA | grep -q LOWER_UP && ip -n $B link show $VB | grep -q LOWER_UP && break
-  sleep 0.05
-done
+links_up
 
 echo "== [$(stamp)] 6. --max-restarts 2, rank 3 throws on attempt 0 only (forkserver)"
 (on b timeout 60 "$LSPAWN" "${COMMON[@]}" --node-rank 1 --master-addr $NET.1 --master-port 29500 --max-restarts 2 \
@@ -230,10 +232,7 @@ check "elastic loss: mn-a's round 1 is a world of 2 with the right sum" eval 'ha
 check "elastic loss: mn-b names mn-a as lost" has $WORK/9b.err "root cause: node 0 (mn-a, $NET.1) was lost"
 check "elastic loss: nothing left" nothing_left
 ip -n $B link set $VB up
-for _ in $(seq 100); do
-  ip -n $A link show $VA | grep -q LOWER_UP && ip -n $B link show $VB | grep -q LOWER_UP && break
-  sleep 0.05
-done
+links_up
 
 if [[ -n $COLLWORKER ]]; then
   echo "== [$(stamp)] 7. lspawn::Group across hosts: hierarchical all_reduce, broadcast, all_gather"
