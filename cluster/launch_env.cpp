@@ -38,6 +38,7 @@ struct Detected {
   Scheduler scheduler = Scheduler::None;
   std::string what;  // "Slurm job 42", "Kubernetes PyTorchJob"
   std::optional<int> nproc_per_node, nnodes, min_nnodes, node_rank, master_port;
+  std::optional<std::string> nproc_spec;  // gpu|cpu|auto
   std::optional<std::string> master_addr, run_id;
   std::string nnodes_var = "--nnodes", node_rank_var = "--node-rank";  // for messages
 };
@@ -142,7 +143,15 @@ std::optional<Detected> detect_pytorchjob(const EnvLookup& env, const LaunchFlag
       }
     }
     if (const auto n = env("PET_NPROC_PER_NODE")) {
-      d.nproc_per_node = static_cast<int>(env_int("PET_NPROC_PER_NODE", *n, 1, 4096));
+      if (*n == "gpu" || *n == "cpu" || *n == "auto") {
+        d.nproc_spec = *n;  // torchrun's forms; the CLI counts
+      } else {
+        try {
+          d.nproc_per_node = static_cast<int>(env_int("PET_NPROC_PER_NODE", *n, 1, 4096));
+        } catch (const EnvSyntaxError&) {
+          throw EnvSyntaxError("PET_NPROC_PER_NODE", *n, "expected an integer 1..4096, gpu, cpu or auto");
+        }
+      }
     }
   } else {
     // Operators before v1.7: WORLD_SIZE = pods, RANK = pod index (no LOCAL_RANK: not a worker).
@@ -200,6 +209,13 @@ LaunchSettings resolve_launch(const LaunchFlags& f, const EnvLookup& env) {
   const Detected none;
   const Detected& det = d ? *d : none;
   s.nproc_per_node = pick("--nprocs", f.nproc_per_node, det.nproc_per_node, f.nproc_per_node);
+  if (f.was_given("--nprocs") || !det.nproc_spec) {
+    s.nproc_spec = f.nproc_spec;
+    s.nproc_var = "--nproc-per-node";
+  } else {
+    s.nproc_spec = *det.nproc_spec;
+    s.nproc_var = "PET_NPROC_PER_NODE";
+  }
   s.nnodes = pick("--nnodes", f.nnodes, det.nnodes, f.nnodes);
   s.min_nnodes = f.was_given("--nnodes") || !det.nnodes ? f.min_nnodes : det.min_nnodes.value_or(0);
   s.node_rank = pick("--node-rank", f.node_rank, det.node_rank, f.node_rank);
@@ -237,8 +253,10 @@ LaunchSettings resolve_launch(const LaunchFlags& f, const EnvLookup& env) {
                    "node with srun --ntasks-per-node=1 (docs/multi-node.md)";
     }
   } else {
-    const std::string workers = std::to_string(s.nproc_per_node) + " worker" +
-                                (s.nproc_per_node == 1 ? "" : "s") + " per node";
+    const std::string workers = !s.nproc_spec.empty()
+                                    ? "workers per node: " + s.nproc_spec + " (" + s.nproc_var + ")"
+                                    : std::to_string(s.nproc_per_node) + " worker" +
+                                          (s.nproc_per_node == 1 ? "" : "s") + " per node";
     if (s.node_rank_given || f.rdzv_endpoint.empty()) {
       s.detected = d->what + ": node " + std::to_string(s.node_rank) + " of " + std::to_string(s.nnodes) +
                    ", master " + s.master_addr + ":" + std::to_string(s.master_port) + ", " + workers;

@@ -21,7 +21,8 @@
 //   The step must have exactly one task per node (SLURM_STEP_TASKS_PER_NODE all 1), else
 //   UsageError: several lspawn per node would start the job several times.
 // - Kubernetes PyTorchJob (training-operator), when PET_NNODES or PET_NODE_RANK is set (v1.7+):
-//     node count PET_NNODES, node rank PET_NODE_RANK, nprocs PET_NPROC_PER_NODE,
+//     node count PET_NNODES, node rank PET_NODE_RANK, nprocs PET_NPROC_PER_NODE (a count, or
+//     torchrun's gpu|cpu|auto, which Kubeflow Trainer's TrainJob sets by default: nproc_spec),
 //     master PET_MASTER_ADDR/PET_MASTER_PORT, else MASTER_ADDR/MASTER_PORT; run id
 //     PET_RDZV_ID, else the master address and port.
 //   With a rendezvous endpoint (an elasticPolicy's PET_RDZV_ENDPOINT, which the CLI reads as
@@ -49,6 +50,8 @@ namespace lspawn {
 // CLI's options (launcher/cli_options.hpp) extend it.
 struct LaunchFlags {
   int nproc_per_node = 1;          // --nprocs / --nproc-per-node, >= 1
+  std::string nproc_spec;          // --nproc-per-node gpu|cpu|auto (counted by the CLI); empty:
+                                   // nproc_per_node is the count
   int nnodes = 1;                  // --nnodes, >= 1 (with MIN:MAX: MAX)
   int min_nnodes = 0;              // --nnodes MIN:MAX: MIN; 0: a fixed count
   int node_rank = 0;               // --node-rank, 0 <= node_rank < nnodes
@@ -73,7 +76,9 @@ EnvLookup process_environment();
 enum class Scheduler { None, Slurm, PyTorchJob };
 
 struct LaunchSettings {
-  int nproc_per_node = 1;
+  int nproc_per_node = 1;                // when nproc_spec is empty
+  std::string nproc_spec;                // gpu|cpu|auto, for the CLI to count (torchrun's forms)
+  std::string nproc_var;                 // where nproc_spec came from: --nproc-per-node, PET_NPROC_PER_NODE
   int nnodes = 1;                        // an elastic job's MAX
   int min_nnodes = 0;                    // an elastic job's MIN (a rendezvous endpoint is set); 0: fixed
   int node_rank = 0;                     // 0 <= node_rank < nnodes

@@ -173,26 +173,26 @@ class RoutedSink : public OutputSink {
   std::function<bool(int, Stream)> pass_;
 };
 
-// torchrun's conventions (torchrun_compat.hpp), before the flags meet the environment:
-// --nproc-per-node gpu|cpu|auto becomes a count, a Python program gets its interpreter, and
-// --redirects/--tee without --log-dir get a temporary one. Says what it decided (unless
-// --quiet). Returns an exit status when the run cannot start.
+// torchrun's conventions (torchrun_compat.hpp), once the flags met the environment
+// (resolve_launch): --nproc-per-node gpu|cpu|auto (or a PyTorchJob's PET_NPROC_PER_NODE) becomes
+// a count, a Python program gets its interpreter, and --redirects/--tee without --log-dir get a
+// temporary one. Says what it decided (unless --quiet). Returns an exit status when the run
+// cannot start.
 std::optional<int> apply_torchrun_conventions(CliOptions& o) {
-  if (!o.quiet) {
-    for (const auto& note : o.notes) say(note);
-  }
   if (!o.nproc_spec.empty()) {
     std::string how;
+    // From PET_NPROC_PER_NODE (a PyTorchJob's), the messages name the variable.
+    const std::string from = o.nproc_spec_var == "--nproc-per-node" ? "" : o.nproc_spec_var + "=" + o.nproc_spec + ": ";
     try {
       o.nproc_per_node = resolve_nproc_spec(o.nproc_spec, local_accelerator_count(), usable_cpu_count(),
                                             std::getenv("CUDA_VISIBLE_DEVICES"), 4096 /* --nprocs's limit */, &how);
     } catch (const UsageError& e) {
-      say(e.what());
+      say(from + e.what());
       return exit_codes::kUsage;
     }
     if (!o.quiet) {
-      say("--nproc-per-node " + o.nproc_spec + ": " + std::to_string(o.nproc_per_node) + " worker" +
-          (o.nproc_per_node == 1 ? "" : "s") + " per node (" + how + ")");
+      say((from.empty() ? "--nproc-per-node " + o.nproc_spec + ": " : from) + std::to_string(o.nproc_per_node) +
+          " worker" + (o.nproc_per_node == 1 ? "" : "s") + " per node (" + how + ")");
     }
   }
   std::string source, reason;
@@ -820,11 +820,15 @@ int run_cli(const std::vector<std::string>& args) {
     std::fflush(stdout);
     return exit_codes::kSuccess;
   }
-  if (auto code = apply_torchrun_conventions(o)) return *code;
+  if (!o.quiet) {
+    for (const auto& note : o.notes) say(note);
+  }
   // Flags + what Slurm / a PyTorchJob say about this node (explicit flags win).
   try {
     const LaunchSettings s = resolve_launch(o, process_environment());
     o.nproc_per_node = s.nproc_per_node;
+    o.nproc_spec = s.nproc_spec;
+    o.nproc_spec_var = s.nproc_var;
     o.nnodes = s.nnodes;
     o.min_nnodes = s.min_nnodes;
     o.node_rank = s.node_rank;
@@ -840,6 +844,8 @@ int run_cli(const std::vector<std::string>& args) {
     say(e.what());
     return exit_codes::kUsage;
   }
+  // Then torchrun's conventions: a gpu|cpu|auto count, the Python program, the log files.
+  if (auto code = apply_torchrun_conventions(o)) return *code;
   try {
     return run(o);
   } catch (const std::exception& e) {

@@ -54,7 +54,7 @@ struct CliOptions : LaunchFlags {
   std::vector<std::string> program;  // program and its arguments (non-empty unless help/version)
   // torchrun's flags (torchrun_compat.hpp; docs/cli.md "From torchrun"). run_cli() resolves
   // nproc_spec into nproc_per_node and the program convention into the worker's argv.
-  std::string nproc_spec;          // --nproc-per-node gpu|cpu|auto; empty: nproc_per_node is the count
+  std::string nproc_spec_var = "--nproc-per-node";  // where nproc_spec came from (LaunchSettings::nproc_var)
   ProgramConvention program_convention;  // -m/--module, --no-python, --run-path
   std::optional<StdSpec> redirects;      // --redirects/-r SPEC
   std::optional<StdSpec> tee_spec;       // --tee/-t SPEC (torchrun's form); the boolean --tee is `tee`

@@ -164,6 +164,23 @@ TEST_CASE("resolve_launch: Kubernetes PyTorchJob", "[launch-env][k8s]") {
     CHECK(resolve({}, {{"MASTER_ADDR", "m"}, {"MASTER_PORT", "1"}, {"WORLD_SIZE", "3"}, {"RANK", "2"}, {"LOCAL_RANK", "0"}})
               .scheduler == Scheduler::None);
   }
+  SECTION("PET_NPROC_PER_NODE gpu|cpu|auto (Kubeflow Trainer's default is auto): counted by the CLI; the flag wins") {
+    for (const char* spec : {"gpu", "cpu", "auto"}) {
+      const LaunchSettings s = resolve({}, {{"PET_NNODES", "2"}, {"PET_NODE_RANK", "1"}, {"PET_NPROC_PER_NODE", spec},
+                                            {"PET_MASTER_ADDR", "m"}, {"PET_MASTER_PORT", "9"}});
+      CHECK(s.nproc_spec == spec);
+      CHECK(s.nproc_var == "PET_NPROC_PER_NODE");
+      CHECK(s.detected == std::string("Kubernetes PyTorchJob: node 1 of 2, master m:9, workers per node: ") + spec +
+                              " (PET_NPROC_PER_NODE)");
+    }
+    const EnvMap env = {{"PET_NNODES", "2"}, {"PET_NODE_RANK", "1"}, {"PET_NPROC_PER_NODE", "auto"}, {"MASTER_PORT", "9"}};
+    const LaunchSettings n = resolve({"--nprocs", "3"}, env);
+    CHECK(n.nproc_spec.empty());
+    CHECK(n.nproc_per_node == 3);
+    const LaunchSettings c = resolve({"--nproc-per-node", "cpu"}, env);
+    CHECK(c.nproc_spec == "cpu");
+    CHECK(c.nproc_var == "--nproc-per-node");
+  }
   SECTION("PET_MASTER_* and PET_RDZV_ID win over MASTER_*") {
     const LaunchSettings s = resolve({}, {{"PET_NNODES", "2"}, {"PET_NODE_RANK", "0"}, {"PET_MASTER_ADDR", "a"},
                                           {"PET_MASTER_PORT", "9"}, {"MASTER_ADDR", "b"}, {"MASTER_PORT", "8"},
@@ -177,8 +194,8 @@ TEST_CASE("resolve_launch: Kubernetes PyTorchJob", "[launch-env][k8s]") {
           "PET_NNODES='1:4': an elastic range (MIN:MAX) needs a rendezvous endpoint: PET_RDZV_ENDPOINT "
           "(an elasticPolicy sets it) or --rdzv-endpoint HOST:PORT");
     CHECK(error_of({}, {{"PET_NNODES", "2"}}) == "Kubernetes PyTorchJob: PET_NODE_RANK is missing next to PET_NNODES");
-    CHECK(error_of({}, {{"PET_NNODES", "2"}, {"PET_NODE_RANK", "0"}, {"PET_NPROC_PER_NODE", "auto"}}) ==
-          "PET_NPROC_PER_NODE='auto': expected an integer 1..4096");
+    CHECK(error_of({}, {{"PET_NNODES", "2"}, {"PET_NODE_RANK", "0"}, {"PET_NPROC_PER_NODE", "xpu"}}) ==
+          "PET_NPROC_PER_NODE='xpu': expected an integer 1..4096, gpu, cpu or auto");
     CHECK(error_of({}, {{"PET_NNODES", "2"}, {"PET_NODE_RANK", "3"}, {"MASTER_PORT", "5"}})
               .find("PET_NODE_RANK: 3 must be less than PET_NNODES 2") == 0);
     CHECK(error_of({}, {{"PET_NNODES", "2"}, {"PET_NODE_RANK", "1"}}).find("--master-port: required") == 0);

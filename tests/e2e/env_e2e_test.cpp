@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 
 #include "harness.hpp"
+#include "launcher/torchrun_compat.hpp"  // usable_cpu_count
 #include "supervisor/port.hpp"
 
 using namespace lspawn::test;
@@ -198,4 +199,32 @@ TEST_CASE("torchrun's PET_* defaults: PET_MAX_RESTARTS and PET_ROLE act as the f
   CHECK(bad.exit_code == 2);
   CHECK(bad.err.find("lspawn: PET_MAX_RESTARTS='-1' (torchrun's environment default of --max-restarts): ") == 0);
   CHECK(bad.out.find("started") == std::string::npos);
+}
+
+TEST_CASE("in a pod with PET_NPROC_PER_NODE=cpu|gpu (torchrun's forms), lspawn counts the workers - or names the variable",
+          "[e2e][env][k8s]") {
+  const std::vector<std::string> pod = {"PET_NNODES=1", "PET_NODE_RANK=0", "MASTER_ADDR=127.0.0.1",
+                                        "MASTER_PORT=" + std::to_string(free_port())};
+  const int cpus = lspawn::usable_cpu_count();
+  std::vector<std::string> env = pod;
+  env.push_back("PET_NPROC_PER_NODE=cpu");
+  auto r = run_lspawn({worker_bin(), "env"}, env);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("lspawn: Kubernetes PyTorchJob: node 0 of 1, master 127.0.0.1:" + pod[3].substr(12) +
+                   ", workers per node: cpu (PET_NPROC_PER_NODE)\n") != std::string::npos);
+  CHECK(r.err.find("lspawn: PET_NPROC_PER_NODE=cpu: " + std::to_string(cpus) + " worker") != std::string::npos);
+  for (int rank = 0; rank < cpus; ++rank) {
+    CHECK(r.out.find("[rank " + std::to_string(rank) + "] WORLD_SIZE=" + std::to_string(cpus) + "\n") != std::string::npos);
+  }
+  CHECK(r.out.find("[rank " + std::to_string(cpus) + "]") == std::string::npos);
+  // No GPU visible: exit 2 naming the variable, nothing started.
+  env = pod;
+  env.push_back("PET_NPROC_PER_NODE=gpu");
+  env.push_back("CUDA_VISIBLE_DEVICES=");
+  r = run_lspawn({worker_bin(), "env"}, env);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("lspawn: PET_NPROC_PER_NODE=gpu: --nproc-per-node gpu: no NVIDIA GPU is visible to this process "
+                   "(CUDA_VISIBLE_DEVICES='')") != std::string::npos);
+  CHECK(r.out.empty());
 }
