@@ -215,12 +215,8 @@ EnvFlags torchrun_env_flags(const std::function<std::optional<std::string>(const
     return v;
   };
   EnvFlags out;
-  for (const char* flag : kValued) {
-    const std::string var = var_of(flag);
-    const auto v = env(var);
-    if (!v || v->empty() || given.count(flag) != 0) continue;
-    out.flags.push_back({var, flag, *v, {std::string(flag) + "=" + *v}});
-  }
+  std::vector<EnvFlag> switches;
+  bool standalone = given.count("--standalone") != 0;
   for (const char* flag : kSwitches) {
     const std::string var = var_of(flag);
     const auto v = env(var);
@@ -233,8 +229,21 @@ EnvFlags torchrun_env_flags(const std::function<std::optional<std::string>(const
                        ": 0 off, any other integer on)");
     }
     const bool on = v->find_first_not_of("-0") != std::string::npos;
-    out.flags.push_back({var, flag, *v, on ? std::vector<std::string>{flag} : std::vector<std::string>{}});
+    standalone = standalone || (on && std::string(flag) == "--standalone");
+    switches.push_back({var, flag, *v, on ? std::vector<std::string>{flag} : std::vector<std::string>{}});
   }
+  for (const char* flag : kValued) {
+    const std::string var = var_of(flag);
+    const auto v = env(var);
+    if (!v || v->empty() || given.count(flag) != 0) continue;
+    // --standalone replaces the rendezvous, as torchrun's does (which overrides these).
+    if (standalone && (std::string(flag) == "--rdzv-endpoint" || std::string(flag) == "--rdzv-backend")) {
+      out.notes.push_back(var + "='" + *v + "': ignored with --standalone (one node, a local rendezvous)");
+      continue;
+    }
+    out.flags.push_back({var, flag, *v, {std::string(flag) + "=" + *v}});
+  }
+  out.flags.insert(out.flags.end(), switches.begin(), switches.end());
   for (const char* flag : kAbsent) {
     const std::string var = var_of(flag);
     if (const auto v = env(var); v && !v->empty()) {

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 
 #include <cstdio>
@@ -528,6 +529,15 @@ TEST_CASE("parse_cli(args, env): torchrun's PET_* defaults - the command line wi
     CHECK(env_msg({"p"}, {{"PET_RDZV_BACKEND", "etcd-v2"}}).find(
               "PET_RDZV_BACKEND='etcd-v2' (torchrun's environment default of --rdzv-backend): --rdzv-backend: lspawn's own "
               "rendezvous replaces c10d and static") == 0);
+    // --standalone (flag or variable) replaces the rendezvous: PET_RDZV_ENDPOINT/BACKEND are not read.
+    for (const auto& [args, env] : std::vector<std::pair<std::vector<std::string>, Env>>{
+             {{"--standalone", "p"}, elastic}, {{"p"}, [&] { Env e = elastic; e["PET_STANDALONE"] = "1"; return e; }()}}) {
+      const CliOptions c = parse_cli(args, lookup(env));
+      CHECK(c.standalone);
+      CHECK(c.rdzv_endpoint.empty());
+      CHECK(std::count(c.notes.begin(), c.notes.end(),
+                       "PET_RDZV_ENDPOINT='job-worker-0:29400': ignored with --standalone (one node, a local rendezvous)") == 1);
+    }
     CHECK(env_msg({"--rdzv-endpoint", "h:1", "p"}, {{"PET_STANDALONE", "1"}}) ==
           "--standalone: cannot be combined with --rdzv-endpoint h:1 (--standalone is one node with a local "
           "rendezvous on a free port) (with PET_STANDALONE=1 from the environment)");
