@@ -245,9 +245,11 @@ options (--opt value and --opt=value are both accepted):
   --run-id ID                     TORCHELASTIC_RUN_ID (default: random)
   Under Slurm (srun, one lspawn per node) and in a Kubernetes PyTorchJob the node count, node rank,
   master address/port and run id are detected from the environment; these flags override it
-  (docs/multi-node.md).
+  (docs/multi-node.md). As torchrun, a flag not given takes the value of PET_<FLAG> when set
+  (PET_MAX_RESTARTS=3 is --max-restarts 3; docs/cli.md).
   --grace-period SECONDS          SIGTERM -> SIGKILL delay when stopping workers (default 5)
   --log-dir DIR                   write DIR/rank<N>.stdout and DIR/rank<N>.stderr instead of the console
+                                  (restart attempt k: DIR/rank<N>.attempt<k>.std{out,err})
   --tee                           with --log-dir: also write to the console
   -r, --redirects SPEC            torchrun's: these streams to the log files only; SPEC 0 none,
                                   1 stdout, 2 stderr, 3 both, or per local rank 0:3,1:1
