@@ -80,6 +80,9 @@ std::vector<std::string> worker_environment(const JobEnv& job, const WorkerPlace
   if (job.default_omp_threads && needs_omp_default(base, place.nproc_per_node)) {
     put(kOmpNumThreads, "1");
   }
+  if (!has_var(base, kNcclAsyncErrorHandling) && !has_var(base, kNcclAsyncErrorHandlingOld)) {
+    put(kNcclAsyncErrorHandling, "1");
+  }
 
   std::vector<std::string> out;
   out.reserve(base.size() + set.size());

@@ -28,6 +28,11 @@ inline constexpr const char* kMaxRestarts = "TORCHELASTIC_MAX_RESTARTS";
 inline constexpr const char* kErrorFile = "TORCHELASTIC_ERROR_FILE";
 inline constexpr const char* kUseAgentStore = "TORCHELASTIC_USE_AGENT_STORE";
 inline constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";
+// torchrun sets it to 1 (NCCL errors and watchdog timeouts abort the communicators and end the
+// process) unless the launcher's environment has it; lspawn too, and also leaves it alone when
+// the older name (NCCL_ASYNC_ERROR_HANDLING, which torch 2.x still reads) is set.
+inline constexpr const char* kNcclAsyncErrorHandling = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
+inline constexpr const char* kNcclAsyncErrorHandlingOld = "NCCL_ASYNC_ERROR_HANDLING";
 // lspawn's own additions.
 inline constexpr const char* kLspawnErrorFile = "LSPAWN_ERROR_FILE";  // same as kErrorFile
 inline constexpr const char* kLspawnRunDir = "LSPAWN_RUN_DIR";        // private dir of the run

@@ -55,6 +55,7 @@ TEST_CASE("each worker gets torchrun's environment contract", "[e2e][env]") {
     CHECK(e["TORCHELASTIC_MAX_RESTARTS"] == "0");
     CHECK(e["TORCHELASTIC_USE_AGENT_STORE"] == "False");
     CHECK(e["OMP_NUM_THREADS"] == "1");
+    CHECK(e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1");
     CHECK(e["LSPAWN_TEST_INHERITED"] == "yes");
     CHECK(e["LSPAWN_FORKSERVER_FDS"] == "<unset>");  // the forkserver's own, never a worker's
     CHECK(e["LSPAWN_ERROR_FILE"] == e["TORCHELASTIC_ERROR_FILE"]);

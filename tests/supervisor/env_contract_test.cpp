@@ -45,8 +45,19 @@ TEST_CASE("worker_environment: torchrun's names from the worker's place", "[env]
   CHECK(m["LSPAWN_ERROR_FILE"] == "/tmp/run/error-9.json");
   CHECK(m["LSPAWN_RUN_DIR"] == "/tmp/run");
   CHECK(m["OMP_NUM_THREADS"] == "1");
+  CHECK(m["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1");  // torchrun's default
   CHECK(m["PATH"] == "/bin");
   CHECK(m["OTHER"] == "x");
+}
+
+TEST_CASE("worker_environment: TORCH_NCCL_ASYNC_ERROR_HANDLING is 1 unless the launcher's environment says (either name)", "[env]") {
+  env::JobEnv job;
+  const env::WorkerPlace one{0, 1, 0, 1};
+  CHECK(as_map(env::worker_environment(job, one, {"A=1"}))["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1");
+  CHECK(as_map(env::worker_environment(job, one, {"TORCH_NCCL_ASYNC_ERROR_HANDLING=3"}))["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3");
+  auto m = as_map(env::worker_environment(job, one, {"NCCL_ASYNC_ERROR_HANDLING=0"}));
+  CHECK(m.count("TORCH_NCCL_ASYNC_ERROR_HANDLING") == 0);  // the user's older name stays in charge
+  CHECK(m["NCCL_ASYNC_ERROR_HANDLING"] == "0");
 }
 
 TEST_CASE("OMP_NUM_THREADS default only with several workers per node and none set", "[env]") {
