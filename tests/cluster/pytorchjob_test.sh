@@ -12,6 +12,9 @@
 #   node rank. Checks, with minReplicas pods (the job forms after the last call) and with
 #   maxReplicas pods (at once): every pod exits 0 and prints what it detected, and every rank of
 #   pods x nProcPerNode all-reduces.
+# - trainjob.yaml (Kubeflow Trainer v2): PET_NNODES, PET_NPROC_PER_NODE=auto, PET_NODE_RANK = pod
+#   index, PET_MASTER_ADDR=<job>-node-0-0.<job>, PET_MASTER_PORT. Checks: both pods exit 0, count
+#   `auto` alike and print it, and every rank of pods x that count all-reduces.
 # usage: pytorchjob_test.sh SOURCE_DIR LSPAWN HELLO_ALLREDUCE   (exit 77: not root / no unshare)
 set -uo pipefail
 SRC=${1:?} LSPAWN=${2:?} HELLO=${3:?}
@@ -52,6 +55,39 @@ if ((!ok)); then
   echo "FAIL: PyTorchJob emulation"; for f in "$D"/pod*.out; do echo "--- $f"; cat "$f"; done; exit 1
 fi
 echo "ok: PyTorchJob $job: $pods pods x $nproc workers, ranks 0..$((pods * nproc - 1))"
+
+# The TrainJob (Kubeflow Trainer v2): node rank from the pod index, nproc "auto".
+TYAML=$SRC/scripts/jobs/trainjob.yaml
+tjob=$(sed -n 's/^  name: *//p' "$TYAML" | head -1)
+tnodes=$(sed -n 's/^ *numNodes: *\([0-9]*\)$/\1/p' "$TYAML" | head -1)
+tcmd=$(sed -n 's/^ *command: *\[\(.*\)\]/\1/p' "$TYAML" | head -1)
+[[ $tcmd == '"lspawn", "/opt/train/hello_allreduce"' && -n $tnodes ]] ||
+  { echo "FAIL: unexpected TrainJob manifest: command $tcmd, $tnodes nodes"; exit 1; }
+tmaster="$tjob-node-0-0.$tjob"
+echo "127.0.0.1 $tmaster" >>"$D/hosts"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+rm -f "$D"/pod*.out
+pids=()
+for ((i = 0; i < tnodes; i++)); do
+  env PET_NNODES="$tnodes" PET_NPROC_PER_NODE=auto PET_NODE_RANK=$i PET_MASTER_ADDR="$tmaster" PET_MASTER_PORT="$port" \
+    timeout 60 "$LSPAWN" "$HELLO" >"$D/pod$i.out" 2>&1 &
+  pids+=($!)
+done
+for i in "${!pids[@]}"; do wait "${pids[$i]}" || { echo "TrainJob pod $i exited $?"; ok=0; }; done
+cat "$D"/pod*.out >"$D/all.out"
+per=$(sed -n 's/^lspawn: PET_NPROC_PER_NODE=auto: \([0-9]*\) workers\{0,1\} per node.*/\1/p' "$D/pod0.out" | head -1)
+[[ -n $per ]] || { echo "TrainJob: pod 0 did not say how many workers auto is"; ok=0; per=0; }
+for ((i = 0; i < tnodes; i++)); do
+  grep -q "lspawn: Kubernetes PyTorchJob: node $i of $tnodes, master $tmaster:$port, workers per node: auto (PET_NPROC_PER_NODE)" "$D/pod$i.out" || { echo "TrainJob: pod $i's detection line"; ok=0; }
+  grep -q "lspawn: PET_NPROC_PER_NODE=auto: $per worker" "$D/pod$i.out" || { echo "TrainJob: pod $i counted auto otherwise"; ok=0; }
+done
+for ((r = 0; r < tnodes * per; r++)); do
+  grep -qE "\[([^ ]+ )?rank $r\] rank $r/$((tnodes * per)): allreduce sum" "$D/all.out" || { echo "TrainJob: rank $r missing"; ok=0; }
+done
+if ((!ok)); then
+  echo "FAIL: TrainJob emulation"; for f in "$D"/pod*.out; do echo "--- $f"; cat "$f"; done; exit 1
+fi
+echo "ok: TrainJob $tjob: $tnodes pods x auto = $per workers, ranks 0..$((tnodes * per - 1))"
 
 # The elastic job.
 EYAML=$SRC/scripts/jobs/pytorchjob-elastic.yaml
