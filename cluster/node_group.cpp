@@ -117,6 +117,12 @@ void accept_nodes(int listener, const std::string& ep, milliseconds node_timeout
   }
 }
 
+// When a connection accepted at `accepted_at` that has sent no join message is closed: once the
+// clock is past it. (A wake-up for it is 1 ms later, to be past it.)
+Clock::time_point join_due(Clock::time_point accepted_at, milliseconds node_timeout) {
+  return accepted_at + node_timeout;
+}
+
 // A connection that has sent no join message within --node-timeout of its accept: what is said
 // when it is closed.
 std::string join_overdue(const std::string& ep, const std::string& endpoint, milliseconds node_timeout) {
@@ -288,7 +294,7 @@ std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd li
     auto wake = last_call ? std::min(deadline, *last_call) : deadline;
     for (auto& p : pending) {
       pfds.push_back({p.link->fd(), POLLIN, 0});
-      if (!p.join) wake = std::min(wake, p.accepted_at + o.node_timeout + milliseconds(1));
+      if (!p.join) wake = std::min(wake, join_due(p.accepted_at, o.node_timeout) + milliseconds(1));
     }
     poll_fds(pfds, wake);
     if (pfds[0].revents) {
@@ -332,7 +338,7 @@ std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd li
         } catch (const LinkError&) {
         }
       }
-      if (!drop && !p.join && Clock::now() - p.accepted_at > o.node_timeout) {
+      if (!drop && !p.join && Clock::now() > join_due(p.accepted_at, o.node_timeout)) {
         drop = true;
         g->info(join_overdue(ep, p.endpoint, o.node_timeout));
       }
@@ -994,7 +1000,7 @@ std::optional<int> Group::take_start() {
 void Group::tick() {
   const auto now = Clock::now();
   for (size_t i = 0; i < joiners_.size(); ++i) {
-    if (joiners_[i]->join || now - joiners_[i]->accepted_at <= opts_.node_timeout) continue;
+    if (joiners_[i]->join || now <= join_due(joiners_[i]->accepted_at, opts_.node_timeout)) continue;
     info(join_overdue(endpoint_, joiners_[i]->endpoint, opts_.node_timeout));
     joiners_.erase(joiners_.begin() + static_cast<long>(i));
     --i;
@@ -1020,7 +1026,7 @@ void Group::tick() {
 Clock::time_point Group::next_wakeup() const {
   auto t = Clock::time_point::max();
   for (auto& j : joiners_) {
-    if (!j->join) t = std::min(t, j->accepted_at + opts_.node_timeout + milliseconds(1));
+    if (!j->join) t = std::min(t, join_due(j->accepted_at, opts_.node_timeout) + milliseconds(1));
   }
   for (auto& n : nodes_) {
     if (!n->link) continue;
