@@ -16,10 +16,11 @@ using lspawn::test::EnvMap;
 using lspawn::test::lookup_of;
 
 namespace {
+// As the CLI does: the flags with torchrun's PET_* defaults (parse_cli(args, env)), then detection.
 LaunchSettings resolve(const std::vector<std::string>& args, const EnvMap& env) {
   std::vector<std::string> a = args;
   a.push_back("prog");
-  return resolve_launch(parse_cli(a), lookup_of(env));
+  return resolve_launch(parse_cli(a, lookup_of(env)), lookup_of(env));
 }
 std::string error_of(const std::vector<std::string>& args, const EnvMap& env) {
   try {
@@ -209,11 +210,7 @@ TEST_CASE("resolve_launch: an elastic PyTorchJob - PET_NNODES MIN:MAX with a ren
   const EnvMap env = {{"PET_RDZV_ENDPOINT", "job-worker-0:29400"}, {"PET_RDZV_BACKEND", "c10d"},
                       {"PET_NNODES", "2:3"}, {"PET_MAX_RESTARTS", "3"}, {"PET_NPROC_PER_NODE", "2"},
                       {"PYTHONUNBUFFERED", "0"}};
-  auto elastic = [&](std::vector<std::string> args, const EnvMap& e) {
-    args.push_back("prog");
-    return resolve_launch(parse_cli(args, lookup_of(e)), lookup_of(e));
-  };
-  const LaunchSettings s = elastic({}, env);
+  const LaunchSettings s = resolve({}, env);
   CHECK(s.scheduler == Scheduler::PyTorchJob);
   CHECK(s.min_nnodes == 2);
   CHECK(s.nnodes == 3);
@@ -226,7 +223,7 @@ TEST_CASE("resolve_launch: an elastic PyTorchJob - PET_NNODES MIN:MAX with a ren
     EnvMap e = env;
     e["PET_NODE_RANK"] = "1";
     e["PET_RDZV_ID"] = "j7";
-    const LaunchSettings t = elastic({}, e);
+    const LaunchSettings t = resolve({}, e);
     CHECK_FALSE(t.node_rank_given);
     CHECK(t.run_id == "j7");
   }
@@ -234,7 +231,7 @@ TEST_CASE("resolve_launch: an elastic PyTorchJob - PET_NNODES MIN:MAX with a ren
     for (const char* n : {"3:3", "3"}) {
       EnvMap e = env;
       e["PET_NNODES"] = n;
-      const LaunchSettings t = elastic({}, e);
+      const LaunchSettings t = resolve({}, e);
       CHECK(t.min_nnodes == 0);
       CHECK(t.nnodes == 3);
       CHECK_FALSE(t.node_rank_given);
@@ -242,32 +239,22 @@ TEST_CASE("resolve_launch: an elastic PyTorchJob - PET_NNODES MIN:MAX with a ren
     }
   }
   SECTION("flags win") {
-    const LaunchSettings t = elastic({"--nnodes", "4"}, env);
+    const LaunchSettings t = resolve({"--nnodes", "4"}, env);
     CHECK(t.min_nnodes == 0);
     CHECK(t.nnodes == 4);
-    CHECK(elastic({"--nnodes", "1:2"}, env).min_nnodes == 1);
+    CHECK(resolve({"--nnodes", "1:2"}, env).min_nnodes == 1);
   }
   SECTION("errors name what is wrong") {
-    auto error = [&](const std::vector<std::string>& args, const EnvMap& e) -> std::string {
-      try {
-        elastic(args, e);
-      } catch (const UsageError& x) {
-        return x.what();
-      } catch (const EnvSyntaxError& x) {
-        return x.what();
-      }
-      return "(no error)";
-    };
     EnvMap e = env;
     e["PET_NNODES"] = "3:2";
-    CHECK(error({}, e) == "PET_NNODES='3:2': MIN must not exceed MAX");
+    CHECK(error_of({}, e) == "PET_NNODES='3:2': MIN must not exceed MAX");
     e["PET_NNODES"] = "2:x";
-    CHECK(error({}, e) == "PET_NNODES='2:x': expected N or MIN:MAX, integers 1..1048576");
-    CHECK(error({"--node-rank", "1"}, env) ==
+    CHECK(error_of({}, e) == "PET_NNODES='2:x': expected N or MIN:MAX, integers 1..1048576");
+    CHECK(error_of({"--node-rank", "1"}, env) ==
           "--node-rank: an elastic job (PET_NNODES 2:3) numbers its nodes at each rendezvous; leave --node-rank out");
     e = env;
     e.erase("PET_RDZV_ENDPOINT");
-    CHECK(error({}, e).find("PET_NNODES='2:3': an elastic range (MIN:MAX) needs a rendezvous endpoint") == 0);
+    CHECK(error_of({}, e).find("PET_NNODES='2:3': an elastic range (MIN:MAX) needs a rendezvous endpoint") == 0);
   }
 }
 
