@@ -103,10 +103,12 @@ TEST_CASE("option --log-dir with --max-restarts: each attempt writes its own fil
           "[e2e][output][restarts][exec-only]") {
   TempDir dir;
   const std::string logs = dir.path + "/logs";
-  // Rank 1 fails on attempts 0 and 1, explaining why on stderr; attempt 2 succeeds.
+  // Rank 1 fails on attempts 0 and 1, explaining why on stderr; attempt 2 succeeds. Rank 1 fails
+  // only once rank 0 has written its line (the marker file), or fail-fast could stop rank 0 first.
   auto r = run_lspawn({"--nprocs", "2", "--max-restarts", "2", "--log-dir", logs, "/bin/sh", "-c",
-                       "a=$TORCHELASTIC_RESTART_COUNT; echo \"attempt $a rank $RANK\"; "
-                       "if [ $RANK = 1 ] && [ $a -lt 2 ]; then echo \"why $a\" >&2; exit 3; fi"});
+                       "a=$TORCHELASTIC_RESTART_COUNT; echo \"attempt $a rank $RANK\"; touch " + dir.path +
+                           "/r$RANK.$a; if [ $RANK = 1 ] && [ $a -lt 2 ]; then while [ ! -e " + dir.path +
+                           "/r0.$a ]; do sleep 0.01; done; echo \"why $a\" >&2; exit 3; fi"});
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   CHECK(slurp(logs + "/rank0.stdout") == "attempt 0 rank 0\n");
