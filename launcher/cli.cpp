@@ -255,6 +255,42 @@ std::optional<int> apply_torchrun_conventions(CliOptions& o) {
     }
     say(flags + " without --log-dir: the log files are in " + o.log_dir + " (kept after the run)");
   }
+  // torchrun's --duplicate-*-filters write their files to the log directory, else to one of
+  // their own (the console stays as it is).
+  if (!o.duplicate_filters[0].empty() || !o.duplicate_filters[1].empty()) {
+    o.filtered_dir = o.log_dir;
+    if (o.filtered_dir.empty()) {
+      try {
+        o.filtered_dir = sys::make_temp_dir("lspawn-logs-");
+      } catch (const sys::SysError& e) {
+        say("--duplicate-stdout/stderr-filters without --log-dir: cannot create a log directory: " + std::string(e.what()));
+        return exit_codes::kUsage;
+      }
+      say("--duplicate-stdout/stderr-filters without --log-dir: the filtered copies are in " + o.filtered_dir +
+          " (kept after the run)");
+    }
+  }
+  // --virtual-local-rank: every local rank has its device, before any node waits for this one.
+  if (o.virtual_local_rank) {
+    const auto base = env::current_environment();
+    std::string map;
+    try {
+      for (int lr = 0; lr < o.nproc_per_node; ++lr) {
+        map += (lr ? ", " : "") + std::to_string(lr) + " -> " + env::virtual_visible_device(base, lr);
+      }
+    } catch (const std::invalid_argument& e) {
+      say("--virtual-local-rank: " + std::string(e.what()) + ", for " + std::to_string(o.nproc_per_node) +
+          " workers per node");
+      return exit_codes::kUsage;
+    }
+    if (!o.quiet) {
+      say("--virtual-local-rank: each worker has LOCAL_RANK=0 and one visible device (local rank -> " +
+          std::string(std::getenv(env::kHipVisibleDevices) && *std::getenv(env::kHipVisibleDevices)
+                          ? "HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES"
+                          : "CUDA_VISIBLE_DEVICES") +
+          "): " + map);
+    }
+  }
   if (!o.preload.empty()) {
     if (auto why = preload::check_program(o.program); !why.empty()) {
       say("--preload: " + why);
@@ -391,6 +427,7 @@ int run(const CliOptions& o) {
   job.job_secret = job_secret;
   job.bind_addr = o.bind_addr;
   job.role_name = o.role;
+  job.virtual_local_rank = o.virtual_local_rank;
   RunDir run_dir;
   run_dir.path = sys::make_temp_dir("lspawn-" + job.run_id.substr(0, 32) + "-");
   job.run_dir = run_dir.path;
@@ -427,15 +464,20 @@ int run(const CliOptions& o) {
 
   std::unique_ptr<ConsoleSink> console;
   std::unique_ptr<LogDirSink> logs;
+  std::unique_ptr<FilteredCopySink> filtered;
   SupervisorOptions sopts;
   const bool routed = o.redirects || o.tee_spec || o.local_ranks_filter;
+  ConsoleSink::Options co;
+  co.prefix = o.prefix;
+  if (multi) co.host = host;
+  if (!o.log_line_prefix_template.empty()) {
+    // torchrun's --log-line-prefix-template; a rank's local rank is rank % nproc on every node.
+    co.prefix_of = [tmpl = o.log_line_prefix_template, role = o.role, nproc = o.nproc_per_node](int rank) {
+      return expand_prefix_template(tmpl, PrefixFields{role, rank, rank % nproc, sys::hostname()});
+    };
+  }
   if (o.log_dir.empty() || o.tee || routed) {
-    console = std::make_unique<ConsoleSink>([&] {
-      ConsoleSink::Options co;
-      co.prefix = o.prefix;
-      if (multi) co.host = host;
-      return co;
-    }());
+    console = std::make_unique<ConsoleSink>(co);
     sopts.sinks.push_back(console.get());
   }
   if (!o.log_dir.empty()) {
@@ -471,6 +513,20 @@ int run(const CliOptions& o) {
       };
     }
     for (auto& r : routes) sopts.sinks.push_back(r.get());
+  }
+  if (!o.filtered_dir.empty()) {
+    // Every line of every local rank is matched, wherever --redirects/--tee send it; the copies
+    // carry the console's prefix even under --no-prefix, as one file holds every rank.
+    ConsoleSink::Options fo = co;
+    fo.prefix = true;
+    try {
+      filtered = std::make_unique<FilteredCopySink>(o.filtered_dir, o.duplicate_filters[0], o.duplicate_filters[1],
+                                                    [fo](int rank) { return console_prefix(fo, rank); }, say);
+    } catch (const sys::SysError& e) {
+      say("--duplicate-stdout/stderr-filters: " + std::string(e.what()));
+      return exit_codes::kUsage;
+    }
+    sopts.sinks.push_back(filtered.get());
   }
   sopts.grace_period = std::chrono::milliseconds(static_cast<long long>(o.grace_period_s * 1000));
   sopts.forward_signals = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
@@ -649,6 +705,7 @@ int run(const CliOptions& o) {
     node_rank = assign.node_rank;
     // Each attempt its own log files (a joiner's first round may be a later one).
     if (logs) logs->set_attempt(round);
+    if (filtered) filtered->set_attempt(round);
     if (!first) {
       sup.new_round(assign.nnodes * o.nproc_per_node);
       const std::string workers = std::to_string(o.nproc_per_node) + " worker" + (o.nproc_per_node == 1 ? "" : "s");

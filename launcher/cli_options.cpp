@@ -159,6 +159,16 @@ bool parse_torchrun_option(const std::string& name, bool has_value, const std::s
   } else if (name == "--role") {
     o.role = take("NAME");
     if (o.role.empty()) usage(name + ": empty role (" + name + " NAME)");
+  } else if (name == "--shutdown-timeout") {
+    // torchrun's name (an integer) for lspawn's --grace-period.
+    o.grace_period_s = parse_int(name, take("SECONDS"), 0, 86400, "SECONDS", "an integer number of seconds >= 0");
+  } else if (name == "--log-line-prefix-template") {
+    o.log_line_prefix_template = take("TEMPLATE");
+  } else if (name == "--duplicate-stdout-filters" || name == "--duplicate-stderr-filters") {
+    o.duplicate_filters[name == "--duplicate-stderr-filters"] = parse_filter_list(name, take("FILTER[,FILTER...]"));
+  } else if (name == "--virtual-local-rank") {
+    flag();
+    o.virtual_local_rank = true;
   } else if (name == "--monitor-interval") {
     parse_seconds(name, take("SECONDS"));
     o.notes.push_back(name + ": ignored; lspawn learns of worker exits at once (pidfds, no polling)");
@@ -191,6 +201,14 @@ void check_torchrun_options(CliOptions& o) {
       usage("--standalone: cannot be combined with --nnodes " + std::to_string(o.nnodes) +
             " (--standalone is one node; for several use --rdzv-endpoint HOST:PORT)");
     }
+  }
+  if (o.was_given("--shutdown-timeout") && o.was_given("--grace-period")) {
+    usage("--shutdown-timeout: cannot be combined with --grace-period (torchrun's and lspawn's names of "
+          "the same delay between SIGTERM and SIGKILL; give one)");
+  }
+  if (!o.log_line_prefix_template.empty() && !o.prefix) {
+    usage("--log-line-prefix-template: cannot be combined with --no-prefix (the template replaces "
+          "lspawn's \"[rank N] \" prefix, --no-prefix drops it; give one of them)");
   }
   if (o.program_convention.no_python && o.program_convention.module) {
     usage("--no-python: cannot be combined with -m/--module (as torchrun)");
@@ -247,7 +265,8 @@ options (--opt value and --opt=value are both accepted):
   master address/port and run id are detected from the environment; these flags override it
   (docs/multi-node.md). As torchrun, a flag not given takes the value of PET_<FLAG> when set
   (PET_MAX_RESTARTS=3 is --max-restarts 3; docs/cli.md).
-  --grace-period SECONDS          SIGTERM -> SIGKILL delay when stopping workers (default 5)
+  --grace-period SECONDS          SIGTERM -> SIGKILL delay when stopping workers (default 5);
+  --shutdown-timeout SECONDS      torchrun's name for it (else $TORCH_ELASTIC_SHUTDOWN_TIMEOUT)
   --log-dir DIR                   write DIR/rank<N>.stdout and DIR/rank<N>.stderr instead of the console
                                   (restart attempt k: DIR/rank<N>.attempt<k>.std{out,err})
   --tee                           with --log-dir: also write to the console
@@ -260,6 +279,12 @@ options (--opt value and --opt=value are both accepted):
                                   output goes to the log files (no --log-dir: a temporary one, named)
   --no-prefix                     do not prefix console lines with "[rank N] " ("[HOST rank N] "
                                   when --nnodes > 1)
+  --log-line-prefix-template T    torchrun's: the prefix of each console line instead, with
+                                  ${rank}, ${local_rank}, ${role_name}, ${hostname}
+  --duplicate-stdout-filters F[,F...], --duplicate-stderr-filters F[,F...]
+                                  torchrun's: copy the lines containing an F (',,' a comma) of
+                                  every rank, prefixed, to LOG_DIR/filtered_std{out,err}.log
+                                  (no --log-dir: a temporary directory, named)
   --quiet                         no lspawn info lines (errors and the failure summary still printed)
   --start-method exec|forkserver  exec (default): each worker is a fresh exec of program (any
                                   program); forkserver: program is executed once and forks every
@@ -307,6 +332,8 @@ options (--opt value and --opt=value are both accepted):
   --local-addr ADDR               with --rdzv-endpoint: the address this node advertises for its
                                   workers' store should it become node 0
   --role NAME                     the workers' ROLE_NAME (default "default")
+  --virtual-local-rank            torchrun's: every worker gets LOCAL_RANK=0 and sees only its own
+                                  GPU, entry LOCAL_RANK of $CUDA_VISIBLE_DEVICES (else GPU LOCAL_RANK)
   Other torchrun flags: --monitor-interval, --signals-to-handle (lspawn's signals) and
   --start-method spawn|fork are accepted with a note; --logs-specs, --numa-binding and
   --event-log-handler are refused (docs/cli.md, "From torchrun").

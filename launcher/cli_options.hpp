@@ -29,7 +29,7 @@ enum class CliStartMethod {
 struct CliOptions : LaunchFlags {
   std::string bind_addr;           // --bind-addr: where rank 0's store listens; empty: the
                                    // address of --master-addr (loopback on one node)
-  double grace_period_s = 5.0;     // --grace-period, seconds, >= 0
+  double grace_period_s = 5.0;     // --grace-period, seconds, >= 0 (torchrun's --shutdown-timeout)
   std::string log_dir;             // --log-dir; empty: console only
   bool tee = false;                // --tee: with --log-dir, also to the console
   bool prefix = true;              // --no-prefix clears it
@@ -64,6 +64,15 @@ struct CliOptions : LaunchFlags {
                                    // store address should it become node 0 (--rdzv-endpoint jobs)
   std::string role = "default";    // --role: the workers' ROLE_NAME
   std::vector<std::pair<std::string, std::string>> rdzv_conf;  // --rdzv-conf KEY=VALUE,... in order
+  std::string log_line_prefix_template;  // --log-line-prefix-template T: the console prefix of each
+                                   // line instead of "[rank N] " (expand_prefix_template())
+  std::vector<std::string> duplicate_filters[2];  // --duplicate-stdout-filters [0] and
+                                   // --duplicate-stderr-filters [1]: matching lines are copied to
+                                   // LOG_DIR/filtered_std{out,err}.log
+  std::string filtered_dir;        // where those copies go: --log-dir, else a temporary
+                                   // directory (set by run_cli)
+  bool virtual_local_rank = false;  // --virtual-local-rank: LOCAL_RANK=0, one GPU per worker
+                                   // (env::JobEnv::virtual_local_rank)
   std::vector<std::string> notes;  // one info line per flag accepted without effect (or changed)
 };
 

@@ -176,6 +176,72 @@ std::vector<std::pair<std::string, std::string>> parse_rdzv_conf(const std::stri
   return out;
 }
 
+std::string expand_prefix_template(const std::string& tmpl, const PrefixFields& f) {
+  auto value_of = [&](const std::string& name) -> std::optional<std::string> {
+    if (name == "role_name") return f.role_name;
+    if (name == "rank") return std::to_string(f.rank);
+    if (name == "local_rank") return std::to_string(f.local_rank);
+    if (name == "hostname") return f.hostname;
+    return std::nullopt;
+  };
+  // Python's Template identifier: [_a-zA-Z][_a-zA-Z0-9]* (ASCII).
+  auto ident_start = [](char c) { return c == '_' || std::isalpha(static_cast<unsigned char>(c)); };
+  auto ident_char = [](char c) { return c == '_' || std::isalnum(static_cast<unsigned char>(c)); };
+  std::string out;
+  size_t i = 0;
+  while (i < tmpl.size()) {
+    const char c = tmpl[i];
+    if (c != '$' || i + 1 >= tmpl.size()) {
+      out += c;
+      ++i;
+      continue;
+    }
+    if (tmpl[i + 1] == '$') {
+      out += '$';
+      i += 2;
+      continue;
+    }
+    const bool braced = tmpl[i + 1] == '{';
+    size_t start = i + (braced ? 2 : 1), end = start;
+    if (end < tmpl.size() && ident_start(tmpl[end])) {
+      ++end;
+      while (end < tmpl.size() && ident_char(tmpl[end])) ++end;
+    }
+    const bool ok = end > start && (!braced || (end < tmpl.size() && tmpl[end] == '}'));
+    const auto v = ok ? value_of(tmpl.substr(start, end - start)) : std::nullopt;
+    if (!v) {  // safe_substitute: left as it is
+      out += c;
+      ++i;
+      continue;
+    }
+    out += *v;
+    i = braced ? end + 1 : end;
+  }
+  return out;
+}
+
+std::vector<std::string> parse_filter_list(const std::string& opt, const std::string& v) {
+  if (v.empty()) return {};
+  std::vector<std::string> items(1);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] != ',') {
+      items.back() += v[i];
+    } else if (i + 1 < v.size() && v[i + 1] == ',') {
+      items.back() += ',';
+      ++i;
+    } else {
+      items.emplace_back();
+    }
+  }
+  for (const std::string& item : items) {
+    if (item.empty()) {
+      throw UsageError(opt + ": an empty filter in '" + v + "' would copy every line (" + opt +
+                       " ERROR,Traceback; ',,' for a comma inside a filter)");
+    }
+  }
+  return items;
+}
+
 std::optional<std::string> refused_torchrun_flag(const std::string& name) {
   struct Refusal {
     const char* name;
@@ -201,12 +267,12 @@ EnvFlags torchrun_env_flags(const std::function<std::optional<std::string>(const
   static const char* const kValued[] = {
       "--rdzv-backend", "--rdzv-endpoint", "--rdzv-conf", "--max-restarts", "--monitor-interval",
       "--start-method", "--role", "--log-dir", "--redirects", "--tee", "--local-ranks-filter",
-      "--local-addr", "--signals-to-handle"};
-  static const char* const kSwitches[] = {"--standalone", "--module", "--no-python", "--run-path"};
+      "--local-addr", "--signals-to-handle", "--shutdown-timeout", "--log-line-prefix-template",
+      "--duplicate-stdout-filters", "--duplicate-stderr-filters"};
+  static const char* const kSwitches[] = {"--standalone", "--module", "--no-python", "--run-path",
+                                          "--virtual-local-rank"};
   // ... and those lspawn does not have: their variables are noted, not read.
-  static const char* const kAbsent[] = {"--event-log-handler", "--log-line-prefix-template",
-                                        "--duplicate-stdout-filters", "--duplicate-stderr-filters",
-                                        "--shutdown-timeout", "--virtual-local-rank"};
+  static const char* const kAbsent[] = {"--event-log-handler"};
   auto var_of = [](const std::string& flag) {
     std::string v = "PET_";
     for (size_t i = 2; i < flag.size(); ++i) {
@@ -232,10 +298,18 @@ EnvFlags torchrun_env_flags(const std::function<std::optional<std::string>(const
     standalone = standalone || (on && std::string(flag) == "--standalone");
     switches.push_back({var, flag, *v, on ? std::vector<std::string>{flag} : std::vector<std::string>{}});
   }
+  // --grace-period is lspawn's name of --shutdown-timeout: either on the command line wins.
+  const bool grace_given = given.count("--grace-period") != 0 || given.count("--shutdown-timeout") != 0;
   for (const char* flag : kValued) {
-    const std::string var = var_of(flag);
-    const auto v = env(var);
-    if (!v || v->empty() || given.count(flag) != 0) continue;
+    std::string var = var_of(flag);
+    auto v = env(var);
+    const bool shutdown = std::string(flag) == "--shutdown-timeout";
+    if (shutdown && (!v || v->empty())) {
+      // torchrun's own fallback when neither the flag nor PET_SHUTDOWN_TIMEOUT is given.
+      var = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
+      v = env(var);
+    }
+    if (!v || v->empty() || given.count(flag) != 0 || (shutdown && grace_given)) continue;
     // --standalone replaces the rendezvous, as torchrun's does (which overrides these).
     if (standalone && (std::string(flag) == "--rdzv-endpoint" || std::string(flag) == "--rdzv-backend")) {
       out.notes.push_back(var + "='" + *v + "': ignored with --standalone (one node, a local rendezvous)");

@@ -94,6 +94,23 @@ std::string python_interpreter(const std::function<std::optional<std::string>(co
 // Throws UsageError naming the flag for an entry without '=' or with an empty key.
 std::vector<std::pair<std::string, std::string>> parse_rdzv_conf(const std::string& opt, const std::string& v);
 
+// `--log-line-prefix-template T` (torchrun's): T with Python's string.Template safe_substitute
+// rules: ${role_name}, ${rank}, ${local_rank} and ${hostname} (also without braces: $rank) are
+// replaced, "$$" is "$", any other '$' stays as it is (an unknown ${name} too).
+struct PrefixFields {
+  std::string role_name;
+  int rank = 0;
+  int local_rank = 0;
+  std::string hostname;  // gethostname(), as torchrun (not the fully qualified name)
+};
+std::string expand_prefix_template(const std::string& tmpl, const PrefixFields& f);
+
+// `--duplicate-stdout-filters`/`--duplicate-stderr-filters A,B` (torchrun's comma_separated_list):
+// the filters (substrings); ",," stands for a comma inside one. "" is no filter (torchrun: "an
+// empty filters list won't duplicate any lines"). Throws UsageError naming `opt` for an empty
+// filter among others ("a," would match every line).
+std::vector<std::string> parse_filter_list(const std::string& opt, const std::string& v);
+
 // torchrun's environment defaults (torch/distributed/argparse_util.py): a flag not on the
 // command line takes its value from PET_<FLAG> (upper case, '_' for '-'): PET_MAX_RESTARTS=3 is
 // `--max-restarts 3`; a switch (--standalone, --module, --no-python, --run-path) is on when its
@@ -101,7 +118,9 @@ std::vector<std::pair<std::string, std::string>> parse_rdzv_conf(const std::stri
 // (PET_RDZV_ENDPOINT, PET_MAX_RESTARTS, PET_RDZV_CONF, ...). The node variables (PET_NNODES,
 // PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT, PET_RDZV_ID) are not
 // here: cluster detection reads them as a PyTorchJob's (cluster/launch_env.hpp). An empty
-// variable counts as unset.
+// variable counts as unset. --shutdown-timeout falls back, as in torchrun, on
+// TORCH_ELASTIC_SHUTDOWN_TIMEOUT; neither is read when --grace-period (lspawn's name of the same
+// delay) or --shutdown-timeout is on the command line.
 struct EnvFlag {
   std::string var;                // "PET_MAX_RESTARTS"
   std::string flag;               // "--max-restarts"

@@ -1,6 +1,8 @@
 #include "supervisor/env_contract.hpp"
 
 #include <map>
+#include <optional>
+#include <stdexcept>
 
 #include "supervisor/version.hpp"
 
@@ -28,6 +30,43 @@ bool has_var(const std::vector<std::string>& env, const std::string& name) {
 }
 }  // namespace
 
+namespace {
+std::optional<std::string> value_of(const std::vector<std::string>& env, const std::string& name) {
+  for (const auto& kv : env) {
+    if (kv.size() > name.size() && kv.compare(0, name.size(), name) == 0 && kv[name.size()] == '=')
+      return kv.substr(name.size() + 1);
+  }
+  return std::nullopt;
+}
+}  // namespace
+
+std::string virtual_visible_device(const std::vector<std::string>& base, int local_rank) {
+  const char* var = kHipVisibleDevices;
+  auto list = value_of(base, var);
+  if (!list || list->empty()) {
+    var = kCudaVisibleDevices;
+    list = value_of(base, var);
+  }
+  if (!list) return std::to_string(local_rank);
+  std::vector<std::string> devices;
+  size_t pos = 0;
+  while (!list->empty()) {
+    const size_t comma = list->find(',', pos);
+    std::string d = list->substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    d.erase(0, d.find_first_not_of(" \t"));
+    d.erase(d.find_last_not_of(" \t") + 1);
+    devices.push_back(d);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  if (local_rank < 0 || local_rank >= static_cast<int>(devices.size()) || devices[local_rank].empty()) {
+    throw std::invalid_argument("local rank " + std::to_string(local_rank) + " has no device in " + var + "='" +
+                                *list + "' (" + std::to_string(devices.size()) + " entr" +
+                                (devices.size() == 1 ? "y" : "ies") + ")");
+  }
+  return devices[local_rank];
+}
+
 bool needs_omp_default(const std::vector<std::string>& base, int nproc_per_node) {
   if (nproc_per_node <= 1) return false;
   return !has_var(base.empty() ? current_environment() : base, kOmpNumThreads);
@@ -54,7 +93,14 @@ std::vector<std::string> worker_environment(const JobEnv& job, const WorkerPlace
   std::map<std::string, std::string> set;
   auto put = [&](const char* k, std::string v) { set[k] = std::move(v); };
   put(kRank, std::to_string(place.rank()));
-  put(kLocalRank, std::to_string(place.local_rank));
+  if (job.virtual_local_rank) {
+    put(kLocalRank, "0");
+    const std::string device = virtual_visible_device(base, place.local_rank);
+    put(kCudaVisibleDevices, device);
+    if (const auto hip = value_of(base, kHipVisibleDevices); hip && !hip->empty()) put(kHipVisibleDevices, device);
+  } else {
+    put(kLocalRank, std::to_string(place.local_rank));
+  }
   put(kWorldSize, std::to_string(place.world_size()));
   put(kLocalWorldSize, std::to_string(place.nproc_per_node));
   put(kGroupRank, std::to_string(place.node_rank));

@@ -71,7 +71,20 @@ struct JobEnv {
   std::string job_secret;
   // LSPAWN_BIND_ADDR; empty: not set (the base environment's value, if any, is kept).
   std::string bind_addr;
+  // torchrun's --virtual-local-rank: every worker gets LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES
+  // (and HIP_VISIBLE_DEVICES when the base has it) set to its own device alone,
+  // virtual_visible_device(); so each sees its GPU as device 0.
+  bool virtual_local_rank = false;
 };
+
+inline constexpr const char* kCudaVisibleDevices = "CUDA_VISIBLE_DEVICES";
+inline constexpr const char* kHipVisibleDevices = "HIP_VISIBLE_DEVICES";
+
+// --virtual-local-rank: the one device of local rank `local_rank`, as torchrun 2.15 picks it:
+// entry `local_rank` of the base environment's HIP_VISIBLE_DEVICES when that is set and not
+// empty, else of CUDA_VISIBLE_DEVICES when set, else the local rank itself. Throws
+// std::invalid_argument naming the variable and its value when the list has no such entry.
+std::string virtual_visible_device(const std::vector<std::string>& base, int local_rank);
 
 // Path of the error file of `rank` inside run_dir: run_dir + "/error-<rank>.json".
 std::string error_file_path(const std::string& run_dir, int rank);

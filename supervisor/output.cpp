@@ -9,14 +9,46 @@ namespace lspawn {
 
 const char* stream_name(Stream s) { return s == Stream::Stdout ? "stdout" : "stderr"; }
 
+namespace {
+// The answer of `make(rank)`, asked once per rank.
+const std::string& cached_prefix(std::vector<std::optional<std::string>>& cache, int rank,
+                                 const std::function<std::string(int)>& make) {
+  const size_t i = rank < 0 ? 0 : static_cast<size_t>(rank);
+  if (cache.size() <= i) cache.resize(i + 1);
+  if (!cache[i]) cache[i] = make(rank);
+  return *cache[i];
+}
+// A log file's write error: through `warn`, else one "lspawn: ..." line on stderr.
+void warn_or_say(const std::function<void(const std::string&)>& warn, const std::string& msg) {
+  if (warn) {
+    warn(msg);
+    return;
+  }
+  try {
+    sys::write_all(2, "lspawn: " + msg + "\n", "stderr");
+  } catch (const sys::SysError&) {
+  }
+}
+}  // namespace
+
+std::string console_prefix(const ConsoleSink::Options& o, int rank) {
+  if (!o.prefix) return {};
+  if (o.prefix_of) return o.prefix_of(rank);
+  return (o.host.empty() ? "[rank " : "[" + o.host + " rank ") + std::to_string(rank) + "] ";
+}
+
 void ConsoleSink::line(int rank, Stream stream, std::string_view line) {
   const int idx = static_cast<int>(stream);
   if (broken_[idx]) return;
   buf_.clear();
   if (opts_.prefix) {
-    buf_ += opts_.host.empty() ? "[rank " : "[" + opts_.host + " rank ";
-    buf_ += std::to_string(rank);
-    buf_ += "] ";
+    if (opts_.prefix_of) {
+      buf_ += cached_prefix(prefixes_, rank, opts_.prefix_of);
+    } else {
+      buf_ += opts_.host.empty() ? "[rank " : "[" + opts_.host + " rank ";
+      buf_ += std::to_string(rank);
+      buf_ += "] ";
+    }
   }
   buf_.append(line.data(), line.size());
   buf_ += '\n';
@@ -60,15 +92,7 @@ void LogDirSink::bytes(int rank, Stream stream, std::string_view data) {
   } catch (const sys::SysError& e) {
     if (broken_.size() <= idx) broken_.resize(idx + 1);
     broken_[idx] = true;
-    const std::string msg = std::string(e.what()) + "; the rest of this stream is dropped";
-    if (warn_) {
-      warn_(msg);
-    } else {
-      try {
-        sys::write_all(2, "lspawn: " + msg + "\n", "stderr");
-      } catch (const sys::SysError&) {
-      }
-    }
+    warn_or_say(warn_, std::string(e.what()) + "; the rest of this stream is dropped");
   }
 }
 
@@ -76,6 +100,57 @@ void LogDirSink::closed(int rank, Stream stream) {
   fd_for(rank, stream);  // create an empty file for a silent stream
   const size_t idx = 2 * static_cast<size_t>(rank) + static_cast<size_t>(stream);
   fds_[idx].reset();
+}
+
+FilteredCopySink::FilteredCopySink(std::string dir, std::vector<std::string> stdout_filters,
+                                   std::vector<std::string> stderr_filters, std::function<std::string(int)> prefix_of,
+                                   Warn warn)
+    : dir_(std::move(dir)), prefix_of_(std::move(prefix_of)), warn_(std::move(warn)) {
+  if (!prefix_of_) prefix_of_ = [](int) { return std::string(); };
+  filters_[0] = std::move(stdout_filters);
+  filters_[1] = std::move(stderr_filters);
+  open_files();
+}
+
+std::string FilteredCopySink::path(Stream stream) const {
+  return dir_ + "/filtered_" + stream_name(stream) + (attempt_ > 0 ? ".attempt" + std::to_string(attempt_) : "") +
+         ".log";
+}
+
+void FilteredCopySink::open_files() {
+  for (Stream s : {Stream::Stdout, Stream::Stderr}) {
+    const int idx = static_cast<int>(s);
+    fds_[idx].reset();
+    broken_[idx] = false;
+    if (filters_[idx].empty()) continue;
+    const std::string p = path(s);
+    const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
+    if (fd < 0) sys::throw_errno("open", "filtered log file " + p);
+    fds_[idx].reset(fd);
+  }
+}
+
+void FilteredCopySink::set_attempt(int k) {
+  if (k == attempt_) return;
+  attempt_ = k;
+  open_files();
+}
+
+void FilteredCopySink::line(int rank, Stream stream, std::string_view line) {
+  const int idx = static_cast<int>(stream);
+  if (!fds_[idx] || broken_[idx]) return;
+  bool match = false;
+  for (const std::string& f : filters_[idx]) match = match || line.find(f) != std::string_view::npos;
+  if (!match) return;
+  buf_ = cached_prefix(prefixes_, rank, prefix_of_);
+  buf_.append(line.data(), line.size());
+  buf_ += '\n';
+  try {
+    sys::write_all(fds_[idx].get(), buf_, "filtered log file " + path(stream));
+  } catch (const sys::SysError& e) {
+    broken_[idx] = true;
+    warn_or_say(warn_, std::string(e.what()) + "; the rest of this file is dropped");
+  }
 }
 
 void CaptureSink::bytes(int rank, Stream stream, std::string_view data) {

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <memory>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,15 +48,52 @@ class ConsoleSink : public OutputSink {
   struct Options {
     bool prefix = true;  // "[rank N] " before each line
     std::string host;    // non-empty (multi-node jobs): "[HOST rank N] " instead
+    // Set: the prefix of `rank`'s lines instead (torchrun's --log-line-prefix-template), asked
+    // once per rank.
+    std::function<std::string(int rank)> prefix_of;
     int stdout_fd = 1;
     int stderr_fd = 2;
   };
-  explicit ConsoleSink(Options opts) : opts_(opts) {}
+  explicit ConsoleSink(Options opts) : opts_(std::move(opts)) {}
   void line(int rank, Stream stream, std::string_view line) override;
 
  private:
   Options opts_;
   bool broken_[2] = {false, false};
+  std::string buf_;
+  std::vector<std::optional<std::string>> prefixes_;  // index rank: prefix_of's answers
+};
+
+// The prefix of `rank` in a console line as ConsoleSink::Options make it: prefix_of(rank) when
+// set, else "[rank N] " or "[HOST rank N] "; empty when !prefix.
+std::string console_prefix(const ConsoleSink::Options& o, int rank);
+
+// torchrun's --duplicate-stdout-filters/--duplicate-stderr-filters: each line of a stream that
+// contains one of that stream's filters (substrings) is also written, with `prefix_of(rank)`
+// before it, to DIR/filtered_<stream>.log, one file for every rank of this node; restart attempt
+// k > 0 (set_attempt) writes DIR/filtered_<stream>.attempt<k>.log. A stream with filters has its
+// file created (truncated) at once, so it exists when nothing matched. Opening throws
+// sys::SysError; a write error later is reported once through `warn` and drops the rest of that
+// file, as LogDirSink's.
+class FilteredCopySink : public OutputSink {
+ public:
+  using Warn = std::function<void(const std::string&)>;
+  FilteredCopySink(std::string dir, std::vector<std::string> stdout_filters, std::vector<std::string> stderr_filters,
+                   std::function<std::string(int rank)> prefix_of, Warn warn = {});
+  void line(int rank, Stream stream, std::string_view line) override;
+  std::string path(Stream stream) const;
+  void set_attempt(int k);  // between attempts, as LogDirSink::set_attempt
+
+ private:
+  void open_files();
+  std::string dir_;
+  std::vector<std::string> filters_[2];
+  std::function<std::string(int)> prefix_of_;
+  Warn warn_;
+  int attempt_ = 0;
+  sys::Fd fds_[2];
+  bool broken_[2] = {false, false};
+  std::vector<std::optional<std::string>> prefixes_;
   std::string buf_;
 };
 

@@ -452,3 +452,130 @@ TEST_CASE("option --role sets ROLE_NAME - harmless torchrun flags are accepted w
   CHECK(has(r.err, "lspawn: --monitor-interval: ignored"));
   CHECK(has(r.err, "lspawn: --rdzv-conf: ignored read_timeout"));
 }
+
+TEST_CASE("option --log-line-prefix-template (or PET_LOG_LINE_PREFIX_TEMPLATE): each console line starts with the "
+          "rank's expansion of torchrun's fields",
+          "[e2e][cli][torchrun][exec-only]") {
+  char host[256] = {};
+  REQUIRE(gethostname(host, sizeof host - 1) == 0);
+  const std::vector<std::string> program = {"/bin/sh", "-c", "echo out; echo err >&2"};
+  std::vector<std::string> args = {"--nprocs", "2", "--role", "trainer", "--log-line-prefix-template",
+                                   "[${role_name}${local_rank}|${rank}@${hostname}]:"};
+  args.insert(args.end(), program.begin(), program.end());
+  auto r = run_lspawn(args);
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(has(r.out, std::string("[trainer0|0@") + host + "]:out\n"));
+  CHECK(has(r.out, std::string("[trainer1|1@") + host + "]:out\n"));
+  CHECK(has(r.err, std::string("[trainer1|1@") + host + "]:err\n"));
+  CHECK_FALSE(has(r.out, "[rank "));
+  args = {"--nprocs", "2"};
+  args.insert(args.end(), program.begin(), program.end());
+  r = run_lspawn(args, {"PET_LOG_LINE_PREFIX_TEMPLATE=$rank> "});
+  CHECK(r.exit_code == 0);
+  CHECK(has(r.out, "0> out\n"));
+  CHECK(has(r.out, "1> out\n"));
+  CHECK(has(r.err, "PET_LOG_LINE_PREFIX_TEMPLATE=$rank> "));
+  // With --no-prefix: exit 2, nothing started.
+  r = run_lspawn({"--no-prefix", "--log-line-prefix-template", "${rank}", "/bin/echo", "started"});
+  CHECK(r.exit_code == 2);
+  CHECK(has(r.err, "--log-line-prefix-template: cannot be combined with --no-prefix"));
+  CHECK_FALSE(has(r.out, "started"));
+}
+
+TEST_CASE("options --duplicate-stdout-filters/--duplicate-stderr-filters: matching lines of every rank, prefixed, in "
+          "LOG_DIR/filtered_std{out,err}.log - each restart attempt its own",
+          "[e2e][cli][torchrun][exec-only]") {
+  TempDir dir;
+  const std::string logs = dir.path + "/logs";
+  // Rank 1 fails on attempt 0 after its lines; attempt 1 succeeds.
+  const std::string script =
+      "a=$TORCHELASTIC_RESTART_COUNT; echo \"loss=$RANK.$a\"; echo \"step $RANK\"; echo \"Error, rank $RANK\" >&2; "
+      "echo \"warning $RANK\" >&2; if [ $RANK = 1 ] && [ $a = 0 ]; then exit 3; fi";
+  auto r = run_lspawn({"--nprocs", "2", "--max-restarts", "1", "--log-dir", logs, "--tee",
+                       "--duplicate-stdout-filters", "loss=", "--duplicate_stderr_filters=Error,,,nothing",
+                       "/bin/sh", "-c", script});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const std::string a0 = slurp(logs + "/filtered_stdout.log");
+  CHECK(has(a0, "[rank 1] loss=1.0\n"));
+  CHECK_FALSE(has(a0, "step"));
+  CHECK(has(slurp(logs + "/filtered_stderr.log"), "[rank 1] Error, rank 1\n"));
+  const std::string a1 = slurp(logs + "/filtered_stdout.attempt1.log");
+  CHECK(has(a1, "[rank 0] loss=0.1\n"));
+  CHECK(has(a1, "[rank 1] loss=1.1\n"));
+  CHECK(count(a1, "\n") == 2);
+  const std::string e1 = slurp(logs + "/filtered_stderr.attempt1.log");
+  CHECK(count(e1, "\n") == 2);
+  CHECK_FALSE(has(e1, "warning"));
+  // The console and the rank files are as without the filters.
+  CHECK(has(r.out, "[rank 0] step 0\n"));
+  CHECK(slurp(logs + "/rank0.attempt1.stdout") == "loss=0.1\nstep 0\n");
+  // No --log-dir: a directory of their own, named; the console as ever.
+  r = run_lspawn({"--nprocs", "2", "--duplicate-stdout-filters", "loss=", "/bin/sh", "-c", script});
+  CHECK(r.exit_code == 3);
+  const std::string said = "lspawn: --duplicate-stdout/stderr-filters without --log-dir: the filtered copies are in ";
+  const auto at = r.err.find(said);
+  REQUIRE(at != std::string::npos);
+  const std::string own = r.err.substr(at + said.size(), r.err.find(" (kept after the run)", at) - at - said.size());
+  CHECK(has(slurp(own + "/filtered_stdout.log"), "[rank 1] loss=1.0\n"));
+  CHECK(access((own + "/filtered_stderr.log").c_str(), F_OK) != 0);
+  CHECK(has(r.out, "[rank 1] loss=1.0\n"));
+  REQUIRE(own.find("/lspawn-logs-") != std::string::npos);
+  REQUIRE(system(("rm -rf '" + own + "'").c_str()) == 0);
+  // An empty filter would match every line: exit 2, nothing started.
+  r = run_lspawn({"--duplicate-stderr-filters", "Error,", "/bin/echo", "started"});
+  CHECK(r.exit_code == 2);
+  CHECK(has(r.err, "--duplicate-stderr-filters: an empty filter in 'Error,' would copy every line"));
+  CHECK_FALSE(has(r.out, "started"));
+}
+
+TEST_CASE("option --virtual-local-rank (or PET_VIRTUAL_LOCAL_RANK): LOCAL_RANK=0 and each worker's own entry of "
+          "CUDA_VISIBLE_DEVICES - a list too short: exit 2, nothing started",
+          "[e2e][cli][torchrun][exec-only]") {
+  const std::vector<std::string> program = {"/bin/sh", "-c",
+                                            "echo \"rank=$RANK local=$LOCAL_RANK lws=$LOCAL_WORLD_SIZE cvd=$CUDA_VISIBLE_DEVICES\""};
+  std::vector<std::string> args = {"--nprocs", "2", "--virtual-local-rank"};
+  args.insert(args.end(), program.begin(), program.end());
+  auto r = run_lspawn(args, {"CUDA_VISIBLE_DEVICES=5,7"});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(has(r.out, "[rank 0] rank=0 local=0 lws=2 cvd=5\n"));
+  CHECK(has(r.out, "[rank 1] rank=1 local=0 lws=2 cvd=7\n"));
+  CHECK(has(r.err, "--virtual-local-rank: each worker has LOCAL_RANK=0 and one visible device (local rank -> "
+                   "CUDA_VISIBLE_DEVICES): 0 -> 5, 1 -> 7\n"));
+  args = {"--nprocs", "2"};
+  args.insert(args.end(), program.begin(), program.end());
+  r = run_lspawn(args, {"PET_VIRTUAL_LOCAL_RANK=1", "CUDA_VISIBLE_DEVICES=5,7"});
+  CHECK(has(r.out, "[rank 1] rank=1 local=0 lws=2 cvd=7\n"));
+  r = run_lspawn(args, {"CUDA_VISIBLE_DEVICES=5,7"});  // off: as ever
+  CHECK(has(r.out, "[rank 1] rank=1 local=1 lws=2 cvd=5,7\n"));
+  args = {"--nprocs", "2", "--virtual-local-rank", "/bin/echo", "started"};
+  r = run_lspawn(args, {"CUDA_VISIBLE_DEVICES=5"});
+  CHECK(r.exit_code == 2);
+  CHECK(has(r.err, "lspawn: --virtual-local-rank: local rank 1 has no device in CUDA_VISIBLE_DEVICES='5' (1 entry), "
+                   "for 2 workers per node\n"));
+  CHECK_FALSE(has(r.out, "started"));
+}
+
+TEST_CASE("option --shutdown-timeout (or TORCH_ELASTIC_SHUTDOWN_TIMEOUT) is torchrun's name of the grace period",
+          "[e2e][cli][torchrun][exec-only]") {
+  TempDir sync;
+  // Rank 0 fails once rank 1 has installed its SIG_IGN; rank 1 is killed after the timeout.
+  const std::vector<std::string> program = {
+      "/bin/sh", "-c",
+      "if [ $RANK = 1 ]; then exec " + worker_bin() +
+          " ignore-term; fi; until [ -e $LSPAWN_TEST_SYNC_DIR/ready-1 ]; do sleep 0.01; done; exit 5"};
+  for (const auto& [flags, env] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--shutdown-timeout", "1"}, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=30"}, {{}, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=1"}}) {
+    ::unlink((sync.path + "/ready-1").c_str());
+    std::vector<std::string> args = {"--nprocs", "2"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.insert(args.end(), program.begin(), program.end());
+    auto r = run_lspawn(args, {"LSPAWN_TEST_SYNC_DIR=" + sync.path, env});
+    INFO(r.err);
+    CHECK(r.exit_code == 5);
+    CHECK(has(r.err, "grace period of 1 s is over"));
+    CHECK(has(r.err, "terminated by lspawn with SIGKILL"));
+  }
+}

@@ -544,11 +544,89 @@ TEST_CASE("parse_cli(args, env): torchrun's PET_* defaults - the command line wi
     CHECK(env_msg({"--help"}, {{"PET_MAX_RESTARTS", "many"}}) == "(accepted)");
   }
   SECTION("variables of torchrun flags lspawn does not have are noted, not read") {
-    const CliOptions c = parse_cli({"p"}, lookup({{"PET_SHUTDOWN_TIMEOUT", "5"}, {"PET_EVENT_LOG_HANDLER", "null"}}));
-    REQUIRE(c.notes.size() == 2);
+    const CliOptions c = parse_cli({"p"}, lookup({{"PET_EVENT_LOG_HANDLER", "null"}}));
+    REQUIRE(c.notes.size() == 1);
     CHECK(c.notes[0] == "PET_EVENT_LOG_HANDLER='null': ignored (torchrun's --event-log-handler, which lspawn does not have)");
-    CHECK(c.notes[1] == "PET_SHUTDOWN_TIMEOUT='5': ignored (torchrun's --shutdown-timeout, which lspawn does not have)");
   }
+  SECTION("torchrun 2.15's last four: PET_SHUTDOWN_TIMEOUT, PET_LOG_LINE_PREFIX_TEMPLATE, PET_DUPLICATE_*_FILTERS, "
+          "PET_VIRTUAL_LOCAL_RANK") {
+    const CliOptions c = parse_cli({"p"}, lookup({{"PET_SHUTDOWN_TIMEOUT", "7"},
+                                                  {"PET_LOG_LINE_PREFIX_TEMPLATE", "${rank}: "},
+                                                  {"PET_DUPLICATE_STDOUT_FILTERS", "loss,,acc"},
+                                                  {"PET_DUPLICATE_STDERR_FILTERS", "Error,Traceback"},
+                                                  {"PET_VIRTUAL_LOCAL_RANK", "1"}}));
+    CHECK(c.grace_period_s == 7);
+    CHECK(c.log_line_prefix_template == "${rank}: ");
+    CHECK(c.duplicate_filters[0] == std::vector<std::string>{"loss,acc"});
+    CHECK(c.duplicate_filters[1] == std::vector<std::string>{"Error", "Traceback"});
+    CHECK(c.virtual_local_rank);
+    CHECK_FALSE(parse_cli({"p"}, lookup({{"PET_VIRTUAL_LOCAL_RANK", "0"}})).virtual_local_rank);
+    CHECK(env_msg({"p"}, {{"PET_SHUTDOWN_TIMEOUT", "-1"}}).find(
+              "PET_SHUTDOWN_TIMEOUT='-1' (torchrun's environment default of --shutdown-timeout): --shutdown-timeout: "
+              "expected an integer number of seconds >= 0") == 0);
+  }
+  SECTION("TORCH_ELASTIC_SHUTDOWN_TIMEOUT is torchrun's fallback - --grace-period or --shutdown-timeout on the "
+          "command line wins over both") {
+    CHECK(parse_cli({"p"}, lookup({{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "9"}})).grace_period_s == 9);
+    CHECK(parse_cli({"p"}, lookup({{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "9"}, {"PET_SHUTDOWN_TIMEOUT", "3"}}))
+              .grace_period_s == 3);
+    CHECK(parse_cli({"--grace-period", "0.5", "p"}, lookup({{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "9"},
+                                                             {"PET_SHUTDOWN_TIMEOUT", "3"}}))
+              .grace_period_s == 0.5);
+    CHECK(parse_cli({"--shutdown-timeout", "2", "p"}, lookup({{"PET_SHUTDOWN_TIMEOUT", "3"}})).grace_period_s == 2);
+    CHECK(env_msg({"p"}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "soon"}}).find(
+              "TORCH_ELASTIC_SHUTDOWN_TIMEOUT='soon' (torchrun's environment default of --shutdown-timeout)") == 0);
+  }
+}
+
+TEST_CASE("parse_cli: --shutdown-timeout, --log-line-prefix-template, --duplicate-std{out,err}-filters, "
+          "--virtual-local-rank (torchrun 2.15's)", "[cli][torchrun]") {
+  auto usage_of = [](const std::vector<std::string>& args) -> std::string {
+    try {
+      parse_cli(args);
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  const CliOptions o = parse_cli({"--shutdown_timeout=12", "--log_line_prefix_template", "[${role_name}${local_rank}]:",
+                                  "--duplicate-stdout-filters", "loss", "--duplicate_stderr_filters=a,,b,c",
+                                  "--virtual_local_rank", "p"});
+  CHECK(o.grace_period_s == 12);
+  CHECK(o.log_line_prefix_template == "[${role_name}${local_rank}]:");
+  CHECK(o.duplicate_filters[0] == std::vector<std::string>{"loss"});
+  CHECK(o.duplicate_filters[1] == std::vector<std::string>{"a,b", "c"});
+  CHECK(o.virtual_local_rank);
+  const CliOptions d = parse_cli({"p"});
+  CHECK(d.log_line_prefix_template.empty());
+  CHECK(d.duplicate_filters[0].empty());
+  CHECK_FALSE(d.virtual_local_rank);
+  CHECK(parse_cli({"--duplicate-stdout-filters=", "p"}).duplicate_filters[0].empty());  // torchrun: no filter
+  CHECK(usage_of({"--shutdown-timeout", "1.5", "p"}) ==
+        "--shutdown-timeout: expected an integer number of seconds >= 0 (--shutdown-timeout SECONDS), got '1.5'");
+  CHECK(usage_of({"--shutdown-timeout", "3", "--grace-period", "3", "p"}).find(
+            "--shutdown-timeout: cannot be combined with --grace-period") == 0);
+  CHECK(usage_of({"--log-line-prefix-template", "${rank}", "--no-prefix", "p"}).find(
+            "--log-line-prefix-template: cannot be combined with --no-prefix") == 0);
+  CHECK(usage_of({"--duplicate-stdout-filters", "loss,", "p"}) ==
+        "--duplicate-stdout-filters: an empty filter in 'loss,' would copy every line (--duplicate-stdout-filters "
+        "ERROR,Traceback; ',,' for a comma inside a filter)");
+  CHECK(usage_of({"--virtual-local-rank=1", "p"}) == "--virtual-local-rank: takes no value (--virtual-local-rank), got '1'");
+}
+
+TEST_CASE("expand_prefix_template: Python's Template.safe_substitute with torchrun's four fields", "[cli][torchrun]") {
+  const lspawn::PrefixFields f{"trainer", 5, 1, "node7"};
+  using lspawn::expand_prefix_template;
+  CHECK(expand_prefix_template("[${role_name}${local_rank}]:", f) == "[trainer1]:");
+  CHECK(expand_prefix_template("${hostname}:${rank}: ", f) == "node7:5: ");
+  CHECK(expand_prefix_template("$rank/$local_rank ", f) == "5/1 ");
+  CHECK(expand_prefix_template("$ranks", f) == "$ranks");          // identifier "ranks": unknown, kept
+  CHECK(expand_prefix_template("${rank}s", f) == "5s");
+  CHECK(expand_prefix_template("$$${rank} $", f) == "$5 $");       // "$$" is "$"; a last '$' stays
+  CHECK(expand_prefix_template("${nope} ${rank", f) == "${nope} ${rank");  // unknown, unclosed: kept
+  CHECK(expand_prefix_template("$1 ${ rank}", f) == "$1 ${ rank}");
+  CHECK(expand_prefix_template("no fields", f) == "no fields");
+  CHECK(expand_prefix_template("", f).empty());
 }
 
 TEST_CASE("parse_cli: torchrun flags lspawn does not support get their own error, not 'unknown option'", "[cli][torchrun]") {

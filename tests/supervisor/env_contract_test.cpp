@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <map>
+#include <stdexcept>
 
 #include "supervisor/env_contract.hpp"
 
@@ -58,6 +59,47 @@ TEST_CASE("worker_environment: TORCH_NCCL_ASYNC_ERROR_HANDLING is 1 unless the l
   auto m = as_map(env::worker_environment(job, one, {"NCCL_ASYNC_ERROR_HANDLING=0"}));
   CHECK(m.count("TORCH_NCCL_ASYNC_ERROR_HANDLING") == 0);  // the user's older name stays in charge
   CHECK(m["NCCL_ASYNC_ERROR_HANDLING"] == "0");
+}
+
+TEST_CASE("worker_environment: --virtual-local-rank - LOCAL_RANK=0 and the worker's one device, as torchrun picks it",
+          "[env]") {
+  env::JobEnv job;
+  job.virtual_local_rank = true;
+  const env::WorkerPlace second{1, 2, 3, 4};  // local rank 1 of node 3
+  // CUDA_VISIBLE_DEVICES: the entry of the local rank (spaces trimmed, as torchrun's strip()).
+  auto m = as_map(env::worker_environment(job, second, {"CUDA_VISIBLE_DEVICES=4, 6"}));
+  CHECK(m["LOCAL_RANK"] == "0");
+  CHECK(m["RANK"] == "7");
+  CHECK(m["LOCAL_WORLD_SIZE"] == "2");
+  CHECK(m["CUDA_VISIBLE_DEVICES"] == "6");
+  CHECK(m.count("HIP_VISIBLE_DEVICES") == 0);
+  // None set: the local rank itself.
+  m = as_map(env::worker_environment(job, second, {"PATH=/bin"}));
+  CHECK(m["CUDA_VISIBLE_DEVICES"] == "1");
+  // HIP_VISIBLE_DEVICES (ROCm) wins when set and not empty, and is set too.
+  m = as_map(env::worker_environment(job, second, {"HIP_VISIBLE_DEVICES=2,3", "CUDA_VISIBLE_DEVICES=0,1"}));
+  CHECK(m["CUDA_VISIBLE_DEVICES"] == "3");
+  CHECK(m["HIP_VISIBLE_DEVICES"] == "3");
+  m = as_map(env::worker_environment(job, second, {"HIP_VISIBLE_DEVICES=", "CUDA_VISIBLE_DEVICES=GPU-a,GPU-b"}));
+  CHECK(m["CUDA_VISIBLE_DEVICES"] == "GPU-b");
+  CHECK(m["HIP_VISIBLE_DEVICES"].empty());
+  // A list without the local rank's entry names the variable and its value.
+  auto why = [](const std::vector<std::string>& base, int lr) -> std::string {
+    try {
+      env::virtual_visible_device(base, lr);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  CHECK(why({"CUDA_VISIBLE_DEVICES=0"}, 1) == "local rank 1 has no device in CUDA_VISIBLE_DEVICES='0' (1 entry)");
+  CHECK(why({"CUDA_VISIBLE_DEVICES="}, 0) == "local rank 0 has no device in CUDA_VISIBLE_DEVICES='' (0 entries)");
+  CHECK(why({"HIP_VISIBLE_DEVICES=0,,2"}, 1) == "local rank 1 has no device in HIP_VISIBLE_DEVICES='0,,2' (3 entries)");
+  // Off: LOCAL_RANK is the local rank and CUDA_VISIBLE_DEVICES is inherited as it is.
+  job.virtual_local_rank = false;
+  m = as_map(env::worker_environment(job, second, {"CUDA_VISIBLE_DEVICES=4,6"}));
+  CHECK(m["LOCAL_RANK"] == "1");
+  CHECK(m["CUDA_VISIBLE_DEVICES"] == "4,6");
 }
 
 TEST_CASE("OMP_NUM_THREADS default only with several workers per node and none set", "[env]") {

@@ -158,3 +158,85 @@ TEST_CASE("LogDirSink: a full log file (ENOSPC) is reported once and dropped - n
   CHECK(ss.str() == "other stream still written\n");
   lspawn::sys::remove_tree(dir);
 }
+
+TEST_CASE("ConsoleSink: prefix_of (torchrun's --log-line-prefix-template) replaces \"[rank N] \", asked once per rank",
+          "[output]") {
+  const std::string dir = lspawn::sys::make_temp_dir("lspawn-out-");
+  int fd = ::open((dir + "/console").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  REQUIRE(fd >= 0);
+  lspawn::ConsoleSink::Options co;
+  co.stdout_fd = fd;
+  co.stderr_fd = fd;
+  co.host = "h1";  // a template wins over the multi-node form too
+  int asked = 0;
+  co.prefix_of = [&asked](int rank) {
+    ++asked;
+    return "<" + std::to_string(rank) + ">:";
+  };
+  CHECK(lspawn::console_prefix(co, 3) == "<3>:");
+  asked = 0;
+  lspawn::ConsoleSink console(co);
+  console.line(3, Stream::Stdout, "a");
+  console.line(3, Stream::Stderr, "b");
+  console.line(0, Stream::Stdout, "c");
+  ::close(fd);
+  std::ifstream f(dir + "/console");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  CHECK(ss.str() == "<3>:a\n<3>:b\n<0>:c\n");
+  CHECK(asked == 2);
+  co.prefix_of = nullptr;
+  CHECK(lspawn::console_prefix(co, 3) == "[h1 rank 3] ");
+  co.prefix = false;
+  CHECK(lspawn::console_prefix(co, 3).empty());
+  lspawn::sys::remove_tree(dir);
+}
+
+TEST_CASE("FilteredCopySink: the lines that contain a filter, prefixed, in one file per stream - attempt k its own",
+          "[output]") {
+  const std::string dir = lspawn::sys::make_temp_dir("lspawn-out-");
+  auto slurp = [](const std::string& p) {
+    std::ifstream f(p);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  };
+  {
+    lspawn::FilteredCopySink sink(dir, {"loss", "acc,top1"}, {}, [](int rank) { return "[" + std::to_string(rank) + "] "; });
+    CHECK(sink.path(Stream::Stdout) == dir + "/filtered_stdout.log");
+    CHECK(access((dir + "/filtered_stdout.log").c_str(), F_OK) == 0);  // at once, before any line
+    CHECK(access((dir + "/filtered_stderr.log").c_str(), F_OK) != 0);  // no filter: no file
+    LineSplitter r0(0, Stream::Stdout, {&sink});
+    LineSplitter r1(1, Stream::Stdout, {&sink});
+    LineSplitter e1(1, Stream::Stderr, {&sink});
+    r0.feed("step 1 loss 0.5\nstep 1 other\n");
+    r1.feed("acc,top1 = 0.9\nacc top1 no\n");
+    e1.feed("loss on stderr is not stdout's\n");
+    r0.finish();
+    r1.finish();
+    e1.finish();
+    CHECK(slurp(dir + "/filtered_stdout.log") == "[0] step 1 loss 0.5\n[1] acc,top1 = 0.9\n");
+    sink.set_attempt(2);
+    CHECK(sink.path(Stream::Stdout) == dir + "/filtered_stdout.attempt2.log");
+    sink.line(1, Stream::Stdout, "loss again");
+    CHECK(slurp(dir + "/filtered_stdout.log") == "[0] step 1 loss 0.5\n[1] acc,top1 = 0.9\n");
+    CHECK(slurp(dir + "/filtered_stdout.attempt2.log") == "[1] loss again\n");
+  }
+  // A directory that cannot take the file: the constructor throws, naming it.
+  const std::string missing = dir + "/no/such";
+  try {
+    lspawn::FilteredCopySink bad(missing, {}, {"x"}, nullptr);
+    FAIL("no error");
+  } catch (const lspawn::sys::SysError& e) {
+    CHECK(std::string(e.what()).find(missing + "/filtered_stderr.log") != std::string::npos);
+  }
+  // A write error (ENOSPC) is said once and drops the rest of that file.
+  REQUIRE(::symlink("/dev/full", (dir + "/filtered_stderr.log").c_str()) == 0);
+  std::vector<std::string> warnings;
+  lspawn::FilteredCopySink full(dir, {}, {"E"}, nullptr, [&](const std::string& w) { warnings.push_back(w); });
+  CHECK_NOTHROW(full.line(0, Stream::Stderr, "E1"));
+  CHECK_NOTHROW(full.line(0, Stream::Stderr, "E2"));
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("No space left on device; the rest of this file is dropped") != std::string::npos);
+  lspawn::sys::remove_tree(dir);
+}
