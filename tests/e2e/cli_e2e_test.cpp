@@ -16,6 +16,20 @@
 
 using namespace lspawn::test;
 
+namespace {
+// `flags` before /bin/echo started: lspawn exits 2 saying `says`, and nothing was started.
+void check_refused(const std::vector<std::string>& flags, const std::string& says,
+                   const std::vector<std::string>& env = {}) {
+  std::vector<std::string> args = flags;
+  args.insert(args.end(), {"/bin/echo", "started"});
+  const RunResult r = run_lspawn(args, env);
+  INFO(r.err);
+  CHECK(r.exit_code == 2);
+  CHECK(has(r.err, says));
+  CHECK_FALSE(has(r.out, "started"));
+}
+}  // namespace
+
 TEST_CASE("usage errors exit 2 - name the option and start nothing", "[e2e][cli]") {
   TempDir dir;
   const std::string marker = dir.path + "/started";
@@ -476,11 +490,8 @@ TEST_CASE("option --log-line-prefix-template (or PET_LOG_LINE_PREFIX_TEMPLATE): 
   CHECK(has(r.out, "0> out\n"));
   CHECK(has(r.out, "1> out\n"));
   CHECK(has(r.err, "PET_LOG_LINE_PREFIX_TEMPLATE=$rank> "));
-  // With --no-prefix: exit 2, nothing started.
-  r = run_lspawn({"--no-prefix", "--log-line-prefix-template", "${rank}", "/bin/echo", "started"});
-  CHECK(r.exit_code == 2);
-  CHECK(has(r.err, "--log-line-prefix-template: cannot be combined with --no-prefix"));
-  CHECK_FALSE(has(r.out, "started"));
+  check_refused({"--no-prefix", "--log-line-prefix-template", "${rank}"},
+                "--log-line-prefix-template: cannot be combined with --no-prefix");
 }
 
 TEST_CASE("options --duplicate-stdout-filters/--duplicate-stderr-filters: matching lines of every rank, prefixed, in "
@@ -523,11 +534,9 @@ TEST_CASE("options --duplicate-stdout-filters/--duplicate-stderr-filters: matchi
   CHECK(has(r.out, "[rank 1] loss=1.0\n"));
   REQUIRE(own.find("/lspawn-logs-") != std::string::npos);
   REQUIRE(system(("rm -rf '" + own + "'").c_str()) == 0);
-  // An empty filter would match every line: exit 2, nothing started.
-  r = run_lspawn({"--duplicate-stderr-filters", "Error,", "/bin/echo", "started"});
-  CHECK(r.exit_code == 2);
-  CHECK(has(r.err, "--duplicate-stderr-filters: an empty filter in 'Error,' would copy every line"));
-  CHECK_FALSE(has(r.out, "started"));
+  // An empty filter would match every line.
+  check_refused({"--duplicate-stderr-filters", "Error,"},
+                "--duplicate-stderr-filters: an empty filter in 'Error,' would copy every line");
 }
 
 TEST_CASE("option --virtual-local-rank (or PET_VIRTUAL_LOCAL_RANK): LOCAL_RANK=0 and each worker's own entry of "
@@ -550,12 +559,10 @@ TEST_CASE("option --virtual-local-rank (or PET_VIRTUAL_LOCAL_RANK): LOCAL_RANK=0
   CHECK(has(r.out, "[rank 1] rank=1 local=0 lws=2 cvd=7\n"));
   r = run_lspawn(args, {"CUDA_VISIBLE_DEVICES=5,7"});  // off: as ever
   CHECK(has(r.out, "[rank 1] rank=1 local=1 lws=2 cvd=5,7\n"));
-  args = {"--nprocs", "2", "--virtual-local-rank", "/bin/echo", "started"};
-  r = run_lspawn(args, {"CUDA_VISIBLE_DEVICES=5"});
-  CHECK(r.exit_code == 2);
-  CHECK(has(r.err, "lspawn: --virtual-local-rank: local rank 1 has no device in CUDA_VISIBLE_DEVICES='5' (1 entry), "
-                   "for 2 workers per node\n"));
-  CHECK_FALSE(has(r.out, "started"));
+  check_refused({"--nprocs", "2", "--virtual-local-rank"},
+                "lspawn: --virtual-local-rank: local rank 1 has no device in CUDA_VISIBLE_DEVICES='5' (1 entry), "
+                "for 2 workers per node\n",
+                {"CUDA_VISIBLE_DEVICES=5"});
 }
 
 TEST_CASE("option --shutdown-timeout (or TORCH_ELASTIC_SHUTDOWN_TIMEOUT) is torchrun's name of the grace period",

@@ -25,6 +25,30 @@ struct Recorder : OutputSink {
   }
   void closed(int, Stream) override { ++closes; }
 };
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// A console that is a file, DIR/console, for both streams.
+struct FileConsole {
+  std::string dir = lspawn::sys::make_temp_dir("lspawn-out-");
+  int fd = ::open((dir + "/console").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  lspawn::ConsoleSink::Options options() const {
+    lspawn::ConsoleSink::Options co;
+    co.stdout_fd = fd;
+    co.stderr_fd = fd;
+    return co;
+  }
+  std::string text() const { return slurp(dir + "/console"); }
+  ~FileConsole() {
+    if (fd >= 0) ::close(fd);
+    lspawn::sys::remove_tree(dir);
+  }
+};
 }  // namespace
 
 TEST_CASE("LineSplitter: lines across reads - partial last line at EOF", "[output]") {
@@ -69,34 +93,22 @@ TEST_CASE("LineSplitter: lines over 64 KiB come in 64 KiB pieces - nothing lost"
 }
 
 TEST_CASE("ConsoleSink: one write per prefixed line - LogDirSink: exact bytes", "[output]") {
-  const std::string dir = lspawn::sys::make_temp_dir("lspawn-out-");
-  int fd = ::open((dir + "/console").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  REQUIRE(fd >= 0);
-  lspawn::ConsoleSink::Options co;
-  co.stdout_fd = fd;
-  co.stderr_fd = fd;
-  lspawn::ConsoleSink console(co);
-  lspawn::LogDirSink logs(dir);
+  FileConsole file;
+  REQUIRE(file.fd >= 0);
+  lspawn::ConsoleSink console(file.options());
+  lspawn::LogDirSink logs(file.dir);
   lspawn::CaptureSink cap;
   LineSplitter s(1, Stream::Stdout, {&console, &logs, &cap});
   s.feed("one\ntw");
   s.finish();
   LineSplitter e(1, Stream::Stderr, {&console, &logs, &cap});
   e.finish();  // silent stream: an empty log file still exists
-  ::close(fd);
-  auto slurp = [](const std::string& p) {
-    std::ifstream f(p);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-  };
-  CHECK(slurp(dir + "/console") == "[rank 1] one\n[rank 1] tw\n");
+  CHECK(file.text() == "[rank 1] one\n[rank 1] tw\n");
   CHECK(slurp(logs.path(1, Stream::Stdout)) == "one\ntw");
   CHECK(access(logs.path(1, Stream::Stderr).c_str(), F_OK) == 0);
   CHECK(slurp(logs.path(1, Stream::Stderr)).empty());
   CHECK(cap.text(1, Stream::Stdout) == "one\ntw");
   CHECK(cap.text(5, Stream::Stdout).empty());
-  lspawn::sys::remove_tree(dir);
 }
 
 TEST_CASE("LogDirSink: attempt k > 0 writes rank<N>.attempt<k>.* - the files of attempt 0 are kept", "[output]") {
@@ -106,12 +118,6 @@ TEST_CASE("LogDirSink: attempt k > 0 writes rank<N>.attempt<k>.* - the files of 
     LineSplitter s(0, Stream::Stdout, {&logs});
     s.feed(text);
     s.finish();
-  };
-  auto slurp = [](const std::string& p) {
-    std::ifstream f(p);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
   };
   write("first\n");
   CHECK(logs.path(0, Stream::Stdout) == dir + "/rank0.stdout");
@@ -161,12 +167,9 @@ TEST_CASE("LogDirSink: a full log file (ENOSPC) is reported once and dropped - n
 
 TEST_CASE("ConsoleSink: prefix_of (torchrun's --log-line-prefix-template) replaces \"[rank N] \", asked once per rank",
           "[output]") {
-  const std::string dir = lspawn::sys::make_temp_dir("lspawn-out-");
-  int fd = ::open((dir + "/console").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  REQUIRE(fd >= 0);
-  lspawn::ConsoleSink::Options co;
-  co.stdout_fd = fd;
-  co.stderr_fd = fd;
+  FileConsole file;
+  REQUIRE(file.fd >= 0);
+  lspawn::ConsoleSink::Options co = file.options();
   co.host = "h1";  // a template wins over the multi-node form too
   int asked = 0;
   co.prefix_of = [&asked](int rank) {
@@ -179,28 +182,17 @@ TEST_CASE("ConsoleSink: prefix_of (torchrun's --log-line-prefix-template) replac
   console.line(3, Stream::Stdout, "a");
   console.line(3, Stream::Stderr, "b");
   console.line(0, Stream::Stdout, "c");
-  ::close(fd);
-  std::ifstream f(dir + "/console");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  CHECK(ss.str() == "<3>:a\n<3>:b\n<0>:c\n");
+  CHECK(file.text() == "<3>:a\n<3>:b\n<0>:c\n");
   CHECK(asked == 2);
   co.prefix_of = nullptr;
   CHECK(lspawn::console_prefix(co, 3) == "[h1 rank 3] ");
   co.prefix = false;
   CHECK(lspawn::console_prefix(co, 3).empty());
-  lspawn::sys::remove_tree(dir);
 }
 
 TEST_CASE("FilteredCopySink: the lines that contain a filter, prefixed, in one file per stream - attempt k its own",
           "[output]") {
   const std::string dir = lspawn::sys::make_temp_dir("lspawn-out-");
-  auto slurp = [](const std::string& p) {
-    std::ifstream f(p);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-  };
   {
     lspawn::FilteredCopySink sink(dir, {"loss", "acc,top1"}, {}, [](int rank) { return "[" + std::to_string(rank) + "] "; });
     CHECK(sink.path(Stream::Stdout) == dir + "/filtered_stdout.log");
