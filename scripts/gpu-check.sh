@@ -2,7 +2,7 @@
 # What issue #20 left to a machine with an NVIDIA GPU, in one run (docs/gpu.md, "What ran on a
 # GPU"): the CUDA path of the shm backend against gloo (and NCCL where it can run), DDP's NCCL
 # default in the three precisions, several ranks on one GPU through shm, DDPSpawn on CUDA, an
-# unmodified torch NCCL script under lspawn, --nproc-per-node gpu and --preload's CUDA refusal.
+# unmodified torch NCCL script under lspawn, --nproc-per-node gpu, --preload's CUDA refusal and --virtual-local-rank.
 # Each check prints its command, its output's tail and PASS/FAIL; a summary ends the run.
 #
 #   bash scripts/gpu-check.sh [--build DIR] [--out DIR] [--python PY] [--device cuda|cpu] [--csv F]
@@ -208,6 +208,15 @@ if [ -n "$py" ]; then
   else
     skip "--preload CUDA refusal" "needs CUDA"
   fi
+fi
+
+# 6. --virtual-local-rank (torchrun's): LOCAL_RANK=0 and one visible device per worker; here both
+#    workers get the one GPU as their cuda:0 (CUDA_VISIBLE_DEVICES=0,0: entry LOCAL_RANK each).
+if [ -n "$py" ]; then
+  printf '%s
+' 'import os, torch' 'n = torch.cuda.device_count()'     'if n: torch.ones(4, device="cuda:0").sum().item()'     'print("rank", os.environ["RANK"], "LOCAL_RANK", os.environ["LOCAL_RANK"], "CUDA_VISIBLE_DEVICES", os.environ["CUDA_VISIBLE_DEVICES"], "devices", n, flush=True)'     > "$out/virtual_worker.py"
+  want=$([ "$device" = cuda ] && echo 1 || echo 0)
+  check "--virtual-local-rank: LOCAL_RANK=0, one visible device per worker ($want here)"     "rank 0 LOCAL_RANK 0 CUDA_VISIBLE_DEVICES 0 devices $want\$ && rank 1 LOCAL_RANK 0 CUDA_VISIBLE_DEVICES 0 devices $want\$"     env CUDA_VISIBLE_DEVICES=0,0 "$lspawn" --nprocs 2 --virtual-local-rank "$py" "$out/virtual_worker.py"
 fi
 
 echo
