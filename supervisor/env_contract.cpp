@@ -21,16 +21,6 @@ std::vector<std::string> current_environment() {
 }
 
 namespace {
-bool has_var(const std::vector<std::string>& env, const std::string& name) {
-  for (const auto& kv : env) {
-    if (kv.size() > name.size() && kv.compare(0, name.size(), name) == 0 && kv[name.size()] == '=')
-      return true;
-  }
-  return false;
-}
-}  // namespace
-
-namespace {
 std::optional<std::string> value_of(const std::vector<std::string>& env, const std::string& name) {
   for (const auto& kv : env) {
     if (kv.size() > name.size() && kv.compare(0, name.size(), name) == 0 && kv[name.size()] == '=')
@@ -38,6 +28,7 @@ std::optional<std::string> value_of(const std::vector<std::string>& env, const s
   }
   return std::nullopt;
 }
+bool has_var(const std::vector<std::string>& env, const std::string& name) { return value_of(env, name).has_value(); }
 }  // namespace
 
 std::string virtual_visible_device(const std::vector<std::string>& base, int local_rank) {

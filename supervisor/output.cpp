@@ -41,15 +41,7 @@ void ConsoleSink::line(int rank, Stream stream, std::string_view line) {
   const int idx = static_cast<int>(stream);
   if (broken_[idx]) return;
   buf_.clear();
-  if (opts_.prefix) {
-    if (opts_.prefix_of) {
-      buf_ += cached_prefix(prefixes_, rank, opts_.prefix_of);
-    } else {
-      buf_ += opts_.host.empty() ? "[rank " : "[" + opts_.host + " rank ";
-      buf_ += std::to_string(rank);
-      buf_ += "] ";
-    }
-  }
+  if (opts_.prefix) buf_ += cached_prefix(prefixes_, rank, [this](int r) { return console_prefix(opts_, r); });
   buf_.append(line.data(), line.size());
   buf_ += '\n';
   const int fd = stream == Stream::Stdout ? opts_.stdout_fd : opts_.stderr_fd;
@@ -133,7 +125,11 @@ void FilteredCopySink::open_files() {
 void FilteredCopySink::set_attempt(int k) {
   if (k == attempt_) return;
   attempt_ = k;
-  open_files();
+  try {
+    open_files();
+  } catch (const sys::SysError& e) {  // a later attempt's file: said, and the run goes on without it
+    warn_or_say(warn_, std::string(e.what()) + "; this attempt's filtered lines are dropped");
+  }
 }
 
 void FilteredCopySink::line(int rank, Stream stream, std::string_view line) {

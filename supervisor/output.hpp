@@ -61,7 +61,7 @@ class ConsoleSink : public OutputSink {
   Options opts_;
   bool broken_[2] = {false, false};
   std::string buf_;
-  std::vector<std::optional<std::string>> prefixes_;  // index rank: prefix_of's answers
+  std::vector<std::optional<std::string>> prefixes_;  // index rank: its prefix, made once
 };
 
 // The prefix of `rank` in a console line as ConsoleSink::Options make it: prefix_of(rank) when
@@ -72,9 +72,9 @@ std::string console_prefix(const ConsoleSink::Options& o, int rank);
 // contains one of that stream's filters (substrings) is also written, with `prefix_of(rank)`
 // before it, to DIR/filtered_<stream>.log, one file for every rank of this node; restart attempt
 // k > 0 (set_attempt) writes DIR/filtered_<stream>.attempt<k>.log. A stream with filters has its
-// file created (truncated) at once, so it exists when nothing matched. Opening throws
-// sys::SysError; a write error later is reported once through `warn` and drops the rest of that
-// file, as LogDirSink's.
+// file created (truncated) at once, so it exists when nothing matched. The constructor throws
+// sys::SysError when a file cannot be opened; later (set_attempt, a write) an error is reported
+// once through `warn` and drops the rest of that file, as LogDirSink's.
 class FilteredCopySink : public OutputSink {
  public:
   using Warn = std::function<void(const std::string&)>;

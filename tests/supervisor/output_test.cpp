@@ -230,5 +230,14 @@ TEST_CASE("FilteredCopySink: the lines that contain a filter, prefixed, in one f
   CHECK_NOTHROW(full.line(0, Stream::Stderr, "E2"));
   REQUIRE(warnings.size() == 1);
   CHECK(warnings[0].find("No space left on device; the rest of this file is dropped") != std::string::npos);
+  // A later attempt's file that cannot be opened (its directory is gone): said, not thrown.
+  const std::string gone = lspawn::sys::make_temp_dir("lspawn-out-");
+  lspawn::FilteredCopySink later(gone, {"x"}, {}, nullptr, [&](const std::string& w) { warnings.push_back(w); });
+  lspawn::sys::remove_tree(gone);
+  CHECK_NOTHROW(later.set_attempt(1));
+  CHECK_NOTHROW(later.line(0, Stream::Stdout, "x"));
+  REQUIRE(warnings.size() == 2);
+  CHECK(warnings[1].find(gone + "/filtered_stdout.attempt1.log") != std::string::npos);
+  CHECK(warnings[1].find("this attempt's filtered lines are dropped") != std::string::npos);
   lspawn::sys::remove_tree(dir);
 }
