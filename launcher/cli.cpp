@@ -167,6 +167,8 @@ class RoutedSink : public OutputSink {
   void closed(int rank, Stream stream) override {
     if (pass_(rank, stream)) inner_.closed(rank, stream);
   }
+  void begin_lines() override { inner_.begin_lines(); }
+  void end_lines() override { inner_.end_lines(); }
 
  private:
   OutputSink& inner_;

@@ -40,16 +40,33 @@ std::string console_prefix(const ConsoleSink::Options& o, int rank) {
 void ConsoleSink::line(int rank, Stream stream, std::string_view line) {
   const int idx = static_cast<int>(stream);
   if (broken_[idx]) return;
-  buf_.clear();
-  if (opts_.prefix) buf_ += cached_prefix(prefixes_, rank, [this](int r) { return console_prefix(opts_, r); });
-  buf_.append(line.data(), line.size());
-  buf_ += '\n';
-  const int fd = stream == Stream::Stdout ? opts_.stdout_fd : opts_.stderr_fd;
+  static const std::string kNoPrefix;
+  const std::string& prefix =
+      opts_.prefix ? cached_prefix(prefixes_, rank, [this](int r) { return console_prefix(opts_, r); }) : kNoPrefix;
+  std::string& out = pending_[idx];
+  if (!out.empty() && out.size() + prefix.size() + line.size() + 1 > kWriteMax) flush(idx);
+  out += prefix;
+  out.append(line.data(), line.size());
+  out += '\n';
+  if (!holding_) flush(idx);
+}
+
+void ConsoleSink::end_lines() {
+  holding_ = false;
+  flush(0);
+  flush(1);
+}
+
+void ConsoleSink::flush(int idx) {
+  std::string& out = pending_[idx];
+  if (out.empty()) return;
+  const int fd = idx == 0 ? opts_.stdout_fd : opts_.stderr_fd;
   try {
-    sys::write_all(fd, buf_, "console");
+    if (!broken_[idx]) sys::write_all(fd, out, "console");
   } catch (const sys::SysError&) {
     broken_[idx] = true;  // EPIPE or a closed console: drop output, keep supervising
   }
+  out.clear();
 }
 
 std::string LogDirSink::path(int rank, Stream stream) const {
@@ -124,6 +141,8 @@ void FilteredCopySink::open_files() {
 
 void FilteredCopySink::set_attempt(int k) {
   if (k == attempt_) return;
+  flush(0);
+  flush(1);
   attempt_ = k;
   try {
     open_files();
@@ -138,15 +157,29 @@ void FilteredCopySink::line(int rank, Stream stream, std::string_view line) {
   bool match = false;
   for (const std::string& f : filters_[idx]) match = match || line.find(f) != std::string_view::npos;
   if (!match) return;
-  buf_ = cached_prefix(prefixes_, rank, prefix_of_);
-  buf_.append(line.data(), line.size());
-  buf_ += '\n';
+  std::string& out = pending_[idx];
+  out += cached_prefix(prefixes_, rank, prefix_of_);
+  out.append(line.data(), line.size());
+  out += '\n';
+  if (!holding_ || out.size() >= kHoldMax) flush(idx);
+}
+
+void FilteredCopySink::end_lines() {
+  holding_ = false;
+  flush(0);
+  flush(1);
+}
+
+void FilteredCopySink::flush(int idx) {
+  std::string& out = pending_[idx];
+  if (out.empty()) return;
   try {
-    sys::write_all(fds_[idx].get(), buf_, "filtered log file " + path(stream));
+    if (fds_[idx] && !broken_[idx]) sys::write_all(fds_[idx].get(), out, "filtered log file " + path(Stream(idx)));
   } catch (const sys::SysError& e) {
     broken_[idx] = true;
     warn_or_say(warn_, std::string(e.what()) + "; the rest of this file is dropped");
   }
+  out.clear();
 }
 
 void CaptureSink::bytes(int rank, Stream stream, std::string_view data) {
@@ -167,6 +200,12 @@ void LineSplitter::emit_line(std::string_view line) {
 void LineSplitter::feed(std::string_view data) {
   if (data.empty()) return;
   for (auto* s : sinks_) s->bytes(rank_, stream_, data);
+  for (auto* s : sinks_) s->begin_lines();
+  feed_lines(data);
+  for (auto* s : sinks_) s->end_lines();
+}
+
+void LineSplitter::feed_lines(std::string_view data) {
   size_t pos = 0;
   while (pos < data.size()) {
     const size_t nl = data.find('\n', pos);

@@ -37,12 +37,19 @@ class OutputSink {
   }
   // The stream of `rank` reached EOF (after its last bytes()/line()).
   virtual void closed(int rank, Stream stream) { (void)rank, (void)stream; }
+  // The line() calls of one read of a worker's stream come between begin_lines() and
+  // end_lines(): a sink may hold them until end_lines() (ConsoleSink writes them together).
+  virtual void begin_lines() {}
+  virtual void end_lines() {}
 };
 
 // Writes each line to stdout_fd / stderr_fd (the worker's stream picks the fd), as
-// "[rank N] " + line + "\n" ("[HOST rank N] " when Options::host is set) in ONE write(2), so lines of different ranks never interleave
-// mid-line. A write error (EPIPE: the reader went away) disables that console stream
-// silently; the run goes on.
+// "[rank N] " + line + "\n" ("[HOST rank N] " when Options::host is set). Whole lines only, and
+// never more than kWriteMax bytes in one write(2) unless one line is longer: on a pipe shared with
+// other writers (several lspawns into one `| tee`), a write of at most PIPE_BUF bytes is atomic,
+// so lines never interleave mid-line. The lines of one read (begin_lines()..end_lines()) share
+// writes up to that size; a line() outside them is written at once. A write error (EPIPE: the
+// reader went away) disables that console stream silently; the run goes on.
 class ConsoleSink : public OutputSink {
  public:
   struct Options {
@@ -54,13 +61,18 @@ class ConsoleSink : public OutputSink {
     int stdout_fd = 1;
     int stderr_fd = 2;
   };
+  static constexpr size_t kWriteMax = 4096;  // PIPE_BUF on Linux
   explicit ConsoleSink(Options opts) : opts_(std::move(opts)) {}
   void line(int rank, Stream stream, std::string_view line) override;
+  void begin_lines() override { holding_ = true; }
+  void end_lines() override;
 
  private:
+  void flush(int idx);
   Options opts_;
   bool broken_[2] = {false, false};
-  std::string buf_;
+  bool holding_ = false;
+  std::string pending_[2];  // whole lines not yet written, per console stream
   std::vector<std::optional<std::string>> prefixes_;  // index rank: its prefix, made once
 };
 
@@ -81,11 +93,15 @@ class FilteredCopySink : public OutputSink {
   FilteredCopySink(std::string dir, std::vector<std::string> stdout_filters, std::vector<std::string> stderr_filters,
                    std::function<std::string(int rank)> prefix_of, Warn warn = {});
   void line(int rank, Stream stream, std::string_view line) override;
+  void begin_lines() override { holding_ = true; }
+  void end_lines() override;  // the lines of one read: one write(2) per file
   std::string path(Stream stream) const;
   void set_attempt(int k);  // between attempts, as LogDirSink::set_attempt
 
  private:
+  static constexpr size_t kHoldMax = 64 * 1024;
   void open_files();
+  void flush(int idx);
   std::string dir_;
   std::vector<std::string> filters_[2];
   std::function<std::string(int)> prefix_of_;
@@ -93,8 +109,9 @@ class FilteredCopySink : public OutputSink {
   int attempt_ = 0;
   sys::Fd fds_[2];
   bool broken_[2] = {false, false};
+  bool holding_ = false;
+  std::string pending_[2];
   std::vector<std::optional<std::string>> prefixes_;
-  std::string buf_;
 };
 
 // Writes raw bytes to DIR/rank<N>.stdout and DIR/rank<N>.stderr (created, truncated, 0644,
@@ -150,6 +167,7 @@ class LineSplitter {
 
  private:
   void emit_line(std::string_view line);
+  void feed_lines(std::string_view data);
   int rank_;
   Stream stream_;
   std::vector<OutputSink*> sinks_;

@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "supervisor/output.hpp"
@@ -240,4 +241,50 @@ TEST_CASE("FilteredCopySink: the lines that contain a filter, prefixed, in one f
   CHECK(warnings[1].find(gone + "/filtered_stdout.attempt1.log") != std::string::npos);
   CHECK(warnings[1].find("this attempt's filtered lines are dropped") != std::string::npos);
   lspawn::sys::remove_tree(dir);
+}
+
+TEST_CASE("ConsoleSink: the lines of one read share writes of at most 4096 bytes, whole lines each - a longer line "
+          "is one write alone", "[output]") {
+  // SOCK_SEQPACKET keeps each write(2) as one message: the test sees the writes themselves.
+  int sv[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == 0);
+  int big = 1 << 20;
+  ::setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
+  ::setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
+  lspawn::ConsoleSink::Options co;
+  co.stdout_fd = sv[0];
+  co.stderr_fd = sv[0];
+  lspawn::ConsoleSink console(co);
+  std::string data, want;
+  for (int i = 0; i < 1000; ++i) {
+    const std::string line = "line " + std::to_string(i) + " " + std::string(64, 'x');
+    data += line + "\n";
+    want += "[rank 2] " + line + "\n";
+  }
+  const std::string huge(10000, 'h');
+  data += huge + "\nlast\n";
+  want += "[rank 2] " + huge + "\n[rank 2] last\n";
+  LineSplitter s(2, Stream::Stdout, {&console});
+  s.feed(data);  // one read
+  console.line(2, Stream::Stdout, "alone");  // outside a read: written at once
+  ::shutdown(sv[0], SHUT_WR);
+  std::vector<std::string> writes;
+  std::vector<char> msg(1 << 16);
+  for (ssize_t n; (n = ::recv(sv[1], msg.data(), msg.size(), 0)) > 0;) writes.emplace_back(msg.data(), static_cast<size_t>(n));
+  ::close(sv[0]);
+  ::close(sv[1]);
+  std::string got;
+  size_t over = 0;
+  for (const auto& w : writes) {
+    got += w;
+    CHECK(w.back() == '\n');                         // whole lines only
+    if (w.size() > lspawn::ConsoleSink::kWriteMax) {  // only the 10000-byte line, alone
+      ++over;
+      CHECK(w == "[rank 2] " + huge + "\n");
+    }
+  }
+  CHECK(over == 1);
+  CHECK(got == want + "[rank 2] alone\n");
+  CHECK(writes.back() == "[rank 2] alone\n");
+  CHECK(writes.size() < 40);  // ~80 KB of lines in 4 KiB writes, not 1002 writes
 }
