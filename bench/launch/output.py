@@ -131,8 +131,9 @@ def main():
         for mode in m.names:
             f, e = statistics.median(full[mode]), statistics.median(empty[mode])
             rate[mode] = want / (f - e) if f > e else float("inf")
+            shown = f"{rate[mode] / 1e6:.2f} M" if f > e else "not measurable (within the start's spread)"
             print(f"| {mode} | {f:.2f} ({min(full[mode]):.2f}-{max(full[mode]):.2f}) | {e:.2f} | "
-                  f"{rate[mode] / 1e6:.2f} M | {'yes' if complete[mode] else 'NO'} |")
+                  f"{shown} | {'yes' if complete[mode] else 'NO'} |")
         for a_mode, b_mode in (("lspawn template", "torchrun tee"), ("lspawn tmpl+dup", "torchrun tee+dup"),
                                ("lspawn", "mpirun tag")):
             if a_mode in rate and b_mode in rate:
