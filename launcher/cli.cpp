@@ -245,40 +245,42 @@ std::optional<int> apply_torchrun_conventions(CliOptions& o) {
     }
     hides = static_cast<int>(o.local_ranks_filter->size()) < o.nproc_per_node;
   }
+  // Flags that write files when there is no --log-dir get a temporary directory, kept and named
+  // ("FLAGS without --log-dir: WHAT are in DIR"); empty when it cannot be made (said).
+  auto own_log_dir = [](const std::string& flags, const std::string& what) {
+    std::string dir;
+    try {
+      dir = sys::make_temp_dir("lspawn-logs-");
+    } catch (const sys::SysError& e) {
+      say(flags + " without --log-dir: cannot create a log directory: " + e.what());
+      return dir;
+    }
+    say(flags + " without --log-dir: " + what + " are in " + dir + " (kept after the run)");
+    return dir;
+  };
   const bool spec_files = (o.redirects || o.tee_spec) &&
                           ((o.redirects && o.redirects->any()) || (o.tee_spec && o.tee_spec->any()) || o.tee);
   if (o.log_dir.empty() && (spec_files || hides)) {
-    const std::string flags = spec_files ? "--redirects/--tee" : "--local-ranks-filter";
-    try {
-      o.log_dir = sys::make_temp_dir("lspawn-logs-");
-    } catch (const sys::SysError& e) {
-      say(flags + " without --log-dir: cannot create a log directory: " + e.what());
-      return exit_codes::kUsage;
-    }
-    say(flags + " without --log-dir: the log files are in " + o.log_dir + " (kept after the run)");
+    o.log_dir = own_log_dir(spec_files ? "--redirects/--tee" : "--local-ranks-filter", "the log files");
+    if (o.log_dir.empty()) return exit_codes::kUsage;
   }
   // torchrun's --duplicate-*-filters write their files to the log directory, else to one of
   // their own (the console stays as it is).
   if (!o.duplicate_filters[0].empty() || !o.duplicate_filters[1].empty()) {
-    o.filtered_dir = o.log_dir;
-    if (o.filtered_dir.empty()) {
-      try {
-        o.filtered_dir = sys::make_temp_dir("lspawn-logs-");
-      } catch (const sys::SysError& e) {
-        say("--duplicate-stdout/stderr-filters without --log-dir: cannot create a log directory: " + std::string(e.what()));
-        return exit_codes::kUsage;
-      }
-      say("--duplicate-stdout/stderr-filters without --log-dir: the filtered copies are in " + o.filtered_dir +
-          " (kept after the run)");
-    }
+    o.filtered_dir = o.log_dir.empty() ? own_log_dir("--duplicate-stdout/stderr-filters", "the filtered copies")
+                                       : o.log_dir;
+    if (o.filtered_dir.empty()) return exit_codes::kUsage;
   }
   // --virtual-local-rank: every local rank has its device, before any node waits for this one.
   if (o.virtual_local_rank) {
     const auto base = env::current_environment();
     std::string map;
+    bool hip = false;
     try {
       for (int lr = 0; lr < o.nproc_per_node; ++lr) {
-        map += (lr ? ", " : "") + std::to_string(lr) + " -> " + env::virtual_visible_device(base, lr);
+        const env::VirtualDevice d = env::virtual_visible_device(base, lr);
+        map += (lr ? ", " : "") + std::to_string(lr) + " -> " + d.device;
+        hip = d.hip;
       }
     } catch (const std::invalid_argument& e) {
       say("--virtual-local-rank: " + std::string(e.what()) + ", for " + std::to_string(o.nproc_per_node) +
@@ -286,11 +288,8 @@ std::optional<int> apply_torchrun_conventions(CliOptions& o) {
       return exit_codes::kUsage;
     }
     if (!o.quiet) {
-      say("--virtual-local-rank: each worker has LOCAL_RANK=0 and one visible device (local rank -> " +
-          std::string(std::getenv(env::kHipVisibleDevices) && *std::getenv(env::kHipVisibleDevices)
-                          ? "HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES"
-                          : "CUDA_VISIBLE_DEVICES") +
-          "): " + map);
+      say(std::string("--virtual-local-rank: each worker has LOCAL_RANK=0 and one visible device (local rank -> ") +
+          (hip ? "HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES" : "CUDA_VISIBLE_DEVICES") + "): " + map);
     }
   }
   if (!o.preload.empty()) {
@@ -474,8 +473,8 @@ int run(const CliOptions& o) {
   if (multi) co.host = host;
   if (!o.log_line_prefix_template.empty()) {
     // torchrun's --log-line-prefix-template; a rank's local rank is rank % nproc on every node.
-    co.prefix_of = [tmpl = o.log_line_prefix_template, role = o.role, nproc = o.nproc_per_node](int rank) {
-      return expand_prefix_template(tmpl, PrefixFields{role, rank, rank % nproc, sys::hostname()});
+    co.prefix_of = [tmpl = o.log_line_prefix_template, role = o.role, nproc = o.nproc_per_node, host](int rank) {
+      return expand_prefix_template(tmpl, PrefixFields{role, rank, rank % nproc, host});
     };
   }
   if (o.log_dir.empty() || o.tee || routed) {

@@ -31,14 +31,15 @@ std::optional<std::string> value_of(const std::vector<std::string>& env, const s
 bool has_var(const std::vector<std::string>& env, const std::string& name) { return value_of(env, name).has_value(); }
 }  // namespace
 
-std::string virtual_visible_device(const std::vector<std::string>& base, int local_rank) {
+VirtualDevice virtual_visible_device(const std::vector<std::string>& base, int local_rank) {
   const char* var = kHipVisibleDevices;
   auto list = value_of(base, var);
-  if (!list || list->empty()) {
+  const bool hip = list && !list->empty();
+  if (!hip) {
     var = kCudaVisibleDevices;
     list = value_of(base, var);
   }
-  if (!list) return std::to_string(local_rank);
+  if (!list) return {std::to_string(local_rank), false};
   std::vector<std::string> devices;
   size_t pos = 0;
   while (!list->empty()) {
@@ -55,7 +56,7 @@ std::string virtual_visible_device(const std::vector<std::string>& base, int loc
                                 *list + "' (" + std::to_string(devices.size()) + " entr" +
                                 (devices.size() == 1 ? "y" : "ies") + ")");
   }
-  return devices[local_rank];
+  return {devices[local_rank], hip};
 }
 
 bool needs_omp_default(const std::vector<std::string>& base, int nproc_per_node) {
@@ -86,9 +87,9 @@ std::vector<std::string> worker_environment(const JobEnv& job, const WorkerPlace
   put(kRank, std::to_string(place.rank()));
   if (job.virtual_local_rank) {
     put(kLocalRank, "0");
-    const std::string device = virtual_visible_device(base, place.local_rank);
-    put(kCudaVisibleDevices, device);
-    if (const auto hip = value_of(base, kHipVisibleDevices); hip && !hip->empty()) put(kHipVisibleDevices, device);
+    const VirtualDevice d = virtual_visible_device(base, place.local_rank);
+    put(kCudaVisibleDevices, d.device);
+    if (d.hip) put(kHipVisibleDevices, d.device);
   } else {
     put(kLocalRank, std::to_string(place.local_rank));
   }

@@ -82,9 +82,14 @@ inline constexpr const char* kHipVisibleDevices = "HIP_VISIBLE_DEVICES";
 
 // --virtual-local-rank: the one device of local rank `local_rank`, as torchrun 2.15 picks it:
 // entry `local_rank` of the base environment's HIP_VISIBLE_DEVICES when that is set and not
-// empty, else of CUDA_VISIBLE_DEVICES when set, else the local rank itself. Throws
-// std::invalid_argument naming the variable and its value when the list has no such entry.
-std::string virtual_visible_device(const std::vector<std::string>& base, int local_rank);
+// empty (hip: the worker gets it in both variables), else of CUDA_VISIBLE_DEVICES when set, else
+// the local rank itself. Throws std::invalid_argument naming the variable and its value when the
+// list has no such entry.
+struct VirtualDevice {
+  std::string device;  // the worker's CUDA_VISIBLE_DEVICES
+  bool hip = false;    // and its HIP_VISIBLE_DEVICES too
+};
+VirtualDevice virtual_visible_device(const std::vector<std::string>& base, int local_rank);
 
 // Path of the error file of `rank` inside run_dir: run_dir + "/error-<rank>.json".
 std::string error_file_path(const std::string& run_dir, int rank);

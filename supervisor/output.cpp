@@ -10,9 +10,9 @@ namespace lspawn {
 const char* stream_name(Stream s) { return s == Stream::Stdout ? "stdout" : "stderr"; }
 
 namespace {
-// The answer of `make(rank)`, asked once per rank.
-const std::string& cached_prefix(std::vector<std::optional<std::string>>& cache, int rank,
-                                 const std::function<std::string(int)>& make) {
+// The answer of `make(rank)`, asked once per rank (a template: no std::function per line).
+template <class Make>
+const std::string& cached_prefix(std::vector<std::optional<std::string>>& cache, int rank, const Make& make) {
   const size_t i = rank < 0 ? 0 : static_cast<size_t>(rank);
   if (cache.size() <= i) cache.resize(i + 1);
   if (!cache[i]) cache[i] = make(rank);
