@@ -1,5 +1,7 @@
 #include "collectives/group.hpp"
 
+#include "collectives/cuda_ipc.hpp"
+
 #include "collectives/error.hpp"
 #include "runtime/cuda_device.hpp"
 #include "runtime/gloo_guard.hpp"
@@ -221,6 +223,7 @@ std::shared_ptr<Group> Group::build(c10::intrusive_ptr<c10d::Store> store, int r
     } catch (const std::exception& e) {
       throw CollectiveError("create", g->options_.name, {}, "lspawn: " + who + ": shm setup failed: " + e.what());
     }
+    if (CudaIpc::available()) g->cuda_ipc_ = std::make_unique<CudaIpc>(*g->shm_);  // touches no CUDA yet
   }
   if (size > 1 && !one_node && g->options_.backend == Backend::Auto) {
     NodeLayout layout = NodeLayout::of(g->node_ids_, rank);

@@ -40,6 +40,8 @@
 
 namespace lspawn {
 
+class CudaIpc;
+
 struct World;  // runtime/process_group.hpp
 
 enum class Backend {
@@ -116,6 +118,9 @@ class Group {
   const c10::intrusive_ptr<c10d::ProcessGroup>& process_group() const { return gloo_; }
   // The shm communicator, or nullptr when this group does not use shm.
   shm::Communicator* shm() { return shm_.get(); }
+  // CUDA tensors over shm device to device (collectives/cuda_ipc.hpp), or nullptr: no shm, a
+  // LibTorch without CUDA, or LSPAWN_SHM_CUDA_IPC=0.
+  CudaIpc* cuda_ipc() { return cuda_ipc_.get(); }
   // The two-level structure across nodes, or nullptr when this group is not hierarchical.
   Hierarchy* hierarchy() { return hier_.get(); }
   // The group's own namespace of the store.
@@ -146,6 +151,7 @@ class Group {
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroup> gloo_;
   std::unique_ptr<shm::Communicator> shm_;
+  std::unique_ptr<CudaIpc> cuda_ipc_;
   std::unique_ptr<Hierarchy> hier_;
   std::vector<std::string> node_ids_;  // per group rank: host identity
   std::vector<int> root_ranks_;

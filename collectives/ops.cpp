@@ -1,5 +1,7 @@
 #include "collectives/ops.hpp"
 
+#include "collectives/cuda_ipc.hpp"
+
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include <time.h>
@@ -133,9 +135,11 @@ void finish_all_reduce(at::Tensor& work, at::Tensor& out, ReduceOp op, int size)
   if (!work.is_same(out)) out.copy_(work);
 }
 
-// The shm communicator reads and writes host memory: CPU tensors directly, CUDA tensors staged in
-// pinned host memory (shm_staged below) — among ranks of one node that is faster than gloo, which
-// stages them too and then crosses loopback TCP (docs/shm-backend.md#cuda-tensors).
+// The shm communicator reads and writes host memory: CPU tensors directly. CUDA tensors go device
+// to device through CUDA IPC (collectives/cuda_ipc.hpp) in a LibTorch with CUDA, else (or with
+// LSPAWN_SHM_CUDA_IPC=0) staged in pinned host memory (shm_staged below) — among ranks of one node
+// either is faster than gloo, which stages them too and then crosses loopback TCP
+// (docs/shm-backend.md#cuda-tensors).
 bool use_shm(Group& g, const at::Tensor& t) {
   return g.shm() && (t.device().is_cpu() || t.device().is_cuda()) && elem_of(t.scalar_type()).has_value();
 }
@@ -392,6 +396,10 @@ Work all_reduce_async(Group& g, at::Tensor& tensor, ReduceOp op) {
   const int size = g.size();
   if (use_shm(g, tensor)) {  // first, and without the copies of tensor handles the others need
     return run_now(c, [&] {
+      if (tensor.is_cuda() && g.cuda_ipc() != nullptr && g.cuda_ipc()->all_reduce(tensor, op)) {
+        finish_all_reduce(tensor, tensor, op, size);  // the mean, on the device
+        return;
+      }
       at::Tensor work = shm_staged(tensor, true);
       g.shm()->all_reduce(work.data_ptr(), static_cast<std::size_t>(work.numel()), *elem_of(work.scalar_type()),
                           kernel_of(op));
@@ -514,6 +522,13 @@ Work broadcast_async(Group& g, at::Tensor& tensor, int src) {
   at::Tensor t = tensor;
   if (use_shm(g, t)) {
     return run_now(c, [&] {
+      if (t.is_cuda() && g.cuda_ipc() != nullptr) {
+        at::Tensor work = staged(t);
+        if (g.cuda_ipc()->broadcast(work, src)) {
+          if (!work.is_same(t) && g.rank() != src) t.copy_(work);
+          return;
+        }
+      }
       at::Tensor work = shm_staged(t, g.rank() == src);
       g.shm()->broadcast(work.data_ptr(), work.nbytes(), src);
       if (!work.is_same(t) && g.rank() != src) t.copy_(work);
@@ -553,6 +568,13 @@ Work all_gather_async(Group& g, const at::Tensor& input, at::Tensor& output) {
   at::Tensor out = output;
   if (use_shm(g, input) && output.device() == input.device()) {
     return run_now(c, [&] {
+      if (input.is_cuda() && g.cuda_ipc() != nullptr) {
+        at::Tensor work = staged(out);
+        if (g.cuda_ipc()->all_gather(input, work)) {
+          if (!work.is_same(out)) out.copy_(work);
+          return;
+        }
+      }
       at::Tensor in = shm_staged(input, true);
       at::Tensor work = shm_staged(out, false);
       g.shm()->all_gather(in.data_ptr(), in.nbytes(), work.data_ptr());

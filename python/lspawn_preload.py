@@ -21,10 +21,13 @@ Refused, with the module's name, before any worker is forked (lspawn prints the 
   another thread held stays locked forever in the child. Threads that their library stops
   before a fork itself (pthread_atfork: OpenBLAS's pool, started by numpy and Debian's torch at
   import unless OMP_NUM_THREADS=1) are accepted: when /proc/self/task counts more than one,
-  it is counted again after one fork() of a child that exits at once;
+  it is counted again after one fork() of a child that exits at once. The refusal names the
+  threads (threading's names, else /proc's). LSPAWN_PRELOAD_ALLOW_THREADS=1 forks anyway, with
+  a warning naming them (SpawnOptions::allow_fork_with_threads for C++ programs);
 - a module whose import initialised CUDA (torch.cuda.is_initialized()): a CUDA context does not
   survive fork(). torch initialises CUDA lazily, on the first CUDA call, never at import; this
-  check catches a module that makes one at import time.
+  check catches a module that makes one at import time. Checked before the threads (a CUDA
+  context starts the driver's threads too); LSPAWN_PRELOAD_ALLOW_THREADS does not lift it.
 
 What differs from exec mode (docs/cli.md): the modules are imported once, in the server, with the
 environment common to every worker (not RANK etc.), and with sys.path as `python3 -c` has it
@@ -44,6 +47,7 @@ import sys
 ARGV_ENV = "LSPAWN_PRELOAD_ARGV"
 FDS_ENV = "LSPAWN_FORKSERVER_FDS"
 FAST_EXIT_ENV = "LSPAWN_FORKSERVER_FAST_EXIT"
+ALLOW_THREADS_ENV = "LSPAWN_PRELOAD_ALLOW_THREADS"
 _HERE = os.path.abspath(__file__)
 
 
@@ -142,8 +146,40 @@ def _python_threads():
     return [t.name for t in threading.enumerate() if t is not main]
 
 
+def _native_thread_names():
+    """The names (/proc/self/task/TID/comm) of this process's threads but the main one: what a C
+    extension or driver named its threads (the CUDA driver's, say), else the interpreter's name."""
+    names = []
+    me = str(os.getpid())
+    try:
+        tids = sorted(os.listdir("/proc/self/task"), key=int)
+    except OSError:
+        return names
+    for tid in tids:
+        if tid == me:
+            continue
+        try:
+            with open("/proc/self/task/%s/comm" % tid) as f:
+                names.append(f.read().strip() or "?")
+        except OSError:
+            pass  # it ended meanwhile
+    return names
+
+
+def _allow_threads(lib):
+    """LSPAWN_PRELOAD_ALLOW_THREADS=1: fork although an import started threads (a warning instead of
+    the refusal), as SpawnOptions::allow_fork_with_threads does for C++ programs."""
+    v = os.environ.get(ALLOW_THREADS_ENV, "")
+    if v in ("", "0"):
+        return False
+    if v == "1":
+        return True
+    lib.refuse("%s=%r: expected 1 (fork anyway) or 0" % (ALLOW_THREADS_ENV, v))
+
+
 def _preload(lib, modules):
     import importlib
+    allow_threads = _allow_threads(lib)  # a bad value is refused before anything is imported
     for m in modules:
         try:
             importlib.import_module(m)
@@ -152,18 +188,25 @@ def _preload(lib, modules):
             lib.refuse("cannot import '%s': %s%s%s" % (m, type(e).__name__, ": " + text if text else "",
                                                         _raised_where(e)))
         _flush()
-        names = _python_threads()
-        threads = 1 if names else lib.threads()
-        if threads != 1 or names:
-            lib.refuse("importing '%s' started %d thread%s (%s); forking workers from it is unsafe: import "
-                       "it in the script instead of --preload" %
-                       (m, max(threads - 1, len(names)), "" if max(threads - 1, len(names)) == 1 else "s",
-                        "threading: " + ", ".join(names) if names else "not Python threads"))
+        # CUDA first: initialising it starts the driver's threads too, and this is the reason to say.
         torch = sys.modules.get("torch")
         cuda = getattr(torch, "cuda", None) if torch is not None else None
         if cuda is not None and getattr(cuda, "is_initialized", lambda: False)():
             lib.refuse("importing '%s' initialised CUDA (torch.cuda.is_initialized()); a CUDA context does not "
                        "survive fork(): import it in the script instead of --preload" % m)
+        names = _python_threads()
+        threads = 1 if names else lib.threads()
+        if threads != 1 or names:
+            n = max(threads - 1, len(names))
+            what = ("threading: " + ", ".join(names) if names
+                    else "not Python threads: " + (", ".join(_native_thread_names()) or "gone since"))
+            why = "importing '%s' started %d thread%s (%s)" % (m, n, "" if n == 1 else "s", what)
+            if allow_threads:
+                print("lspawn: --preload: %s; forking workers anyway (%s=1): a lock one of them held stays "
+                      "locked in every worker" % (why, ALLOW_THREADS_ENV), file=sys.stderr, flush=True)
+            else:
+                lib.refuse("%s; forking workers from it is unsafe: import it in the script instead of --preload "
+                           "(or set %s=1 to fork anyway)" % (why, ALLOW_THREADS_ENV))
 
 
 def _refresh_environ():

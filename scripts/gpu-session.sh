@@ -94,7 +94,7 @@ else
   else
     say "gpu-check: all passed or skipped ($(( $(date +%s) - t0 )) s)"
   fi
-  grep -E '^(PASS|FAIL|SKIP)' "$work/gpu-check/summary.txt" 2>/dev/null >> "$summary" \
+  grep -E '^(PASS|FAIL|SKIP|INFO)' "$work/gpu-check/summary.txt" 2>/dev/null >> "$summary" \
     || grep -E '^== (PASS|FAIL|SKIP)' "$work/gpu-check.log" | sed 's/^== //' >> "$summary"
   [ -f "$work/gpu-check/bench-ratio.txt" ] && cat "$work/gpu-check/bench-ratio.txt" >> "$summary"
 fi
@@ -113,8 +113,10 @@ else
     say "suite: STOPPED after $budget s (--until); $(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .* +Passed' "$work/ctest.log") tests had passed"
     suite_failed=1
   else
-    result=$(grep -E 'tests passed, [0-9]+ tests failed out of' "$work/ctest.log")
+    # CTest 3.x: 'N% tests passed, M tests failed out of T'; CTest 4.x drops ', 0 tests failed'.
+    result=$(grep -E 'tests passed(, [0-9]+ tests failed)? out of' "$work/ctest.log")
     say "suite: ${result:-exit $rc, no test ran} ($(( $(date +%s) - t0 )) s)"
+    [ -n "$result" ] || tail -n 5 "$work/ctest.log" | sed 's/^/    ctest: /' >> "$summary"
     [ $rc = 0 ] && [ -n "$result" ] || suite_failed=1
   fi
   sed -n '/The following tests FAILED/,$p' "$work/ctest.log" | grep -E '^\s+[0-9]+ - ' >> "$summary"

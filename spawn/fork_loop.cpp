@@ -6,6 +6,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <vector>
 
 #include "supervisor/fd_frame.hpp"
 #include "supervisor/sys.hpp"
@@ -71,6 +73,20 @@ void set_up_server(pid_t parent, const sigset_t& old_mask) {
   ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
 }
 
+// A pidfd of `pid` (Linux 5.3+; -1 otherwise): readable once the child has exited, whichever
+// thread the kernel hands the SIGCHLD to. A server runs threads of its own when a preloaded module
+// started some (LSPAWN_PRELOAD_ALLOW_THREADS=1): they do not block SIGCHLD, so it may be given to
+// one of them and never reach the signalfd (seen: a worker's exit went unreported, the run hung).
+int open_pidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+#else
+  (void)pid;
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
 }  // namespace
 
 proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& check,
@@ -84,7 +100,9 @@ proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& c
   ::sigprocmask(SIG_BLOCK, &chld, &old_mask);
   const int sigfd = ::signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
   const pid_t self = ::getpid();
-  std::map<pid_t, int> live;  // worker pid -> index
+  std::map<pid_t, int> live;    // worker pid -> index
+  std::map<pid_t, int> pidfds;  // worker pid -> its pidfd (open_pidfd)
+  bool no_pidfd = false;        // some worker has none: poll the children every 100 ms too
 
   auto report_exit = [&](pid_t pid, int status) {
     proto::ChildExit e;
@@ -93,6 +111,10 @@ proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& c
     auto it = live.find(pid);
     e.index = it == live.end() ? -1 : it->second;
     if (it != live.end()) live.erase(it);
+    if (auto fd = pidfds.find(pid); fd != pidfds.end()) {
+      sys::close(fd->second);
+      pidfds.erase(fd);
+    }
     if (WIFSIGNALED(status)) {
       e.signal = WTERMSIG(status);
     } else {
@@ -120,16 +142,21 @@ proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& c
   };
 
   try {
+    std::vector<pollfd> pfd;
     for (;;) {
-      pollfd pfd[2] = {{sock, POLLIN, 0}, {sigfd, POLLIN, 0}};
-      const int n = ::poll(pfd, 2, -1);
+      pfd.assign({{sock, POLLIN, 0}, {sigfd, POLLIN, 0}});
+      for (const auto& [pid, fd] : pidfds) pfd.push_back({fd, POLLIN, 0});
+      const int n = ::poll(pfd.data(), pfd.size(), no_pidfd && !live.empty() ? 100 : -1);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) shutdown();
-      if (pfd[1].revents) {
+      const bool child_event = n == 0 || std::any_of(pfd.begin() + 1, pfd.end(), [](const pollfd& p) { return p.revents != 0; });
+      if (child_event) {
         signalfd_siginfo si;
         while (::read(sigfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
         }
         reap();
+        if (no_pidfd && std::all_of(live.begin(), live.end(), [&](const auto& l) { return pidfds.count(l.first); }))
+          no_pidfd = false;
       }
       if (!pfd[0].revents) continue;
       proto::ForkRequest req;
@@ -153,6 +180,7 @@ proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& c
           sys::close(sock);
           sys::close(exits);
           sys::close(sigfd);
+          for (const auto& [other, fd] : pidfds) sys::close(fd);
           if (req.server) {
             // A server of its own, on the fds the request carried; its workers return from here.
             set_up_server(self, old_mask);
@@ -168,6 +196,8 @@ proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& c
         } else {
           ::setpgid(pid, pid);  // also in the child: whichever runs first, no window
           live[pid] = req.index;
+          if (const int fd = open_pidfd(pid); fd >= 0) pidfds[pid] = fd;
+          else no_pidfd = true;
           reply.pid = pid;
         }
       }

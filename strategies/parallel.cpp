@@ -53,6 +53,12 @@ Backend strategy_backend(Backend asked, c10::Device device, bool nccl_built, con
   return Backend::Default;
 }
 
+DeviceSharing strategy_device_sharing(Backend asked, bool nccl_built, const char* env_backend) {
+  const Backend b = strategy_backend(asked, c10::Device(c10::kCUDA, 0), nccl_built, env_backend);
+  const bool nccl = b == Backend::Nccl || (b == Backend::Default && env_backend && std::string(env_backend) == "nccl");
+  return nccl ? DeviceSharing::OnePerProcess : DeviceSharing::Allowed;
+}
+
 void ParallelStrategy::setup_environment() {
   if (!group_) {
     // The device first: it decides the backend (NCCL on CUDA, as torch does), and NCCL binds to
@@ -60,7 +66,9 @@ void ParallelStrategy::setup_environment() {
     InitOptions init;
     init.timeout = options_.timeout;
     init.env = WorkerEnv::from_environment();
-    accelerator_ = Accelerator::choose(options_.accelerator, init.env->local_rank);
+    accelerator_ = Accelerator::choose(
+        options_.accelerator, init.env->local_rank,
+        strategy_device_sharing(options_.backend, have_nccl_backend(), std::getenv("LSPAWN_BACKEND")));
     accelerator_->setup_device();
     const Backend backend =
         strategy_backend(options_.backend, accelerator_->device(), have_nccl_backend(), std::getenv("LSPAWN_BACKEND"));
@@ -75,7 +83,8 @@ void ParallelStrategy::setup_environment() {
   }
   if (!collectives_) collectives_ = std::make_unique<StrategyCollectives>(group_);
   if (!accelerator_) {
-    accelerator_ = Accelerator::choose(options_.accelerator, local_rank_);
+    accelerator_ = Accelerator::choose(options_.accelerator, local_rank_,
+                                       group_->backend() == "nccl" ? DeviceSharing::OnePerProcess : DeviceSharing::Allowed);
     accelerator_->setup_device();
   }
 }

@@ -9,6 +9,7 @@
 
 #include "collectives/group.hpp"
 #include "collectives/strategy_ops.hpp"
+#include "strategies/accelerator.hpp"
 #include "strategies/strategy.hpp"
 
 #include <chrono>
@@ -36,6 +37,10 @@ struct ParallelOptions {
 // NCCL is built in (a GPU per rank, as with torch: NCCL refuses two ranks on one GPU, where
 // LSPAWN_BACKEND=shm stages CUDA tensors through host memory instead); else Default.
 Backend strategy_backend(Backend asked, c10::Device device, bool nccl_built, const char* env_backend);
+// Whether the local ranks of such a strategy may share a CUDA device: not when its collectives on
+// a CUDA model would be NCCL's (strategy_backend() gives Nccl, or LSPAWN_BACKEND=nccl), else they
+// may (cuda:LOCAL_RANK mod devices: 2 ranks on one GPU with LSPAWN_BACKEND=shm).
+DeviceSharing strategy_device_sharing(Backend asked, bool nccl_built, const char* env_backend);
 
 class ParallelStrategy : public Strategy {
  public:

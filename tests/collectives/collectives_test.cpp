@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -36,6 +37,49 @@ TEST_CASE("shm single copy, when asked for (LSPAWN_SHM_SINGLE_COPY=1), matches t
                              {{"LSPAWN_SHM_SINGLE_COPY", "1"}, {"LSPAWN_TEST_BIG", n == 3 ? "1" : "0"},
                               {"LSPAWN_TEST_EXPECT_BACKEND", "shm+gloo"}, {"LSPAWN_TEST_EXPECT_SINGLE_COPY", "1"}}));
   }
+}
+
+namespace {
+// Whether this machine has an NVIDIA GPU (its driver's device nodes), without loading CUDA here.
+bool machine_has_nvidia_gpu() { return ::access("/dev/nvidiactl", F_OK) == 0; }
+}  // namespace
+
+TEST_CASE("shm with tensors on the device: CUDA IPC device to device, or staged (LSPAWN_SHM_CUDA_IPC=0), CPU without a GPU",
+          "[collectives][processes][cuda]") {
+  // On a machine with a GPU the ranks share it (N = 2 and 3 on one device) and go through CUDA
+  // IPC, or through pinned host memory with LSPAWN_SHM_CUDA_IPC=0; without one the same checks
+  // run on CPU tensors.
+  for (const char* ipc : {"1", "0"})
+    for (int n : {2, 3}) {
+      INFO("N=" << n << ", LSPAWN_SHM_CUDA_IPC=" << ipc);
+      auto r = run_ranks(n, "device", "shm", {{"LSPAWN_SHM_CUDA_IPC", ipc}, {"LSPAWN_TEST_EXPECT_BACKEND", "shm+gloo"}},
+                         std::chrono::seconds(180));
+      require_all_ok(r);
+      for (const auto& rank : r.ranks) {
+        if (!machine_has_nvidia_gpu()) {
+          CHECK_THAT(rank.output, Catch::Contains("device cpu, cuda ipc"));
+        } else if (std::string(ipc) == "1") {
+          CHECK_THAT(rank.output, Catch::Contains("device cuda:0, cuda ipc on"));
+        } else {
+          CHECK_THAT(rank.output, Catch::Contains("device cuda:0, cuda ipc absent"));
+        }
+      }
+    }
+}
+
+TEST_CASE("a bad LSPAWN_SHM_CUDA_IPC fails group creation naming it", "[collectives][processes][failure]") {
+  auto r = run_ranks(2, "sum", "shm", {{"LSPAWN_SHM_CUDA_IPC", "yes"}}, std::chrono::seconds(60));
+  INFO(r.all_output());
+  REQUIRE_FALSE(r.timed_out);
+#ifdef LSPAWN_TEST_CUDA_IPC_BUILT
+  for (int q : {0, 1}) {
+    CHECK(r.ranks[q].exit_code != 0);
+    CHECK_THAT(r.ranks[q].output, Catch::Contains("LSPAWN_SHM_CUDA_IPC='yes': expected 1"));
+  }
+#else
+  // A LibTorch without CUDA has no CUDA IPC: the variable is not read.
+  for (int q : {0, 1}) CHECK(r.ranks[q].exit_code == 0);
+#endif
 }
 
 TEST_CASE("a bad LSPAWN_SHM_SINGLE_COPY fails every rank naming it", "[collectives][processes][failure]") {

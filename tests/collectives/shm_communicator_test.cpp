@@ -147,7 +147,7 @@ TEST_CASE("threads as ranks: all_reduce and broadcast and all_gather agree bit f
   for (int r = 1; r < n; ++r) REQUIRE(std::memcmp(results[r].data(), results[0].data(), results[0].size() * 4) == 0);
 }
 
-TEST_CASE("threads as ranks: LSPAWN_SHM_SINGLE_COPY overrides the option either way; another value is refused", "[shm]") {
+TEST_CASE("threads as ranks: LSPAWN_SHM_SINGLE_COPY overrides the option either way, another value is refused", "[shm]") {
   struct EnvGuard {
     ~EnvGuard() { ::unsetenv("LSPAWN_SHM_SINGLE_COPY"); }
   } guard;

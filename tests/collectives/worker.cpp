@@ -11,12 +11,14 @@
 // Exit status: 0 all checks passed; 1 a check failed (message on stderr); 2 CollectiveError;
 // 3 CollectiveTimeout; 4 CollectiveMismatch; 5 any other exception. Errors print
 // "rank R: <kind>: <what>" to stderr, so the test can assert on the text.
+#include "collectives/cuda_ipc.hpp"
 #include "collectives/object.hpp"
 #include "collectives/ops.hpp"
 #include "collectives/strategy_ops.hpp"
 #include "runtime/process_group.hpp"
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/cuda.h>
 
 #include <signal.h>
 #include <unistd.h>
@@ -417,6 +419,50 @@ void scenario_mismatch_shape(Group& g) {
 
 int report(int rank);  // maps the exception being handled to the exit status
 
+// all_reduce (every type and op), broadcast and all_gather of tensors on a CUDA device when one is
+// visible (cuda:(rank mod devices): ranks share one GPU), else on the CPU, against the CPU
+// reference. On CUDA the shm group takes CUDA IPC (collectives/cuda_ipc.hpp) unless
+// LSPAWN_SHM_CUDA_IPC=0 (staged through host memory). Growing sizes make the IPC scratch grow
+// (peers reopen it); prints the device and whether CUDA IPC is on at the end.
+void scenario_device(Group& g) {
+  const int n = g.size(), me = g.rank();
+  const int devices = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  const c10::Device dev = devices > 0 ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(me % devices))
+                                      : c10::Device(c10::kCPU);
+  auto on = [&](const at::Tensor& t) { return t.to(dev); };
+  for (int64_t len : {1, 7, 1000, 300001, 3000001, 1000})
+    for (auto dt : kDtypes)
+      for (auto op : ops_for(dt)) {
+        if (len > 1000 && (dt != at::kFloat || op != ReduceOp::Sum) && !(len == 300001 && dt == at::kBFloat16)) continue;
+        auto t = on(input_of(me, len, dt));
+        lspawn::all_reduce(g, t, op);
+        check(t.device() == dev, "all_reduce kept the device");
+        expect_equal(std::string("all_reduce ") + lspawn::to_string(op) + " " + c10::toString(dt) + " x" + std::to_string(len),
+                     t.cpu(), reference(n, len, dt, op));
+      }
+  {  // in place through a transposed view
+    auto base = on(input_of(me, 6 * 5, at::kFloat).reshape({6, 5}));
+    auto view = base.t();
+    lspawn::all_reduce(g, view, ReduceOp::Mean);
+    expect_equal("all_reduce non-contiguous", base.cpu(), reference(n, 30, at::kFloat, ReduceOp::Mean).reshape({6, 5}));
+  }
+  for (auto dt : kDtypes)
+    for (int64_t len : {1, 7, 300001}) {
+      const std::string tag = std::string(c10::toString(dt)) + " x" + std::to_string(len);
+      auto b = on(input_of(me, len, dt));
+      lspawn::broadcast(g, b, n - 1);
+      expect_equal("broadcast " + tag, b.cpu(), input_of(n - 1, len, dt));
+      auto stacked = lspawn::all_gather(g, on(input_of(me, len, dt)));
+      check(stacked.device() == dev, "all_gather's output is on the device");
+      std::vector<at::Tensor> all;
+      for (int r = 0; r < n; ++r) all.push_back(input_of(r, len, dt));
+      expect_equal("all_gather " + tag, stacked.cpu(), at::stack(all));
+    }
+  auto* ipc = g.cuda_ipc();
+  std::cout << "rank " << me << ": device " << dev.str() << ", cuda ipc "
+            << (ipc == nullptr ? "absent" : ipc->off() ? "off (" + ipc->why_off() + ")" : "on") << std::endl;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -464,10 +510,11 @@ int main(int argc, char** argv) {
     else if (scenario == "kill_retry") scenario_kill_retry(*g);
     else if (scenario == "mismatch_op") scenario_mismatch_op(*g);
     else if (scenario == "mismatch_shape") scenario_mismatch_shape(*g);
+    else if (scenario == "device") scenario_device(*g);
     else throw std::invalid_argument("unknown scenario " + scenario);
     // Nobody leaves (and closes sockets) while a peer still checks; failure scenarios that
     // reach here are the rank that stayed out on purpose.
-    if (scenario == "suite" || scenario == "sum" || scenario == "objects" || scenario == "subgroups")
+    if (scenario == "suite" || scenario == "sum" || scenario == "objects" || scenario == "subgroups" || scenario == "device")
       lspawn::barrier(*g);
     std::cout << "rank " << rank << ": OK" << std::endl;
     return 0;

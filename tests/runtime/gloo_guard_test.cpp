@@ -135,7 +135,7 @@ TEST_CASE("gloo guard: a scoped connection carries a token that the scoped liste
   for (int fd : {a, c, l}) ::close(fd);
 }
 
-TEST_CASE("gloo guard: strangers are refused and named; the next real peer is what accept() returns",
+TEST_CASE("gloo guard: strangers are refused and named, the next real peer is what accept() returns",
           "[security]") {
   install();
   int l = -1;

@@ -281,7 +281,7 @@ TEST_CASE("secured rendezvous: garbage on the store's and gloo's ports is surviv
 // per pair, only while the group connects; on 2.x one per device, for its lifetime); the test
 // sends strangers to each, lets rank 2 go, and sends more to the listeners still open once the
 // group is connected.
-TEST_CASE("secured rendezvous: strangers on gloo's listeners are refused and named; the job goes on", "[security]") {
+TEST_CASE("secured rendezvous: strangers on gloo's listeners are refused and named, the job goes on", "[security]") {
   TempDir dir, sync;
   ReservedPort reserved;
   const int n = 3;

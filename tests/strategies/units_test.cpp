@@ -396,7 +396,7 @@ TEST_CASE("DataParallel: device and replica errors are clear", "[strategies][dp]
   CHECK_THROWS_WITH(dp.training_step({at::zeros({4, 8}), at::zeros({3}, at::kLong)}, 0), Catch::Matchers::Contains("3 rows"));
 }
 
-TEST_CASE("strategy backend: NCCL for a CUDA device when built with it, as torch; the user's choice and LSPAWN_BACKEND win",
+TEST_CASE("strategy backend: NCCL for a CUDA device when built with it, as torch - the user's choice and LSPAWN_BACKEND win",
           "[strategies][backend]") {
   const c10::Device cpu(c10::kCPU), cuda(c10::kCUDA, 0);
   // What a DDP user gets by default (docs/strategies.md#process-group).
@@ -410,4 +410,30 @@ TEST_CASE("strategy backend: NCCL for a CUDA device when built with it, as torch
   CHECK(lspawn::strategy_backend(lspawn::Backend::Shm, cuda, true, nullptr) == lspawn::Backend::Shm);
   CHECK(lspawn::strategy_backend(lspawn::Backend::Gloo, cuda, true, "nccl") == lspawn::Backend::Gloo);
   CHECK(lspawn::strategy_backend(lspawn::Backend::Nccl, cpu, false, nullptr) == lspawn::Backend::Nccl);
+}
+
+TEST_CASE("device sharing: one process per GPU for NCCL, other backends put several local ranks on one GPU",
+          "[strategies][backend]") {
+  using lspawn::Backend;
+  using lspawn::DeviceSharing;
+  // NCCL (torch's default for a CUDA model, or asked for) refuses two ranks on one GPU.
+  CHECK(lspawn::strategy_device_sharing(Backend::Default, true, nullptr) == DeviceSharing::OnePerProcess);
+  CHECK(lspawn::strategy_device_sharing(Backend::Nccl, true, nullptr) == DeviceSharing::OnePerProcess);
+  CHECK(lspawn::strategy_device_sharing(Backend::Default, true, "nccl") == DeviceSharing::OnePerProcess);
+  // shm/gloo (LSPAWN_BACKEND or asked) stage CUDA tensors through the host: ranks may share.
+  CHECK(lspawn::strategy_device_sharing(Backend::Default, true, "shm") == DeviceSharing::Allowed);
+  CHECK(lspawn::strategy_device_sharing(Backend::Default, true, "auto") == DeviceSharing::Allowed);
+  CHECK(lspawn::strategy_device_sharing(Backend::Gloo, true, "nccl") == DeviceSharing::Allowed);
+  CHECK(lspawn::strategy_device_sharing(Backend::Default, false, nullptr) == DeviceSharing::Allowed);
+
+  CHECK(lspawn::cuda_device_index(1, 2, DeviceSharing::OnePerProcess) == 1);
+  CHECK(lspawn::cuda_device_index(0, 1, DeviceSharing::Allowed) == 0);
+  CHECK(lspawn::cuda_device_index(1, 1, DeviceSharing::Allowed) == 0);
+  CHECK(lspawn::cuda_device_index(5, 2, DeviceSharing::Allowed) == 1);
+  CHECK_THROWS_WITH(lspawn::cuda_device_index(1, 1, DeviceSharing::OnePerProcess),
+                    Catch::Matchers::Contains("LOCAL_RANK 1 has no CUDA device: 1 visible") &&
+                        Catch::Matchers::Contains("LSPAWN_BACKEND=shm or gloo lets ranks share one"));
+  CHECK_THROWS_WITH(lspawn::cuda_device_index(0, 0, DeviceSharing::Allowed),
+                    Catch::Matchers::Contains("LOCAL_RANK 0 has no CUDA device: 0 visible"));
+  CHECK_THROWS_WITH(lspawn::cuda_device_index(-1, 2, DeviceSharing::Allowed), Catch::Matchers::Contains("LOCAL_RANK -1"));
 }

@@ -451,21 +451,11 @@ int throw_scenario() {
 int spawn_scenario() {
   const std::string kind = env_str("LSPAWN_TEST_STRATEGY", "ddp");
   std::string start = env_str("LSPAWN_TEST_START", "fork");
-  if (start == "fork-if-allowed") {
-    // StartMethod::Fork refuses a process that runs threads, and rightly: on a machine with a
-    // GPU this process runs CUDA's. Fork where this process allows it, else spawn; the test
-    // checks which was chosen, and why.
-    const int threads = lspawn::count_threads();
-    start = threads == 1 ? "fork" : "spawn";
-    std::printf("start method chosen: %s (%d thread%s)\n", start.c_str(), threads, threads == 1 ? "" : "s");
-  }
   const int n = env_int("LSPAWN_TEST_NPROCS", 2);
   const std::string dir = env_str("LSPAWN_TEST_DIR");
   const int64_t B = 4, K = 5;
   lspawn::SpawnStrategyOptions so;
   so.nprocs = n;
-  so.start_method = start == "spawn" ? lspawn::StartMethod::Spawn
-                    : start == "forkserver" ? lspawn::StartMethod::Forkserver : lspawn::StartMethod::Fork;
   so.ddp.accelerator = lspawn::AcceleratorKind::Cpu;
   so.ddp.backend = lspawn::Backend::Gloo;
   lspawn::TrainerOptions t;
@@ -475,6 +465,17 @@ int spawn_scenario() {
   auto data = tiny_data(n * B * K, 11);
   lspawn::DataLoader train(lspawn::TensorDataset(data), {B, false, 0, false});
   auto net = std::make_shared<TinyNet>(1);
+  if (start == "fork-if-allowed") {
+    // StartMethod::Fork refuses a process that runs threads, and rightly: on a machine with a
+    // GPU this process runs the CUDA driver's (seeding torch's generators or making the first
+    // tensor starts it, on the CPU too). Fork where this process allows it, else spawn: decided
+    // here, after everything this process does before fit(). The test checks which was chosen.
+    const int threads = lspawn::count_threads();
+    start = threads == 1 ? "fork" : "spawn";
+    std::printf("start method chosen: %s (%d thread%s)\n", start.c_str(), threads, threads == 1 ? "" : "s");
+  }
+  so.start_method = start == "spawn" ? lspawn::StartMethod::Spawn
+                    : start == "forkserver" ? lspawn::StartMethod::Forkserver : lspawn::StartMethod::Fork;
   lspawn::SpawnFitResult r;
   if (kind == "xla") {
     lspawn::XLASpawn strategy(so, dir + "/prepared");
