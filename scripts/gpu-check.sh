@@ -225,7 +225,7 @@ if [ -n "$py" ]; then
     printf '%s\n' 'import os, torch' 'd = torch.device("cuda", 0)' \
       'print("rank", os.environ["RANK"], "cuda sum", torch.ones(1024, device=d).sum().item(), flush=True)' \
       > "$out/preload_cuda_worker.py"
-    "$lspawn" --nprocs 2 --preload torch,lightning "$py" "$out/preload_cuda_worker.py" \
+    timeout -k 5 120 "$lspawn" --nprocs 2 --preload torch,lightning "$py" "$out/preload_cuda_worker.py" \
       > "$(logname "--preload torch,lightning, no escape hatch")" 2>&1
     note "INFO --preload torch,lightning without LSPAWN_PRELOAD_ALLOW_THREADS: exit $? ($(grep -Eo "refused: .*|rank 0 cuda sum.*" "$(logname "--preload torch,lightning, no escape hatch")" | head -1 | cut -c1-200))"
     check "--preload torch,lightning, LSPAWN_PRELOAD_ALLOW_THREADS=1: forked workers use CUDA" \
