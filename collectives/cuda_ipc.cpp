@@ -1,7 +1,9 @@
 #include "collectives/cuda_ipc.hpp"
 
+#include <cerrno>
 #include <cstdlib>
 #include <stdexcept>
+#include <string>
 
 #ifdef LSPAWN_HAVE_CUDA_IPC
 #include <ATen/ATen.h>
@@ -30,6 +32,22 @@ bool CudaIpc::available() {
   return false;
 #endif
 }
+
+#ifdef LSPAWN_HAVE_CUDA_IPC
+namespace {
+std::size_t min_bytes_from_env(std::size_t fallback) {
+  const char* v = std::getenv("LSPAWN_SHM_CUDA_IPC_MIN_BYTES");
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long n = std::strtoull(v, &end, 10);
+  if (*v == '-' || end == v || *end != '\0' || errno == ERANGE)
+    throw std::invalid_argument(std::string("LSPAWN_SHM_CUDA_IPC_MIN_BYTES='") + v +
+                                "': expected a byte count (CUDA tensors of fewer bytes are staged through host memory)");
+  return static_cast<std::size_t>(n);
+}
+}  // namespace
+#endif
 
 #ifndef LSPAWN_HAVE_CUDA_IPC
 
@@ -141,6 +159,7 @@ struct CudaIpc::Peers {
 };
 
 CudaIpc::CudaIpc(shm::Communicator& comm) : comm_(comm), peers_(std::make_unique<Peers>()) {
+  min_bytes_ = min_bytes_from_env(min_bytes_);
   const int n = comm_.size();
   peers_->records.resize(n);
   peers_->previous.resize(n);

@@ -15,9 +15,12 @@
 //   host path. Same device or not: CUDA maps a peer's memory of another GPU too (peer access);
 //   ranks on one GPU share its memory.
 //
-// When it is used (collectives/ops.cpp): for a CUDA tensor in a group with shm, in a LibTorch
-// with CUDA, unless LSPAWN_SHM_CUDA_IPC=0 (then CUDA tensors are staged through pinned host
-// memory and the host path). Every rank must then pass a CUDA tensor (as with NCCL): a rank
+// When it is used (collectives/ops.cpp): for a CUDA tensor of at least min_bytes() in a group with
+// shm, in a LibTorch with CUDA, unless LSPAWN_SHM_CUDA_IPC=0; the others are staged through pinned
+// host memory and take the host path. min_bytes(): LSPAWN_SHM_CUDA_IPC_MIN_BYTES, default 2 MiB:
+// on an H100 shared by 2 ranks an IPC all_reduce costs ~0.8 ms whatever its size (3 syncs and 3
+// rounds with the other process's kernels time-sliced on the GPU), the staged one ~0.3 ms per
+// MiB: 1 MiB 0.79 ms against 0.37, 8 MiB 0.84 ms against 2.6 (docs/benchmarks.md §11). Every rank must then pass a CUDA tensor (as with NCCL): a rank
 // passing a CPU tensor meets the others' handle exchange and the shm communicator's descriptor
 // check fails the op on every rank, naming the ranks (CollectiveMismatch), instead of a hang.
 // When a rank cannot export or open a scratch (no IPC on this platform, out of memory), every
@@ -32,6 +35,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -43,6 +47,8 @@ class CudaIpc {
   // std::invalid_argument naming the variable).
   static bool available();
 
+  // Reads LSPAWN_SHM_CUDA_IPC_MIN_BYTES (a byte count; another value throws
+  // std::invalid_argument naming it). Touches no CUDA.
   explicit CudaIpc(shm::Communicator& comm);
   ~CudaIpc();
   CudaIpc(const CudaIpc&) = delete;
@@ -58,6 +64,8 @@ class CudaIpc {
   // `out` (contiguous, size * in.numel() elements) = every rank's `in`, in rank order.
   bool all_gather(const at::Tensor& in, at::Tensor& out);
 
+  // Tensors of fewer bytes are staged (the same on every rank: the sizes agree).
+  std::size_t min_bytes() const { return min_bytes_; }
   bool off() const { return off_; }
   // Why IPC is off ("" while it is on).
   const std::string& why_off() const { return why_off_; }
@@ -72,6 +80,7 @@ class CudaIpc {
 
   shm::Communicator& comm_;
   std::unique_ptr<Peers> peers_;
+  std::size_t min_bytes_ = std::size_t{2} << 20;
   bool off_ = false;
   std::string why_off_;
 };

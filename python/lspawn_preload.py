@@ -21,8 +21,9 @@ Refused, with the module's name, before any worker is forked (lspawn prints the 
   another thread held stays locked forever in the child. Threads that their library stops
   before a fork itself (pthread_atfork: OpenBLAS's pool, started by numpy and Debian's torch at
   import unless OMP_NUM_THREADS=1) are accepted: when /proc/self/task counts more than one,
-  it is counted again after one fork() of a child that exits at once. The refusal names the
-  threads (threading's names, else /proc's). LSPAWN_PRELOAD_ALLOW_THREADS=1 forks anyway, with
+  it is counted again after one fork() of a child that exits at once; jemalloc's background
+  threads ("jemalloc_bg_thd", fork-safe by jemalloc's own handlers) are accepted by name. The
+  refusal names the threads (threading's names, else /proc's). LSPAWN_PRELOAD_ALLOW_THREADS=1 forks anyway, with
   a warning naming them (SpawnOptions::allow_fork_with_threads for C++ programs);
 - a module whose import initialised CUDA (torch.cuda.is_initialized()): a CUDA context does not
   survive fork(). torch initialises CUDA lazily, on the first CUDA call, never at import; this
@@ -166,6 +167,13 @@ def _native_thread_names():
     return names
 
 
+# Threads that their library keeps safe across fork() itself, by their name in /proc: jemalloc's
+# background threads ("jemalloc_bg_thd": its pthread_atfork handlers hold its locks across the
+# fork and the child starts without them). Seen on a GPU machine: importing Lightning loads a
+# library that starts one.
+_FORK_SAFE_THREADS = ("jemalloc_bg_thd",)
+
+
 def _allow_threads(lib):
     """LSPAWN_PRELOAD_ALLOW_THREADS=1: fork although an import started threads (a warning instead of
     the refusal), as SpawnOptions::allow_fork_with_threads does for C++ programs."""
@@ -196,6 +204,8 @@ def _preload(lib, modules):
                        "survive fork(): import it in the script instead of --preload" % m)
         names = _python_threads()
         threads = 1 if names else lib.threads()
+        if threads > 1 and not names and all(t in _FORK_SAFE_THREADS for t in _native_thread_names()):
+            threads = 1  # only threads their own library makes fork-safe
         if threads != 1 or names:
             n = max(threads - 1, len(names))
             what = ("threading: " + ", ".join(names) if names

@@ -14,6 +14,7 @@ want=(
   clang libclang-rt-14-dev              # fuzz/: libFuzzer targets (scripts/fuzz.sh)
   iproute2 util-linux coreutils          # tests/multinode: network-namespace hosts
   python3-sklearn                        # examples/digits_ddp: the digits data set
+  libjemalloc2                           # tests/e2e: --preload accepts jemalloc's background thread
 )
 [[ "${1:-}" == "--bench" ]] && want+=(hyperfine python3-matplotlib)
 

@@ -49,10 +49,15 @@ TEST_CASE("shm with tensors on the device: CUDA IPC device to device, or staged 
   // On a machine with a GPU the ranks share it (N = 2 and 3 on one device) and go through CUDA
   // IPC, or through pinned host memory with LSPAWN_SHM_CUDA_IPC=0; without one the same checks
   // run on CPU tensors.
-  for (const char* ipc : {"1", "0"})
+  // IPC for every size (LSPAWN_SHM_CUDA_IPC_MIN_BYTES=0: every type and op through it), IPC from its
+  // default 2 MiB on (small ones staged, in the same group), and staged only.
+  const std::vector<std::pair<const char*, const char*>> modes = {{"1", "0"}, {"1", ""}, {"0", ""}};
+  for (const auto& [ipc, min_bytes] : modes)
     for (int n : {2, 3}) {
-      INFO("N=" << n << ", LSPAWN_SHM_CUDA_IPC=" << ipc);
-      auto r = run_ranks(n, "device", "shm", {{"LSPAWN_SHM_CUDA_IPC", ipc}, {"LSPAWN_TEST_EXPECT_BACKEND", "shm+gloo"}},
+      INFO("N=" << n << ", LSPAWN_SHM_CUDA_IPC=" << ipc << ", LSPAWN_SHM_CUDA_IPC_MIN_BYTES=" << min_bytes);
+      auto r = run_ranks(n, "device", "shm",
+                         {{"LSPAWN_SHM_CUDA_IPC", ipc}, {"LSPAWN_SHM_CUDA_IPC_MIN_BYTES", min_bytes},
+                          {"LSPAWN_TEST_EXPECT_BACKEND", "shm+gloo"}},
                          std::chrono::seconds(180));
       require_all_ok(r);
       for (const auto& rank : r.ranks) {
@@ -67,7 +72,7 @@ TEST_CASE("shm with tensors on the device: CUDA IPC device to device, or staged 
     }
 }
 
-TEST_CASE("a bad LSPAWN_SHM_CUDA_IPC fails group creation naming it", "[collectives][processes][failure]") {
+TEST_CASE("a bad LSPAWN_SHM_CUDA_IPC or LSPAWN_SHM_CUDA_IPC_MIN_BYTES fails group creation naming it", "[collectives][processes][failure]") {
   auto r = run_ranks(2, "sum", "shm", {{"LSPAWN_SHM_CUDA_IPC", "yes"}}, std::chrono::seconds(60));
   INFO(r.all_output());
   REQUIRE_FALSE(r.timed_out);
@@ -75,6 +80,13 @@ TEST_CASE("a bad LSPAWN_SHM_CUDA_IPC fails group creation naming it", "[collecti
   for (int q : {0, 1}) {
     CHECK(r.ranks[q].exit_code != 0);
     CHECK_THAT(r.ranks[q].output, Catch::Contains("LSPAWN_SHM_CUDA_IPC='yes': expected 1"));
+  }
+  auto m = run_ranks(2, "sum", "shm", {{"LSPAWN_SHM_CUDA_IPC_MIN_BYTES", "2M"}}, std::chrono::seconds(60));
+  INFO(m.all_output());
+  REQUIRE_FALSE(m.timed_out);
+  for (int q : {0, 1}) {
+    CHECK(m.ranks[q].exit_code != 0);
+    CHECK_THAT(m.ranks[q].output, Catch::Contains("LSPAWN_SHM_CUDA_IPC_MIN_BYTES='2M': expected a byte count"));
   }
 #else
   // A LibTorch without CUDA has no CUDA IPC: the variable is not read.

@@ -176,6 +176,29 @@ TEST_CASE("python preload: a thread that is not Python's is refused with its nam
   CHECK(!has(bad.out, "about to sys.exit(3)"));
 }
 
+TEST_CASE("python preload: jemalloc's background thread is fork-safe by jemalloc's own handlers, and accepted",
+          "[e2e][python][preload]") {
+  // On an H100 machine importing Lightning loads a library that starts one (docs/gpu.md). Here the
+  // interpreter runs on Debian's jemalloc (scripts/install-deps.sh) with its background threads on.
+  const std::string jemalloc = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+  if (::access(jemalloc.c_str(), R_OK) != 0) {
+    WARN("no " << jemalloc << " (bash scripts/install-deps.sh installs libjemalloc2)");
+    return;
+  }
+  const char* sanitizer = std::getenv("LD_PRELOAD");  // ASan's runtime comes first when set
+  const std::string preload = std::string(sanitizer && *sanitizer ? std::string(sanitizer) + " " : "") + jemalloc;
+  const Run r = run({"--nprocs", "1", "--preload", "json"}, {fixture("server_threads.py")},
+                    {"LD_PRELOAD=" + preload, "MALLOC_CONF=background_thread:true"});
+  INFO(r.out << r.err);
+  if (has(r.out, "server threads:") && !has(r.out, "jemalloc_bg_thd")) {
+    WARN("jemalloc started no background thread under this build (a sanitizer's malloc comes first)");
+    return;
+  }
+  CHECK(r.code == 0);
+  CHECK(has(r.out, "server threads: python3,jemalloc_bg_thd"));
+  CHECK(!has(r.err, "refused"));
+}
+
 TEST_CASE("python preload: a module that does not import is named with its error", "[e2e][python][preload]") {
   const Run missing = run({"--preload", "torch,no_such_module_for_lspawn"}, {fixture("exit3.py")});
   INFO(missing.err);
