@@ -49,6 +49,12 @@ std::size_t min_bytes_from_env(std::size_t fallback) {
 }  // namespace
 #endif
 
+void CudaIpc::check_environment() {
+#ifdef LSPAWN_HAVE_CUDA_IPC
+  if (available()) (void)min_bytes_from_env(0);
+#endif
+}
+
 #ifndef LSPAWN_HAVE_CUDA_IPC
 
 struct CudaIpc::Peers {};

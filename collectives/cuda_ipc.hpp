@@ -46,6 +46,9 @@ class CudaIpc {
   // This build has it and LSPAWN_SHM_CUDA_IPC is not 0 (1 or unset; another value throws
   // std::invalid_argument naming the variable).
   static bool available();
+  // available(), and when it is, LSPAWN_SHM_CUDA_IPC_MIN_BYTES: throws std::invalid_argument
+  // naming a bad value (Group checks this before any backend connects).
+  static void check_environment();
 
   // Reads LSPAWN_SHM_CUDA_IPC_MIN_BYTES (a byte count; another value throws
   // std::invalid_argument naming it). Touches no CUDA.

@@ -188,6 +188,17 @@ std::shared_ptr<Group> Group::build(c10::intrusive_ptr<c10d::Store> store, int r
     throw CollectiveError("create", g->options_.name, {},
                           "lspawn: " + who + ": backend shm needs all ranks on one node, but they are on: " + nodes);
   }
+  if (size > 1 && g->options_.backend != Backend::Gloo && g->options_.backend != Backend::Nccl) {
+    // The shm path's environment, before any backend connects: a bad value fails every rank
+    // alike and names itself, instead of a faster peer failing first and the others seeing
+    // its gloo connection closed (seen in CI: "Connection closed by peer").
+    try {
+      (void)shm::single_copy_from_env();
+      CudaIpc::check_environment();
+    } catch (const std::exception& e) {
+      throw CollectiveError("create", g->options_.name, {}, "lspawn: " + who + ": shm setup failed: " + e.what());
+    }
+  }
   if (g->options_.backend == Backend::Nccl) {
 #ifdef LSPAWN_HAVE_NCCL
     if (cuda_device_count() == 0) {  // NCCL is built in, but this process sees no GPU

@@ -149,6 +149,15 @@ static std::size_t ctrl_bytes_for(int size, std::size_t segment_bytes) {
   (reinterpret_cast<InfoLine*>(reinterpret_cast<unsigned char*>(seg) + round_up(sizeof(Segment), kLine) + \
                                (n) * sizeof(ArriveLine)) + (r))
 
+int single_copy_from_env() {
+  const char* env = std::getenv("LSPAWN_SHM_SINGLE_COPY");
+  if (env == nullptr || *env == '\0') return -1;
+  const std::string v = env;
+  if (v != "0" && v != "1")
+    throw Error(Error::Kind::System, {}, "shm: LSPAWN_SHM_SINGLE_COPY='" + v + "': expected 1 (on) or 0 (off)");
+  return v == "1" ? 1 : 0;
+}
+
 Communicator::Communicator(int rank, int size, const Rendezvous& rendezvous, CommOptions options)
     : rank_(rank), size_(size), options_(std::move(options)) {
   static_assert(sizeof(Desc) <= 32);
@@ -158,12 +167,7 @@ Communicator::Communicator(int rank, int size, const Rendezvous& rendezvous, Com
   options_.flat_max_bytes = std::min(options_.flat_max_bytes, options_.slot_bytes);
   // LSPAWN_SHM_SINGLE_COPY overrides CommOptions::single_copy either way; checked before the
   // segment exists, so a bad value fails every rank alike and leaves nothing behind.
-  if (const char* env = std::getenv("LSPAWN_SHM_SINGLE_COPY"); env && *env) {
-    const std::string v = env;
-    if (v != "0" && v != "1")
-      throw Error(Error::Kind::System, {}, "shm: LSPAWN_SHM_SINGLE_COPY='" + v + "': expected 1 (on) or 0 (off)");
-    options_.single_copy = v == "1";
-  }
+  if (const int env = single_copy_from_env(); env >= 0) options_.single_copy = env == 1;
   srcs_.resize(static_cast<std::size_t>(size));
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   oversubscribed_ = cpus > 0 && size > cpus;

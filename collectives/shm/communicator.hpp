@@ -93,6 +93,10 @@ struct CommOptions {
   std::vector<int> shown_ranks;
 };
 
+// LSPAWN_SHM_SINGLE_COPY: -1 when unset or empty, else 0 or 1; another value throws
+// Error{System} naming it (every Communicator reads it; Group checks it before connecting).
+int single_copy_from_env();
+
 class Communicator {
  public:
   // Collective: all `size` ranks construct it with the same rendezvous and options.
