@@ -147,7 +147,7 @@ bool use_shm(Group& g, const at::Tensor& t) {
 // A CUDA tensor through CUDA IPC rather than staged: the group has it, and the tensor is large
 // enough for it to pay (CudaIpc::min_bytes(); the sizes agree on every rank, so does the choice).
 bool use_cuda_ipc(Group& g, const at::Tensor& t) {
-  return g.cuda_ipc() != nullptr && t.nbytes() >= g.cuda_ipc()->min_bytes();
+  return t.is_cuda() && g.cuda_ipc() != nullptr && t.nbytes() >= g.cuda_ipc()->min_bytes();
 }
 
 bool use_hier(Group& g, const at::Tensor& t) {
@@ -402,7 +402,7 @@ Work all_reduce_async(Group& g, at::Tensor& tensor, ReduceOp op) {
   const int size = g.size();
   if (use_shm(g, tensor)) {  // first, and without the copies of tensor handles the others need
     return run_now(c, [&] {
-      if (tensor.is_cuda() && use_cuda_ipc(g, tensor) && g.cuda_ipc()->all_reduce(tensor, op)) {
+      if (use_cuda_ipc(g, tensor) && g.cuda_ipc()->all_reduce(tensor, op)) {
         finish_all_reduce(tensor, tensor, op, size);  // the mean, on the device
         return;
       }
@@ -528,7 +528,7 @@ Work broadcast_async(Group& g, at::Tensor& tensor, int src) {
   at::Tensor t = tensor;
   if (use_shm(g, t)) {
     return run_now(c, [&] {
-      if (t.is_cuda() && use_cuda_ipc(g, t)) {
+      if (use_cuda_ipc(g, t)) {
         at::Tensor work = staged(t);
         if (g.cuda_ipc()->broadcast(work, src)) {
           if (!work.is_same(t) && g.rank() != src) t.copy_(work);
@@ -574,7 +574,7 @@ Work all_gather_async(Group& g, const at::Tensor& input, at::Tensor& output) {
   at::Tensor out = output;
   if (use_shm(g, input) && output.device() == input.device()) {
     return run_now(c, [&] {
-      if (input.is_cuda() && use_cuda_ipc(g, input)) {
+      if (use_cuda_ipc(g, input)) {
         at::Tensor work = staged(out);
         if (g.cuda_ipc()->all_gather(input, work)) {
           if (!work.is_same(out)) out.copy_(work);

@@ -101,8 +101,8 @@ proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& c
   const int sigfd = ::signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
   const pid_t self = ::getpid();
   std::map<pid_t, int> live;    // worker pid -> index
-  std::map<pid_t, int> pidfds;  // worker pid -> its pidfd (open_pidfd)
-  bool no_pidfd = false;        // some worker has none: poll the children every 100 ms too
+  std::map<pid_t, int> pidfds;  // worker pid -> its pidfd (open_pidfd); a live worker without one
+                                // makes the loop poll the children every 100 ms too
 
   auto report_exit = [&](pid_t pid, int status) {
     proto::ChildExit e;
@@ -146,7 +146,7 @@ proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& c
     for (;;) {
       pfd.assign({{sock, POLLIN, 0}, {sigfd, POLLIN, 0}});
       for (const auto& [pid, fd] : pidfds) pfd.push_back({fd, POLLIN, 0});
-      const int n = ::poll(pfd.data(), pfd.size(), no_pidfd && !live.empty() ? 100 : -1);
+      const int n = ::poll(pfd.data(), pfd.size(), live.size() > pidfds.size() ? 100 : -1);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) shutdown();
       const bool child_event = n == 0 || std::any_of(pfd.begin() + 1, pfd.end(), [](const pollfd& p) { return p.revents != 0; });
@@ -155,8 +155,6 @@ proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& c
         while (::read(sigfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
         }
         reap();
-        if (no_pidfd && std::all_of(live.begin(), live.end(), [&](const auto& l) { return pidfds.count(l.first); }))
-          no_pidfd = false;
       }
       if (!pfd[0].revents) continue;
       proto::ForkRequest req;
@@ -197,7 +195,6 @@ proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& c
           ::setpgid(pid, pid);  // also in the child: whichever runs first, no window
           live[pid] = req.index;
           if (const int fd = open_pidfd(pid); fd >= 0) pidfds[pid] = fd;
-          else no_pidfd = true;
           reply.pid = pid;
         }
       }
