@@ -61,6 +61,8 @@ TermHold::~TermHold() {
   }
 }
 
+bool TermHold::held() { return g_held != 0; }
+
 namespace {
 std::atomic<ThrowClock> g_throw_clock{nullptr};
 }  // namespace

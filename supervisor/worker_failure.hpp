@@ -31,6 +31,11 @@ class TermHold {
   // Whether this hold took effect (SIGTERM was SIG_DFL, or another hold is active).
   bool active() const { return active_; }
 
+  // Whether a SIGTERM is being held: it came while an exception unwound and acts when the last
+  // hold ends. An unwinding that waits (a peer's reply, a flush) may end its wait early on it,
+  // since the process is being stopped; reading it needs no lock (async-signal-safe).
+  static bool held();
+
  private:
   bool active_ = false;
 };

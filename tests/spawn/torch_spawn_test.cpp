@@ -11,6 +11,7 @@
 #include "collectives/group.hpp"
 #include "collectives/ops.hpp"
 #include "runtime/process_group.hpp"
+#include "supervisor/worker_failure.hpp"
 #include "tests/spawn/test_util.hpp"
 
 #include <cerrno>
@@ -71,17 +72,20 @@ int t_hang(int index) {
 }
 LSPAWN_REGISTER(t_hang);
 
-// The launcher's SIGTERM lands while this rank unwinds: says "unwinding", then sleeps until a
-// signal handler interrupts it (SIGTERM goes to the main thread, which sleeps here unblocked),
-// at most 30 s. Without lspawn's hold that SIGTERM kills the rank before its report is written.
+// The launcher's SIGTERM lands while this rank unwinds: says "unwinding", then waits until lspawn's
+// hold has the SIGTERM (TermHold::held()), at most 30 s. Without lspawn's hold that SIGTERM kills
+// the rank before its report is written. The wait asks the hold rather than waiting for a
+// nanosleep's EINTR: a SIGTERM that came between "unwinding" and the sleep (the peer acts on the
+// file at once) was handled unseen, and the rank slept the whole 30 s into the grace period's
+// SIGKILL (seen once in the clean-clone CI under load).
 struct TermDuringUnwind {
   std::string dir;
   ~TermDuringUnwind() {
     spawn_test::write_file(dir + "/unwinding", "1");
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (std::chrono::steady_clock::now() < end) {
+    while (!lspawn::TermHold::held() && std::chrono::steady_clock::now() < end) {
       struct timespec ts {0, 10'000'000};
-      if (::nanosleep(&ts, nullptr) != 0 && errno == EINTR) break;
+      ::nanosleep(&ts, nullptr);
     }
   }
 };

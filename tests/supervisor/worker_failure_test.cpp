@@ -50,7 +50,9 @@ bool killed_by(const ChildResult& r, int sig) { return WIFSIGNALED(r.status) && 
 struct TermWhileUnwinding {
   std::function<void(const char*)> say;
   ~TermWhileUnwinding() {
+    say(lspawn::TermHold::held() ? "held before;" : "");
     ::raise(SIGTERM);
+    say(lspawn::TermHold::held() ? "held;" : "not held;");
     say("unwound;");
   }
 };
@@ -74,7 +76,7 @@ TEST_CASE("TermHold: a SIGTERM during an unwinding waits for the catch, then end
     say("after the hold;");  // never: the held SIGTERM acts when the hold ends
   });
   INFO(r.said);
-  CHECK(r.said == "active;unwound;report written;");
+  CHECK(r.said == "active;held;unwound;report written;");
   CHECK(killed_by(r, SIGTERM));
 }
 
@@ -104,7 +106,7 @@ TEST_CASE("TermHold: nested holds deliver once the outermost ends, and restore S
     }
     say("never;");
   });
-  CHECK(r.said == "unwound;inner ended;");
+  CHECK(r.said == "held;unwound;inner ended;");
   CHECK(killed_by(r, SIGTERM));
   // With nothing held, the disposition the hold found is back.
   const auto clean = in_child([](const auto& say) {
