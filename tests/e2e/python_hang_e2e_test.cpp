@@ -35,6 +35,14 @@ bool has_lightning() {
   return code_of(c.wait(120s)) == 0;
 }
 
+// Whether the report names rank 1 as the one behind. It does either way; how depends on torch's
+// Flight Recorder: whether it has marked rank 1's last gloo collective (a broadcast) completed
+// yet. Seen under load in a clean-clone CI run: "behind: rank 1 still in broadcast #23 ... (the
+// others wait in all_reduce #24 ...)".
+bool names_rank1_behind(const std::string& e) {
+  return has(e, "behind: rank 1 has not entered a collective for ") || has(e, "behind: rank 1 still in broadcast #");
+}
+
 }  // namespace
 
 TEST_CASE("python hang: --hang-timeout names the waiting ranks, the collective and the late rank's Python stack",
@@ -57,10 +65,7 @@ TEST_CASE("python hang: --hang-timeout names the waiting ranks, the collective a
   CHECK(count(e, "lspawn: hang: no rank made progress in its collectives for ") == 1);
   CHECK(has(e, "waiting: ranks 0, 2 in all_reduce #4 on group world, 16 B, for "));
   CHECK(has(e, "(2 of 3 members)"));
-  // Rank 1 is named behind either way; how depends on torch's Flight Recorder: whether it has
-  // marked rank 1's last gloo collective (a broadcast) completed yet. Seen under load in a
-  // clean-clone CI run: "behind: rank 1 still in broadcast #23 ... (the others wait in all_reduce #24 ...)".
-  CHECK((has(e, "behind: rank 1 has not entered a collective for ") || has(e, "behind: rank 1 still in broadcast #")));
+  CHECK(names_rank1_behind(e));
   CHECK(has(e, "the others wait in all_reduce #4 on group world (last completed: all_reduce #3 on group world"));
   CHECK(has(e, "main thread of rank 1 (pid "));
   CHECK(has(e, "), Python, most recent call last:"));
@@ -151,10 +156,7 @@ TEST_CASE("python hang: Lightning DDP, a rank late in training_step: the others 
   // issues it, torch's Flight Recorder sees it (on 1.13 no Lightning, so no case).
   CHECK(has(e, "waiting: rank 0 in all_reduce #"));
   CHECK(has(e, "on group world, 36 B, for "));
-  // Rank 1 is named behind either way; how depends on torch's Flight Recorder: whether it has
-  // marked rank 1's last gloo collective (a broadcast) completed yet. Seen under load in a
-  // clean-clone CI run: "behind: rank 1 still in broadcast #23 ... (the others wait in all_reduce #24 ...)".
-  CHECK((has(e, "behind: rank 1 has not entered a collective for ") || has(e, "behind: rank 1 still in broadcast #")));
+  CHECK(names_rank1_behind(e));
   CHECK(has(e, "main thread of rank 1 (pid "));
   CHECK(has(e, ", in training_step\nlspawn:       sleep_in_training_step()"));
   CHECK(has(e, ", in sleep_in_training_step\nlspawn:       time.sleep(600)"));
