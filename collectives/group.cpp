@@ -6,6 +6,7 @@
 #include "runtime/cuda_device.hpp"
 #include "runtime/gloo_guard.hpp"
 #include "runtime/torch_compat.hpp"
+#include "supervisor/worker_failure.hpp"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -171,6 +172,10 @@ std::shared_ptr<Group> Group::build(c10::intrusive_ptr<c10d::Store> store, int r
   g->store_ = std::move(store);
   g->node_ids_ = std::move(node_ids);
   g->root_ranks_ = std::move(root_ranks);
+  // A peer's death is an error from the collective, not a SIGPIPE that kills this rank without a
+  // word: gloo writes with writev(2). init_process_group() does the same, but a group may be
+  // created on a store of its own (Group::create) without it.
+  ignore_sigpipe_if_default();
   // Claimed before the backends connect: a rank that hangs while creating the group is still
   // known as a member, and shows as "in create_group".
   g->status_ = status::Recorder::process().add_group(g->options_.name, rank, size);

@@ -104,6 +104,17 @@ TEST_CASE("a bad LSPAWN_SHM_SINGLE_COPY fails every rank naming it", "[collectiv
   }
 }
 
+// Created on a store of its own (Group::create, no init_process_group()), a group still makes a
+// peer's death an error rather than a SIGPIPE: seen on 2.4.1 in a clean-clone CI run, where the
+// leader of a hierarchical group died of SIGPIPE writing to the killed leader of the other node.
+TEST_CASE("a group created without init_process_group ignores SIGPIPE: a gone peer is EPIPE", "[collectives][processes]") {
+  const std::string backend = GENERATE(as<std::string>{}, "gloo", "shm", "auto");
+  INFO("backend " << backend);
+  auto r = run_ranks(2, "sigpipe", backend, {});
+  require_all_ok(r);
+  for (const auto& rank : r.ranks) CHECK_THAT(rank.output, Catch::Contains("a write to a gone peer is EPIPE"));
+}
+
 TEST_CASE("auto picks shm for ranks of one node", "[collectives][processes]") {
   // ... with the staged path: single copy is off unless asked for.
   auto r = run_ranks(2, "objects", "auto", {{"LSPAWN_TEST_EXPECT_BACKEND", "shm+gloo"}, {"LSPAWN_TEST_EXPECT_SINGLE_COPY", "0"}});

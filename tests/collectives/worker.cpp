@@ -21,8 +21,10 @@
 #include <torch/cuda.h>
 
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
@@ -374,6 +376,24 @@ void scenario_sum(Group& g) {
 }
 
 // A rank (LSPAWN_TEST_KILL_RANK, default the last) dies (SIGKILL) at the all_reduce the others are in.
+// The group made SIGPIPE ignored (main set it to SIG_DFL before creating it): a write to a peer
+// that has gone is EPIPE, as gloo's writev(2) to a dead rank must be, not a death by signal.
+void scenario_sigpipe(Group& g) {
+  struct sigaction now {};
+  ::sigaction(SIGPIPE, nullptr, &now);
+  check(now.sa_handler == SIG_IGN, "SIGPIPE is not ignored after creating the group");
+  int sv[2];
+  check(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
+  ::close(sv[1]);
+  char byte = 1;
+  const ssize_t n = ::write(sv[0], &byte, 1);
+  const int err = errno;
+  ::close(sv[0]);
+  check(n < 0 && err == EPIPE, "a write to a closed peer is EPIPE");
+  lspawn::barrier(g);
+  std::cout << "rank " << g.rank() << ": a write to a gone peer is EPIPE" << std::endl;
+}
+
 void scenario_kill(Group& g) {
   auto t = at::ones({1 << 20});
   for (int i = 0; i < 3; ++i) lspawn::all_reduce(g, t);
@@ -473,6 +493,8 @@ int main(int argc, char** argv) {
   }
   const std::string scenario = argv[1], backend = argv[2];
   std::optional<lspawn::World> world;  // LSPAWN_TEST_FROM_WORLD: outlives the group
+  // What a program starts with, whatever the test's parent ignored.
+  if (scenario == "sigpipe") ::signal(SIGPIPE, SIG_DFL);
   try {
     lspawn::GroupOptions go;
     go.backend = backend == "gloo"   ? lspawn::Backend::Gloo
@@ -507,6 +529,7 @@ int main(int argc, char** argv) {
     else if (scenario == "subgroups") scenario_subgroups(*g);
     else if (scenario == "timeout") scenario_timeout(*g);
     else if (scenario == "kill") scenario_kill(*g);
+    else if (scenario == "sigpipe") scenario_sigpipe(*g);
     else if (scenario == "kill_retry") scenario_kill_retry(*g);
     else if (scenario == "mismatch_op") scenario_mismatch_op(*g);
     else if (scenario == "mismatch_shape") scenario_mismatch_shape(*g);
