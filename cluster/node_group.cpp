@@ -5,13 +5,13 @@
 #include <cstring>
 #include <functional>
 #include <map>
-#include <random>
 #include <sstream>
 #include <thread>
 
 #include <poll.h>
 
 #include "supervisor/exit_codes.hpp"
+#include "supervisor/job_secret.hpp"
 
 namespace lspawn::node {
 
@@ -36,12 +36,9 @@ namespace {
 
 using std::chrono::milliseconds;
 
-std::string random_run_id() {
-  std::random_device rd;
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%08x%08x", rd(), rd());
-  return buf;
-}
+// 16 hex digits from getrandom(2) (the job secret's source; not std::random_device, whose
+// libstdc++ 12 calls glibc 2.36's arc4random and would raise the wheel's manylinux tag).
+std::string random_run_id() { return generate_job_secret().substr(0, 16); }
 
 std::string seconds(milliseconds ms) {
   std::ostringstream os;

@@ -40,7 +40,7 @@ install(TARGETS ${_lspawn_exported}
 
 # Headers keep their place in the tree: the include root of the build is the include root of
 # the install.
-foreach(_dir ${LSPAWN_PARTS})
+foreach(_dir ${_parts})  # the parts built (the torch-free ones alone with LSPAWN_LAUNCHER_ONLY)
   if(EXISTS ${PROJECT_SOURCE_DIR}/${_dir})
     install(DIRECTORY ${PROJECT_SOURCE_DIR}/${_dir}/
       DESTINATION ${LSPAWN_INSTALL_INCLUDEDIR}/${_dir}

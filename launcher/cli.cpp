@@ -37,6 +37,8 @@
 #include "supervisor/supervisor.hpp"
 #include "supervisor/sys.hpp"
 #include "launcher/torchrun_compat.hpp"
+#include "proto/messages.hpp"
+#include "proto/wire.hpp"
 #include "supervisor/version.hpp"
 #include "status/layout.hpp"
 #include "status/stack_dump.hpp"
@@ -299,6 +301,30 @@ std::optional<int> apply_torchrun_conventions(CliOptions& o) {
     }
   }
   return std::nullopt;
+}
+
+// --result-file: the run's outcome for the program that started lspawn (lspawn.spawn() in
+// Python, docs/python.md). A file that cannot be written is said, and the exit code kept.
+void write_result_file(const std::string& path, const Supervisor& sup, int code, bool hang) {
+  proto::RunResult r;
+  r.version = wire::kSchemaVersion;
+  r.exit_code = code;
+  r.hang = hang;
+  const auto& results = sup.results();
+  for (size_t i = 0; i < results.size(); ++i) {
+    const WorkerResult& w = results[i];
+    if (sup.root_cause() && w.rank == *sup.root_cause()) r.root_cause = static_cast<int32_t>(i);
+    r.ranks.push_back(w.rank);
+    r.pids.push_back(w.pid);
+    r.exit_codes.push_back(w.exit_code);
+    r.signals.push_back(w.term_signal);
+    r.stopped.push_back(w.killed_by_supervisor() ? 1 : 0);
+  }
+  try {
+    wire::write_json_file(path, r);
+  } catch (const std::exception& e) {
+    say(std::string("--result-file: ") + e.what());
+  }
 }
 
 int run(const CliOptions& o) {
@@ -846,8 +872,9 @@ int run(const CliOptions& o) {
       } catch (const sys::SysError&) {
       }
     }
-    if (multi) return fin.exit_code;
-    return hang && !sup.root_cause() ? exit_codes::kHang : sup.exit_code();
+    const int code = multi ? fin.exit_code : hang && !sup.root_cause() ? exit_codes::kHang : sup.exit_code();
+    if (!o.result_file.empty()) write_result_file(o.result_file, sup, code, hang);
+    return code;
   }
 }
 

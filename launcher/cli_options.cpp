@@ -286,6 +286,9 @@ options (--opt value and --opt=value are both accepted):
                                   every rank, prefixed, to LOG_DIR/filtered_std{out,err}.log
                                   (no --log-dir: a temporary directory, named)
   --quiet                         no lspawn info lines (errors and the failure summary still printed)
+  --result-file PATH              when the run ends, write its outcome there as JSON: lspawn's exit
+                                  code, the root cause's local rank, each worker's pid, exit code,
+                                  signal (what lspawn.spawn() in Python reads; docs/python.md)
   --start-method exec|forkserver  exec (default): each worker is a fresh exec of program (any
                                   program); forkserver: program is executed once and forks every
                                   worker after its static initialisation (LibTorch's loading and
@@ -448,6 +451,9 @@ CliOptions parse_flags(const std::vector<std::string>& args) {
     } else if (name == "--quiet") {
       flag();
       o.quiet = true;
+    } else if (name == "--result-file") {
+      o.result_file = take("PATH");
+      if (o.result_file.empty()) usage(name + ": empty path (" + name + " PATH)");
     } else if (name == "--start-method") {
       const std::string m = take("exec|forkserver|warm");
       if (m == "exec") {

@@ -34,6 +34,7 @@ struct CliOptions : LaunchFlags {
   bool tee = false;                // --tee: with --log-dir, also to the console
   bool prefix = true;              // --no-prefix clears it
   bool quiet = false;              // --quiet: no info lines (errors still printed)
+  std::string result_file;         // --result-file PATH: the run's outcome as JSON (proto::RunResult)
   CliStartMethod start_method = CliStartMethod::Exec;  // --start-method exec|forkserver|warm, --warm
   std::string daemon_socket;       // --daemon-socket PATH (warm); empty: daemon::default_socket_path()
   std::vector<std::string> preload;  // --preload M[,M...]: a Python program run from a server that

@@ -5,6 +5,9 @@
 #include <cctype>
 #include <cstdio>
 #include <stdexcept>
+#include <utility>
+
+#include "supervisor/install_layout.hpp"
 
 namespace lspawn::preload {
 namespace {
@@ -52,25 +55,24 @@ std::string check_program(const std::vector<std::string>& program) {
 }
 
 Files locate() {
-  struct Place {
-    const char* bootstrap;
-    const char* library;
-  };
-  std::string looked;
-  for (const Place& p : {
-#ifdef LSPAWN_PRELOAD_BUILD_BOOTSTRAP
-           Place{LSPAWN_PRELOAD_BUILD_BOOTSTRAP, LSPAWN_PRELOAD_BUILD_LIBRARY},
-#endif
-#ifdef LSPAWN_PRELOAD_INSTALL_BOOTSTRAP
-           Place{LSPAWN_PRELOAD_INSTALL_BOOTSTRAP, LSPAWN_PRELOAD_INSTALL_LIBRARY},
-#endif
-       }) {
-    looked += std::string(looked.empty() ? "" : "; ") + p.bootstrap + " with " + p.library;
-    if (readable(p.bootstrap) && readable(p.library)) return Files{p.bootstrap, p.library};
+  // Beside the binary (supervisor/install_layout.hpp): $LSPAWN_HOME, the install tree, a wheel's
+  // package, the build tree. The error names each file it looked for, and where.
+  Files files;
+  std::string missing;
+  for (auto [helper, out] : {std::pair{layout::Helper::PreloadBootstrap, &files.bootstrap},
+                             std::pair{layout::Helper::PreloadLibrary, &files.library}}) {
+    std::string looked;
+    *out = layout::find(helper, &looked);
+    if (!readable(*out)) {
+      missing += std::string(missing.empty() ? "" : "; ") + layout::file_name(helper) + " (looked for " +
+                 (looked.empty() ? std::string("nothing: the program's folder is unknown") : looked) + ")";
+    }
   }
-  throw std::runtime_error("lspawn's Python preload server is missing (looked for " +
-                           (looked.empty() ? std::string("nothing") : looked) +
-                           "; build the lspawn_preload target, or install lspawn)");
+  if (!missing.empty()) {
+    throw std::runtime_error("lspawn's Python preload server is missing: " + missing +
+                             " (a damaged install? reinstall lspawn, or build the lspawn_preload target)");
+  }
+  return files;
 }
 
 std::vector<std::string> server_argv(const std::vector<std::string>& program,

@@ -28,8 +28,9 @@ std::string check_module(const std::string& name);
 // -m MODULE; other interpreter options are refused (the server is one interpreter for all).
 std::string check_program(const std::vector<std::string>& program);
 
-// The server's files: python/lspawn_preload.py and liblspawn_preload.so, from the build tree,
-// else where they are installed. Throws std::runtime_error naming where it looked.
+// The server's files: lspawn_preload.py and liblspawn_preload.so, found beside the binary
+// (supervisor/install_layout.hpp). Throws std::runtime_error naming each missing file and where
+// it looked.
 struct Files {
   std::string bootstrap;
   std::string library;

@@ -163,6 +163,21 @@ struct DaemonReply {
   std::vector<std::string> forkservers;  // status: one line per warm forkserver
 };
 
+// Written by `lspawn --result-file PATH` when a run ends (lspawn.spawn() in Python reads it:
+// docs/python.md), as a JSON file. One entry per worker of this node, by local rank, in each
+// vector (columns, not rows: a row would be a nested message, which this schema does not have).
+struct RunResult {
+  uint32_t version = 0;
+  int32_t exit_code = 0;             // lspawn's own exit code
+  bool hang = false;                 // ended by --hang-timeout
+  int32_t root_cause = -1;           // local rank of this node's root cause, -1 when none
+  std::vector<int64_t> ranks;        // global rank
+  std::vector<int64_t> pids;
+  std::vector<int64_t> exit_codes;   // WEXITSTATUS, 0 when killed by a signal
+  std::vector<int64_t> signals;      // the terminating signal, 0 when it exited
+  std::vector<int64_t> stopped;      // 1: stopped by lspawn (a consequence, not its own failure)
+};
+
 // Field-by-field equality (tests, and callers that compare a round trip).
 bool operator==(const ErrorReport& a, const ErrorReport& b);
 bool operator==(const Value& a, const Value& b);

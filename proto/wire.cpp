@@ -22,6 +22,7 @@ using proto::DaemonRequest;
 using proto::ErrorReport;
 using proto::ForkReply;
 using proto::ForkRequest;
+using proto::RunResult;
 using proto::SpawnCall;
 using proto::SpawnResult;
 using proto::Value;
@@ -43,6 +44,7 @@ const char* type_name() {
   else if constexpr (std::is_same_v<T, ChildExit>) return "ChildExit";
   else if constexpr (std::is_same_v<T, DaemonRequest>) return "DaemonRequest";
   else if constexpr (std::is_same_v<T, DaemonReply>) return "DaemonReply";
+  else if constexpr (std::is_same_v<T, RunResult>) return "RunResult";
   else static_assert(kAlwaysFalse<T>, "not a top-level message of proto/messages.hpp");
 }
 
@@ -111,6 +113,16 @@ void each_field(M& m, F&& f) {
     f("reused", m.reused);
     f("runs", m.runs);
     f("forkservers", m.forkservers);
+  } else if constexpr (std::is_same_v<T, RunResult>) {
+    f("version", m.version);
+    f("exit_code", m.exit_code);
+    f("hang", m.hang);
+    f("root_cause", m.root_cause);
+    f("ranks", m.ranks);
+    f("pids", m.pids);
+    f("exit_codes", m.exit_codes);
+    f("signals", m.signals);
+    f("stopped", m.stopped);
   } else {
     static_assert(kAlwaysFalse<T>, "not a message of proto/messages.hpp");
   }
@@ -121,7 +133,8 @@ inline constexpr bool kIsMessage =
     std::is_same_v<T, ErrorReport> || std::is_same_v<T, SpawnCall> ||
     std::is_same_v<T, SpawnResult> || std::is_same_v<T, ForkRequest> ||
     std::is_same_v<T, ForkReply> || std::is_same_v<T, ChildExit> ||
-    std::is_same_v<T, DaemonRequest> || std::is_same_v<T, DaemonReply>;
+    std::is_same_v<T, DaemonRequest> || std::is_same_v<T, DaemonReply> ||
+    std::is_same_v<T, RunResult>;
 
 // Value kinds on the wire: a map with one entry named after the kind (the field names of the
 // former protobuf oneof); an empty map is kNone, an unknown name (a newer writer) too.
@@ -159,7 +172,7 @@ json to_doc(const T& x) {
     json j = json::array();
     for (const Value& item : x) j.push_back(to_doc(item));
     return j;
-  } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+  } else if constexpr (std::is_same_v<T, std::vector<std::string>> || std::is_same_v<T, std::vector<int64_t>>) {
     return json(x);
   } else {
     static_assert(std::is_arithmetic_v<T> || std::is_same_v<T, std::string>);
@@ -270,6 +283,16 @@ void from_doc(const json& j, std::string& out, const std::string& field) {
 void from_doc(const json& j, std::vector<std::string>& out, const std::string& field) {
   if (j.is_null()) return;
   if (!j.is_array()) wrong_type(field, "an array of strings", j);
+  out.clear();
+  for (size_t k = 0; k < j.size(); ++k) {
+    out.emplace_back();
+    from_doc(j[k], out.back(), field + "[" + std::to_string(k) + "]");
+  }
+}
+
+void from_doc(const json& j, std::vector<int64_t>& out, const std::string& field) {
+  if (j.is_null()) return;
+  if (!j.is_array()) wrong_type(field, "an array", j);
   out.clear();
   for (size_t k = 0; k < j.size(); ++k) {
     out.emplace_back();
@@ -548,7 +571,9 @@ LSPAWN_WIRE_INSTANTIATE(proto::DaemonReply)
 LSPAWN_WIRE_INSTANTIATE(proto::ChildExit)
 #undef LSPAWN_WIRE_INSTANTIATE
 
-void write_json_file(const std::string& path, const proto::ErrorReport& msg) {
+namespace {
+template <class Msg>
+void write_json_file_of(const std::string& path, const Msg& msg) {
   const std::string text =
       to_doc(msg).dump(2, ' ', /*ensure_ascii=*/false, json::error_handler_t::replace) + "\n";
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
@@ -568,6 +593,10 @@ void write_json_file(const std::string& path, const proto::ErrorReport& msg) {
     throw WireError(errno_text("rename", path.c_str(), err));
   }
 }
+}  // namespace
+
+void write_json_file(const std::string& path, const proto::ErrorReport& msg) { write_json_file_of(path, msg); }
+void write_json_file(const std::string& path, const proto::RunResult& msg) { write_json_file_of(path, msg); }
 
 std::string read_bounded_file(const std::string& path, uint32_t max_bytes) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -589,6 +618,11 @@ std::string read_bounded_file(const std::string& path, uint32_t max_bytes) {
 }
 
 void read_json_file(const std::string& path, proto::ErrorReport& msg, uint32_t max_bytes) {
+  const std::string text = read_bounded_file(path, max_bytes);
+  decode(text.data(), text.size(), msg, json::input_format_t::json, path, "not a valid");
+}
+
+void read_json_file(const std::string& path, proto::RunResult& msg, uint32_t max_bytes) {
   const std::string text = read_bounded_file(path, max_bytes);
   decode(text.data(), text.size(), msg, json::input_format_t::json, path, "not a valid");
 }

@@ -67,8 +67,10 @@ bool try_decode_frame(std::string& buf, Msg& msg, const char* what,
 // text that is not UTF-8 is written with U+FFFD in its place. read_json_file bounds the file at
 // max_bytes.
 void write_json_file(const std::string& path, const proto::ErrorReport& msg);
+void write_json_file(const std::string& path, const proto::RunResult& msg);
 void read_json_file(const std::string& path, proto::ErrorReport& msg,
                     uint32_t max_bytes = 1u << 20);
+void read_json_file(const std::string& path, proto::RunResult& msg, uint32_t max_bytes = 1u << 20);
 
 // The bytes of `path`, at most max_bytes (WireError naming the path when larger or unreadable).
 std::string read_bounded_file(const std::string& path, uint32_t max_bytes);

@@ -1,4 +1,5 @@
 #include "supervisor/guardian.hpp"
+#include "supervisor/install_layout.hpp"
 
 #include <cerrno>
 #include <cstdint>
@@ -74,13 +75,9 @@ bool executable(const char* path) { return path && *path && ::access(path, X_OK)
 
 std::string Guardian::find_program() {
   if (const char* env = std::getenv("LSPAWN_GUARDIAN")) return executable(env) ? env : "";
-#ifdef LSPAWN_GUARDIAN_BUILD_PATH
-  if (executable(LSPAWN_GUARDIAN_BUILD_PATH)) return LSPAWN_GUARDIAN_BUILD_PATH;
-#endif
-#ifdef LSPAWN_GUARDIAN_INSTALL_PATH
-  if (executable(LSPAWN_GUARDIAN_INSTALL_PATH)) return LSPAWN_GUARDIAN_INSTALL_PATH;
-#endif
-  return "";
+  // Beside the running program (install tree, wheel, build tree: install_layout.hpp).
+  const std::string found = layout::find(layout::Helper::Guardian);
+  return executable(found.c_str()) ? found : "";
 }
 
 Guardian::Guardian() {

@@ -8,8 +8,9 @@
 // directory tree its owner gave it (remove_on_owner_death: a run's private directory), and exits.
 //
 // How it starts: posix_spawn (vfork + exec, no copy of the owner's page tables) of the small
-// `lspawn-guardian` program (guardian_main.cpp), found at $LSPAWN_GUARDIAN, else in the build
-// tree, else where `cmake --install` put it (<prefix>/libexec/lspawn/) — see program(). When
+// `lspawn-guardian` program (guardian_main.cpp), found at $LSPAWN_GUARDIAN, else beside the
+// running program (install_layout.hpp: $LSPAWN_HOME, the install tree, a wheel's package, the
+// build tree; nothing absolute is written into the binary) — see find_program(). When
 // none is there or it cannot be executed, the guardian is a fork() of the owner instead, with
 // the same behaviour: only slower to start in a large process, and it shares the owner's memory
 // copy-on-write for as long as it lives.
@@ -60,7 +61,7 @@ class Guardian {
   const std::string& program() const { return program_; }
 
   // The lspawn-guardian program to start: $LSPAWN_GUARDIAN when set (empty: fork instead), else
-  // the build tree's, else the installed one, when executable; else "" (fork).
+  // the one beside the running program (install_layout.hpp), when executable; else "" (fork).
   static std::string find_program();
   // Owner end of the guardian channel (O_CLOEXEC). Close it in forked children that do not exec.
   int write_fd() const { return pipe_.get(); }
