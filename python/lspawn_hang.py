@@ -186,7 +186,8 @@ class _Watch:
         self.dropped = set()    # pg names that found no free slot
         self.last_seen = None   # the Flight Recorder's status at the previous poll
         self.settled = 0        # polls it has not changed for
-        self.backends = self._backends()
+        # Read once torch is there (_when_imported): {} until then.
+        self.backends = self._backends() if "torch" in sys.modules else {}
         self.answers_stacks = False
         self.thread = threading.Thread(target=self._run, name="lspawn-hang-watch", daemon=True)
 
@@ -476,6 +477,44 @@ class _Wrapped:
         return wrapper
 
 
+class _WhenImported:
+    """A sys.meta_path finder that calls then() once the module `name` has been executed, and removes itself."""
+
+    def __init__(self, name, then):
+        self.name, self.then, self.busy = name, then, False
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name or self.busy:
+            return None
+        import importlib.util
+        self.busy = True  # the finders after this one find the real spec
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self.busy = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return None
+        real, finder = spec.loader, self
+
+        class Loader:
+            def create_module(self, spec):
+                return real.create_module(spec)
+
+            def exec_module(self, module):
+                module.__loader__ = real
+                real.exec_module(module)
+                if finder in sys.meta_path:
+                    sys.meta_path.remove(finder)
+                finder.then()
+
+        spec.loader = Loader()
+        return spec
+
+
+def _when_imported(name, then):
+    sys.meta_path.insert(0, _WhenImported(name, then))
+
+
 def install():
     """Starts this process's record and its watch thread, once. Returns True when recording (under lspawn:
     LSPAWN_STATUS_DIR and RANK set), False otherwise. Call it before other threads start (they must
@@ -511,12 +550,21 @@ def install():
         signal.pthread_sigmask(signal.SIG_BLOCK, [STACK_SIGNAL])
         record.set_stack_signal(STACK_SIGNAL)
         watch.answers_stacks = True
-    if not watch.backends:
-        try:
-            _Wrapped(record).install()
-        except Exception as e:
-            print("lspawn: rank %d: collectives not recorded (torch.distributed could not be wrapped: %s)"
-                  % (rank, e), file=sys.stderr, flush=True)
+    def record_collectives():
+        if "torch" in sys.modules and not watch.backends:
+            watch.backends = watch._backends()
+        if not watch.backends:
+            try:
+                _Wrapped(record).install()
+            except Exception as e:
+                print("lspawn: rank %d: collectives not recorded (torch.distributed could not be wrapped: %s)"
+                      % (rank, e), file=sys.stderr, flush=True)
+    if "torch.distributed" in sys.modules:
+        record_collectives()
+    else:
+        # Not imported yet (a script that imports torch later, a worker that never does): wrap it when it is,
+        # instead of importing torch here (~2 s per process, and an error where there is no torch at all).
+        _when_imported("torch.distributed", record_collectives)
     watch.thread.start()
     _installed = watch
     return True

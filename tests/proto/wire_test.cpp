@@ -448,6 +448,37 @@ TEST_CASE("wire: JSON files round-trip with the field names, atomically", "[wire
   CHECK(back.message == "bad \xEF\xBF\xBD byte");
 }
 
+TEST_CASE("wire: a run's result file (--result-file) round-trips, its columns as JSON arrays", "[wire][json]") {
+  TempDir dir;
+  const std::string path = dir.path + "/result.json";
+  lspawn::proto::RunResult r;
+  r.version = lspawn::wire::kSchemaVersion;
+  r.exit_code = 139;
+  r.root_cause = 1;
+  r.ranks = {0, 1};
+  r.pids = {4242, 4243};
+  r.exit_codes = {0, 0};
+  r.signals = {15, 11};
+  r.stopped = {1, 0};
+  lspawn::wire::write_json_file(path, r);
+  lspawn::proto::RunResult back;
+  lspawn::wire::read_json_file(path, back);
+  CHECK(back.exit_code == 139);
+  CHECK(back.root_cause == 1);
+  CHECK_FALSE(back.hang);
+  CHECK(back.pids == r.pids);
+  CHECK(back.signals == r.signals);
+  CHECK(back.stopped == r.stopped);
+  const std::string text = lspawn::wire::read_bounded_file(path, 1 << 16);
+  CHECK_THAT(text, Contains("\"signals\": [\n    15,\n    11\n  ]"));
+  // A column of the wrong type is an error naming the field.
+  FILE* f = std::fopen(path.c_str(), "w");
+  REQUIRE(f != nullptr);
+  std::fputs("{\"version\": 1, \"pids\": [1, \"x\"]}", f);
+  std::fclose(f);
+  CHECK_THROWS_WITH(lspawn::wire::read_json_file(path, back), Contains("pids[1]"));
+}
+
 TEST_CASE("wire: error files written through protobuf's JSON mapping still read", "[wire][json]") {
   // Byte for byte what lspawn wrote before the schema moved to plain structs: int64 fields as
   // JSON strings, every field present.

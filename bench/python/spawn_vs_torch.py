@@ -1,0 +1,82 @@
+"""lspawn.spawn() against torch.multiprocessing.spawn(), side by side in one Python (docs/benchmarks.md §12).
+
+Each call runs `fn` in 4 processes; fn joins a gloo process group and all-reduces one tensor:
+
+  torch.multiprocessing.spawn(fn, nprocs=4)                      its default start method: spawn
+  lspawn.spawn(fn, nprocs=4, preload=["torch"])                  workers forked from one interpreter
+                                                                 that imported torch once (per call)
+  lspawn.spawn(fn, nprocs=4, start_method="spawn")               exec per worker, as torch's
+  lspawn.spawn(fn, nprocs=4, start_method="fork")                forked from this (torch-loaded) process
+  torch.multiprocessing.start_processes(..., start_method="fork")  the same for torch
+
+The whole call is timed (start to the last worker reaped), interleaved, ROUNDS rounds (default 5),
+median and min printed. Run with the Python whose torch you want measured, the lspawn package
+installed (pip install wheelhouse/lspawn-*.whl):
+
+    python bench/python/spawn_vs_torch.py [ROUNDS]
+"""
+import os
+import socket
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as tmp
+
+import lspawn
+
+NPROCS = 4
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fn(i, port, world):
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=i, world_size=world)
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    assert t.item() == world
+    dist.destroy_process_group()
+
+
+def timed(call):
+    t0 = time.perf_counter()
+    call()
+    return time.perf_counter() - t0
+
+
+CASES = [
+    ("torch.multiprocessing.spawn (spawn)", lambda: tmp.spawn(fn, args=(free_port(), NPROCS), nprocs=NPROCS)),
+    ("lspawn.spawn preload=['torch']",
+     lambda: lspawn.spawn(fn, args=(free_port(), NPROCS), nprocs=NPROCS, preload=["torch"])),
+    ("lspawn.spawn (spawn)", lambda: lspawn.spawn(fn, args=(free_port(), NPROCS), nprocs=NPROCS)),
+    ("torch.multiprocessing fork",
+     lambda: tmp.start_processes(fn, args=(free_port(), NPROCS), nprocs=NPROCS, start_method="fork")),
+    ("lspawn.spawn (fork)",
+     lambda: lspawn.spawn(fn, args=(free_port(), NPROCS), nprocs=NPROCS, start_method="fork")),
+]
+
+
+def main():
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    times = {name: [] for name, _ in CASES}
+    for _ in range(rounds):
+        for name, call in CASES:
+            times[name].append(timed(call))
+    base = statistics.median(times[CASES[0][0]])
+    print("%d processes, fn = init_process_group('gloo') + all_reduce; torch %s, lspawn %s, %d cores, %d rounds"
+          % (NPROCS, torch.__version__, lspawn.__version__, os.cpu_count(), rounds))
+    print("| call | median s | min s | vs torch.multiprocessing.spawn |")
+    print("|---|---|---|---|")
+    for name, _ in CASES:
+        med = statistics.median(times[name])
+        print("| %s | %.3f | %.3f | %.2fx |" % (name, med, min(times[name]), med / base))
+
+
+if __name__ == "__main__":
+    main()

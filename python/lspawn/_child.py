@@ -1,0 +1,71 @@
+"""The worker side of lspawn.spawn(): `python -m lspawn._child DIR`, one per rank, started by lspawn.
+
+DIR is the run's private directory (written by the parent, _spawn.py): DIR/payload holds the
+pickled function, its arguments, multiprocessing's preparation data of the parent (its sys.path,
+working directory and `__main__`, so a function defined in the parent's script is found, as
+torch.multiprocessing's spawn finds it) and the parent's values of the torchrun variables. A worker:
+
+1. writes its pid to DIR/pid.<LOCAL_RANK> (ProcessContext.pids());
+2. installs the Python hang diagnosis (lspawn_hang) when the launcher watches (LSPAWN_STATUS_DIR):
+   its record and stack thread at once, the wrappers of torch.distributed's collectives when the
+   process imports it (install() does not import torch itself);
+3. unless spawn(torchrun_env=True), gives the variables of torchrun's contract (RANK, WORLD_SIZE,
+   MASTER_ADDR, MASTER_PORT, ...) the parent's values back, unsetting those the parent did not
+   have, as torch.multiprocessing's children see them; TORCHELASTIC_ERROR_FILE and LSPAWN_* stay;
+4. prepares `__main__` as multiprocessing does and unpickles the function and its arguments (a
+   failure there, e.g. fn's module does not import, is reported as an exception of fn would be);
+5. calls fn(LOCAL_RANK, *args) through _worker.run(), which reports an exception (stderr,
+   DIR/error.<rank> for the parent, $TORCHELASTIC_ERROR_FILE for the launcher's summary) and
+   makes the worker exit 1. SystemExit and KeyboardInterrupt propagate as in any script.
+
+The package's __init__ does not import this module: `-m` runs it fresh as __main__.
+"""
+import os
+import pickle
+import sys
+
+from lspawn._worker import report, run, write_atomic
+
+
+def _install_hang_diagnosis():
+    hang = sys.modules.get("lspawn_hang")  # the preload server's copy, when it imported one
+    try:
+        if hang is None:
+            from lspawn import lspawn_hang as hang
+        hang.install()
+    except Exception as e:
+        print("lspawn: hang diagnosis is off in this worker: %s" % e, file=sys.stderr, flush=True)
+
+
+def main(argv):
+    if len(argv) != 1:
+        print("usage: python -m lspawn._child DIR (run by lspawn.spawn() only)", file=sys.stderr)
+        return 2
+    directory = argv[0]
+    index = int(os.environ["LOCAL_RANK"])
+    write_atomic(os.path.join(directory, "pid.%d" % index), str(os.getpid()))
+    with open(os.path.join(directory, "payload"), "rb") as f:
+        payload = pickle.load(f)
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if payload["hang_diagnosis"] and os.environ.get("LSPAWN_STATUS_DIR"):
+        _install_hang_diagnosis()  # before anything starts a thread; it reads RANK: not restored yet
+    for key, value in payload["parent_env"].items():
+        if payload["torchrun_env"] and key != "PYTHONPATH":
+            continue
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    try:
+        import multiprocessing.spawn
+        multiprocessing.spawn.prepare(payload["prep"])
+        fn = pickle.loads(payload["fn"])
+        args = pickle.loads(payload["args"])
+    except Exception:
+        report(directory, index, error_file)  # fn's module failed to import, say: the parent raises it
+        return 1
+    return run(fn, index, args, directory, error_file)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

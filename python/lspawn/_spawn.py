@@ -1,0 +1,298 @@
+"""spawn() and start_processes(): torch.multiprocessing.spawn's contract, run by lspawn.
+
+    import lspawn as mp             # was: import torch.multiprocessing as mp
+    mp.spawn(train, args=(cfg,), nprocs=4)
+
+fn(i, *args) runs in `nprocs` processes, i = 0..nprocs-1. join=True waits and returns None;
+join=False returns a ProcessContext. The first failure stops every other process and raises for
+its root cause: ProcessRaisedException (fn raised; the child's traceback is in the message) or
+ProcessExitedException (exit code, or death by a signal: exit_code -signal, signal_name). Then,
+beyond torch's:
+
+- nothing outlives the parent, even a parent killed by SIGKILL: a guardian process kills the
+  processes' groups (their own children included) when the parent dies (_guardian.py);
+- the root cause is the process that failed first, not whichever join() happened to look at;
+- a process that ignores the stop signal is SIGKILLed after `grace_period` seconds (default 5);
+- the arguments are checked before any process starts (a function that cannot be pickled is a
+  TypeError naming fn, not a failure in every child).
+
+Start methods:
+
+- "spawn" (default), "forkserver", or any `preload`: the processes are workers of the native
+  `lspawn` launcher (docs/cli.md), which supervises them, prefixes their output with `[rank N] `,
+  prints a failure summary, and with `hang_timeout` watches their collectives (the hang report,
+  docs/hang-diagnosis.md; the Python side, lspawn_hang, is installed in each process, and
+  wraps torch.distributed once the process imports it). "spawn" without preload: each
+  process is a fresh interpreter, as torch's spawn. "forkserver" or preload=[modules]: one
+  interpreter started by lspawn imports the modules once (`preload=["torch"]`: `import torch`
+  once instead of once per process) and every process is forked from it (`lspawn --preload`).
+  fn and args are pickled (copied, not shared: a tensor in args is a copy in each process, as
+  no torch.multiprocessing sharing applies); a fn defined in the parent's `__main__` script
+  works, as with torch's spawn (not one of an interactive session or `python -c`: a TypeError).
+- "fork": pure Python, no launcher. Each process is an os.fork() of the parent, so fn may be a
+  lambda or a closure. It runs in its own process group, with PR_SET_PDEATHSIG (SIGKILL) and
+  the guardian. No launcher watches fork-mode processes: no hang report (hang_timeout is
+  refused), no output prefixes, no failure summary beyond the exception.
+
+torchrun_env=True gives each process torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE,
+LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT=a free port, ...), so
+torch.distributed.init_process_group() needs no arguments beyond the backend. With the default
+False the processes see the parent's values of those variables, as torch's children do
+(MASTER_PORT set by the parent, as the tutorials do, reaches them).
+
+`daemon` is accepted for compatibility with torch and has no further effect: the processes
+never outlive the parent. At interpreter exit, processes of a context that was never joined are
+killed.
+"""
+import json
+import os
+import pickle
+import re
+import signal
+import site
+import subprocess
+import sys
+import tempfile
+import time
+
+from . import _guardian
+from ._worker import RESTORED_KEYS
+from ._context import ProcessContext, read_error, remove_dir
+from ._errors import exited, raised
+from ._paths import lspawn_binary, package_dir
+
+START_METHODS = ("fork", "spawn", "forkserver")
+PID_WAIT_S = 60.0  # longest wait for a worker's pid file while the launcher runs
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def _is_number(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _check(fn, args, nprocs, start_method, preload, grace_period, hang_timeout):
+    """Validates the arguments before anything starts; returns (fn pickle, args pickle) or (None, None) for fork."""
+    if not isinstance(nprocs, int) or isinstance(nprocs, bool) or nprocs < 1:
+        raise ValueError("lspawn.spawn: nprocs must be an int >= 1, got %r" % (nprocs,))
+    if start_method not in START_METHODS:
+        raise ValueError("lspawn.spawn: unknown start_method %r: use one of %s"
+                         % (start_method, ", ".join(START_METHODS)))
+    if not callable(fn):
+        raise TypeError("lspawn.spawn: fn must be callable, got %r" % (fn,))
+    if not isinstance(args, tuple):
+        raise TypeError("lspawn.spawn: args must be a tuple, got %s" % type(args).__name__)
+    if preload is not None:
+        if not isinstance(preload, (list, tuple)) or not all(isinstance(m, str) for m in preload):
+            raise TypeError("lspawn.spawn: preload must be a list of module names, e.g. ['torch'], got %r" % (preload,))
+        for m in preload:
+            if not _MODULE_NAME.match(m):
+                raise ValueError("lspawn.spawn: preload: %r is not a module name" % (m,))
+        if start_method == "fork":
+            raise ValueError("lspawn.spawn: preload does not apply to start_method='fork' (a forked process has "
+                             "the parent's modules already); use 'forkserver' or 'spawn'")
+    if grace_period is not None and (not _is_number(grace_period) or grace_period < 0):
+        raise ValueError("lspawn.spawn: grace_period must be a number of seconds >= 0, got %r" % (grace_period,))
+    if hang_timeout is not None:
+        if not _is_number(hang_timeout) or hang_timeout <= 0:
+            raise ValueError("lspawn.spawn: hang_timeout must be a number of seconds > 0, got %r" % (hang_timeout,))
+        if start_method == "fork":
+            raise ValueError("lspawn.spawn: hang_timeout needs lspawn's launcher, which start_method='fork' does "
+                             "not use; use 'spawn' or 'forkserver'")
+    if start_method == "fork":
+        return None, None
+    main = sys.modules.get("__main__")
+    if getattr(fn, "__module__", None) == "__main__" and not getattr(main, "__file__", None) \
+            and getattr(getattr(main, "__spec__", None), "name", None) is None:
+        raise TypeError("lspawn.spawn: fn %r is defined in __main__ without a file (an interactive session or "
+                        "python -c), which a new process cannot import for start_method=%r: define it in a "
+                        "module, or use start_method='fork'" % (fn, start_method))
+    pickled = []
+    for name, value in (("fn", fn), ("args", args)):
+        try:
+            pickled.append(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+        except Exception as e:
+            raise TypeError("lspawn.spawn: %s cannot be pickled, as start_method=%r needs (a function must be "
+                            "defined at module level; start_method='fork' takes any): %s: %s"
+                            % (name, start_method, type(e).__name__, e)) from e
+    return pickled
+
+
+def _seconds(x):
+    return repr(float(x))
+
+
+def _launcher_env():
+    env = dict(os.environ, LSPAWN_HOME=package_dir())
+    # The workers run `python -m lspawn._child`: make this lspawn importable there when a fresh
+    # interpreter would not find it (a source tree, a sys.path set by the program). The child
+    # gives PYTHONPATH the parent's value back.
+    parent = os.path.dirname(package_dir())
+    known = [*getattr(site, "getsitepackages", list)(), site.getusersitepackages(),
+             *env.get("PYTHONPATH", "").split(os.pathsep)]
+    if not any(p and os.path.realpath(p) == os.path.realpath(parent) for p in known):
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (parent, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _start_launcher(fn_bytes, args_bytes, nprocs, start_method, preload, torchrun_env, grace_period, hang_timeout):
+    import multiprocessing.spawn
+    binary = lspawn_binary()
+    directory = tempfile.mkdtemp(prefix="lspawn-spawn-")
+    try:
+        prep = multiprocessing.spawn.get_preparation_data("lspawn-spawn")
+        prep["authkey"] = bytes(prep["authkey"])  # an AuthenticationString refuses plain pickling
+        payload = {
+            "fn": fn_bytes,
+            "args": args_bytes,
+            "prep": prep,
+            "parent_env": {k: os.environ.get(k) for k in RESTORED_KEYS},
+            "torchrun_env": bool(torchrun_env),
+            "hang_diagnosis": True,  # cheap: lspawn_hang wraps torch.distributed only once it is imported
+        }
+        with open(os.path.join(directory, "payload"), "wb") as f:
+            pickle.dump(payload, f, protocol=pickle.HIGHEST_PROTOCOL)
+        cmd = [binary, "--nprocs", str(nprocs), "--result-file", os.path.join(directory, "result.json"), "--quiet"]
+        if grace_period is not None:
+            cmd += ["--grace-period", _seconds(grace_period)]
+        if hang_timeout is not None:
+            cmd += ["--hang-timeout", _seconds(hang_timeout)]
+        if preload or start_method == "forkserver":
+            cmd += ["--preload", ",".join(preload or ["lspawn"])]
+        cmd += ["--", sys.executable, "-m", "lspawn._child", directory]
+        _guardian.remove_on_death(directory)  # starts the guardian before the launcher
+        group = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
+        sys.stdout.flush()
+        sys.stderr.flush()
+        proc = subprocess.Popen(cmd, env=_launcher_env(), stdin=subprocess.DEVNULL, **group)
+    except BaseException:
+        remove_dir(directory)
+        raise
+    _guardian.register(proc.pid)
+    return _LauncherContext(proc, directory, nprocs)
+
+
+class _LauncherContext(ProcessContext):
+    """The workers of one `lspawn` launcher run; the launcher is in its own process group."""
+
+    def __init__(self, proc, directory, nprocs):
+        self._proc = proc
+        self._dir = directory
+        self._pids = [None] * nprocs
+        self._finished = False
+        self._error = None
+
+    def _read_pid(self, i):
+        try:
+            with open(os.path.join(self._dir, "pid.%d" % i)) as f:
+                self._pids[i] = int(f.read())
+        except (OSError, ValueError):
+            pass
+        return self._pids[i]
+
+    def pids(self):
+        deadline = time.monotonic() + PID_WAIT_S
+        for i in range(len(self._pids)):
+            while self._pids[i] is None and not self._finished and self._read_pid(i) is None:
+                if self._proc.poll() is not None:
+                    self._finish()
+                elif time.monotonic() > deadline:
+                    raise RuntimeError("lspawn.spawn: process %d has not started within %g s" % (i, PID_WAIT_S))
+                else:
+                    time.sleep(0.01)
+            if self._pids[i] is None:
+                raise RuntimeError("lspawn.spawn: process %d never started (lspawn exited with code %d)"
+                                   % (i, self._proc.returncode))
+        return list(self._pids)
+
+    def join(self, timeout=None):
+        if not self._finished:
+            try:
+                self._proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                return False
+            except KeyboardInterrupt:
+                self._interrupt()
+                raise
+            self._finish()
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def _interrupt(self):
+        """Ctrl-C in the parent: the launcher (its own process group, so the terminal's SIGINT
+        does not reach it) gets SIGINT, stops the workers and is waited for; a second Ctrl-C
+        makes it SIGKILL them at once."""
+        while True:
+            try:
+                self._proc.send_signal(signal.SIGINT)
+                self._proc.wait()
+                break
+            except KeyboardInterrupt:
+                continue
+        self._finish()
+
+    def _finish(self):
+        """After the launcher exited: reads its result, settles the error, removes the directory."""
+        if self._finished:
+            return
+        self._finished = True
+        self._proc.wait()
+        _guardian.unregister(self._proc.pid)
+        for i in range(len(self._pids)):
+            if self._pids[i] is None:
+                self._read_pid(i)
+        try:
+            self._error = self._outcome()
+        finally:
+            remove_dir(self._dir)
+
+    def _outcome(self):
+        code = self._proc.returncode
+        try:
+            with open(os.path.join(self._dir, "result.json")) as f:
+                result = json.load(f)
+        except (OSError, ValueError):
+            return RuntimeError("lspawn exited with code %d before reporting (see its output above)" % code)
+        if code == 0:
+            return None
+        # proto::RunResult: one column per field, indexed by local rank; root_cause -1 when none.
+        n = len(result.get("pids", []))
+        col = lambda name: (result.get(name) or [0] * n)  # noqa: E731
+        pids, exit_codes, signals, stopped = col("pids"), col("exit_codes"), col("signals"), col("stopped")
+        root = result.get("root_cause", -1)
+        if not 0 <= root < n:
+            failed = [i for i in range(n) if (exit_codes[i] or signals[i]) and not stopped[i]]
+            root = failed[0] if failed else None
+        if root is None:
+            why = "its hang watchdog stopped the processes (the hang report is above)" if result.get("hang") else \
+                "no process failed by itself (see its output above)"
+            return RuntimeError("lspawn exited with code %d: %s" % (code, why))
+        pid = pids[root] or self._pids[root]
+        report = read_error(self._dir, root)
+        if report is not None:
+            return raised(root, pid, report[1])
+        return exited(root, pid, exit_codes[root], signals[root])
+
+
+def start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn", *,
+                    preload=None, torchrun_env=False, grace_period=None, hang_timeout=None):
+    """Runs fn(i, *args) for i in range(nprocs) in separate processes (see the module's doc)."""
+    fn_bytes, args_bytes = _check(fn, args, nprocs, start_method, preload, grace_period, hang_timeout)
+    if start_method == "fork":
+        from ._fork import start_fork
+        context = start_fork(fn, args, nprocs, torchrun_env, 5.0 if grace_period is None else float(grace_period))
+    else:
+        context = _start_launcher(fn_bytes, args_bytes, nprocs, start_method, preload, torchrun_env,
+                                  grace_period, hang_timeout)
+    if not join:
+        return context
+    while not context.join():
+        pass
+    return None
+
+
+def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn", *,
+          preload=None, torchrun_env=False, grace_period=None, hang_timeout=None):
+    """torch.multiprocessing.spawn with lspawn's guarantees (see the module's doc)."""
+    return start_processes(fn, args, nprocs, join, daemon, start_method, preload=preload,
+                           torchrun_env=torchrun_env, grace_period=grace_period, hang_timeout=hang_timeout)
