@@ -15,6 +15,7 @@ want=(
   iproute2 util-linux coreutils          # tests/multinode: network-namespace hosts
   python3-sklearn                        # examples/digits_ddp: the digits data set
   libjemalloc2                           # tests/e2e: --preload accepts jemalloc's background thread
+  python3-venv binutils                  # tests/wheel: the wheel in a fresh venv; strings(1)
 )
 [[ "${1:-}" == "--bench" ]] && want+=(hyperfine python3-matplotlib)
 

@@ -144,6 +144,14 @@ for line in "${lines[@]}"; do
   run_suite "$dir" "${skip[@]}"
   echo "test.sh: LibTorch $line: tests took $((SECONDS - start)) s"
 done
+# The Python package (docs/python.md): the wheel built from the sdist, installed into a fresh venv
+# and used from there (tests/wheel/run.sh); once, not per LibTorch line (it links no LibTorch).
+# LSPAWN_SKIP_WHEEL=1 skips it.
+if [[ "${LSPAWN_SKIP_WHEEL:-0}" != 1 ]]; then
+  start=$SECONDS
+  bash tests/wheel/run.sh
+  echo "test.sh: wheel build + tests took $((SECONDS - start)) s"
+fi
 # libFuzzer smoke runs of the parsers of untrusted input (fuzz/, every target), in a clang build
 # of their own; once, not per LibTorch line (the fuzzed parsers are torch-free).
 if [[ "${LSPAWN_SKIP_FUZZ:-0}" != 1 ]]; then

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <vector>
 
+#include <stdlib.h>
+
 #include "supervisor/version.hpp"
 
 // Relative folders from the install tree's bin/ (set by CMake from GNUInstallDirs; relative, so
@@ -28,6 +30,18 @@ namespace {
 
 bool exists(const std::string& path) { return !path.empty() && ::access(path.c_str(), F_OK) == 0; }
 
+// `dir` joined with `rel`, each leading "../" of rel taken off dir instead ("/p/bin" + "../lib" ->
+// "/p/lib"), so that the paths tried, and named in errors, read as they are on disk.
+std::string join(std::string dir, std::string rel) {
+  while (rel.rfind("../", 0) == 0) {
+    const auto slash = dir.rfind('/');
+    if (slash == std::string::npos || slash == 0) break;
+    dir.erase(slash);
+    rel.erase(0, 3);
+  }
+  return dir + "/" + rel;
+}
+
 // The helper's path under a Python package folder (the wheel's lspawn/).
 std::string in_package(const std::string& pkg, Helper h) {
   switch (h) {
@@ -40,9 +54,9 @@ std::string in_package(const std::string& pkg, Helper h) {
 
 std::string in_install_tree(const std::string& bin, Helper h) {
   switch (h) {
-    case Helper::Guardian: return bin + "/" LSPAWN_REL_LIBEXEC "/lspawn-guardian";
-    case Helper::PreloadLibrary: return bin + "/" LSPAWN_REL_LIB "/liblspawn_preload.so";
-    case Helper::PreloadBootstrap: return bin + "/" LSPAWN_REL_PYTHON "/lspawn_preload.py";
+    case Helper::Guardian: return join(bin, LSPAWN_REL_LIBEXEC "/lspawn-guardian");
+    case Helper::PreloadLibrary: return join(bin, LSPAWN_REL_LIB "/liblspawn_preload.so");
+    case Helper::PreloadBootstrap: return join(bin, LSPAWN_REL_PYTHON "/lspawn_preload.py");
   }
   return "";
 }
@@ -84,8 +98,13 @@ std::string package_version(const std::string& pkg) {
 // program's version first.
 std::vector<std::string> wheel_packages(const std::string& bin) {
   std::vector<std::string> found, same_version;
-  for (const char* lib : {"/../lib", "/../lib64"}) {
-    const std::string libdir = bin + lib;
+  std::vector<std::string> seen;  // real paths: a venv's lib64 is a link to lib
+  for (const char* lib : {"../lib", "../lib64"}) {
+    const std::string libdir = join(bin, lib);
+    char real[PATH_MAX];
+    if (!::realpath(libdir.c_str(), real)) continue;
+    if (std::find(seen.begin(), seen.end(), real) != seen.end()) continue;
+    seen.emplace_back(real);
     for (const std::string& py : list_dir(libdir)) {
       if (py.rfind("python3", 0) != 0) continue;
       for (const char* sp : {"/site-packages/lspawn", "/dist-packages/lspawn"}) {
