@@ -4,7 +4,10 @@ Each call runs `fn` in 4 processes; fn joins a gloo process group and all-reduce
 
   torch.multiprocessing.spawn(fn, nprocs=4)                      its default start method: spawn
   lspawn.spawn(fn, nprocs=4, preload=["torch"])                  workers forked from one interpreter
-                                                                 that imported torch once (per call)
+                                                                 that imported torch once, kept by
+                                                                 this process's lspawn daemon: the
+                                                                 first call (cold) apart, then warm
+  lspawn.spawn(fn, nprocs=4, preload=["torch"], warm=False)      the same, a new interpreter per call
   lspawn.spawn(fn, nprocs=4, start_method="spawn")               exec per worker, as torch's
   lspawn.spawn(fn, nprocs=4, start_method="fork")                forked from this (torch-loaded) process
   torch.multiprocessing.start_processes(..., start_method="fork")  the same for torch
@@ -50,10 +53,13 @@ def timed(call):
     return time.perf_counter() - t0
 
 
+FIRST = "lspawn.spawn preload=['torch'], first call (cold)"
 CASES = [
     ("torch.multiprocessing.spawn (spawn)", lambda: tmp.spawn(fn, args=(free_port(), NPROCS), nprocs=NPROCS)),
-    ("lspawn.spawn preload=['torch']",
+    ("lspawn.spawn preload=['torch'], later calls (warm)",
      lambda: lspawn.spawn(fn, args=(free_port(), NPROCS), nprocs=NPROCS, preload=["torch"])),
+    ("lspawn.spawn preload=['torch'], warm=False",
+     lambda: lspawn.spawn(fn, args=(free_port(), NPROCS), nprocs=NPROCS, preload=["torch"], warm=False)),
     ("lspawn.spawn (spawn)", lambda: lspawn.spawn(fn, args=(free_port(), NPROCS), nprocs=NPROCS)),
     ("torch.multiprocessing fork",
      lambda: tmp.start_processes(fn, args=(free_port(), NPROCS), nprocs=NPROCS, start_method="fork")),
@@ -65,6 +71,7 @@ CASES = [
 def main():
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
     times = {name: [] for name, _ in CASES}
+    times[FIRST] = [timed(CASES[1][1])]  # starts this process's daemon and its torch interpreter
     for _ in range(rounds):
         for name, call in CASES:
             times[name].append(timed(call))
@@ -73,7 +80,7 @@ def main():
           % (NPROCS, torch.__version__, lspawn.__version__, os.cpu_count(), rounds))
     print("| call | median s | min s | vs torch.multiprocessing.spawn |")
     print("|---|---|---|---|")
-    for name, _ in CASES:
+    for name in [CASES[0][0], FIRST] + [n for n, _ in CASES[1:]]:
         med = statistics.median(times[name])
         print("| %s | %.3f | %.3f | %.2fx |" % (name, med, min(times[name]), med / base))
 

@@ -83,10 +83,9 @@ def _child(fn, index, args, directory, parent, env):
 
 
 def start_fork(fn, args, nprocs, torchrun_env, grace_period):
-    directory = tempfile.mkdtemp(prefix="lspawn-spawn-")
+    directory = tempfile.mkdtemp(prefix="run-", dir=_guardian.private_dir())  # starts the guardian
     context = None
     try:
-        _guardian.remove_on_death(directory)  # starts the guardian before the first fork
         port = _free_port() if torchrun_env else None
         parent = os.getpid()
         context = _ForkContext(directory, grace_period)

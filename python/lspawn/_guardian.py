@@ -15,8 +15,10 @@ are killed by closing the socket instead: nothing spawn() started outlives the i
 """
 import atexit
 import os
+import shutil
 import socket
 import struct
+import tempfile
 import threading
 
 from ._paths import guardian_binary
@@ -49,6 +51,7 @@ class _Guardian:
         self.sock = ours
         self.owner = os.getpid()
         self.groups = set()
+        self.dir = None
 
     def send(self, *values, tail=b""):
         self.sock.sendall(struct.pack("=%di" % len(values), *values) + tail)
@@ -92,12 +95,17 @@ def unregister(pgid):
             g.send(-pgid)
 
 
-def remove_on_death(directory):
-    """The directory tree the guardian removes if this process dies (one: a later call replaces it)."""
-    data = os.fsencode(os.path.abspath(directory))
+def private_dir():
+    """This process's private directory, made once: every run directory and the warm daemon's socket
+    live under it. The guardian removes it if this process dies (its one owned tree); at exit it is
+    removed here. Starts the guardian."""
     g = _get()
     with _lock:
-        g.send(_OWNED_DIR, len(data), tail=data)
+        if g.dir is None:
+            g.dir = tempfile.mkdtemp(prefix="lspawn-py%d-" % os.getpid())
+            data = os.fsencode(g.dir)
+            g.send(_OWNED_DIR, len(data), tail=data)
+        return g.dir
 
 
 def _at_exit():
@@ -105,7 +113,10 @@ def _at_exit():
     with _lock:
         g, _guardian = _guardian, None
     if g is not None and g.owner == os.getpid():
-        g.close(clean=not g.groups)
+        clean = not g.groups
+        g.close(clean=clean)
+        if g.dir is not None and clean:
+            shutil.rmtree(g.dir, ignore_errors=True)
 
 
 def _after_fork_in_child():

@@ -26,6 +26,9 @@ Start methods:
   process is a fresh interpreter, as torch's spawn. "forkserver" or preload=[modules]: one
   interpreter started by lspawn imports the modules once (`preload=["torch"]`: `import torch`
   once instead of once per process) and every process is forked from it (`lspawn --preload`).
+  With warm=True (the default) that interpreter is kept for the next calls, as multiprocessing
+  keeps its forkserver: this process's own `lspawn daemon` holds it (_Daemon), so only the
+  first call pays the imports; warm=False starts and ends one per call.
   fn and args are pickled (copied, not shared: a tensor in args is a copy in each process, as
   no torch.multiprocessing sharing applies); a fn defined in the parent's `__main__` script
   works, as with torch's spawn (not one of an interactive session or `python -c`: a TypeError).
@@ -44,6 +47,7 @@ False the processes see the parent's values of those variables, as torch's child
 never outlive the parent. At interpreter exit, processes of a context that was never joined are
 killed.
 """
+import atexit
 import json
 import os
 import pickle
@@ -134,10 +138,71 @@ def _launcher_env():
     return env
 
 
-def _start_launcher(fn_bytes, args_bytes, nprocs, start_method, preload, torchrun_env, grace_period, hang_timeout):
+class _Daemon:
+    """This process's own `lspawn daemon` (warm=True): it keeps the preload interpreter between calls.
+
+    Started at the first warm call, on a socket in a private directory, in a process group of its own
+    registered with the guardian (it dies with this process, even a SIGKILLed one; its forkservers and
+    their workers follow it: PR_SET_PDEATHSIG on each link, docs/warm-start.md); stopped at exit.
+    The first call pays the imports once (the daemon's forkserver does them); later calls with the same
+    interpreter, modules and environment fork from it (docs/python.md)."""
+
+    def __init__(self, binary, env):
+        self.dir = tempfile.mkdtemp(prefix="daemon-", dir=_guardian.private_dir())  # starts the guardian
+        self.socket = os.path.join(self.dir, "daemon.sock")
+        group = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
+        self.proc = subprocess.Popen([binary, "daemon", "--socket", self.socket], env=env,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, **group)
+        try:
+            _guardian.register(self.proc.pid)
+        except BaseException:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+        deadline = time.monotonic() + 10
+        while not os.path.exists(self.socket):  # the client goes cold when the socket is not there yet
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("lspawn.spawn: its lspawn daemon did not start (exit code %s); use warm=False"
+                                   % self.proc.returncode)
+            time.sleep(0.005)
+        self.owner = os.getpid()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        _guardian.unregister(self.proc.pid)
+        remove_dir(self.dir)
+
+
+_daemon = None
+
+
+def _warm_socket(binary, env):
+    global _daemon
+    if _daemon is None or _daemon.owner != os.getpid() or _daemon.proc.poll() is not None:
+        _daemon = _Daemon(binary, env)
+    return _daemon.socket
+
+
+@atexit.register
+def _stop_daemon():
+    global _daemon
+    d, _daemon = _daemon, None
+    if d is not None and d.owner == os.getpid():
+        d.stop()
+
+
+def _start_launcher(fn_bytes, args_bytes, nprocs, start_method, preload, torchrun_env, grace_period, hang_timeout,
+                    warm):
     import multiprocessing.spawn
     binary = lspawn_binary()
-    directory = tempfile.mkdtemp(prefix="lspawn-spawn-")
+    directory = tempfile.mkdtemp(prefix="run-", dir=_guardian.private_dir())  # starts the guardian
     try:
         prep = multiprocessing.spawn.get_preparation_data("lspawn-spawn")
         prep["authkey"] = bytes(prep["authkey"])  # an AuthenticationString refuses plain pickling
@@ -156,14 +221,16 @@ def _start_launcher(fn_bytes, args_bytes, nprocs, start_method, preload, torchru
             cmd += ["--grace-period", _seconds(grace_period)]
         if hang_timeout is not None:
             cmd += ["--hang-timeout", _seconds(hang_timeout)]
+        env = _launcher_env()
         if preload or start_method == "forkserver":
             cmd += ["--preload", ",".join(preload or ["lspawn"])]
+            if warm:
+                cmd += ["--warm", "--daemon-socket", _warm_socket(binary, env)]
         cmd += ["--", sys.executable, "-m", "lspawn._child", directory]
-        _guardian.remove_on_death(directory)  # starts the guardian before the launcher
         group = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
         sys.stdout.flush()
         sys.stderr.flush()
-        proc = subprocess.Popen(cmd, env=_launcher_env(), stdin=subprocess.DEVNULL, **group)
+        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, **group)
     except BaseException:
         remove_dir(directory)
         raise
@@ -275,7 +342,7 @@ class _LauncherContext(ProcessContext):
 
 
 def start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn", *,
-                    preload=None, torchrun_env=False, grace_period=None, hang_timeout=None):
+                    preload=None, torchrun_env=False, grace_period=None, hang_timeout=None, warm=True):
     """Runs fn(i, *args) for i in range(nprocs) in separate processes (see the module's doc)."""
     fn_bytes, args_bytes = _check(fn, args, nprocs, start_method, preload, grace_period, hang_timeout)
     if start_method == "fork":
@@ -283,7 +350,7 @@ def start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method
         context = start_fork(fn, args, nprocs, torchrun_env, 5.0 if grace_period is None else float(grace_period))
     else:
         context = _start_launcher(fn_bytes, args_bytes, nprocs, start_method, preload, torchrun_env,
-                                  grace_period, hang_timeout)
+                                  grace_period, hang_timeout, warm)
     if not join:
         return context
     while not context.join():
@@ -292,7 +359,8 @@ def start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method
 
 
 def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn", *,
-          preload=None, torchrun_env=False, grace_period=None, hang_timeout=None):
+          preload=None, torchrun_env=False, grace_period=None, hang_timeout=None, warm=True):
     """torch.multiprocessing.spawn with lspawn's guarantees (see the module's doc)."""
     return start_processes(fn, args, nprocs, join, daemon, start_method, preload=preload,
-                           torchrun_env=torchrun_env, grace_period=grace_period, hang_timeout=hang_timeout)
+                           torchrun_env=torchrun_env, grace_period=grace_period, hang_timeout=hang_timeout,
+                           warm=warm)

@@ -250,6 +250,18 @@ def case_bad_input(method, d):
     check(not children(), "a process was started: %r" % children())
 
 
+def case_warm(method, d):
+    """preload/forkserver keep their interpreter between calls (warm=True, the default); warm=False does not."""
+    need_torch(method)
+    for tag in ("a", "b"):
+        lspawn.spawn(F.grandparent, args=(d, tag), nprocs=2, **METHODS[method])
+    lspawn.spawn(F.grandparent, args=(d, "cold"), nprocs=2, warm=False, **METHODS[method])
+    warm = {read(d, "gp.%s.%d" % (tag, i)) for tag in ("a", "b") for i in range(2)}
+    cold = {read(d, "gp.cold.%d" % i) for i in range(2)}
+    check(len(warm) == 1, "two warm calls forked from different interpreters: %r" % (warm,))
+    check(len(cold) == 1 and cold != warm, "warm=False forked from the warm interpreter %r: %r" % (warm, cold))
+
+
 CASES = [  # (case, methods)
     (case_bad_input, [""]),
     (case_returns, list(METHODS)),
@@ -263,14 +275,15 @@ CASES = [  # (case, methods)
     (case_parent_killed, list(METHODS)),
     (case_torchrun_env, list(METHODS)),
     (case_gloo, list(METHODS)),
+    (case_warm, ["forkserver", "preload"]),
     (case_parent_env, list(METHODS)),
 ]
 
 
 def main(only):
     global HAVE_TORCH
-    # `import torch` in a child: a parent that imported torch makes spawn() install the hang
-    # diagnosis (which imports torch) in every process, ~2 s each on 2 cores.
+    # `import torch` in a child: this process does not import torch (the cases that need it import it in
+    # their processes).
     HAVE_TORCH = subprocess.call([sys.executable, "-c", "import torch"], stderr=subprocess.DEVNULL) == 0
     root = tempfile.mkdtemp(prefix="lspawn-cases-")
     tempfile.tempdir = os.path.join(root, "runs")  # where spawn() makes each run's directory
@@ -285,7 +298,10 @@ def main(only):
             started = time.monotonic()
             try:
                 case(method, d)
-                left = os.listdir(tempfile.tempdir)
+                # spawn()'s run directories live in this process's private directory (lspawn-pyPID-*),
+                # kept for the process's life (the warm daemon's socket is there too).
+                left = [os.path.join(p, e) for p in os.listdir(tempfile.tempdir) if p.startswith("lspawn-py")
+                        for e in os.listdir(os.path.join(tempfile.tempdir, p)) if e.startswith("run-")]
                 check(not left, "spawn() left its run directory: %r" % left)
             except Skip as e:
                 print("skip %s: %s" % (name, e), flush=True)
@@ -298,7 +314,8 @@ def main(only):
                 print("ok %s (%.1f s)" % (name, time.monotonic() - started), flush=True)
                 passed += 1
             for entry in os.listdir(tempfile.tempdir):
-                subprocess.call(["rm", "-rf", os.path.join(tempfile.tempdir, entry)])
+                if not entry.startswith("lspawn-py"):
+                    subprocess.call(["rm", "-rf", os.path.join(tempfile.tempdir, entry)])
     subprocess.call(["rm", "-rf", root])
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0

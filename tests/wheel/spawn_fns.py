@@ -71,3 +71,11 @@ def gloo_all_reduce(i, directory):
     dist.all_reduce(t)
     _write(directory, "sum.%d" % i, {"rank": dist.get_rank(), "world": dist.get_world_size(), "sum": t.item()})
     dist.destroy_process_group()
+
+
+def grandparent(i, directory, tag):
+    """Writes the pid of this process's grandparent: with preload and warm=True, the interpreter that imported
+    the modules (the daemon's forkserver: worker <- per-run server <- forkserver), the same for every call."""
+    with open("/proc/%d/stat" % os.getppid()) as f:
+        gp = int(f.read().rsplit(")", 1)[1].split()[1])
+    _write(directory, "gp.%s.%d" % (tag, i), gp)
