@@ -497,6 +497,9 @@ class _WhenImported:
         real, finder = spec.loader, self
 
         class Loader:
+            def __getattr__(self, name):  # the rest of the loader's API (get_code, is_package, resources)
+                return getattr(real, name)
+
             def create_module(self, spec):
                 return real.create_module(spec)
 
@@ -522,6 +525,9 @@ def install():
     (the watch finds the groups as they appear)."""
     global _installed
     if _installed is not None and _installed.pid == os.getpid():
+        return True
+    # Another copy of this module (lspawn_hang and the wheel's lspawn.lspawn_hang) installed already.
+    if getattr(sys, "_lspawn_hang_pid", None) == os.getpid():
         return True
     directory = os.environ.get("LSPAWN_STATUS_DIR", "")
     rank_text = os.environ.get("RANK", "")
@@ -567,6 +573,7 @@ def install():
         _when_imported("torch.distributed", record_collectives)
     watch.thread.start()
     _installed = watch
+    sys._lspawn_hang_pid = os.getpid()
     return True
 
 
@@ -583,8 +590,11 @@ def _main(argv):
               "Records this worker's collectives and answers lspawn's stack requests (docs/hang-diagnosis.md),\n"
               "then runs SCRIPT (or MODULE) as __main__.", file=sys.stderr)
         return 2 if not argv else 0
-    import lspawn_hang  # the module proper, not this __main__ copy: a script's own install() is then a no-op
-    lspawn_hang.install()
+    import importlib
+    # The module proper, not this __main__ copy (a script's own install() is then a no-op):
+    # lspawn_hang, or lspawn.lspawn_hang when run from the wheel's package (python -m lspawn.lspawn_hang).
+    spec = globals().get("__spec__")
+    importlib.import_module(spec.name if spec is not None and spec.name != "__main__" else "lspawn_hang").install()
     if argv[0] == "-m":
         if len(argv) < 2:
             print("lspawn_hang: -m needs a module name", file=sys.stderr)

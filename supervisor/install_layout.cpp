@@ -42,32 +42,20 @@ std::string join(std::string dir, std::string rel) {
   return dir + "/" + rel;
 }
 
-// The helper's path under a Python package folder (the wheel's lspawn/).
-std::string in_package(const std::string& pkg, Helper h) {
-  switch (h) {
-    case Helper::Guardian: return pkg + "/libexec/lspawn-guardian";
-    case Helper::PreloadLibrary: return pkg + "/lib/liblspawn_preload.so";
-    case Helper::PreloadBootstrap: return pkg + "/lspawn_preload.py";
-  }
-  return "";
-}
+// Each layout's folder of each helper, relative to its root (indexed by Helper).
+struct Layout {
+  const char* folder[3];
+};
+// A Python package folder (the wheel's site-packages/lspawn/, $LSPAWN_HOME).
+constexpr Layout kPackage{{"libexec", "lib", "."}};
+// The `cmake --install` tree, from its bin/.
+constexpr Layout kInstallTree{{LSPAWN_REL_LIBEXEC, LSPAWN_REL_LIB, LSPAWN_REL_PYTHON}};
+// A build tree, from its top.
+constexpr Layout kBuildTree{{"supervisor", "spawn", "python"}};
 
-std::string in_install_tree(const std::string& bin, Helper h) {
-  switch (h) {
-    case Helper::Guardian: return join(bin, LSPAWN_REL_LIBEXEC "/lspawn-guardian");
-    case Helper::PreloadLibrary: return join(bin, LSPAWN_REL_LIB "/liblspawn_preload.so");
-    case Helper::PreloadBootstrap: return join(bin, LSPAWN_REL_PYTHON "/lspawn_preload.py");
-  }
-  return "";
-}
-
-std::string in_build_tree(const std::string& build, Helper h) {
-  switch (h) {
-    case Helper::Guardian: return build + "/supervisor/lspawn-guardian";
-    case Helper::PreloadLibrary: return build + "/spawn/liblspawn_preload.so";
-    case Helper::PreloadBootstrap: return build + "/python/lspawn_preload.py";
-  }
-  return "";
+std::string in(const Layout& layout, const std::string& root, Helper h) {
+  const std::string folder = layout.folder[static_cast<int>(h)];
+  return join(root, (folder == "." ? std::string() : folder + "/") + file_name(h));
 }
 
 std::vector<std::string> list_dir(const std::string& dir) {
@@ -149,19 +137,19 @@ std::string find(Helper h, std::string* looked) {
     return path;
   };
   if (const char* home = std::getenv("LSPAWN_HOME"); home && *home) {
-    const std::string p = in_package(home, h);
+    const std::string p = in(kPackage, home, h);
     return done(check(p) ? p : "");
   }
   const std::string bin = program_dir();
   if (bin.empty()) return done("");
-  if (std::string p = in_install_tree(bin, h); check(p)) return done(p);
+  if (std::string p = in(kInstallTree, bin, h); check(p)) return done(p);
   for (const std::string& pkg : wheel_packages(bin)) {
-    if (std::string p = in_package(pkg, h); check(p)) return done(p);
+    if (std::string p = in(kPackage, pkg, h); check(p)) return done(p);
   }
   std::string dir = bin;
   for (int up = 0; up < 3 && !dir.empty(); ++up) {
     if (exists(dir + "/CMakeCache.txt")) {
-      const std::string p = in_build_tree(dir, h);
+      const std::string p = in(kBuildTree, dir, h);
       return done(check(p) ? p : "");
     }
     const auto slash = dir.rfind('/');

@@ -23,6 +23,7 @@
 
 namespace lspawn::layout {
 
+// The values index install_layout.cpp's layout tables: append only.
 enum class Helper { Guardian, PreloadLibrary, PreloadBootstrap };
 
 // The helper's file name, e.g. "lspawn-guardian".

@@ -19,8 +19,11 @@ if strings "$bin" "$work/moved/libexec/lspawn/lspawn-guardian" | grep -F -e "$bu
   fail "the installed binaries name the build tree or the first prefix (above)"
 fi
 cd "$work"
+# The program of this worker's lspawn's guardian (the process whose parent is the worker's parent,
+# lspawn): other lspawns may run beside this test (ctest -j), each with its guardian.
+own_guardian='for p in /proc/[0-9]*; do [ "$(awk "/^PPid:/{print \$2}" "$p/status" 2>/dev/null)" = "$PPID" ] && readlink "$p/exe"; done | grep lspawn-guardian'
 # The guardian running beside the workers is the moved prefix's.
-out=$("$bin" --nprocs 1 --quiet --no-prefix sh -c 'for p in /proc/[0-9]*; do readlink "$p/exe"; done 2>/dev/null | grep lspawn-guardian')
+out=$("$bin" --nprocs 1 --quiet --no-prefix sh -c "$own_guardian")
 [[ $out == "$work/moved/libexec/lspawn/lspawn-guardian" ]] || fail "guardian: expected the moved prefix's, got '$out'"
 # --preload from the moved prefix.
 printf 'import os\nprint("preloaded worker", os.environ["RANK"], flush=True)\n' >job.py

@@ -47,8 +47,11 @@ fi
 run "$py" -c 'import lspawn, sys; assert not any(p.startswith(sys.argv[1]) for p in sys.path), sys.path' "$root"
 ok "lspawn --version ($version) from $venv/bin, native, no build or install path inside"
 
+# The program of this worker's lspawn's guardian (the process whose parent is the worker's parent,
+# lspawn): other lspawns may run beside this test (ctest -j), each with its guardian.
+own_guardian='for p in /proc/[0-9]*; do [ "$(awk "/^PPid:/{print \$2}" "$p/status" 2>/dev/null)" = "$PPID" ] && readlink "$p/exe"; done | grep lspawn-guardian'
 # The guardian the launcher runs is the package's (not a fork of lspawn).
-out=$(run lspawn --nprocs 1 --quiet --no-prefix sh -c 'for p in /proc/[0-9]*; do readlink "$p/exe"; done 2>/dev/null | grep lspawn-guardian')
+out=$(run lspawn --nprocs 1 --quiet --no-prefix sh -c "$own_guardian")
 [[ $out == "$venv"/lib/python3*/site-packages/lspawn/libexec/lspawn-guardian ]] || fail "guardian: expected the package's, got '$out'"
 ok "the guardian is the package's: $out"
 
@@ -72,6 +75,14 @@ set -e
 ((rc == 124)) || fail "hang: exit $rc, expected 124: $out"
 grep -q "behind: rank 1" <<<"$out" && grep -q "main thread of rank 1 (pid" <<<"$out" && grep -q "hang.py\", line " <<<"$out" || fail "hang report: $out"
 ok "--hang-timeout: the hang report names rank 1 and its stack (exit 124)"
+# The same in exec mode, through the package's module (a fresh interpreter per rank).
+set +e
+out=$(run timeout 90 lspawn --nprocs 3 --hang-timeout 3 "$py" -m lspawn.lspawn_hang hang.py 2>&1)
+rc=$?
+set -e
+((rc == 124)) || fail "hang, exec mode: exit $rc, expected 124: $out"
+grep -q "behind: rank 1" <<<"$out" && grep -q "hang.py\", line " <<<"$out" || fail "hang report, exec mode: $out"
+ok "python -m lspawn.lspawn_hang: the same report in exec mode"
 
 # lspawn.spawn(): every start method, its error paths, bad input (spawn_cases.py prints its own oks).
 run "$py" spawn_cases.py || fail "spawn_cases.py"
