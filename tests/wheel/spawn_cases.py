@@ -217,6 +217,22 @@ def case_gloo(method, d):
         check(got == {"rank": i, "world": 2, "sum": 3.0}, "process %d: all_reduce gave %r" % (i, got))
 
 
+def case_hang(method, d):
+    """hang_timeout: the launcher's hang report, then RuntimeError naming exit 124; no process left."""
+    if not HAVE_TORCH:
+        raise Skip("no torch")
+    started = time.monotonic()
+    try:
+        lspawn.spawn(F.hang_rank1, args=(d,), nprocs=2, torchrun_env=True, hang_timeout=2, **METHODS[method])
+    except RuntimeError as e:
+        check("124" in str(e) and "hang" in str(e), "the hang raised %r" % (e,))
+    else:
+        raise AssertionError("a hang with hang_timeout=2 returned")
+    check(time.monotonic() - started < 60, "the hang took %.0f s to be reported" % (time.monotonic() - started))
+    pids = [read(d, "pid.%d" % i) for i in range(2)]
+    check(not any(alive(p) for p in pids), "processes %r alive after the hang report" % (pids,))
+
+
 def case_parent_env(method, d):
     need_torch(method)
     saved = os.environ.get("MASTER_PORT")
@@ -276,6 +292,7 @@ CASES = [  # (case, methods)
     (case_torchrun_env, list(METHODS)),
     (case_gloo, list(METHODS)),
     (case_warm, ["forkserver", "preload"]),
+    (case_hang, ["preload"]),
     (case_parent_env, list(METHODS)),
 ]
 

@@ -79,3 +79,16 @@ def grandparent(i, directory, tag):
     with open("/proc/%d/stat" % os.getppid()) as f:
         gp = int(f.read().rsplit(")", 1)[1].split()[1])
     _write(directory, "gp.%s.%d" % (tag, i), gp)
+
+
+def hang_rank1(i, directory):
+    """Rank 1 stops between two all_reduces (torchrun_env=True); the others wait in the second."""
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    _write(directory, "pid.%d" % i, os.getpid())
+    if i == 1:
+        time.sleep(600)
+    dist.all_reduce(t)
