@@ -617,14 +617,19 @@ std::string read_bounded_file(const std::string& path, uint32_t max_bytes) {
   return data;
 }
 
-void read_json_file(const std::string& path, proto::ErrorReport& msg, uint32_t max_bytes) {
+namespace {
+template <class Msg>
+void read_json_file_of(const std::string& path, Msg& msg, uint32_t max_bytes) {
   const std::string text = read_bounded_file(path, max_bytes);
   decode(text.data(), text.size(), msg, json::input_format_t::json, path, "not a valid");
 }
+}  // namespace
 
+void read_json_file(const std::string& path, proto::ErrorReport& msg, uint32_t max_bytes) {
+  read_json_file_of(path, msg, max_bytes);
+}
 void read_json_file(const std::string& path, proto::RunResult& msg, uint32_t max_bytes) {
-  const std::string text = read_bounded_file(path, max_bytes);
-  decode(text.data(), text.size(), msg, json::input_format_t::json, path, "not a valid");
+  read_json_file_of(path, msg, max_bytes);
 }
 
 }  // namespace lspawn::wire

@@ -66,6 +66,8 @@ from ._errors import exited, raised
 from ._paths import lspawn_binary, package_dir
 
 START_METHODS = ("fork", "spawn", "forkserver")
+# Popen's arguments for a process group of its own (the guardian kills it by its group id).
+_OWN_GROUP = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
 PID_WAIT_S = 60.0  # longest wait for a worker's pid file while the launcher runs
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
@@ -150,9 +152,8 @@ class _Daemon:
     def __init__(self, binary, env):
         self.dir = tempfile.mkdtemp(prefix="daemon-", dir=_guardian.private_dir())  # starts the guardian
         self.socket = os.path.join(self.dir, "daemon.sock")
-        group = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
         self.proc = subprocess.Popen([binary, "daemon", "--socket", self.socket], env=env,
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, **group)
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, **_OWN_GROUP)
         try:
             _guardian.register(self.proc.pid)
         except BaseException:
@@ -227,10 +228,9 @@ def _start_launcher(fn_bytes, args_bytes, nprocs, start_method, preload, torchru
             if warm:
                 cmd += ["--warm", "--daemon-socket", _warm_socket(binary, env)]
         cmd += ["--", sys.executable, "-m", "lspawn._child", directory]
-        group = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
         sys.stdout.flush()
         sys.stderr.flush()
-        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, **group)
+        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, **_OWN_GROUP)
     except BaseException:
         remove_dir(directory)
         raise
