@@ -9,5 +9,8 @@ shift || true
 args=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo)
 [[ "${LSPAWN_SANITIZE:-0}" == 1 ]] && args+=(-DLSPAWN_SANITIZE=ON)
 jobs=${LSPAWN_JOBS:-$(nproc)}
+start=$SECONDS
 cmake -S "$root" -B "$dir" "${args[@]}" "$@" >/dev/null
+configured=$SECONDS
 cmake --build "$dir" -j "$jobs"
+echo "build.sh: $(basename "$dir"): configure $((configured - start)) s, build $((SECONDS - configured)) s"

@@ -119,7 +119,7 @@ TEST_CASE("forkserver: a program that exits during static initialisation is repo
   CHECK(r.out.find("RANK=") == std::string::npos);  // no worker ran
 }
 
-TEST_CASE("forkserver: threads running after static initialisation make it refuse", "[e2e][forkserver]") {
+TEST_CASE("forkserver: threads running after static initialisation make it refuse", "[e2e][forkserver][counts-threads]") {
   auto r = run_lspawn(args({"--nprocs", "2", worker_bin(), "env"}), {"LSPAWN_TEST_THREAD_IN_INIT=1"});
   INFO(r.err);
   CHECK(r.exit_code == 1);

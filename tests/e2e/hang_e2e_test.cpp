@@ -1,6 +1,7 @@
 // Hang diagnosis end to end (docs/hang-diagnosis.md): the built lspawn with real collectives
 // workers (tests/e2e/fixtures/hang_worker.cpp) that hang on purpose; --hang-timeout 1 keeps each
-// case to a few seconds.
+// case to a few seconds. [torch]: the cases whose subject is the collectives' records (the torch
+// test set, tests/CMakeLists.txt; run on every LibTorch line).
 #include <catch2/catch.hpp>
 
 #include <set>
@@ -20,7 +21,7 @@ namespace {
 }  // namespace
 
 TEST_CASE("hang: a rank that never enters an all_reduce is named, with its stack, exit 124, nothing left",
-          "[e2e][hang]") {
+          "[e2e][hang][torch]") {
   Subreaper reaper;
   Child c(with_start_method({lspawn_bin(), "--nprocs", "3", "--hang-timeout", "1", "--grace-period", "2",
                              hang_worker_bin(), "never-enters", "2", "3"}));
@@ -45,7 +46,7 @@ TEST_CASE("hang: a rank that never enters an all_reduce is named, with its stack
 }
 
 TEST_CASE("hang: a rank stuck in a subgroup collective its partner never joins: op and sequence numbers",
-          "[e2e][hang]") {
+          "[e2e][hang][torch]") {
   Subreaper reaper;
   Child c(with_start_method({lspawn_bin(), "--nprocs", "3", "--hang-timeout", "1", "--grace-period", "2",
                              hang_worker_bin(), "subgroup", "0", "2"}));
@@ -61,7 +62,7 @@ TEST_CASE("hang: a rank stuck in a subgroup collective its partner never joins: 
   CHECK(alive_after(worker_pids(c.out()), 2s).empty());
 }
 
-TEST_CASE("hang: the report on demand (SIGURG, lspawn status PID) while the job goes on", "[e2e][hang]") {
+TEST_CASE("hang: the report on demand (SIGURG, lspawn status PID) while the job goes on", "[e2e][hang][torch]") {
   Subreaper reaper;
   Child c(with_start_method({lspawn_bin(), "--nprocs", "2", "--grace-period", "2", hang_worker_bin(),
                              "never-enters", "1", "2"}));
@@ -93,7 +94,7 @@ TEST_CASE("hang: the report on demand (SIGURG, lspawn status PID) while the job 
 }
 
 TEST_CASE("hang: ranks computing between collectives longer than --hang-timeout are not a hang",
-          "[e2e][hang][exec-only]") {
+          "[e2e][hang][exec-only][torch]") {
   const auto r = run_lspawn({"--nprocs", "2", "--hang-timeout", "1", hang_worker_bin(), "slow-steps", "0", "2"});
   INFO(r.err);
   CHECK(r.exit_code == 0);
@@ -108,7 +109,7 @@ TEST_CASE("lspawn status: a pid that is not an lspawn job", "[e2e][hang][exec-on
   CHECK(u.exit_code == lspawn::exit_codes::kUsage);
 }
 
-TEST_CASE("hang: over gloo too (the op is in flight until Work::wait returns)", "[e2e][hang][exec-only]") {
+TEST_CASE("hang: over gloo too (the op is in flight until Work::wait returns)", "[e2e][hang][exec-only][torch]") {
   Subreaper reaper;
   Child c({lspawn_bin(), "--nprocs", "2", "--hang-timeout", "1", "--grace-period", "2", hang_worker_bin(),
            "never-enters", "1", "2"},

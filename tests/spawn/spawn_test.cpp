@@ -286,7 +286,7 @@ TEST_CASE("spawn: a sibling that exits on its own within the grace period is not
   CHECK(exists(dir.path + "/clean"));
 }
 
-TEST_CASE("spawn daemon: the parent is killed -> children and grandchildren gone within 1 s, and the run directory") {
+TEST_CASE("spawn daemon: the parent is killed -> children and grandchildren gone within 1 s, and the run directory", "[counts-threads]") {
   const StartMethod m = GENERATE(from_range(std::begin(kMethods), std::end(kMethods)));
   INFO("start method " << lspawn::start_method_name(m));
   TempDir dir;
@@ -402,7 +402,7 @@ TEST_CASE("spawn: start methods that exec or use the forkserver need a registere
   CHECK(ctx.results<int>() == std::vector<std::optional<int>>{7, 8});
 }
 
-TEST_CASE("spawn Fork refuses a process that runs threads, naming the count") {
+TEST_CASE("spawn Fork refuses a process that runs threads, naming the count", "[counts-threads]") {
   std::mutex mu;
   std::condition_variable cv;
   bool stop = false;
@@ -425,7 +425,7 @@ TEST_CASE("spawn Fork refuses a process that runs threads, naming the count") {
   t.join();
 }
 
-TEST_CASE("spawn nprocs unset: one process per visible accelerator, else one in-process") {
+TEST_CASE("spawn nprocs unset: one process per visible accelerator, else one in-process", "[counts-threads]") {
   const char* saved = std::getenv("CUDA_VISIBLE_DEVICES");
   const std::string keep = saved ? saved : "";
   SpawnOptions o = quiet(StartMethod::Fork, 1);
