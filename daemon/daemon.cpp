@@ -15,6 +15,7 @@
 #include <set>
 #include <sstream>
 
+#include "supervisor/duration_text.hpp"
 #include "supervisor/exit_codes.hpp"
 #include "daemon/daemon_client.hpp"
 #include "spawn/elf.hpp"
@@ -67,12 +68,6 @@ void ensure_private_dir(const std::string& dir) {
                       ", owner uid " + std::to_string(st.st_uid) + ", mode " + mode +
                       "); use a directory of mode 0700 (--socket PATH)");
   }
-}
-
-std::string seconds_text(Clock::duration d) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f s", std::chrono::duration<double>(d).count());
-  return buf;
 }
 
 // What makes a program file "unchanged": the same file (device, inode) with the same size and
@@ -191,7 +186,7 @@ class Server {
       const bool idle = o_.idle_timeout.count() > 0 && now >= w.last_used + o_.idle_timeout;
       if (!idle && !w.stale) continue;
       log("stopping the forkserver of " + w.path + " (pid " + std::to_string(w.server->pid()) + "): " +
-          (w.stale ? "the program file changed" : "unused for " + seconds_text(now - w.last_used)));
+          (w.stale ? "the program file changed" : "unused for " + elapsed_text(now - w.last_used)));
       warm_.erase(warm_.begin() + static_cast<long>(i--));
     }
   }
@@ -289,7 +284,7 @@ class Server {
         std::ostringstream line;
         line << "forkserver pid " << w->server->pid() << ", runs " << w->runs << ", running "
              << w->runs_alive.size() << ", idle "
-             << (w->runs_alive.empty() ? seconds_text(now - w->last_used) : std::string("no")) << ": "
+             << (w->runs_alive.empty() ? elapsed_text(now - w->last_used) : std::string("no")) << ": "
              << w->path << " (" << w->identity << ")" << (w->stale ? " [changed; stopping]" : "");
         r.forkservers.push_back(line.str());
       }
@@ -369,7 +364,7 @@ class Server {
       nw->server = Forkserver::exec(req.path, req.argv, req.env, o_.ready_timeout, &stop_);
       log("started the forkserver of " + req.path +
           (req.preload ? " preloading " + req.argv.back() : std::string()) + " (pid " + std::to_string(nw->server->pid()) +
-          ", ready after " + seconds_text(Clock::now() - t0) + ") for " + c.who());
+          ", ready after " + elapsed_text(Clock::now() - t0) + ") for " + c.who());
       warm_.push_back(std::move(nw));
       w = warm_.back().get();
     }

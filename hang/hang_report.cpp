@@ -11,16 +11,12 @@
 #include <cxxabi.h>
 
 #include "status/stack_dump.hpp"
+#include "supervisor/duration_text.hpp"
 
 namespace lspawn {
 namespace {
 
-std::string secs(std::int64_t us) {
-  char buf[32];
-  const double s = std::max<std::int64_t>(us, 0) / 1e6;
-  std::snprintf(buf, sizeof buf, s < 10 ? "%.1f s" : "%.0f s", s);
-  return buf;
-}
+std::string secs(std::int64_t us) { return elapsed_text(std::chrono::microseconds(us)); }
 
 std::string op_text(const std::string& op, std::uint64_t seq, const std::string& group) {
   return op + " #" + std::to_string(seq) + " on group " + group;

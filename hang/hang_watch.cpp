@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include "supervisor/duration_text.hpp"
 #include "supervisor/sys.hpp"
 #include "status/recorder.hpp"
 #include "status/stack_dump.hpp"
@@ -33,12 +34,6 @@ std::optional<std::vector<std::string>> read_stack(const std::string& path) {
   if (!complete) return std::nullopt;
   if (!lines.empty()) lines.erase(lines.begin());  // "pid N main thread"
   return lines;
-}
-
-std::string seconds_text(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", s);
-  return buf;
 }
 
 }  // namespace
@@ -205,7 +200,7 @@ bool HangWatch::ask_stack(RankInput& in) {
 }
 
 std::string HangWatch::stack_wait_text() const {
-  return seconds_text(std::chrono::duration<double>(opts_.stack_wait).count());
+  return seconds_number(opts_.stack_wait);
 }
 
 void HangWatch::set_remote(int node_rank, std::vector<RankInput> inputs) { remote_[node_rank] = std::move(inputs); }
@@ -293,10 +288,9 @@ void HangWatch::finish_report() {
   }
   std::string headline;
   if (p.hang) {
-    char q[32];
-    std::snprintf(q, sizeof q, "%.1f", p.quiet_s);
-    headline = "hang: no rank made progress in its collectives for " + std::string(q) + " s (" + opts_.timeout_flag + " " +
-               seconds_text(std::chrono::duration<double>(opts_.timeout).count()) + ")";
+    headline = "hang: no rank made progress in its collectives for " +
+               elapsed_text(std::chrono::duration<double>(p.quiet_s)) + " (" + opts_.timeout_flag + " " +
+               seconds_number(opts_.timeout) + ")";
   } else {
     headline = "status of " + std::to_string(p.inputs.size()) + " rank" + (p.inputs.size() == 1 ? "" : "s") +
                " (on request)";

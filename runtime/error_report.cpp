@@ -187,6 +187,7 @@ int record(const std::function<int()>& fn) {
   try {
     return fn();
   } catch (...) {
+    TermHold::Reporting reporting;  // until the report is on disk (the hold's second case)
     write_error_report(std::current_exception());
     return 1;
   }

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "runtime/socket_calls.hpp"
+#include "supervisor/duration_text.hpp"
 #include "runtime/torch_compat.hpp"
 
 namespace lspawn {
@@ -129,12 +130,6 @@ std::string hex_bytes(const uint8_t* p, size_t n) {
   return out;
 }
 
-std::string seconds(std::chrono::milliseconds d) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g s", static_cast<double>(d.count()) / 1000.0);
-  return buf;
-}
-
 // Reads the connection token from accepted socket `c`. "" when it is valid (and not a replay),
 // else why it is refused.
 std::string read_token(GuardState& s, int c) {
@@ -159,9 +154,9 @@ std::string read_token(GuardState& s, int c) {
     if (errno == ECONNRESET) return "it reset the connection";
     if (errno != EAGAIN && errno != EWOULDBLOCK) return std::string("recv: ") + std::strerror(errno);
     if (wait_for(c, POLLIN, deadline) == 0) {
-      return got == 0 ? "it sent nothing for " + seconds(kGlooTokenWait)
+      return got == 0 ? "it sent nothing for " + seconds_text(kGlooTokenWait)
                       : "it sent " + std::to_string(got) + " bytes of a connection token and nothing more for " +
-                            seconds(kGlooTokenWait);
+                            seconds_text(kGlooTokenWait);
     }
   }
   if (!s.auth->check_connection_token(t)) return "a connection token not signed with this job's secret";

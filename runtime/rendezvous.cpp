@@ -15,6 +15,7 @@
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include "supervisor/duration_text.hpp"
 #include "supervisor/sys.hpp"
 #include "runtime/authenticated_store.hpp"
 #include "runtime/store_listener.hpp"
@@ -38,16 +39,6 @@ std::string endpoint(const std::string& host, uint16_t port) {
   return host + ":" + std::to_string(port);
 }
 
-std::string seconds_text(milliseconds d, int decimals) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f s", decimals, static_cast<double>(d.count()) / 1000.0);
-  return buf;
-}
-
-// "2 s" for whole seconds, "2.5 s" otherwise.
-std::string timeout_text(milliseconds d) {
-  return seconds_text(d, d.count() % 1000 == 0 ? 0 : (d.count() % 100 == 0 ? 1 : 3));
-}
 
 milliseconds since(Clock::time_point t0) {
   return std::chrono::duration_cast<milliseconds>(Clock::now() - t0);
@@ -354,8 +345,8 @@ c10::intrusive_ptr<c10d::TCPStore> connect_store(const std::string& host, uint16
     if (why.empty()) break;
     if (Clock::now() + backoff >= deadline) {
       throw RendezvousError("cannot connect to the rendezvous store at " + endpoint(host, port) +
-                            " after " + seconds_text(since(t0), 1) + " (timeout " +
-                            timeout_text(timeout) + ", " + std::to_string(attempts) +
+                            " after " + elapsed_text(since(t0)) + " (timeout " +
+                            seconds_text(timeout) + ", " + std::to_string(attempts) +
                             " attempts): " + why);
     }
     std::this_thread::sleep_for(backoff);
@@ -374,8 +365,8 @@ c10::intrusive_ptr<c10d::TCPStore> connect_store(const std::string& host, uint16
     return store;
   } catch (const std::exception& e) {
     throw RendezvousError("cannot connect to the rendezvous store at " + endpoint(host, port) +
-                          " after " + seconds_text(since(t0), 1) + " (timeout " +
-                          timeout_text(timeout) + "): " + e.what());
+                          " after " + elapsed_text(since(t0)) + " (timeout " +
+                          seconds_text(timeout) + "): " + e.what());
   }
 }
 
@@ -394,7 +385,7 @@ Rendezvous rendezvous(const WorkerEnv& env, const RendezvousOptions& options) {
   auto who = [&] { return "rank " + std::to_string(env.rank) + "/" + std::to_string(n); };
   auto timed_out = [&](int joined, const std::vector<int>& missing) {
     return RendezvousTimeout("rendezvous '" + env.run_id + "' timed out after " +
-                                 seconds_text(since(t0), 1) + " (timeout " + timeout_text(timeout) +
+                                 elapsed_text(since(t0)) + " (timeout " + seconds_text(timeout) +
                                  ") at " + where() + ": " + std::to_string(joined) + "/" +
                                  std::to_string(n) + " ranks joined, missing: " + rank_list(missing) +
                                  " (seen from " + who() + ")",
@@ -436,7 +427,7 @@ Rendezvous rendezvous(const WorkerEnv& env, const RendezvousOptions& options) {
   // Any store failure below (other than our own timeouts) means the store went away or broke.
   auto lost = [&](const std::exception& e) {
     return RendezvousError("rendezvous '" + env.run_id + "' (" + who() + ") lost the store at " +
-                           where() + " after " + seconds_text(since(t0), 1) + ": " + e.what());
+                           where() + " after " + elapsed_text(since(t0)) + ": " + e.what());
   };
 
   std::vector<std::string> all_ranks;
@@ -540,7 +531,7 @@ Rendezvous rendezvous(const WorkerEnv& env, const RendezvousOptions& options) {
         if (silent.empty()) throw;
         throw RendezvousError("rendezvous '" + env.run_id + "' at " + where() + ": all " + std::to_string(n) +
                               " ranks joined, but ranks " + rank_list(silent) +
-                              " did not confirm within " + seconds_text(since(t0), 1) +
+                              " did not confirm within " + elapsed_text(since(t0)) +
                               " (did they die?)");
       }
     }

@@ -127,6 +127,7 @@ int run_worker(const WorkerBody& body) noexcept {
     }
     return 0;
   } catch (...) {
+    TermHold::Reporting reporting;  // until the report is on disk (the hold's second case)
     proto::ErrorReport report;
     try {
       report = report_current_exception(body.index);

@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "supervisor/duration_text.hpp"
 #include "supervisor/error_file.hpp"
 
 namespace lspawn {
@@ -80,12 +81,6 @@ namespace {
 
 std::string plural(size_t n, const char* word) {
   return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
-}
-
-std::string seconds_text(std::chrono::milliseconds ms) {
-  std::ostringstream os;
-  os << static_cast<double>(ms.count()) / 1000.0 << " s";
-  return os.str();
 }
 
 std::string demangled_current_exception_type() {

@@ -11,11 +11,13 @@ namespace {
 
 std::mutex g_mutex;
 int g_depth = 0;                      // TermHolds alive with the handler installed
-volatile sig_atomic_t g_held = 0;     // a SIGTERM came while unwinding
+volatile sig_atomic_t g_held = 0;     // a SIGTERM came while unwinding or reporting
+std::atomic<int> g_reporting{0};      // TermHold::Reporting alive, on any thread
+static_assert(std::atomic<int>::is_always_lock_free, "read in a signal handler");
 
 void on_term(int sig) {
   // std::uncaught_exceptions() reads this thread's exception globals: no lock, no allocation.
-  if (std::uncaught_exceptions() > 0) {
+  if (std::uncaught_exceptions() > 0 || g_reporting.load(std::memory_order_acquire) > 0) {
     g_held = 1;
     return;
   }
@@ -62,6 +64,9 @@ TermHold::~TermHold() {
 }
 
 bool TermHold::held() { return g_held != 0; }
+
+TermHold::Reporting::Reporting() { g_reporting.fetch_add(1, std::memory_order_acq_rel); }
+TermHold::Reporting::~Reporting() { g_reporting.fetch_sub(1, std::memory_order_acq_rel); }
 
 namespace {
 std::atomic<ThrowClock> g_throw_clock{nullptr};

@@ -12,8 +12,14 @@
 // grace period still ends an unwinding that hangs. Active only when SIGTERM is SIG_DFL when the
 // first TermHold starts: a program's own handler (or SIG_IGN) is left alone. Nests, and may be
 // used from several threads.
+// The catch that writes the report has no exception in flight any more (uncaught_exceptions() is
+// 0 inside a handler): a TermHold::Reporting there holds a SIGTERM the same way until the report
+// is written, on whichever thread the signal lands.
 //
-//   int run() { TermHold hold; try { return body(); } catch (...) { write_report(); return 1; } }
+//   int run() {
+//     TermHold hold;
+//     try { return body(); } catch (...) { TermHold::Reporting r; write_report(); return 1; }
+//   }
 #pragma once
 
 #include <cstdint>
@@ -35,6 +41,15 @@ class TermHold {
   // hold ends. An unwinding that waits (a peer's reply, a flush) may end its wait early on it,
   // since the process is being stopped; reading it needs no lock (async-signal-safe).
   static bool held();
+
+  // While one lives (inside an active TermHold), any SIGTERM is held, exception or not.
+  class Reporting {
+   public:
+    Reporting();
+    ~Reporting();
+    Reporting(const Reporting&) = delete;
+    Reporting& operator=(const Reporting&) = delete;
+  };
 
  private:
   bool active_ = false;

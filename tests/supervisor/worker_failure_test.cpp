@@ -80,6 +80,30 @@ TEST_CASE("TermHold: a SIGTERM during an unwinding waits for the catch, then end
   CHECK(killed_by(r, SIGTERM));
 }
 
+TEST_CASE("TermHold: a SIGTERM while the catch writes the report (Reporting) waits for it, then ends the process",
+          "[worker_failure]") {
+  // Inside a catch no exception is in flight (uncaught_exceptions() == 0): without Reporting this
+  // SIGTERM ends the process before "report written;" (what spawn()'s worker and record() guard).
+  const auto r = in_child([](const auto& say) {
+    {
+      lspawn::TermHold hold;
+      try {
+        throw std::runtime_error("failed");
+      } catch (const std::exception&) {
+        lspawn::TermHold::Reporting reporting;
+        ::raise(SIGTERM);
+        say(lspawn::TermHold::held() ? "held;" : "not held;");
+        say("report written;");
+      }
+      say("catch ended;");
+    }
+    say("after the hold;");  // never: the held SIGTERM acts when the hold ends
+  });
+  INFO(r.said);
+  CHECK(r.said == "held;report written;catch ended;");
+  CHECK(killed_by(r, SIGTERM));
+}
+
 TEST_CASE("TermHold: a SIGTERM with no exception in flight acts at once", "[worker_failure]") {
   const auto r = in_child([](const auto& say) {
     lspawn::TermHold hold;
