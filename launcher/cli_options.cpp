@@ -107,7 +107,7 @@ StdSpec std_spec_or_usage(const std::string& opt, const std::string& v) {
   return *s;
 }
 
-// The signals lspawn forwards to the workers (cli.cpp: SupervisorOptions::forward_signals).
+// The signals lspawn forwards to the workers (run.cpp: SupervisorOptions::forward_signals).
 const char* const kForwardedSignals[] = {"SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"};
 
 // torchrun's flags (torchrun_compat.hpp), kept apart from the rest. `args`/`i`: the command
@@ -241,8 +241,8 @@ void check_torchrun_options(CliOptions& o) {
 
 }  // namespace
 
-std::string usage_text() {
-  return R"(usage: lspawn [options] [--] program [args...]
+// What `lspawn --help` prints (usage_text()).
+constexpr const char* kUsageText = R"(usage: lspawn [options] [--] program [args...]
 
 Starts N copies of program with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, ...),
 prefixes their output, and stops them all as soon as one fails.
@@ -354,9 +354,149 @@ lspawn daemon [--socket PATH] [--max-forkservers N] [--idle-timeout SECONDS]
                                   --start-method warm; lspawn daemon --status | --stop [--socket
                                   PATH] asks a running one (docs/warm-start.md)
 )";
-}
+
+std::string usage_text() { return kUsageText; }
 
 namespace {
+
+using TakeValue = std::function<std::string(const char* form)>;  // the option's value, else usage()
+using NoValue = std::function<void()>;                            // usage() when the option has one
+
+// --nnodes N|MIN:MAX.
+void parse_nnodes(const std::string& name, const std::string& v, CliOptions& o) {
+  if (const auto colon = v.find(':'); colon != std::string::npos) {
+    // torchrun's elastic MIN:MAX (docs/multi-node.md "Elastic jobs"); N:N is the count N.
+    o.min_nnodes = parse_int(name, v.substr(0, colon), 1, 1 << 20, "N|MIN:MAX", "MIN:MAX with 1 <= MIN <= MAX");
+    o.nnodes = parse_int(name, v.substr(colon + 1), 1, 1 << 20, "N|MIN:MAX", "MIN:MAX with 1 <= MIN <= MAX");
+    if (o.min_nnodes > o.nnodes) {
+      usage(name + ": MIN must not exceed MAX (" + name + " MIN:MAX, e.g. 1:4), got '" + v + "'");
+    }
+    if (o.min_nnodes == o.nnodes) o.min_nnodes = 0;
+  } else {
+    o.nnodes = parse_int(name, v, 1, 1 << 20, "N|MIN:MAX", "a positive integer or MIN:MAX");
+    o.min_nnodes = 0;
+  }
+}
+
+// The options that shape the job: its workers, its nodes, where they meet. Returns false when
+// `name` is not one of them.
+bool parse_job_option(const std::string& name, const TakeValue& take, CliOptions& o) {
+  if (name == "--nprocs" || name == "--nproc-per-node") {
+    const std::string v = take("N|gpu|cpu|auto");
+    o.nproc_spec.clear();
+    if (v == "gpu" || v == "cpu" || v == "auto") {
+      o.nproc_spec = v;  // counted by run_cli (torchrun_compat.hpp)
+    } else if (v == "xpu") {
+      usage(name + ": 'xpu' is not supported: lspawn counts NVIDIA GPUs only (" + name + " N|gpu|cpu|auto)");
+    } else {
+      o.nproc_per_node = parse_int(name, v, 1, kMaxProcs, "N|gpu|cpu|auto", "a positive integer, gpu, cpu or auto");
+    }
+  } else if (name == "--nnodes") {
+    parse_nnodes(name, take("N|MIN:MAX"), o);
+  } else if (name == "--node-rank") {
+    o.node_rank = parse_int(name, take("R"), 0, 1 << 20, "R", "an integer >= 0");
+    o.node_rank_given = true;
+  } else if (name == "--master-addr") {
+    o.master_addr = take("ADDR");
+    if (o.master_addr.empty()) usage(name + ": empty address (" + name + " ADDR)");
+  } else if (name == "--bind-addr") {
+    o.bind_addr = take("ADDR");
+    if (o.bind_addr.empty()) usage(name + ": empty address (" + name + " ADDR)");
+  } else if (name == "--master-port") {
+    o.master_port = parse_int(name, take("PORT"), 0, 65535, "PORT", "an integer 0..65535");
+  } else if (name == "--run-id" || name == "--rdzv-id") {
+    o.run_id = take("ID");
+    if (o.run_id.empty()) usage(name + ": empty run id (" + name + " ID)");
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// --start-method exec|forkserver|warm (and torchrun's spawn|fork).
+void parse_start_method(const std::string& name, const std::string& m, CliOptions& o) {
+  if (m == "exec") {
+    o.start_method = CliStartMethod::Exec;
+  } else if (m == "forkserver") {
+    o.start_method = CliStartMethod::Forkserver;
+  } else if (m == "warm") {
+    o.start_method = CliStartMethod::Warm;
+  } else if (m == "spawn" || m == "fork") {
+    // torchrun's Python multiprocessing start methods: every lspawn worker is a fresh exec.
+    o.start_method = CliStartMethod::Exec;
+    o.notes.push_back(name + " " + m + ": torchrun's start method; lspawn starts each worker by "
+                      "fork + exec (--start-method exec)");
+  } else {
+    usage(name + ": expected exec, forkserver or warm (" + name + " exec|forkserver|warm), got '" + m + "'");
+  }
+}
+
+// The options of how this lspawn runs the workers: start method, output, timeouts, and --help,
+// --version. Returns false when `name` is not one of them.
+bool parse_run_option(const std::string& name, const NoValue& flag, const TakeValue& take, CliOptions& o) {
+  if (name == "--help") {
+    flag();
+    o.help = true;
+  } else if (name == "--version") {
+    flag();
+    o.version = true;
+  } else if (name == "--no-prefix") {
+    flag();
+    o.prefix = false;
+  } else if (name == "--quiet") {
+    flag();
+    o.quiet = true;
+  } else if (name == "--warm") {
+    flag();
+    o.start_method = CliStartMethod::Warm;
+  } else if (name == "--grace-period") {
+    o.grace_period_s = parse_seconds(name, take("SECONDS"));
+  } else if (name == "--hang-timeout") {
+    o.hang_timeout_s = parse_seconds(name, take("SECONDS"));
+  } else if (name == "--log-dir") {
+    o.log_dir = take("DIR");
+    if (o.log_dir.empty()) usage(name + ": empty directory (" + name + " DIR)");
+  } else if (name == "--result-file") {
+    o.result_file = take("PATH");
+    if (o.result_file.empty()) usage(name + ": empty path (" + name + " PATH)");
+  } else if (name == "--daemon-socket") {
+    o.daemon_socket = take("PATH");
+    if (o.daemon_socket.empty()) usage(name + ": empty path (" + name + " PATH)");
+  } else if (name == "--start-method") {
+    parse_start_method(name, take("exec|forkserver|warm"), o);
+  } else if (name == "--preload") {
+    const std::string v = take("MODULE[,MODULE...]");
+    for (const std::string& m : split_commas(v)) {
+      if (auto why = preload::check_module(m); !why.empty()) {
+        usage(name + ": " + why + " in '" + v + "' (" + name + " MODULE[,MODULE...], e.g. torch,lightning)");
+      }
+      o.preload.push_back(m);
+    }
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// One option as written: --name or --name=value; torchrun spells some names with '_' (both are
+// accepted: the name comes with '-').
+struct OptionWord {
+  std::string name;
+  std::string value;
+  bool has_value = false;
+};
+
+OptionWord split_option(const std::string& a) {
+  OptionWord w{a, "", false};
+  if (auto eq = a.find('='); eq != std::string::npos) {
+    w.name = a.substr(0, eq);
+    w.value = a.substr(eq + 1);
+    w.has_value = true;
+  }
+  for (size_t k = 2; k < w.name.size(); ++k)
+    if (w.name[k] == '_') w.name[k] = '-';
+  return w;
+}
 
 // The flags of args, each checked alone, and the program (parse_cli()'s first half).
 CliOptions parse_flags(const std::vector<std::string>& args) {
@@ -375,18 +515,10 @@ CliOptions parse_flags(const std::vector<std::string>& args) {
     }
     if (a.size() < 2 || a[0] != '-') break;  // the program
     if (a.compare(0, 2, "--") != 0) usage(a + ": unknown option (options are --name or --name=value)");
-    std::string name = a;
-    std::string value;
-    bool has_value = false;
-    if (auto eq = a.find('='); eq != std::string::npos) {
-      name = a.substr(0, eq);
-      value = a.substr(eq + 1);
-      has_value = true;
-    }
-    // torchrun spells some options with '_': accept both.
-    for (size_t k = 2; k < name.size(); ++k)
-      if (name[k] == '_') name[k] = '-';
-
+    const OptionWord w = split_option(a);
+    const std::string& name = w.name;
+    const std::string& value = w.value;
+    const bool has_value = w.has_value;
     auto flag = [&]() {
       if (has_value) usage(name + ": takes no value (" + name + "), got '" + value + "'");
     };
@@ -395,100 +527,8 @@ CliOptions parse_flags(const std::vector<std::string>& args) {
       if (i + 1 >= args.size()) usage(name + ": missing value (" + name + " " + form + ")");
       return args[++i];
     };
-
-    if (name == "--help") {
-      flag();
-      o.help = true;
-    } else if (name == "--version") {
-      flag();
-      o.version = true;
-    } else if (name == "--nprocs" || name == "--nproc-per-node") {
-      const std::string v = take("N|gpu|cpu|auto");
-      o.nproc_spec.clear();
-      if (v == "gpu" || v == "cpu" || v == "auto") {
-        o.nproc_spec = v;  // counted by run_cli (torchrun_compat.hpp)
-      } else if (v == "xpu") {
-        usage(name + ": 'xpu' is not supported: lspawn counts NVIDIA GPUs only (" + name + " N|gpu|cpu|auto)");
-      } else {
-        o.nproc_per_node = parse_int(name, v, 1, kMaxProcs, "N|gpu|cpu|auto", "a positive integer, gpu, cpu or auto");
-      }
-    } else if (name == "--nnodes") {
-      const std::string v = take("N|MIN:MAX");
-      if (const auto colon = v.find(':'); colon != std::string::npos) {
-        // torchrun's elastic MIN:MAX (docs/multi-node.md "Elastic jobs"); N:N is the count N.
-        o.min_nnodes = parse_int(name, v.substr(0, colon), 1, 1 << 20, "N|MIN:MAX", "MIN:MAX with 1 <= MIN <= MAX");
-        o.nnodes = parse_int(name, v.substr(colon + 1), 1, 1 << 20, "N|MIN:MAX", "MIN:MAX with 1 <= MIN <= MAX");
-        if (o.min_nnodes > o.nnodes) {
-          usage(name + ": MIN must not exceed MAX (" + name + " MIN:MAX, e.g. 1:4), got '" + v + "'");
-        }
-        if (o.min_nnodes == o.nnodes) o.min_nnodes = 0;
-      } else {
-        o.nnodes = parse_int(name, v, 1, 1 << 20, "N|MIN:MAX", "a positive integer or MIN:MAX");
-        o.min_nnodes = 0;
-      }
-    } else if (name == "--node-rank") {
-      o.node_rank = parse_int(name, take("R"), 0, 1 << 20, "R", "an integer >= 0");
-      o.node_rank_given = true;
-    } else if (name == "--master-addr") {
-      o.master_addr = take("ADDR");
-      if (o.master_addr.empty()) usage(name + ": empty address (" + name + " ADDR)");
-    } else if (name == "--bind-addr") {
-      o.bind_addr = take("ADDR");
-      if (o.bind_addr.empty()) usage(name + ": empty address (" + name + " ADDR)");
-    } else if (name == "--master-port") {
-      o.master_port = parse_int(name, take("PORT"), 0, 65535, "PORT", "an integer 0..65535");
-    } else if (name == "--run-id" || name == "--rdzv-id") {
-      o.run_id = take("ID");
-      if (o.run_id.empty()) usage(name + ": empty run id (" + name + " ID)");
-    } else if (name == "--grace-period") {
-      o.grace_period_s = parse_seconds(name, take("SECONDS"));
-    } else if (name == "--log-dir") {
-      o.log_dir = take("DIR");
-      if (o.log_dir.empty()) usage(name + ": empty directory (" + name + " DIR)");
-    } else if (name == "--no-prefix") {
-      flag();
-      o.prefix = false;
-    } else if (name == "--quiet") {
-      flag();
-      o.quiet = true;
-    } else if (name == "--result-file") {
-      o.result_file = take("PATH");
-      if (o.result_file.empty()) usage(name + ": empty path (" + name + " PATH)");
-    } else if (name == "--start-method") {
-      const std::string m = take("exec|forkserver|warm");
-      if (m == "exec") {
-        o.start_method = CliStartMethod::Exec;
-      } else if (m == "forkserver") {
-        o.start_method = CliStartMethod::Forkserver;
-      } else if (m == "warm") {
-        o.start_method = CliStartMethod::Warm;
-      } else if (m == "spawn" || m == "fork") {
-        // torchrun's Python multiprocessing start methods: every lspawn worker is a fresh exec.
-        o.start_method = CliStartMethod::Exec;
-        o.notes.push_back(name + " " + m + ": torchrun's start method; lspawn starts each worker by "
-                          "fork + exec (--start-method exec)");
-      } else {
-        usage(name + ": expected exec, forkserver or warm (" + name + " exec|forkserver|warm), got '" + m + "'");
-      }
-    } else if (name == "--warm") {
-      flag();
-      o.start_method = CliStartMethod::Warm;
-    } else if (name == "--preload") {
-      const std::string v = take("MODULE[,MODULE...]");
-      for (const std::string& m : split_commas(v)) {
-        if (auto why = preload::check_module(m); !why.empty()) {
-          usage(name + ": " + why + " in '" + v + "' (" + name + " MODULE[,MODULE...], e.g. torch,lightning)");
-        }
-        o.preload.push_back(m);
-      }
-    } else if (name == "--daemon-socket") {
-      o.daemon_socket = take("PATH");
-      if (o.daemon_socket.empty()) usage(name + ": empty path (" + name + " PATH)");
-    } else if (name == "--hang-timeout") {
-      o.hang_timeout_s = parse_seconds(name, take("SECONDS"));
-    } else if (parse_torchrun_option(name, has_value, value, args, i, take, o)) {
-    } else if (parse_multinode_option(name, take, o)) {
-    } else {
+    if (!parse_job_option(name, take, o) && !parse_run_option(name, flag, take, o) &&
+        !parse_torchrun_option(name, has_value, value, args, i, take, o) && !parse_multinode_option(name, take, o)) {
       usage(name + ": unknown option (see lspawn --help)");
     }
     o.given.insert(name == "--nproc-per-node" ? "--nprocs" : name);
