@@ -362,7 +362,10 @@ std::unique_ptr<Group> Group::form(const GroupOptions& o, int solo_master_port) 
     Joining joining;
     if (joining.try_join(o, tries)) return form_member(o, std::move(joining), tries.t0);
     tries.report_if_due();
-    if (Clock::now() + backoff >= tries.deadline) tries.timed_out();
+    if (Clock::now() + backoff >= tries.deadline) {  // no time for another try: the timeout, on time
+      std::this_thread::sleep_until(tries.deadline);
+      tries.timed_out();
+    }
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, milliseconds(500));
   }

@@ -2,10 +2,13 @@
 // network-namespace tests, tests/multinode/, do the same across two hosts). Restarts.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <csignal>
 #include <map>
 #include <set>
+#include <thread>
 
+#include <poll.h>
 #include <sys/wait.h>
 
 #include "harness.hpp"
@@ -724,7 +727,7 @@ TEST_CASE("rendezvous: a silent listener on the endpoint - said within seconds, 
   TakenPort taken(true);
   const std::string ep = "127.0.0.1:" + std::to_string(taken.port);
   const auto t0 = std::chrono::steady_clock::now();
-  Child a(lspawn_args({"--nnodes", "2:3", "--rdzv-endpoint", ep, "--rdzv-timeout", "10", "/bin/true"}));
+  Child a(lspawn_args({"--nnodes", "2:3", "--rdzv-endpoint", ep, "--rdzv-timeout", "10", worker_bin(), "env"}));
   const std::string silent = ep + " accepted the connection but sent nothing lspawn understands in ";
   // Said within a few seconds (3 s after it began), not at the timeout.
   CHECK(wait_err(a, "rendezvous on " + ep + ": this node could not host it (bind: Address already in use) nor join it: " +
@@ -747,7 +750,7 @@ TEST_CASE("rendezvous: the endpoint taken by a socket that does not listen - bin
   TakenPort taken(false);
   const std::string ep = "127.0.0.1:" + std::to_string(taken.port);
   const auto t0 = std::chrono::steady_clock::now();
-  Child a(lspawn_args({"--nnodes", "2", "--rdzv-endpoint", ep, "--rdzv-timeout", "5", "/bin/true"}));
+  Child a(lspawn_args({"--nnodes", "2", "--rdzv-endpoint", ep, "--rdzv-timeout", "5", worker_bin(), "env"}));
   const std::string why = "this node could not host it (bind: Address already in use) nor join it: connect: Connection refused";
   CHECK(wait_err(a, "rendezvous on " + ep + ": " + why + "; still trying (", std::chrono::seconds(5)));
   CHECK(seconds_since(t0) < 5.0);
@@ -763,11 +766,43 @@ TEST_CASE("rendezvous: a static member whose node 0 is a silent stranger says so
   TakenPort taken(true);
   const std::string ep = "127.0.0.1:" + std::to_string(taken.port);
   Child b(lspawn_args({"--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port",
-                       std::to_string(taken.port), "--rdzv-timeout", "4", "/bin/true"}));
+                       std::to_string(taken.port), "--rdzv-timeout", "4", worker_bin(), "env"}));
   const std::string why = "node 0 could not be reached: " + ep + " accepted the connection but sent nothing lspawn understands in ";
   CHECK(wait_err(b, "rendezvous on " + ep + ": " + why, std::chrono::seconds(4)));
   const int sb = b.wait(std::chrono::seconds(30));
   INFO(b.err());
   CHECK(code_of(sb) == 122);
   CHECK(has(b.err(), "rendezvous on " + ep + " timed out after 4 s: " + why + "4 s"));
+}
+
+TEST_CASE("rendezvous: another protocol answering on the endpoint - named, and tried again", "[e2e][multinode]") {
+  TakenPort taken(true);
+  std::atomic<int> answered{0};
+  std::atomic<bool> done{false};
+  std::thread answerer([&] {  // reads what comes, answers as an HTTP server would, closes
+    while (!done) {
+      pollfd p{taken.fd.get(), POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      const int c = ::accept4(taken.fd.get(), nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) continue;
+      char buf[4096];
+      pollfd q{c, POLLIN, 0};
+      if (::poll(&q, 1, 1000) > 0) (void)!::read(c, buf, sizeof buf);
+      const char reply[] = "HTTP/1.0 400 Bad Request\r\n\r\n";
+      (void)!::write(c, reply, sizeof reply - 1);
+      ::close(c);
+      ++answered;
+    }
+  });
+  const std::string ep = "127.0.0.1:" + std::to_string(taken.port);
+  auto r = run_lspawn({"--nnodes", "2", "--rdzv-endpoint", ep, "--rdzv-timeout", "4", worker_bin(), "env"});
+  done = true;
+  answerer.join();
+  INFO(r.err);
+  CHECK(r.exit_code == 122);
+  const std::string why = "this node could not host it (bind: Address already in use) nor join it: " + ep +
+                          " answered with bytes that are no lspawn message (bad frame: length 1213486160 exceeds";
+  CHECK(has(r.err, "rendezvous on " + ep + ": " + why));  // said while it tried again
+  CHECK(has(r.err, "rendezvous on " + ep + " timed out after 4 s: " + why));
+  CHECK(answered > 1);  // it did try again
 }
