@@ -806,3 +806,24 @@ TEST_CASE("rendezvous: another protocol answering on the endpoint - named, and t
   CHECK(has(r.err, "rendezvous on " + ep + " timed out after 4 s: " + why));
   CHECK(answered > 1);  // it did try again
 }
+
+TEST_CASE("rendezvous: nodes that could neither host nor join try hosting again - freed, the endpoint gets a host",
+          "[e2e][multinode]") {
+  TakenPort taken(false);
+  const std::string ep = "127.0.0.1:" + std::to_string(taken.port);
+  auto node = [&] {
+    return lspawn_args({"--nnodes", "2", "--nprocs", "1", "--rdzv-endpoint", ep, "--rdzv-timeout", "30", worker_bin(), "env"});
+  };
+  Child a(node());
+  Child b(node());
+  const std::string refused = "nor join it: connect: Connection refused; still trying (";
+  REQUIRE(wait_err(a, refused, std::chrono::seconds(10)));
+  REQUIRE(wait_err(b, refused, std::chrono::seconds(10)));
+  taken.fd.reset();  // the port is free: the next try of one of them binds it
+  const int sa = a.wait(std::chrono::seconds(30)), sb = b.wait(std::chrono::seconds(30));
+  INFO(a.err() << "----\n" << b.err());
+  CHECK(code_of(sa) == 0);
+  CHECK(code_of(sb) == 0);
+  CHECK(count(a.err() + b.err(), "rendezvous: waiting for 1 more node on " + ep) == 1);  // one host
+  CHECK(env_by_rank(a.out()).size() + env_by_rank(b.out()).size() == 2);
+}
