@@ -35,6 +35,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Cause, kind, restart_count, rank
                                                 text)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(JoinMsg, version, host, node_rank, nnodes, min_nnodes, nproc_per_node,
                                                 max_restarts, run_id, worker_addr, worker_port)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(JoinedMsg, joined)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AssignMsg, node_rank, nnodes, nproc_per_node, max_restarts, run_id,
                                                 master_addr, master_port, hosts, coordinator, restart_count,
                                                 restarts_used)
@@ -71,6 +72,7 @@ T Message::as() const {
   template Body body_of<T>(const T&);     \
   template T Message::as<T>() const;
 LSPAWN_NODE_MESSAGE(JoinMsg)
+LSPAWN_NODE_MESSAGE(JoinedMsg)
 LSPAWN_NODE_MESSAGE(AssignMsg)
 LSPAWN_NODE_MESSAGE(RejectMsg)
 LSPAWN_NODE_MESSAGE(FailedMsg)

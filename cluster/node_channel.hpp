@@ -16,6 +16,9 @@
 //
 // Messages (→ direction; every one carries what a peer needs, nothing refers to local state):
 //   member → coordinator  join      JoinMsg, first message of a member
+//   coordinator → member  joined    JoinedMsg: the join is accepted, the assignment follows when
+//                                   the job forms (sent at once: a member that gets no answer
+//                                   names the endpoint as no lspawn's; node_group.hpp)
 //   coordinator → member  assign    AssignMsg: node rank, run id, worker master, round 0 starts
 //   coordinator → member  reject    RejectMsg: the rendezvous failed (reason); the member exits
 //   member → coordinator  failed    FailedMsg: a local worker failed (provisional root cause)
@@ -48,7 +51,8 @@
 
 namespace lspawn::node {
 
-inline constexpr int kProtocolVersion = 1;
+// 2: the coordinator answers a join at once ("joined"). Nodes of another version are rejected.
+inline constexpr int kProtocolVersion = 2;
 inline constexpr uint32_t kMaxFrame = 1u << 20;  // 1 MiB: a root-cause report with a backtrace
 
 // Why a job (or a round) failed: the one root cause every lspawn reports.
@@ -74,6 +78,10 @@ struct JoinMsg {
   std::string run_id;       // empty: none given
   std::string worker_addr;  // where this node's rank 0 would host the workers' store
   int worker_port = 0;      // a port reserved there; 0: none (cannot be node 0)
+};
+
+struct JoinedMsg {
+  int joined = 0;  // nodes that had joined (this one and the coordinator included)
 };
 
 struct AssignMsg {

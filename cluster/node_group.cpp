@@ -1,6 +1,7 @@
 #include "cluster/node_group.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -10,6 +11,7 @@
 
 #include <poll.h>
 
+#include "cluster/membership.hpp"
 #include "supervisor/exit_codes.hpp"
 #include "supervisor/job_secret.hpp"
 
@@ -46,6 +48,11 @@ std::string seconds(milliseconds ms) {
   return os.str();
 }
 
+// "3 s": a duration rounded to whole seconds, for what is said while the rendezvous goes on.
+std::string whole_seconds(Clock::duration d) {
+  return std::to_string(std::llround(std::max(std::chrono::duration<double>(d).count(), 0.0))) + " s";
+}
+
 int64_t now_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -59,15 +66,6 @@ std::string first_line(const std::string& text) {
     if (l.rfind(p, 0) == 0) l = l.substr(std::strlen(p));
   }
   return l;
-}
-
-// Lower is more fundamental: a lost node explains the failures it caused elsewhere; a round
-// stopped to admit a node explains the workers that failed while it stopped.
-int kind_order(const std::string& kind) {
-  if (kind == "node-lost") return 0;
-  if (kind == "signal") return 1;
-  if (kind == "membership") return 2;
-  return 3;
 }
 
 // --nnodes MIN:MAX with MIN < MAX (min_nnodes 0: a fixed count).
@@ -177,7 +175,54 @@ std::optional<Message> read_one(Link& link, std::vector<Message>& queue, Clock::
   return m;
 }
 
+std::string endpoint_of(const GroupOptions& o) { return o.endpoint_addr + ":" + std::to_string(o.endpoint_port); }
+
+// A node that is not the coordinator (yet): what it tried and what answered, said 3 s after the
+// rendezvous began and then every 5 s while it tries again, and named by the timeout's error.
+struct Attempts {
+  static constexpr milliseconds kFirstReport{3000};
+  static constexpr milliseconds kReportEvery{5000};
+  static constexpr milliseconds kAnswerWait{3000};  // a coordinator answers a join at once
+
+  const GroupOptions& o;
+  const std::string ep;
+  const Clock::time_point t0;
+  const Clock::time_point deadline;
+  std::string host_problem;  // --rdzv-endpoint mode: why this node cannot host ("bind: ...")
+  std::string join_problem;  // why it could not join ("connect: ...", "EP accepted ...")
+  Clock::time_point next_report;
+
+  explicit Attempts(const GroupOptions& opts)
+      : o(opts), ep(endpoint_of(opts)), t0(Clock::now()), deadline(t0 + opts.rdzv_timeout),
+        next_report(t0 + kFirstReport) {}
+
+  void cannot_host(int err) {
+    // Not an address of this host: another host's lspawn hosts it (nothing to say).
+    host_problem = err == EADDRNOTAVAIL ? "" : std::string("bind: ") + std::strerror(err);
+  }
+  // "could not host it (bind: ...) nor join it: connect: Connection refused"
+  std::string what_failed() const {
+    if (!o.static_mode && !host_problem.empty()) {
+      return "this node could not host it (" + host_problem + ") nor join it: " + join_problem;
+    }
+    return (o.static_mode ? "node 0 could not be reached: " : "this node could not join it: ") + join_problem;
+  }
+  void report_if_due() {
+    const auto now = Clock::now();
+    if (join_problem.empty() || now < next_report) return;
+    next_report = now + kReportEvery;
+    if (o.info) {
+      o.info("rendezvous on " + ep + ": " + what_failed() + "; still trying (" + whole_seconds(deadline - now) +
+             " of --rdzv-timeout " + seconds(o.rdzv_timeout) + " left)");
+    }
+  }
+  [[noreturn]] void timed_out() const {
+    throw RendezvousError("rendezvous on " + ep + " timed out after " + seconds(o.rdzv_timeout) + ": " + what_failed());
+  }
+};
+
 }  // namespace
+
 
 Group::~Group() = default;
 
@@ -189,58 +234,162 @@ milliseconds Group::heartbeat_interval() const {
   return std::clamp(opts_.node_timeout / 4, milliseconds(20), milliseconds(1000));
 }
 
-std::unique_ptr<Group> Group::form(const GroupOptions& o, int solo_master_port) {
-  if (o.nnodes == 1) {
-    std::unique_ptr<Group> g(new Group());
-    g->opts_ = o;
-    g->coordinator_ = true;
-    g->master_port_.emplace(o.endpoint_addr, solo_master_port);
-    g->assign_.node_rank = 0;
-    g->assign_.nnodes = 1;
-    g->assign_.nproc_per_node = o.nproc_per_node;
-    g->assign_.max_restarts = o.max_restarts;
-    g->assign_.run_id = o.run_id.empty() ? random_run_id() : o.run_id;
-    g->assign_.master_addr = o.endpoint_addr;
-    g->assign_.master_port = g->master_port_->port();
-    g->assign_.hosts = {o.host};
-    return g;
-  }
-  const std::string ep = o.endpoint_addr + ":" + std::to_string(o.endpoint_port);
-  if (o.static_mode && o.node_rank != 0) return form_member(o);
-  int err = 0;
-  sys::Fd listener = sys::tcp_listen(o.endpoint_addr, o.endpoint_port, &err);
-  if (!listener) {
-    if (o.static_mode) {
-      throw PortError(ep + (err == EADDRINUSE ? " is already in use" : " is not an address of this host") +
-                          " (bind: " + std::strerror(err) + "); node 0 listens there for the other nodes",
-                      err);
-    }
-    return form_member(o);
-  }
-  return form_coordinator(o, std::move(listener));
+bool Group::enter(RoundEvent e) {
+  const std::optional<RoundState> next = next_round_state(state_, e);
+  if (!next) return false;
+  state_ = *next;
+  return true;
 }
 
-std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd listener) {
+// ---- Forming ---------------------------------------------------------------------------------
+
+// A member's connection to the coordinator once it has answered the join ("joined", or the
+// assignment at once).
+struct Group::Joining {
+  // One try: connect, send the join, wait for the answer. False: nothing that answers a join
+  // is there (tries.join_problem says what was). Throws RendezvousError (a reject, the timeout).
+  bool try_join(const GroupOptions& o, Attempts& tries);
+
+  std::unique_ptr<Link> link;
+  std::vector<Message> queue;  // read after the answer
+  std::optional<PortReservation> own_port;  // --rdzv-endpoint mode: the workers' port, should it be node 0
+  int joined = 0;  // nodes that had joined when it answered (JoinedMsg); 0: not said
+};
+
+namespace {
+
+JoinMsg join_of(const GroupOptions& o) {
+  JoinMsg j;
+  j.host = o.host;
+  j.node_rank = o.node_rank;
+  j.nnodes = o.nnodes;
+  j.min_nnodes = o.min_nnodes;
+  j.nproc_per_node = o.nproc_per_node;
+  j.max_restarts = o.max_restarts;
+  j.run_id = o.run_id;
+  return j;
+}
+
+// Waits on a member's fresh link for the coordinator's answer to its join: true once it came
+// ("joined" or "assign"; what came is in `queue`). False when the peer closed the connection or
+// sent bytes that are no frame of the channel's (`tries.join_problem` says which): not the
+// coordinator. A silent peer is waited for, said after Attempts::kAnswerWait, until the deadline.
+bool await_answer(Link& link, std::vector<Message>& queue, int* joined, Attempts& tries) {
+  const auto sent = Clock::now();
+  for (;;) {
+    const auto now = Clock::now();
+    const auto answer_due = sent + Attempts::kAnswerWait;
+    tries.join_problem = tries.ep + " accepted the connection but sent nothing lspawn understands in " +
+                         whole_seconds(now - sent) + " (an lspawn coordinator answers a join at once)";
+    if (now >= tries.deadline) tries.timed_out();
+    if (now >= answer_due) tries.report_if_due();  // moves next_report past now when due
+    std::vector<pollfd> p{{link.fd(), POLLIN, 0}};
+    poll_fds(p, std::min(tries.deadline, now < answer_due ? answer_due : tries.next_report));
+    if (!p[0].revents) continue;
+    try {
+      for (auto& m : link.read()) queue.push_back(std::move(m));
+    } catch (const LinkError& e) {
+      tries.join_problem = not_our_frames(e) ? tries.ep + " answered with bytes that are no lspawn message (" + e.what() + ")"
+                                             : tries.ep + " accepted the connection and closed it without answering (" +
+                                                   e.what() + ")";
+      return false;
+    }
+    for (auto it = queue.begin(); it != queue.end(); ++it) {
+      if (it->type == "reject") throw RendezvousError(it->as<RejectMsg>().reason);
+      if (it->type == "assign") return true;
+      if (it->type == "joined") {
+        *joined = it->as<JoinedMsg>().joined;
+        queue.erase(it);
+        return true;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool Group::Joining::try_join(const GroupOptions& o, Attempts& tries) {
+  const auto left = std::chrono::duration_cast<milliseconds>(tries.deadline - Clock::now());
+  int err = 0;
+  sys::Fd fd;
+  try {
+    fd = sys::tcp_connect(o.endpoint_addr, o.endpoint_port, std::min(left, milliseconds(2000)), &err);
+  } catch (const sys::SysError& e) {
+    throw RendezvousError("rendezvous on " + tries.ep + ": " + e.what());
+  }
+  if (!fd) {
+    tries.join_problem = std::string("connect: ") + std::strerror(err);
+    return false;
+  }
+  sys::tcp_set_liveness(fd.get(), o.node_timeout, "rendezvous on " + tries.ep);
+  JoinMsg j = join_of(o);
+  own_port.reset();
+  if (!o.static_mode && o.node_rank <= 0) {
+    j.worker_addr = o.local_addr.empty() ? sys::local_ip(fd.get()) : o.local_addr;
+    own_port.emplace(j.worker_addr, 0);
+    j.worker_port = own_port->port();
+  }
+  link = std::make_unique<Link>(std::move(fd), "the coordinator at " + tries.ep);
+  queue.clear();
+  try {
+    link->send("join", j);
+    if (await_answer(*link, queue, &joined, tries)) return true;
+  } catch (const LinkError& e) {
+    tries.join_problem = tries.ep + " accepted the connection and closed it without answering (" + e.what() + ")";
+  } catch (const BadMessage& e) {
+    throw RendezvousError("rendezvous on " + tries.ep + ": bad message from the coordinator: " + e.what());
+  }
+  link.reset();
+  return false;
+}
+
+std::unique_ptr<Group> Group::form(const GroupOptions& o, int solo_master_port) {
+  if (o.nnodes == 1) return form_solo(o, solo_master_port);
+  Attempts tries(o);
+  milliseconds backoff(20);
+  for (;;) {
+    if (!o.static_mode || o.node_rank == 0) {
+      int err = 0;
+      sys::Fd listener = sys::tcp_listen(o.endpoint_addr, o.endpoint_port, &err);
+      if (listener) return form_coordinator(o, std::move(listener), tries.t0);
+      if (o.static_mode) {
+        throw PortError(tries.ep + (err == EADDRINUSE ? " is already in use" : " is not an address of this host") +
+                            " (bind: " + std::strerror(err) + "); node 0 listens there for the other nodes",
+                        err);
+      }
+      tries.cannot_host(err);
+    }
+    Joining joining;
+    if (joining.try_join(o, tries)) return form_member(o, std::move(joining), tries.t0);
+    tries.report_if_due();
+    if (Clock::now() + backoff >= tries.deadline) {  // no time for another try: the timeout, on time
+      std::this_thread::sleep_until(tries.deadline);
+      tries.timed_out();
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, milliseconds(500));
+  }
+}
+
+std::unique_ptr<Group> Group::form_solo(const GroupOptions& o, int master_port) {
   std::unique_ptr<Group> g(new Group());
   g->opts_ = o;
   g->coordinator_ = true;
-  const auto t0 = Clock::now();
-  const auto deadline = t0 + o.rdzv_timeout;
-  const std::string ep = o.endpoint_addr + ":" + std::to_string(o.endpoint_port);
-  const bool elastic = is_elastic(o.min_nnodes, o.nnodes);
-  g->endpoint_ = ep;
-  if (elastic) {
-    g->info("rendezvous: waiting for " + std::to_string(o.min_nnodes - 1) + " to " + std::to_string(o.nnodes - 1) +
-            " more nodes on " + ep + " (--nnodes " + nnodes_flag(o.min_nnodes, o.nnodes) + ", timeout " +
-            seconds(o.rdzv_timeout) + ", last call " + seconds(o.last_call) + ")");
-  } else {
-    g->info("rendezvous: waiting for " + std::to_string(o.nnodes - 1) + " more node" +
-            (o.nnodes == 2 ? "" : "s") + " on " + ep + " (timeout " + seconds(o.rdzv_timeout) + ")");
-  }
-  // A port for the workers' store on this host, in case this node is node 0.
-  const std::string own_addr = !o.static_mode && !o.local_addr.empty() ? o.local_addr : o.endpoint_addr;
-  PortReservation own_port(own_addr, 0);
+  g->master_port_.emplace(o.endpoint_addr, master_port);
+  g->assign_.node_rank = 0;
+  g->assign_.nnodes = 1;
+  g->assign_.nproc_per_node = o.nproc_per_node;
+  g->assign_.max_restarts = o.max_restarts;
+  g->assign_.run_id = o.run_id.empty() ? random_run_id() : o.run_id;
+  g->assign_.master_addr = o.endpoint_addr;
+  g->assign_.master_port = g->master_port_->port();
+  g->assign_.hosts = {o.host};
+  return g;
+}
 
+// The coordinator's rendezvous, one step per function over this state: the connections that came
+// (pending) until the job forms, then their node ranks and assignments.
+struct Group::Gathering {
   struct Pending {
     std::unique_ptr<Link> link;
     std::vector<Message> queue;
@@ -248,9 +397,29 @@ std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd li
     std::string endpoint;  // "IP:PORT" of the peer, for what is said about a stranger
     Clock::time_point accepted_at;
   };
+
+  Group& g;
+  const GroupOptions& o;
+  const std::string ep;
+  const Clock::time_point t0;
+  const Clock::time_point deadline;
+  const bool elastic;
+  sys::Fd listener;
+  Formation formation;
   std::vector<Pending> pending;
   bool full_said = false;  // kMaxUnjoined was reached (said once)
-  auto reject_all = [&](const std::string& reason) {
+
+  Gathering(Group& group, const GroupOptions& opts, sys::Fd l, Clock::time_point start)
+      : g(group), o(opts), ep(endpoint_of(opts)), t0(start), deadline(start + opts.rdzv_timeout),
+        elastic(is_elastic(opts.min_nnodes, opts.nnodes)), listener(std::move(l)),
+        formation(opts.nnodes, opts.min_nnodes, opts.last_call, deadline) {}
+
+  int joined() const {
+    int n = 1;
+    for (auto& p : pending) n += p.join.has_value();
+    return n;
+  }
+  [[noreturn]] void reject_all(const std::string& reason) {
     for (auto& p : pending) {
       try {
         p.link->send("reject", RejectMsg{reason});
@@ -258,99 +427,117 @@ std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd li
       }
     }
     throw RendezvousError(reason);
-  };
-  auto joined = [&] {
-    int n = 1;
-    for (auto& p : pending) n += p.join.has_value();
-    return n;
-  };
-  // Elastic: once MIN have joined, the rendezvous closes at the last call (or at MAX).
-  std::optional<Clock::time_point> last_call;
-  auto formed = [&] {
-    const int n = joined();
-    if (n >= o.nnodes) return true;
-    if (!elastic || n < o.min_nnodes) {
-      last_call.reset();
-      return false;
-    }
-    const auto now = Clock::now();
-    if (!last_call) {
-      last_call = now + o.last_call;
-      g->info("rendezvous: " + std::to_string(n) + (n == 1 ? " node" : " nodes") + " joined (--nnodes " + nnodes_flag(o.min_nnodes, o.nnodes) +
-              "): waiting " + seconds(o.last_call) + " for more (last_call_timeout)");
-    }
-    return now >= *last_call || now >= deadline;
-  };
-  while (!formed()) {
-    if (Clock::now() >= deadline) {
-      reject_all("rendezvous on " + ep + " timed out after " + seconds(o.rdzv_timeout) + ": " +
-                 std::to_string(joined()) + "/" + std::to_string(elastic ? o.min_nnodes : o.nnodes) +
-                 " nodes joined" + (elastic ? " (--nnodes " + nnodes_flag(o.min_nnodes, o.nnodes) + ")" : ""));
-    }
-    std::vector<pollfd> pfds{{listener.get(), POLLIN, 0}};
-    auto wake = last_call ? std::min(deadline, *last_call) : deadline;
-    for (auto& p : pending) {
-      pfds.push_back({p.link->fd(), POLLIN, 0});
-      if (!p.join) wake = std::min(wake, join_due(p.accepted_at, o.node_timeout) + milliseconds(1));
-    }
-    poll_fds(pfds, wake);
-    if (pfds[0].revents) {
-      const int unjoined = static_cast<int>(pending.size()) - (joined() - 1);
-      accept_nodes(listener.get(), ep, o.node_timeout, unjoined, &full_said, [&](const std::string& l) { g->info(l); },
-                   [&](std::unique_ptr<Link> link, std::string endpoint) {
-                     pending.push_back({std::move(link), {}, {}, std::move(endpoint), Clock::now()});
-                   });
-    }
-    for (size_t i = 0; i < pending.size(); ++i) {
-      auto& p = pending[i];
-      bool drop = false;
-      try {
-        for (auto& m : p.link->read()) p.queue.push_back(std::move(m));
-        for (auto& m : p.queue) {
-          if (m.type != "join" || p.join) continue;
-          JoinMsg j = m.as<JoinMsg>();
-          if (const std::string why = join_mismatch(o, j); !why.empty()) {
-            reject_all("rendezvous on " + ep + ": " + p.link->peer() + " (" + j.host + ") " + why);
-          }
-          p.join = j;
-          p.link->set_peer(j.host + " (" + sys::peer_ip(p.link->fd()) + ")");
-        }
-        p.queue.clear();
-      } catch (const LinkError& e) {
-        // It went away before the job formed (it is simply not part of it), or it is not an
-        // lspawn: either way the rendezvous goes on without it. Bytes that are no frame of
-        // ours are said, naming the sender.
-        drop = true;
-        if (not_our_frames(e)) {
-          g->info("rendezvous on " + ep + ": rejected connection from " + p.endpoint + ": " + e.what());
-        }
-      } catch (const BadMessage& e) {
-        // A frame of ours with a body that is no join message: a stranger (or a broken lspawn)
-        // is turned away; the nodes that did join are not.
-        drop = true;
-        g->info("rendezvous on " + ep + ": rejected connection from " + p.endpoint +
-                ": bad join message (" + e.what() + ")");
-        try {
-          p.link->send("reject", RejectMsg{"bad join message: " + std::string(e.what())});
-        } catch (const LinkError&) {
-        }
-      }
-      if (!drop && !p.join && Clock::now() > join_due(p.accepted_at, o.node_timeout)) {
-        drop = true;
-        g->info(join_overdue(ep, p.endpoint, o.node_timeout));
-      }
-      if (drop) {
-        pending.erase(pending.begin() + static_cast<long>(i));
-        --i;
-      }
-    }
   }
-  // Connections that sent no join yet: an elastic job's next round may admit them; a fixed
-  // job has formed without them.
+  void say_waiting() const;
+  void until_formed();
+  void poll_once();
+  bool read_pending(Pending& p);  // false: drop it
+  void settle_unjoined();
+  std::vector<int> node_ranks();
+  void fill_assignment(const std::vector<int>& rank, const std::string& own_addr, PortReservation own_port);
+  void send_assignments(const std::vector<int>& rank);
+};
+
+void Group::Gathering::say_waiting() const {
+  if (elastic) {
+    g.info("rendezvous: waiting for " + std::to_string(o.min_nnodes - 1) + " to " + std::to_string(o.nnodes - 1) +
+           " more nodes on " + ep + " (--nnodes " + nnodes_flag(o.min_nnodes, o.nnodes) + ", timeout " +
+           seconds(o.rdzv_timeout) + ", last call " + seconds(o.last_call) + ")");
+  } else {
+    g.info("rendezvous: waiting for " + std::to_string(o.nnodes - 1) + " more node" + (o.nnodes == 2 ? "" : "s") +
+           " on " + ep + " (timeout " + seconds(o.rdzv_timeout) + ")");
+  }
+}
+
+// Accepts and reads connections until the job forms (membership.hpp's Formation); at the
+// deadline without enough nodes, every pending one is rejected.
+void Group::Gathering::until_formed() {
+  for (;;) {
+    const int n = joined();
+    const Formation::Check c = formation.check(n, Clock::now());
+    if (c.last_call_began) {
+      g.info("rendezvous: " + std::to_string(n) + (n == 1 ? " node" : " nodes") + " joined (--nnodes " +
+             nnodes_flag(o.min_nnodes, o.nnodes) + "): waiting " + seconds(o.last_call) +
+             " for more (last_call_timeout)");
+    }
+    if (c.formed) return;
+    if (c.timed_out) {
+      reject_all("rendezvous on " + ep + " timed out after " + seconds(o.rdzv_timeout) + ": " + std::to_string(n) +
+                 "/" + std::to_string(elastic ? o.min_nnodes : o.nnodes) + " nodes joined" +
+                 (elastic ? " (--nnodes " + nnodes_flag(o.min_nnodes, o.nnodes) + ")" : ""));
+    }
+    poll_once();
+  }
+}
+
+void Group::Gathering::poll_once() {
+  std::vector<pollfd> pfds{{listener.get(), POLLIN, 0}};
+  auto wake = formation.next_due();
+  for (auto& p : pending) {
+    pfds.push_back({p.link->fd(), POLLIN, 0});
+    if (!p.join) wake = std::min(wake, join_due(p.accepted_at, o.node_timeout) + milliseconds(1));
+  }
+  poll_fds(pfds, wake);
+  if (pfds[0].revents) {
+    const int unjoined = static_cast<int>(pending.size()) - (joined() - 1);
+    accept_nodes(listener.get(), ep, o.node_timeout, unjoined, &full_said, [this](const std::string& l) { g.info(l); },
+                 [this](std::unique_ptr<Link> link, std::string endpoint) {
+                   pending.push_back({std::move(link), {}, {}, std::move(endpoint), Clock::now()});
+                 });
+  }
+  for (size_t i = 0; i < pending.size(); ++i) {
+    if (read_pending(pending[i])) continue;
+    pending.erase(pending.begin() + static_cast<long>(i));
+    --i;
+  }
+}
+
+// What came on a pending connection: its join, checked against this job and answered at once.
+bool Group::Gathering::read_pending(Pending& p) {
+  try {
+    for (auto& m : p.link->read()) p.queue.push_back(std::move(m));
+    for (auto& m : p.queue) {
+      if (m.type != "join" || p.join) continue;
+      JoinMsg j = m.as<JoinMsg>();
+      if (const std::string why = join_mismatch(o, j); !why.empty()) {
+        reject_all("rendezvous on " + ep + ": " + p.link->peer() + " (" + j.host + ") " + why);
+      }
+      p.join = j;
+      p.link->set_peer(j.host + " (" + sys::peer_ip(p.link->fd()) + ")");
+      p.link->send("joined", JoinedMsg{joined()});
+    }
+    p.queue.clear();
+  } catch (const LinkError& e) {
+    // It went away before the job formed (it is simply not part of it), or it is not an
+    // lspawn: either way the rendezvous goes on without it. Bytes that are no frame of ours
+    // are said, naming the sender.
+    if (not_our_frames(e)) g.info("rendezvous on " + ep + ": rejected connection from " + p.endpoint + ": " + e.what());
+    return false;
+  } catch (const BadMessage& e) {
+    // A frame of ours with a body that is no join message: a stranger (or a broken lspawn) is
+    // turned away; the nodes that did join are not.
+    g.info("rendezvous on " + ep + ": rejected connection from " + p.endpoint + ": bad join message (" + e.what() + ")");
+    try {
+      p.link->send("reject", RejectMsg{"bad join message: " + std::string(e.what())});
+    } catch (const LinkError&) {
+    }
+    return false;
+  }
+  if (!p.join && Clock::now() > join_due(p.accepted_at, o.node_timeout)) {
+    g.info(join_overdue(ep, p.endpoint, o.node_timeout));
+    return false;
+  }
+  return true;
+}
+
+// Connections that sent no join yet: an elastic job's next round may admit them; a fixed job has
+// formed without them. The endpoint stays open for an elastic job's later nodes; a fixed job's
+// later lspawns get "connection refused".
+void Group::Gathering::settle_unjoined() {
   for (size_t i = 0; i < pending.size(); ++i) {
     if (pending[i].join) continue;
     if (elastic) {
-      g->joiners_.push_back(std::make_unique<Joiner>(
+      g.joiners_.push_back(std::make_unique<Joiner>(
           Joiner{std::move(pending[i].link), {}, pending[i].endpoint, pending[i].accepted_at}));
     } else {
       try {
@@ -361,153 +548,128 @@ std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd li
     pending.erase(pending.begin() + static_cast<long>(i));
     --i;
   }
-  // Elastic: the endpoint stays open for nodes that join later; fixed: later lspawns get
-  // "connection refused".
   if (elastic) {
-    g->listener_ = std::move(listener);
+    g.listener_ = std::move(listener);
   } else {
     listener.reset();
   }
-  const int formed_nodes = static_cast<int>(pending.size()) + 1;
+}
 
-  // Node ranks: the given ones, then the lowest free ones in join order (coordinator first).
-  std::vector<int> rank_of(pending.size() + 1, -1);  // [0]: the coordinator
-  std::vector<std::string> who(pending.size() + 1);
-  rank_of[0] = o.node_rank;
-  who[0] = o.host + " (this node)";
-  for (size_t i = 0; i < pending.size(); ++i) {
-    rank_of[i + 1] = pending[i].join->node_rank;
-    who[i + 1] = pending[i].link->peer();
+// Node ranks by join position ([0]: the coordinator); a clash rejects every node.
+std::vector<int> Group::Gathering::node_ranks() {
+  std::vector<int> given{o.node_rank};
+  std::vector<std::string> who{o.host + " (this node)"};
+  for (auto& p : pending) {
+    given.push_back(p.join->node_rank);
+    who.push_back(p.link->peer());
   }
-  std::map<int, size_t> taken;
-  for (size_t i = 0; i < rank_of.size(); ++i) {
-    if (rank_of[i] < 0) continue;
-    if (rank_of[i] >= o.nnodes) {
-      reject_all("rendezvous on " + ep + ": " + who[i] + " has --node-rank " +
-                 std::to_string(rank_of[i]) + " >= --nnodes " + std::to_string(o.nnodes));
-    }
-    if (auto it = taken.find(rank_of[i]); it != taken.end()) {
-      reject_all("rendezvous on " + ep + ": " + who[it->second] + " and " + who[i] +
-                 " both have --node-rank " + std::to_string(rank_of[i]));
-    }
-    taken[rank_of[i]] = i;
-  }
-  int next = 0;
-  for (auto& r : rank_of) {
-    if (r >= 0) continue;
-    while (taken.count(next)) ++next;
-    r = next;
-    taken[next] = 0;
-  }
-  g->assign_.nnodes = formed_nodes;
-  g->assign_.nproc_per_node = o.nproc_per_node;
-  g->assign_.max_restarts = o.max_restarts;
-  g->assign_.run_id = o.run_id;
+  NodeRanks r = assign_node_ranks(given, who, o.nnodes);
+  if (!r.problem.empty()) reject_all("rendezvous on " + ep + ": " + r.problem);
+  return std::move(r.rank);
+}
+
+// The job's assignment: run id (given, a member's, else drawn), hosts by node rank, and the
+// workers' master: this node's reserved port when it is node 0, else node 0's.
+void Group::Gathering::fill_assignment(const std::vector<int>& rank, const std::string& own_addr,
+                                       PortReservation own_port) {
+  AssignMsg& a = g.assign_;
+  const int formed_nodes = static_cast<int>(pending.size()) + 1;
+  a.nnodes = formed_nodes;
+  a.nproc_per_node = o.nproc_per_node;
+  a.max_restarts = o.max_restarts;
+  a.run_id = o.run_id;
   for (auto& p : pending)
-    if (g->assign_.run_id.empty()) g->assign_.run_id = p.join->run_id;
-  if (g->assign_.run_id.empty()) g->assign_.run_id = random_run_id();
-  g->assign_.hosts.assign(static_cast<size_t>(formed_nodes), "");
-  g->assign_.hosts[static_cast<size_t>(rank_of[0])] = o.host;
-  for (size_t i = 0; i < pending.size(); ++i) {
-    g->assign_.hosts[static_cast<size_t>(rank_of[i + 1])] = pending[i].join->host;
-  }
-  if (rank_of[0] == 0) {
-    g->assign_.master_addr = own_addr;
-    g->assign_.master_port = own_port.port();
-    g->master_port_.emplace(std::move(own_port));
+    if (a.run_id.empty()) a.run_id = p.join->run_id;
+  if (a.run_id.empty()) a.run_id = random_run_id();
+  a.hosts.assign(static_cast<size_t>(formed_nodes), "");
+  a.hosts[static_cast<size_t>(rank[0])] = o.host;
+  for (size_t i = 0; i < pending.size(); ++i) a.hosts[static_cast<size_t>(rank[i + 1])] = pending[i].join->host;
+  if (rank[0] == 0) {
+    a.master_addr = own_addr;
+    a.master_port = own_port.port();
+    g.master_port_.emplace(std::move(own_port));
   } else {
     for (size_t i = 0; i < pending.size(); ++i) {
-      if (rank_of[i + 1] != 0) continue;
+      if (rank[i + 1] != 0) continue;
       if (pending[i].join->worker_port == 0) {
-        reject_all("rendezvous on " + ep + ": node 0 (" + who[i + 1] + ") reserved no port for the workers");
+        reject_all("rendezvous on " + ep + ": node 0 (" + pending[i].link->peer() + ") reserved no port for the workers");
       }
-      g->assign_.master_addr = pending[i].join->worker_addr;
-      g->assign_.master_port = pending[i].join->worker_port;
+      a.master_addr = pending[i].join->worker_addr;
+      a.master_port = pending[i].join->worker_port;
     }
   }
-  g->assign_.coordinator = rank_of[0];
+  a.coordinator = rank[0];
+}
+
+// Each member its assignment; one whose connection broke meanwhile is lost at once.
+void Group::Gathering::send_assignments(const std::vector<int>& rank) {
   for (size_t i = 0; i < pending.size(); ++i) {
     auto n = std::make_unique<Node>();
-    n->node_rank = rank_of[i + 1];
+    n->node_rank = rank[i + 1];
     n->host = pending[i].join->host;
     n->addr = sys::peer_ip(pending[i].link->fd());
     n->link = std::move(pending[i].link);
     n->link->set_peer("node " + std::to_string(n->node_rank) + " (" + n->host + ", " + n->addr + ")");
-    AssignMsg a = g->assign_;
+    AssignMsg a = g.assign_;
     a.node_rank = n->node_rank;
     try {
       n->link->send("assign", a);
-    } catch (const LinkError& e) {
+    } catch (const LinkError&) {
       n->link.reset();
-      g->nodes_.push_back(std::move(n));
-      continue;
     }
-    g->nodes_.push_back(std::move(n));
+    g.nodes_.push_back(std::move(n));
   }
-  g->assign_.node_rank = rank_of[0];
-  for (auto& n : g->nodes_) {
+  g.assign_.node_rank = rank[0];
+  for (auto& n : g.nodes_) {
     if (!n->link) {
-      g->lost(*n, "connection closed during the rendezvous");
+      g.lost(*n, "connection closed during the rendezvous");
     } else {
       n->link->touch();
     }
   }
+}
+
+std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd listener, Clock::time_point t0) {
+  std::unique_ptr<Group> g(new Group());
+  g->opts_ = o;
+  g->coordinator_ = true;
+  Gathering r(*g, o, std::move(listener), t0);
+  g->endpoint_ = r.ep;
+  r.say_waiting();
+  // A port for the workers' store on this host, in case this node is node 0.
+  const std::string own_addr = !o.static_mode && !o.local_addr.empty() ? o.local_addr : o.endpoint_addr;
+  PortReservation own_port(own_addr, 0);
+  r.until_formed();
+  r.settle_unjoined();
+  const std::vector<int> rank = r.node_ranks();
+  r.fill_assignment(rank, own_addr, std::move(own_port));
+  r.send_assignments(rank);
+  const int formed_nodes = g->assign_.nnodes;
   g->info("rendezvous: " + std::to_string(formed_nodes) + " node" + (formed_nodes == 1 ? "" : "s") + " joined after " +
           seconds(std::chrono::duration_cast<milliseconds>(Clock::now() - t0)));
   return g;
 }
 
-std::unique_ptr<Group> Group::form_member(const GroupOptions& o) {
+// A member whose join was answered: waits for its assignment (until the rendezvous deadline).
+std::unique_ptr<Group> Group::form_member(const GroupOptions& o, Joining joining, Clock::time_point t0) {
   std::unique_ptr<Group> g(new Group());
   g->opts_ = o;
   g->coordinator_ = false;
-  const auto t0 = Clock::now();
   const auto deadline = t0 + o.rdzv_timeout;
-  const std::string ep = o.endpoint_addr + ":" + std::to_string(o.endpoint_port);
-  sys::Fd fd;
-  int err = 0;
-  milliseconds backoff(20);
-  for (;;) {
-    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-    try {
-      fd = sys::tcp_connect(o.endpoint_addr, o.endpoint_port, std::min(left, milliseconds(2000)), &err);
-    } catch (const sys::SysError& e) {
-      throw RendezvousError(std::string("rendezvous on ") + ep + ": " + e.what());
-    }
-    if (fd) break;
-    if (Clock::now() + backoff >= deadline) {
-      throw RendezvousError("rendezvous on " + ep + ": the node hosting it could not be reached in " +
-                            seconds(o.rdzv_timeout) + " (last: connect: " + std::strerror(err) + ")");
-    }
-    std::this_thread::sleep_for(backoff);
-    backoff = std::min(backoff * 2, milliseconds(500));
-  }
-  sys::tcp_set_liveness(fd.get(), o.node_timeout, "rendezvous on " + ep);
-  JoinMsg j;
-  j.host = o.host;
-  j.node_rank = o.node_rank;
-  j.nnodes = o.nnodes;
-  j.min_nnodes = o.min_nnodes;
-  j.nproc_per_node = o.nproc_per_node;
-  j.max_restarts = o.max_restarts;
-  j.run_id = o.run_id;
-  std::optional<PortReservation> own_port;
-  if (!o.static_mode && o.node_rank <= 0) {
-    j.worker_addr = o.local_addr.empty() ? sys::local_ip(fd.get()) : o.local_addr;
-    own_port.emplace(j.worker_addr, 0);
-    j.worker_port = own_port->port();
-  }
+  const std::string ep = endpoint_of(o);
   auto node = std::make_unique<Node>();
-  node->addr = sys::peer_ip(fd.get());
-  node->link = std::make_unique<Link>(std::move(fd), "the coordinator at " + ep);
-  std::vector<Message> queue;
+  node->addr = sys::peer_ip(joining.link->fd());
+  node->link = std::move(joining.link);
+  std::vector<Message>& queue = joining.queue;
   try {
-    node->link->send("join", j);
     for (;;) {
       auto m = read_one(*node->link, queue, deadline);
       if (!m) {
         throw RendezvousError("rendezvous on " + ep + " timed out after " + seconds(o.rdzv_timeout) +
-                              " waiting for the other nodes");
+                              " waiting for the other nodes" +
+                              (joining.joined > 0 ? " (" + std::to_string(joining.joined) +
+                                                        " had joined when this node did)"
+                                                  : ""));
       }
       if (m->type == "reject") throw RendezvousError(m->as<RejectMsg>().reason);
       if (m->type != "assign") continue;
@@ -515,16 +677,15 @@ std::unique_ptr<Group> Group::form_member(const GroupOptions& o) {
       break;
     }
   } catch (const LinkError& e) {
-    throw RendezvousError("rendezvous on " + ep + ": lost the connection to the coordinator (" +
-                          e.what() + ")");
+    throw RendezvousError("rendezvous on " + ep + ": lost the connection to the coordinator (" + e.what() + ")");
   } catch (const BadMessage& e) {
     throw RendezvousError("rendezvous on " + ep + ": bad message from the coordinator: " + e.what());
   }
-  if (g->assign_.node_rank == 0 && own_port) g->master_port_.emplace(std::move(*own_port));
+  if (g->assign_.node_rank == 0 && joining.own_port) g->master_port_.emplace(std::move(*joining.own_port));
   const int coord_rank = g->assign_.coordinator;
   if (coord_rank < 0 || coord_rank >= g->assign_.nnodes ||
-      g->assign_.hosts.size() != static_cast<size_t>(g->assign_.nnodes) ||
-      g->assign_.node_rank < 0 || g->assign_.node_rank >= g->assign_.nnodes) {
+      g->assign_.hosts.size() != static_cast<size_t>(g->assign_.nnodes) || g->assign_.node_rank < 0 ||
+      g->assign_.node_rank >= g->assign_.nnodes) {
     throw RendezvousError("rendezvous on " + ep + ": inconsistent assignment from the coordinator");
   }
   g->round_ = g->assign_.restart_count;  // a node admitted to a running elastic job: its round
@@ -535,11 +696,12 @@ std::unique_ptr<Group> Group::form_member(const GroupOptions& o) {
   node->link->touch();
   for (auto& m : queue) g->handle(*node, m);
   g->nodes_.push_back(std::move(node));
-  g->info("rendezvous: node " + std::to_string(g->assign_.node_rank) + " of " +
-          std::to_string(g->assign_.nnodes) + " after " +
-          seconds(std::chrono::duration_cast<milliseconds>(Clock::now() - t0)));
+  g->info("rendezvous: node " + std::to_string(g->assign_.node_rank) + " of " + std::to_string(g->assign_.nnodes) +
+          " after " + seconds(std::chrono::duration_cast<milliseconds>(Clock::now() - t0)));
   return g;
 }
+
+// ---- The job's rounds ------------------------------------------------------------------------
 
 std::vector<int> Group::fds() const {
   std::vector<int> out;
@@ -574,42 +736,45 @@ int Group::waiting_joiners() const {
   return n;
 }
 
-// A node that wants to join a formed elastic job: checked as at the rendezvous; accepted, it
-// waits for the next round, which begins at once unless the round is ending already (a
-// failure) or some node's workers are done (the job may be about to succeed).
+// A node that wants to join a formed elastic job: checked as at the rendezvous; accepted (and
+// answered), it waits for the next round, which begins at once unless the round is ending
+// already (a failure) or some node's workers are done (the job may be about to succeed).
+// Returns why it is turned away, or "".
+std::string Group::admit_or_refuse(Joiner& jn, const JoinMsg& j) {
+  if (std::string why = join_mismatch(opts_, j); !why.empty()) return jn.link->peer() + " (" + j.host + ") " + why;
+  if (finish_) return jn.link->peer() + " (" + j.host + ") came after the job ended";
+  if (nodes_alive() + waiting_joiners() >= opts_.nnodes) {
+    return jn.link->peer() + " (" + j.host + ") cannot join: the job has its --nnodes " + nnodes_text() +
+           " maximum of " + std::to_string(opts_.nnodes) + " nodes";
+  }
+  jn.join = j;
+  jn.link->set_peer(j.host + " (" + sys::peer_ip(jn.link->fd()) + ")");
+  jn.link->send("joined", JoinedMsg{nodes_alive() + waiting_joiners()});
+  bool some_done = local_done_;
+  for (auto& n : nodes_) some_done = some_done || (n->link && n->done);
+  if (state_ != RoundState::Running || some_done) {
+    info("node " + jn.link->peer() + " wants to join: it is admitted if the job goes on to a next round");
+    return "";
+  }
+  Cause c;
+  c.kind = "membership";
+  c.restart_count = round_;
+  c.host = j.host;
+  c.exit_code = 0;
+  c.time_us = now_us();
+  c.text = "lspawn: root cause: a new node, " + jn.link->peer() + ", joined the job (--nnodes " + nnodes_text() +
+           "): the next round admits it\n";
+  coordinator_failure(c);
+  return "";
+}
+
 void Group::on_joiner_readable(size_t i) {
   Joiner& jn = *joiners_[i];
   std::string turned_away;  // said to the peer and here
   try {
     for (auto& m : jn.link->read()) {
       if (m.type != "join" || jn.join) continue;
-      const JoinMsg j = m.as<JoinMsg>();
-      if (std::string why = join_mismatch(opts_, j); !why.empty()) {
-        turned_away = jn.link->peer() + " (" + j.host + ") " + why;
-      } else if (finish_) {
-        turned_away = jn.link->peer() + " (" + j.host + ") came after the job ended";
-      } else if (nodes_alive() + waiting_joiners() >= opts_.nnodes) {
-        turned_away = jn.link->peer() + " (" + j.host + ") cannot join: the job has its --nnodes " +
-                      nnodes_text() + " maximum of " + std::to_string(opts_.nnodes) + " nodes";
-      } else {
-        jn.join = j;
-        jn.link->set_peer(j.host + " (" + sys::peer_ip(jn.link->fd()) + ")");
-        bool some_done = local_done_;
-        for (auto& n : nodes_) some_done = some_done || (n->link && n->done);
-        if (stopping_ || restart_ || some_done) {
-          info("node " + jn.link->peer() + " wants to join: it is admitted if the job goes on to a next round");
-        } else {
-          Cause c;
-          c.kind = "membership";
-          c.restart_count = round_;
-          c.host = j.host;
-          c.exit_code = 0;
-          c.time_us = now_us();
-          c.text = "lspawn: root cause: a new node, " + jn.link->peer() + ", joined the job (--nnodes " + nnodes_text() +
-                   "): the next round admits it\n";
-          coordinator_failure(c);
-        }
-      }
+      turned_away = admit_or_refuse(jn, m.as<JoinMsg>());
       break;
     }
   } catch (const LinkError& e) {
@@ -683,14 +848,7 @@ void Group::handle(Node& n, const Message& m) {
 
 void Group::handle_member_message(const Message& m) {
   if (m.type == "stop") {
-    auto s = m.as<StopMsg>();
-    if (s.restart_count == round_ && !stop_requested_) {
-      stop_requested_ = true;
-      info("the coordinator stops every node: " + first_line(s.cause.text) +
-           (s.cause.kind == "worker"
-                ? " on node " + std::to_string(s.cause.node_rank) + " (" + s.cause.host + ")"
-                : ""));
-    }
+    on_stop(m.as<StopMsg>());
   } else if (m.type == "assign") {
     // An elastic job's next round changes the nodes: this node's new place (its "start" follows).
     const AssignMsg a = m.as<AssignMsg>();
@@ -700,26 +858,35 @@ void Group::handle_member_message(const Message& m) {
     }
     assign_ = a;
   } else if (m.type == "start") {
-    const StartMsg st = m.as<StartMsg>();
-    if (st.cause.kind == "membership") {
-      info(first_line(st.cause.text) + "; the coordinator starts round " + std::to_string(st.restart_count) +
-           " with " + std::to_string(assign_.nnodes) + " nodes");
-    } else {
-      info("attempt " + std::to_string(round_) + " failed (" + first_line(st.cause.text) +
-           (st.cause.kind == "worker" ? " on node " + std::to_string(st.cause.node_rank) + " (" + st.cause.host + ")" : "") +
-           (st.cause.kind == "node-lost" && elastic()
-                ? "); the coordinator restarts the workers of the " + std::to_string(assign_.nnodes) + " remaining nodes"
-                : std::string("); the coordinator restarts every node's workers")));
-    }
-    restarts_used_ = st.restarts_used;
-    round_ = st.restart_count;
-    stop_requested_ = false;
-    local_done_ = false;
-    start_ = round_;
+    on_start(m.as<StartMsg>());
   } else if (m.type == "finish") {
     finish_ = m.as<FinishMsg>();
-    stop_requested_ = true;
+    enter(RoundEvent::Finish);
   }
+}
+
+void Group::on_stop(const StopMsg& s) {
+  if (s.restart_count != round_ || !enter(RoundEvent::Failure)) return;
+  info("the coordinator stops every node: " + first_line(s.cause.text) +
+       (s.cause.kind == "worker" ? " on node " + std::to_string(s.cause.node_rank) + " (" + s.cause.host + ")" : ""));
+}
+
+void Group::on_start(const StartMsg& st) {
+  if (st.cause.kind == "membership") {
+    info(first_line(st.cause.text) + "; the coordinator starts round " + std::to_string(st.restart_count) + " with " +
+         std::to_string(assign_.nnodes) + " nodes");
+  } else {
+    info("attempt " + std::to_string(round_) + " failed (" + first_line(st.cause.text) +
+         (st.cause.kind == "worker" ? " on node " + std::to_string(st.cause.node_rank) + " (" + st.cause.host + ")" : "") +
+         (st.cause.kind == "node-lost" && elastic()
+              ? "); the coordinator restarts the workers of the " + std::to_string(assign_.nnodes) + " remaining nodes"
+              : std::string("); the coordinator restarts every node's workers")));
+  }
+  restarts_used_ = st.restarts_used;
+  round_ = st.restart_count;
+  if (!enter(RoundEvent::Start)) return;
+  local_done_ = false;
+  start_ = round_;
 }
 
 void Group::lost(Node& n, const std::string& why) {
@@ -741,17 +908,13 @@ void Group::lost(Node& n, const std::string& why) {
     coordinator_failure(c);
     n.done = true;
     maybe_decide();
-  } else {
-    lost_coordinator_ = c;
-    stop_requested_ = true;
-    if (local_done_) {
-      FinishMsg f;
-      f.exit_code = c.exit_code;
-      f.failed = true;
-      f.restart_count = round_;
-      f.cause = c;
-      finish_ = f;
-    }
+    return;
+  }
+  lost_coordinator_ = c;
+  enter(RoundEvent::Failure);
+  if (local_done_) {
+    finish_ = failed_finish(c, round_);
+    enter(RoundEvent::Finish);
   }
 }
 
@@ -780,11 +943,11 @@ void Group::broadcast(const std::string& type, const Body& body) {
 
 void Group::coordinator_failure(const Cause& c) {
   causes_.push_back(c);
-  if (stopping_) return;
-  stopping_ = true;
-  stop_requested_ = true;
-  if (opts_.nnodes > 1) info("stopping the workers of every node: " + first_line(c.text) +
-       (c.kind == "worker" ? " on node " + std::to_string(c.node_rank) + " (" + c.host + ")" : ""));
+  if (!enter(RoundEvent::Failure)) return;  // stopping already: the cause is recorded
+  if (opts_.nnodes > 1) {
+    info("stopping the workers of every node: " + first_line(c.text) +
+         (c.kind == "worker" ? " on node " + std::to_string(c.node_rank) + " (" + c.host + ")" : ""));
+  }
   StopMsg s;
   s.restart_count = round_;
   s.cause = c;
@@ -797,14 +960,7 @@ void Group::local_failure(const Cause& c) {
     coordinator_failure(c);
     return;
   }
-  for (auto& n : nodes_) {
-    if (!n->link) continue;
-    try {
-      n->link->send("failed", FailedMsg{c});
-    } catch (const LinkError& e) {
-      lost(*n, e.what());
-    }
-  }
+  broadcast("failed", body_of(FailedMsg{c}));
 }
 
 void Group::local_done(bool failed, const Cause& c) {
@@ -814,26 +970,15 @@ void Group::local_done(bool failed, const Cause& c) {
     return;
   }
   if (lost_coordinator_) {
-    FinishMsg f;
-    f.exit_code = lost_coordinator_->exit_code;
-    f.failed = true;
-    f.restart_count = round_;
-    f.cause = *lost_coordinator_;
-    finish_ = f;
+    finish_ = failed_finish(*lost_coordinator_, round_);
+    enter(RoundEvent::Finish);
     return;
   }
   DoneMsg d;
   d.restart_count = round_;
   d.failed = failed;
   d.cause = c;
-  for (auto& n : nodes_) {
-    if (!n->link) continue;
-    try {
-      n->link->send("done", d);
-    } catch (const LinkError& e) {
-      lost(*n, e.what());
-    }
-  }
+  broadcast("done", body_of(d));
 }
 
 void Group::node_done(int node_rank, bool failed, const Cause& c) {
@@ -843,62 +988,49 @@ void Group::node_done(int node_rank, bool failed, const Cause& c) {
   maybe_decide();
 }
 
+// Every node done: the round's decision (round.hpp), once.
 void Group::maybe_decide() {
-  if (finish_ || restart_ || !local_done_) return;
+  if (state_ == RoundState::Restarting || state_ == RoundState::Finished || !local_done_) return;
   for (auto& n : nodes_)
     if (!n->done) return;
-  FinishMsg f;
-  f.restart_count = round_;
-  if (causes_.empty()) {
-    finish_with(f);
+  RoundFacts facts;
+  facts.round = round_;
+  facts.causes = causes_;
+  facts.restarts_used = restarts_used_;
+  facts.max_restarts = opts_.max_restarts;
+  facts.elastic = elastic();
+  facts.min_nnodes = opts_.min_nnodes;
+  facts.nnodes_flag = nnodes_text();
+  facts.next_nodes = nodes_alive() + waiting_joiners();
+  facts.any_lost = nodes_alive() - 1 < static_cast<int>(nodes_.size());
+  const RoundDecision d = decide_round(facts);
+  if (d.finish) {
+    finish_with(*d.finish);
     return;
   }
-  const Cause* best = &causes_.front();
-  bool signal = false;
-  for (auto& c : causes_) {
-    const int a = kind_order(c.kind), b = kind_order(best->kind);
-    if (a < b || (a == b && c.time_us < best->time_us)) best = &c;
-    signal = signal || c.kind == "signal";
-  }
-  f.failed = true;
-  f.cause = *best;
-  f.exit_code = best->exit_code;
+  if (d.counted) say_restart(d);
+  restart_ = Restart{*d.restart, d.counted};
+  enter(RoundEvent::Restart);
+}
+
+void Group::say_restart(const RoundDecision& d) const {
   const int next_nodes = nodes_alive() + waiting_joiners();
-  const bool any_lost = nodes_alive() - 1 < static_cast<int>(nodes_.size());
-  const bool restarts_left = restarts_used_ < opts_.max_restarts;
-  if (best->kind == "membership") {
-    restart_ = Restart{*best, false};
-    return;
+  info("attempt " + std::to_string(round_) + " failed; restarting " +
+       (d.survivors ? "the " + std::to_string(next_nodes) + (next_nodes == 1 ? " remaining node's" : " remaining nodes'") +
+                          " workers (--nnodes " + nnodes_text() + ", "
+                    : std::string("every node's workers (")) +
+       "restart " + std::to_string(restarts_used_ + 1) + " of at most " + std::to_string(opts_.max_restarts) + ")");
+  if (!opts_.info) return;
+  std::istringstream lines(d.restart->text);
+  for (std::string l; std::getline(lines, l);) {
+    if (l.rfind("lspawn: ", 0) == 0) l = l.substr(8);
+    info("  attempt " + std::to_string(round_) + ": " + l);
   }
-  const bool worker_restart = best->kind == "worker" && !any_lost && restarts_left;
-  // Elastic: a lost node is a failure like a worker's; the survivors go on if enough are left.
-  const bool elastic_restart = elastic() && best->kind == "node-lost" && !signal && restarts_left &&
-                               next_nodes >= opts_.min_nnodes;
-  if (worker_restart || elastic_restart) {
-    info("attempt " + std::to_string(round_) + " failed; restarting " +
-         (elastic_restart ? "the " + std::to_string(next_nodes) + (next_nodes == 1 ? " remaining node's" : " remaining nodes'") +
-                                " workers (--nnodes " + nnodes_text() + ", "
-                          : std::string("every node's workers (")) +
-         "restart " + std::to_string(restarts_used_ + 1) + " of at most " + std::to_string(opts_.max_restarts) + ")");
-    if (opts_.info) {
-      std::istringstream lines(best->text);
-      for (std::string l; std::getline(lines, l);) {
-        if (l.rfind("lspawn: ", 0) == 0) l = l.substr(8);
-        info("  attempt " + std::to_string(round_) + ": " + l);
-      }
-    }
-    restart_ = Restart{*best, true};
-    return;
-  }
-  if (elastic() && best->kind == "node-lost" && !signal && restarts_left) {
-    f.cause.text += "lspawn:   " + std::to_string(next_nodes) + " node" + (next_nodes == 1 ? "" : "s") +
-                    " left, fewer than the " + std::to_string(opts_.min_nnodes) + " of --nnodes " + nnodes_text() + "\n";
-  }
-  finish_with(f);
 }
 
 void Group::finish_with(const FinishMsg& f) {
   finish_ = f;
+  enter(RoundEvent::Finish);
   broadcast("finish", body_of(f));
   for (auto& j : joiners_) {
     if (!j->join) continue;
@@ -910,57 +1042,63 @@ void Group::finish_with(const FinishMsg& f) {
   }
 }
 
-// The coordinator begins the round restart_ decided. An elastic job first drops its lost
+// The coordinator begins the round maybe_decide() decided. An elastic job first drops its lost
 // nodes, admits the waiting ones and numbers them all again (each is sent its AssignMsg).
 void Group::begin_round() {
-  const Restart r = *restart_;
-  restart_.reset();
-  // A node lost after the decision: a fixed job cannot go on; an elastic one without it, if
-  // enough nodes are left.
-  for (const Cause& c : causes_) {
-    if (c.kind != "node-lost" || (elastic() && nodes_alive() + waiting_joiners() >= opts_.min_nnodes)) continue;
-    FinishMsg f;
-    f.restart_count = round_;
-    f.failed = true;
-    f.cause = c;
-    f.exit_code = c.exit_code;
-    finish_with(f);
+  const Restart r = restart_;
+  if (auto lost = lost_since_decision(causes_, elastic(), nodes_alive() + waiting_joiners(), opts_.min_nnodes)) {
+    finish_with(failed_finish(*lost, round_));
     return;
   }
   ++round_;
   if (r.counted) ++restarts_used_;
   causes_.clear();
-  stopping_ = false;
-  stop_requested_ = false;
   local_done_ = false;
-  std::vector<Node*> fresh;  // admitted now: they get their assignment, no "start"
-  if (elastic()) {
-    nodes_.erase(std::remove_if(nodes_.begin(), nodes_.end(), [](const auto& n) { return !n->link; }), nodes_.end());
-    for (size_t i = 0; i < joiners_.size(); ++i) {
-      if (!joiners_[i]->join) continue;
-      auto n = std::make_unique<Node>();
-      n->host = joiners_[i]->join->host;
-      n->addr = sys::peer_ip(joiners_[i]->link->fd());
-      n->link = std::move(joiners_[i]->link);
-      fresh.push_back(n.get());
-      nodes_.push_back(std::move(n));
-      joiners_.erase(joiners_.begin() + static_cast<long>(i));
-      --i;
-    }
-    assign_.nnodes = static_cast<int>(nodes_.size()) + 1;
-    assign_.node_rank = 0;
-    assign_.coordinator = 0;
-    assign_.hosts = {opts_.host};
-    for (size_t i = 0; i < nodes_.size(); ++i) {
-      nodes_[i]->node_rank = static_cast<int>(i) + 1;
-      nodes_[i]->link->set_peer("node " + std::to_string(i + 1) + " (" + nodes_[i]->host + ", " + nodes_[i]->addr + ")");
-      assign_.hosts.push_back(nodes_[i]->host);
-    }
-  }
+  enter(RoundEvent::Start);
+  const std::vector<Node*> fresh = elastic() ? renumber_elastic() : std::vector<Node*>{};
   assign_.restart_count = round_;
   assign_.restarts_used = restarts_used_;
   for (auto& n : nodes_) n->done = !n->link;
-  if (elastic()) {  // the new places, before "start"
+  send_round(r.cause, fresh);
+  start_ = round_;
+}
+
+// Elastic: the lost nodes go, the waiting ones come in, and every node gets its place
+// (membership.hpp's elastic_node_ranks). Returns the admitted nodes.
+std::vector<Group::Node*> Group::renumber_elastic() {
+  nodes_.erase(std::remove_if(nodes_.begin(), nodes_.end(), [](const auto& n) { return !n->link; }), nodes_.end());
+  std::vector<int> old_ranks;
+  for (auto& n : nodes_) old_ranks.push_back(n->node_rank);
+  std::vector<Node*> fresh;  // admitted now: they get their assignment, no "start"
+  for (size_t i = 0; i < joiners_.size(); ++i) {
+    if (!joiners_[i]->join) continue;
+    auto n = std::make_unique<Node>();
+    n->host = joiners_[i]->join->host;
+    n->addr = sys::peer_ip(joiners_[i]->link->fd());
+    n->link = std::move(joiners_[i]->link);
+    fresh.push_back(n.get());
+    nodes_.push_back(std::move(n));
+    joiners_.erase(joiners_.begin() + static_cast<long>(i));
+    --i;
+  }
+  const std::vector<int> rank = elastic_node_ranks(old_ranks, static_cast<int>(fresh.size()));
+  for (size_t i = 0; i < nodes_.size(); ++i) nodes_[i]->node_rank = rank[i];
+  std::stable_sort(nodes_.begin(), nodes_.end(), [](const auto& a, const auto& b) { return a->node_rank < b->node_rank; });
+  assign_.nnodes = static_cast<int>(nodes_.size()) + 1;
+  assign_.node_rank = 0;
+  assign_.coordinator = 0;
+  assign_.hosts = {opts_.host};
+  for (auto& n : nodes_) {
+    n->link->set_peer("node " + std::to_string(n->node_rank) + " (" + n->host + ", " + n->addr + ")");
+    assign_.hosts.push_back(n->host);
+  }
+  return fresh;
+}
+
+// The new round to every node: elastic, each its place first; then "start" to all but the
+// admitted ones (their assignment starts them).
+void Group::send_round(const Cause& cause, const std::vector<Node*>& fresh) {
+  if (elastic()) {
     for (auto& n : nodes_) {
       AssignMsg a = assign_;
       a.node_rank = n->node_rank;
@@ -974,7 +1112,7 @@ void Group::begin_round() {
   StartMsg st;
   st.restart_count = round_;
   st.restarts_used = restarts_used_;
-  st.cause = r.cause;
+  st.cause = cause;
   for (auto& n : nodes_) {
     if (!n->link || std::find(fresh.begin(), fresh.end(), n.get()) != fresh.end()) continue;
     try {
@@ -984,11 +1122,10 @@ void Group::begin_round() {
     }
   }
   for (Node* n : fresh) n->link->touch();
-  start_ = round_;
 }
 
 std::optional<int> Group::take_start() {
-  if (restart_) begin_round();
+  if (state_ == RoundState::Restarting) begin_round();
   auto s = start_;
   start_.reset();
   return s;
@@ -1055,14 +1192,7 @@ bool Group::wait(Clock::time_point deadline, int extra_fd) {
 void Group::announce_busy(milliseconds limit) {
   BusyMsg b;
   b.ms = limit.count();
-  for (auto& n : nodes_) {
-    if (!n->link) continue;
-    try {
-      n->link->send("busy", b);
-    } catch (const LinkError& e) {
-      lost(*n, e.what());
-    }
-  }
+  broadcast("busy", body_of(b));
 }
 
 void Group::flush_for(milliseconds limit) {

@@ -3,25 +3,37 @@
 //
 // Rendezvous (form()): the coordinator listens on the rendezvous endpoint (static mode:
 // --master-addr:--master-port, and node 0 is the coordinator; --rdzv-endpoint mode: whichever
-// lspawn can bind the endpoint), every other lspawn connects and sends JoinMsg. When --nnodes
-// have joined, the coordinator assigns node ranks (the ones given; the others in join order,
-// coordinator first), the run id (--run-id/--rdzv-id, else a random one drawn by the
-// coordinator: every node gets the same), and the workers' MASTER_ADDR/MASTER_PORT (node 0's
-// address, a port node 0 reserved), and sends AssignMsg: round 0 starts.
+// lspawn can bind the endpoint), every other lspawn connects and sends JoinMsg, which the
+// coordinator answers at once (JoinedMsg). When --nnodes have joined, the coordinator assigns
+// node ranks (the ones given; the others in join order, coordinator first), the run id
+// (--run-id/--rdzv-id, else a random one drawn by the coordinator: every node gets the same),
+// and the workers' MASTER_ADDR/MASTER_PORT (node 0's address, a port node 0 reserved), and
+// sends AssignMsg: round 0 starts (membership.hpp: when it forms, the node ranks).
+// A node that can neither host nor join (--rdzv-endpoint mode: bind fails and nothing that
+// answers a join listens there; static mode: node 0 cannot be reached) tries again (hosting
+// too, in --rdzv-endpoint mode) and says what it tried and what answered 3 s after it began and
+// then every 5 s ("bind: Address already in use", "connect: Connection refused", "HOST:PORT
+// accepted the connection but sent nothing lspawn understands in 3 s"); the rendezvous
+// timeout's error names that cause. A connection that was accepted but is silent is kept (a
+// coordinator that answers late is still joined), one that closes or sends bytes that are no
+// frame of the channel's is dropped and the node tries again.
 //
-// Round protocol (state machine of the coordinator; members follow its messages):
-//   Running ──a worker failed anywhere (FailedMsg / local_failure) or a node was lost──►
-//     Stopping (StopMsg to every node: grace period, then SIGKILL)
-//   Running/Stopping ──every node sent DoneMsg (or was lost)──► decide:
-//     no failure                                           → FinishMsg{0}
-//     a worker failure, restarts left, no node lost/signal → StartMsg{round + 1}, Running
+// Round protocol (one RoundState, round.hpp: the state x event table; the coordinator's, and
+// each member's copy, moved by the coordinator's messages):
+//   Running ──a worker failed anywhere (FailedMsg / local_failure), a signal, a node was lost,
+//     or a node joined an elastic job──► Stopping (StopMsg to every node: grace period, then
+//     SIGKILL)
+//   Running/Stopping ──every node sent DoneMsg (or was lost)──► decide_round():
+//     no failure                                           → FinishMsg{0}, Finished
+//     a worker failure, restarts left, no node lost/signal → Restarting; take_start() sends
+//                                                            StartMsg{round + 1}, Running
 //     otherwise                                            → FinishMsg{root cause's exit code}
 // The root cause of a round is the first of: a lost node, a signal to an lspawn, the earliest
 // worker failure (by its failure time) over every node.
-// A member that loses the coordinator stops its workers and finishes on its own with the
-// coordinator's node as the lost one. A node is lost when its connection breaks (EOF: its
-// lspawn died) or nothing came from it for the node timeout (heartbeats every
-// min(1 s, timeout / 4); TCP_USER_TIMEOUT and keepalive at the same timeout).
+// A member that loses the coordinator stops its workers (Stopping) and, once they have exited,
+// finishes on its own with the coordinator's node as the lost one. A node is lost when its
+// connection breaks (EOF: its lspawn died) or nothing came from it for the node timeout
+// (heartbeats every min(1 s, timeout / 4); TCP_USER_TIMEOUT and keepalive at the same timeout).
 //
 // Elastic jobs (--nnodes MIN:MAX, rendezvous mode; docs/multi-node.md "Elastic jobs"): the
 // rendezvous forms with MAX nodes, or with at least MIN once last_call has passed since MIN
@@ -46,6 +58,7 @@
 #include <vector>
 
 #include "cluster/node_channel.hpp"
+#include "cluster/round.hpp"
 #include "supervisor/port.hpp"
 
 namespace lspawn::node {
@@ -119,7 +132,7 @@ class Group {
   void local_done(bool failed, const Cause& cause);
 
   // This round's workers must stop (a failure or a lost node elsewhere).
-  bool stop_requested() const { return stop_requested_; }
+  bool stop_requested() const { return state_ != RoundState::Running; }
   // A new round was decided: the round to start now (once). On the coordinator this is where
   // the round begins (an elastic job's nodes are renumbered, the others told): call it outside
   // of the group's own callbacks.
@@ -138,23 +151,34 @@ class Group {
  private:
   struct Node;
   struct Joiner;
-  struct Restart {  // decided by maybe_decide(), begun by take_start()
+  struct Gathering;  // the coordinator's rendezvous (node_group.cpp)
+  struct Joining;    // a member's connection to the coordinator, answered (node_group.cpp)
+  struct Restart {   // decided by maybe_decide(), begun by take_start()
     Cause cause;
     bool counted = true;  // a restart of --max-restarts (false: a node is admitted)
   };
   Group() = default;
-  static std::unique_ptr<Group> form_coordinator(const GroupOptions& o, sys::Fd listener);
-  static std::unique_ptr<Group> form_member(const GroupOptions& o);
+  static std::unique_ptr<Group> form_solo(const GroupOptions& o, int master_port);
+  static std::unique_ptr<Group> form_coordinator(const GroupOptions& o, sys::Fd listener, Clock::time_point t0);
+  static std::unique_ptr<Group> form_member(const GroupOptions& o, Joining joining, Clock::time_point t0);
+  // The round state's one way to change (round.hpp's table); false: the event is not acted on.
+  bool enter(RoundEvent e);
   void handle(Node& n, const Message& m);
   void handle_member_message(const Message& m);
+  void on_stop(const StopMsg& s);
+  void on_start(const StartMsg& st);
   void lost(Node& n, const std::string& why);
   void coordinator_failure(const Cause& c);
   void node_done(int node_rank, bool failed, const Cause& c);
   void maybe_decide();
+  void say_restart(const RoundDecision& d) const;
   void begin_round();
+  std::vector<Node*> renumber_elastic();
+  void send_round(const Cause& cause, const std::vector<Node*>& fresh);
   void finish_with(const FinishMsg& f);
   void accept_joiners();
   void on_joiner_readable(size_t i);
+  std::string admit_or_refuse(Joiner& jn, const JoinMsg& j);
   int nodes_alive() const;
   int waiting_joiners() const;  // accepted, waiting for the next round
   std::string nnodes_text() const;
@@ -171,14 +195,13 @@ class Group {
   std::string endpoint_;                        // "HOST:PORT" of the rendezvous
   std::vector<std::unique_ptr<Joiner>> joiners_;  // elastic coordinator: nodes waiting to join
   bool unjoined_full_said_ = false;             // too many connections without a join (said once)
-  std::optional<Restart> restart_;
+  RoundState state_ = RoundState::Running;      // changed by enter() only
   int round_ = 0;
   int restarts_used_ = 0;
-  bool stopping_ = false;        // coordinator: Stop sent for this round
-  bool stop_requested_ = false;
-  bool local_done_ = false;
-  std::optional<int> start_;
-  std::optional<FinishMsg> finish_;
+  bool local_done_ = false;      // this node's workers of the round have all exited
+  Restart restart_;              // Restarting: the round take_start() begins
+  std::optional<int> start_;     // a round begun, for take_start() (once)
+  std::optional<FinishMsg> finish_;  // Finished: the job's end
   std::vector<Cause> causes_;    // coordinator: this round's failures
   std::optional<Cause> lost_coordinator_;  // member
 };

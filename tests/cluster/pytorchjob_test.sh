@@ -3,7 +3,7 @@
 # this machine: lspawn processes started with exactly the command of the manifests' containers,
 # each with the environment the training-operator gives its pod, like
 # /work/shared/cluster/pytorchjob-emu.sh but on loopback: the service names resolve to 127.0.0.1
-# through a private /etc/hosts (mount namespace), the ports are free ones.
+# through a private /etc/hosts (mount namespace), the ports are held by the test (hold_port).
 # - pytorchjob.yaml (v1.7+): MASTER_ADDR=<job>-master-0, MASTER_PORT, WORLD_SIZE = pods x
 #   nprocPerNode, RANK = PET_NODE_RANK = pod index, PET_NNODES, PET_NPROC_PER_NODE. Checks: both
 #   pods exit 0, each lspawn prints what it detected, 4 ranks all-reduce.
@@ -34,7 +34,29 @@ D=$(mktemp -d)
 trap 'rm -rf "$D"' EXIT
 { cat /etc/hosts; echo "127.0.0.1 $job-master-0"; } >"$D/hosts"
 mount --bind "$D/hosts" /etc/hosts || { echo "FAIL: cannot bind-mount /etc/hosts"; exit 1; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# hold_port: sets $port to a port on 127.0.0.1 that stays this test's until release_port: a
+# socket bound there with SO_REUSEADDR and not listening (as lspawn's own port reservation,
+# supervisor/port.hpp) is held by a helper process; the kernel gives the port to no other bind(0)
+# or connect(), and a pod's lspawn (SO_REUSEADDR too) can still bind and listen on it. A port
+# that was bound and closed again (this test's former free_port) can be taken by any process
+# before the pods bind it: beside cluster.slurm_jobs (ctest -j2, the same network namespace) the
+# elastic run once found it taken, so no pod could host the rendezvous and both waited for a
+# host, in silence, until `timeout` killed them.
+HOLDER_PID=
+hold_port() {
+  coproc HOLDER { exec python3 -c 'import signal, socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1], flush=True)
+signal.pause()'; }
+  read -r port <&"${HOLDER[0]}" || { echo "FAIL: no port held"; exit 1; }
+}
+release_port() {
+  [[ -n $HOLDER_PID ]] || return 0
+  kill "$HOLDER_PID" 2>/dev/null; wait "$HOLDER_PID" 2>/dev/null; HOLDER_PID=
+}
+trap 'release_port; rm -rf "$D"' EXIT
 ok=1
 # run_pods WHAT N POD: runs `POD I` for pods I = 0..N-1 at once (each an lspawn; output in
 # $D/podI.out, all of it in $D/all.out) and waits; a pod that exits non-zero is named.
@@ -63,13 +85,14 @@ verdict() {
   echo "ok: $2"
 }
 
-port=$(free_port)
+hold_port
 static_pod() {
   env PYTHONUNBUFFERED=0 MASTER_ADDR="$job-master-0" MASTER_PORT="$port" WORLD_SIZE=$((pods * nproc)) \
     RANK=$1 PET_NPROC_PER_NODE="$nproc" PET_NODE_RANK=$1 PET_NNODES="$pods" \
     timeout 60 "$LSPAWN" "$HELLO"
 }
 run_pods PyTorchJob "$pods" static_pod
+release_port
 for ((i = 0; i < pods; i++)); do
   grep -q "lspawn: Kubernetes PyTorchJob: node $i of $pods, master $job-master-0:$port, $nproc workers per node" "$D/pod$i.out" || ok=0
 done
@@ -85,12 +108,13 @@ tcmd=$(sed -n 's/^ *command: *\[\(.*\)\]/\1/p' "$TYAML" | head -1)
   { echo "FAIL: unexpected TrainJob manifest: command $tcmd, $tnodes nodes"; exit 1; }
 tmaster="$tjob-node-0-0.$tjob"
 echo "127.0.0.1 $tmaster" >>"$D/hosts"
-port=$(free_port)
+hold_port
 trainjob_pod() {
   env PET_NNODES="$tnodes" PET_NPROC_PER_NODE=auto PET_NODE_RANK=$1 PET_MASTER_ADDR="$tmaster" PET_MASTER_PORT="$port" \
     timeout 60 "$LSPAWN" "$HELLO"
 }
 run_pods TrainJob "$tnodes" trainjob_pod
+release_port
 per=$(sed -n 's/^lspawn: PET_NPROC_PER_NODE=auto: \([0-9]*\) workers\{0,1\} per node.*/\1/p' "$D/pod0.out" | head -1)
 [[ -n $per ]] || { echo "TrainJob: pod 0 did not say how many workers auto is"; ok=0; per=0; }
 for ((i = 0; i < tnodes; i++)); do
@@ -116,8 +140,9 @@ elastic_pod() {
     timeout 60 "$LSPAWN" "$HELLO"
 }
 for pods in "$emin" "$emax"; do
-  port=$(free_port)
+  hold_port
   run_pods elastic "$pods" elastic_pod
+  release_port
   n=$(grep -c "lspawn: Kubernetes PyTorchJob: elastic, $emin to $emax nodes, node rank from the rendezvous at $ejob-worker-0:$port, $enproc workers per node" "$D/all.out")
   ((n == pods)) || { echo "elastic: $n of $pods pods printed what they detected"; ok=0; }
   grep -q "from the environment (torchrun's PET_\* defaults): .*PET_MAX_RESTARTS=$erestarts" "$D/all.out" || ok=0

@@ -2,10 +2,13 @@
 // network-namespace tests, tests/multinode/, do the same across two hosts). Restarts.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <csignal>
 #include <map>
 #include <set>
+#include <thread>
 
+#include <poll.h>
 #include <sys/wait.h>
 
 #include "harness.hpp"
@@ -693,4 +696,134 @@ TEST_CASE("elastic: fewer than MIN nodes by --rdzv-timeout - the rendezvous fail
   CHECK(r.exit_code == 122);
   CHECK(r.err.find("timed out after 0.5 s: 1/2 nodes joined (--nnodes 2:3)") != std::string::npos);
   CHECK(r.out.empty());
+}
+
+namespace {
+// 127.0.0.1:0 taken by the test (no SO_REUSEADDR, so lspawn cannot bind it): listening, the
+// kernel completes every connection and nothing is ever sent back (a silent stranger); not
+// listening, a connection is refused. Closed when it goes.
+struct TakenPort {
+  lspawn::sys::Fd fd;
+  int port = 0;
+  explicit TakenPort(bool listening) : fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    if (listening) REQUIRE(::listen(fd.get(), 16) == 0);
+    socklen_t len = sizeof a;
+    REQUIRE(::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    port = ntohs(a.sin_port);
+  }
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+TEST_CASE("rendezvous: a silent listener on the endpoint - said within seconds, named by the timeout",
+          "[e2e][multinode][elastic]") {
+  TakenPort taken(true);
+  const std::string ep = "127.0.0.1:" + std::to_string(taken.port);
+  const auto t0 = std::chrono::steady_clock::now();
+  Child a(lspawn_args({"--nnodes", "2:3", "--rdzv-endpoint", ep, "--rdzv-timeout", "10", worker_bin(), "env"}));
+  const std::string silent = ep + " accepted the connection but sent nothing lspawn understands in ";
+  // Said within a few seconds (3 s after it began), not at the timeout.
+  CHECK(wait_err(a, "rendezvous on " + ep + ": this node could not host it (bind: Address already in use) nor join it: " +
+                        silent,
+                 std::chrono::seconds(6)));
+  CHECK(seconds_since(t0) < 6.0);
+  const int sa = a.wait(std::chrono::seconds(30));
+  INFO(a.err());
+  CHECK(code_of(sa) == 122);
+  CHECK(seconds_since(t0) >= 10.0);
+  CHECK(has(a.err(), "rendezvous on " + ep + " timed out after 10 s: this node could not host it (bind: Address "
+                     "already in use) nor join it: " + silent));
+  CHECK(count(a.err(), "; still trying (") >= 2);  // said again while it waited (at 3 s, 8 s)
+  CHECK_FALSE(has(a.err(), "waiting for the other nodes"));
+  CHECK(a.out().empty());
+}
+
+TEST_CASE("rendezvous: the endpoint taken by a socket that does not listen - bind and connect both named",
+          "[e2e][multinode]") {
+  TakenPort taken(false);
+  const std::string ep = "127.0.0.1:" + std::to_string(taken.port);
+  const auto t0 = std::chrono::steady_clock::now();
+  Child a(lspawn_args({"--nnodes", "2", "--rdzv-endpoint", ep, "--rdzv-timeout", "5", worker_bin(), "env"}));
+  const std::string why = "this node could not host it (bind: Address already in use) nor join it: connect: Connection refused";
+  CHECK(wait_err(a, "rendezvous on " + ep + ": " + why + "; still trying (", std::chrono::seconds(5)));
+  CHECK(seconds_since(t0) < 5.0);
+  const int sa = a.wait(std::chrono::seconds(30));
+  INFO(a.err());
+  CHECK(code_of(sa) == 122);
+  CHECK(has(a.err(), "rendezvous on " + ep + " timed out after 5 s: " + why));
+  CHECK(a.out().empty());
+}
+
+TEST_CASE("rendezvous: a static member whose node 0 is a silent stranger says so, then names it at the timeout",
+          "[e2e][multinode]") {
+  TakenPort taken(true);
+  const std::string ep = "127.0.0.1:" + std::to_string(taken.port);
+  Child b(lspawn_args({"--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port",
+                       std::to_string(taken.port), "--rdzv-timeout", "4", worker_bin(), "env"}));
+  const std::string why = "node 0 could not be reached: " + ep + " accepted the connection but sent nothing lspawn understands in ";
+  CHECK(wait_err(b, "rendezvous on " + ep + ": " + why, std::chrono::seconds(4)));
+  const int sb = b.wait(std::chrono::seconds(30));
+  INFO(b.err());
+  CHECK(code_of(sb) == 122);
+  CHECK(has(b.err(), "rendezvous on " + ep + " timed out after 4 s: " + why + "4 s"));
+}
+
+TEST_CASE("rendezvous: another protocol answering on the endpoint - named, and tried again", "[e2e][multinode]") {
+  TakenPort taken(true);
+  std::atomic<int> answered{0};
+  std::atomic<bool> done{false};
+  std::thread answerer([&] {  // reads what comes, answers as an HTTP server would, closes
+    while (!done) {
+      pollfd p{taken.fd.get(), POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      const int c = ::accept4(taken.fd.get(), nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) continue;
+      char buf[4096];
+      pollfd q{c, POLLIN, 0};
+      if (::poll(&q, 1, 1000) > 0) (void)!::read(c, buf, sizeof buf);
+      const char reply[] = "HTTP/1.0 400 Bad Request\r\n\r\n";
+      (void)!::write(c, reply, sizeof reply - 1);
+      ::close(c);
+      ++answered;
+    }
+  });
+  const std::string ep = "127.0.0.1:" + std::to_string(taken.port);
+  auto r = run_lspawn({"--nnodes", "2", "--rdzv-endpoint", ep, "--rdzv-timeout", "4", worker_bin(), "env"});
+  done = true;
+  answerer.join();
+  INFO(r.err);
+  CHECK(r.exit_code == 122);
+  const std::string why = "this node could not host it (bind: Address already in use) nor join it: " + ep +
+                          " answered with bytes that are no lspawn message (bad frame: length 1213486160 exceeds";
+  CHECK(has(r.err, "rendezvous on " + ep + ": " + why));  // said while it tried again
+  CHECK(has(r.err, "rendezvous on " + ep + " timed out after 4 s: " + why));
+  CHECK(answered > 1);  // it did try again
+}
+
+TEST_CASE("rendezvous: nodes that could neither host nor join try hosting again - freed, the endpoint gets a host",
+          "[e2e][multinode]") {
+  TakenPort taken(false);
+  const std::string ep = "127.0.0.1:" + std::to_string(taken.port);
+  auto node = [&] {
+    return lspawn_args({"--nnodes", "2", "--nprocs", "1", "--rdzv-endpoint", ep, "--rdzv-timeout", "30", worker_bin(), "env"});
+  };
+  Child a(node());
+  Child b(node());
+  const std::string refused = "nor join it: connect: Connection refused; still trying (";
+  REQUIRE(wait_err(a, refused, std::chrono::seconds(10)));
+  REQUIRE(wait_err(b, refused, std::chrono::seconds(10)));
+  taken.fd.reset();  // the port is free: the next try of one of them binds it
+  const int sa = a.wait(std::chrono::seconds(30)), sb = b.wait(std::chrono::seconds(30));
+  INFO(a.err() << "----\n" << b.err());
+  CHECK(code_of(sa) == 0);
+  CHECK(code_of(sb) == 0);
+  CHECK(count(a.err() + b.err(), "rendezvous: waiting for 1 more node on " + ep) == 1);  // one host
+  CHECK(env_by_rank(a.out()).size() + env_by_rank(b.out()).size() == 2);
 }

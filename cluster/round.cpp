@@ -1,0 +1,104 @@
+#include "cluster/round.hpp"
+
+#include <string>
+
+namespace lspawn::node {
+
+const char* round_state_name(RoundState s) {
+  switch (s) {
+    case RoundState::Running: return "Running";
+    case RoundState::Stopping: return "Stopping";
+    case RoundState::Restarting: return "Restarting";
+    case RoundState::Finished: return "Finished";
+  }
+  return "?";
+}
+
+std::optional<RoundState> next_round_state(RoundState s, RoundEvent e) {
+  switch (e) {
+    case RoundEvent::Failure:
+      if (s == RoundState::Running) return RoundState::Stopping;
+      return std::nullopt;
+    case RoundEvent::Restart:
+      if (s == RoundState::Running || s == RoundState::Stopping) return RoundState::Restarting;
+      return std::nullopt;
+    case RoundEvent::Start:
+    case RoundEvent::Finish:
+      if (s == RoundState::Finished) return std::nullopt;
+      return e == RoundEvent::Start ? RoundState::Running : RoundState::Finished;
+  }
+  return std::nullopt;
+}
+
+namespace {
+// Lower is more fundamental: a lost node explains the failures it caused elsewhere; a round
+// stopped to admit a node explains the workers that failed while it stopped.
+int kind_order(const std::string& kind) {
+  if (kind == "node-lost") return 0;
+  if (kind == "signal") return 1;
+  if (kind == "membership") return 2;
+  return 3;
+}
+
+}  // namespace
+
+FinishMsg failed_finish(const Cause& c, int round) {
+  FinishMsg f;
+  f.restart_count = round;
+  f.failed = true;
+  f.cause = c;
+  f.exit_code = c.exit_code;
+  return f;
+}
+
+const Cause& root_cause(const std::vector<Cause>& causes) {
+  const Cause* best = &causes.front();
+  for (const Cause& c : causes) {
+    const int a = kind_order(c.kind), b = kind_order(best->kind);
+    if (a < b || (a == b && c.time_us < best->time_us)) best = &c;
+  }
+  return *best;
+}
+
+RoundDecision decide_round(const RoundFacts& f) {
+  RoundDecision d;
+  if (f.causes.empty()) {
+    d.finish = FinishMsg{};
+    d.finish->restart_count = f.round;
+    return d;
+  }
+  const Cause& best = root_cause(f.causes);
+  bool signal = false;
+  for (const Cause& c : f.causes) signal = signal || c.kind == "signal";
+  if (best.kind == "membership") {
+    d.restart = best;
+    d.counted = false;
+    return d;
+  }
+  const bool restarts_left = f.restarts_used < f.max_restarts;
+  const bool worker_restart = best.kind == "worker" && !f.any_lost && restarts_left;
+  // Elastic: a lost node is a failure like a worker's; the survivors go on if enough are left.
+  const bool lost_restartable = f.elastic && best.kind == "node-lost" && !signal && restarts_left;
+  if (worker_restart || (lost_restartable && f.next_nodes >= f.min_nnodes)) {
+    d.restart = best;
+    d.survivors = !worker_restart;
+    return d;
+  }
+  d.finish = failed_finish(best, f.round);
+  if (lost_restartable) {
+    d.finish->cause.text += "lspawn:   " + std::to_string(f.next_nodes) + " node" + (f.next_nodes == 1 ? "" : "s") +
+                            " left, fewer than the " + std::to_string(f.min_nnodes) + " of --nnodes " +
+                            f.nnodes_flag + "\n";
+  }
+  return d;
+}
+
+std::optional<Cause> lost_since_decision(const std::vector<Cause>& causes, bool elastic, int next_nodes,
+                                         int min_nnodes) {
+  for (const Cause& c : causes) {
+    if (c.kind == "node-lost" && !(elastic && next_nodes >= min_nnodes)) return c;
+  }
+  return std::nullopt;
+}
+
+}  // namespace lspawn::node
