@@ -6,12 +6,12 @@
 #include <cstring>
 #include <functional>
 #include <map>
-#include <sstream>
 #include <thread>
 
 #include <poll.h>
 
 #include "cluster/membership.hpp"
+#include "supervisor/duration_text.hpp"
 #include "supervisor/exit_codes.hpp"
 #include "supervisor/job_secret.hpp"
 
@@ -42,15 +42,10 @@ using std::chrono::milliseconds;
 // libstdc++ 12 calls glibc 2.36's arc4random and would raise the wheel's manylinux tag).
 std::string random_run_id() { return generate_job_secret().substr(0, 16); }
 
-std::string seconds(milliseconds ms) {
-  std::ostringstream os;
-  os << static_cast<double>(ms.count()) / 1000.0 << " s";
-  return os.str();
-}
-
-// "3 s": a duration rounded to whole seconds, for what is said while the rendezvous goes on.
+// "3 s": a duration rounded to whole seconds, for what is said while the rendezvous goes on
+// (a countdown: supervisor/duration_text.hpp's elapsed_text would say "2.9 s").
 std::string whole_seconds(Clock::duration d) {
-  return std::to_string(std::llround(std::max(std::chrono::duration<double>(d).count(), 0.0))) + " s";
+  return seconds_text(std::chrono::seconds(std::llround(std::max(std::chrono::duration<double>(d).count(), 0.0))));
 }
 
 int64_t now_us() {
@@ -122,7 +117,7 @@ Clock::time_point join_due(Clock::time_point accepted_at, milliseconds node_time
 // when it is closed.
 std::string join_overdue(const std::string& ep, const std::string& endpoint, milliseconds node_timeout) {
   return "rendezvous on " + ep + ": closed connection from " + endpoint + ": no join message within " +
-         seconds(node_timeout) + " (--node-timeout)";
+         seconds_text(node_timeout) + " (--node-timeout)";
 }
 
 // Why `j` cannot be part of the job `o` describes; empty when it can.
@@ -213,11 +208,11 @@ struct Attempts {
     next_report = now + kReportEvery;
     if (o.info) {
       o.info("rendezvous on " + ep + ": " + what_failed() + "; still trying (" + whole_seconds(deadline - now) +
-             " of --rdzv-timeout " + seconds(o.rdzv_timeout) + " left)");
+             " of --rdzv-timeout " + seconds_text(o.rdzv_timeout) + " left)");
     }
   }
   [[noreturn]] void timed_out() const {
-    throw RendezvousError("rendezvous on " + ep + " timed out after " + seconds(o.rdzv_timeout) + ": " + what_failed());
+    throw RendezvousError("rendezvous on " + ep + " timed out after " + seconds_text(o.rdzv_timeout) + ": " + what_failed());
   }
 };
 
@@ -442,10 +437,10 @@ void Group::Gathering::say_waiting() const {
   if (elastic) {
     g.info("rendezvous: waiting for " + std::to_string(o.min_nnodes - 1) + " to " + std::to_string(o.nnodes - 1) +
            " more nodes on " + ep + " (--nnodes " + nnodes_flag(o.min_nnodes, o.nnodes) + ", timeout " +
-           seconds(o.rdzv_timeout) + ", last call " + seconds(o.last_call) + ")");
+           seconds_text(o.rdzv_timeout) + ", last call " + seconds_text(o.last_call) + ")");
   } else {
     g.info("rendezvous: waiting for " + std::to_string(o.nnodes - 1) + " more node" + (o.nnodes == 2 ? "" : "s") +
-           " on " + ep + " (timeout " + seconds(o.rdzv_timeout) + ")");
+           " on " + ep + " (timeout " + seconds_text(o.rdzv_timeout) + ")");
   }
 }
 
@@ -457,12 +452,12 @@ void Group::Gathering::until_formed() {
     const Formation::Check c = formation.check(n, Clock::now());
     if (c.last_call_began) {
       g.info("rendezvous: " + std::to_string(n) + (n == 1 ? " node" : " nodes") + " joined (--nnodes " +
-             nnodes_flag(o.min_nnodes, o.nnodes) + "): waiting " + seconds(o.last_call) +
+             nnodes_flag(o.min_nnodes, o.nnodes) + "): waiting " + seconds_text(o.last_call) +
              " for more (last_call_timeout)");
     }
     if (c.formed) return;
     if (c.timed_out) {
-      reject_all("rendezvous on " + ep + " timed out after " + seconds(o.rdzv_timeout) + ": " + std::to_string(n) +
+      reject_all("rendezvous on " + ep + " timed out after " + seconds_text(o.rdzv_timeout) + ": " + std::to_string(n) +
                  "/" + std::to_string(elastic ? o.min_nnodes : o.nnodes) + " nodes joined" +
                  (elastic ? " (--nnodes " + nnodes_flag(o.min_nnodes, o.nnodes) + ")" : ""));
     }
@@ -646,7 +641,7 @@ std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd li
   r.send_assignments(rank);
   const int formed_nodes = g->assign_.nnodes;
   g->info("rendezvous: " + std::to_string(formed_nodes) + " node" + (formed_nodes == 1 ? "" : "s") + " joined after " +
-          seconds(std::chrono::duration_cast<milliseconds>(Clock::now() - t0)));
+          elapsed_text(Clock::now() - t0));
   return g;
 }
 
@@ -665,7 +660,7 @@ std::unique_ptr<Group> Group::form_member(const GroupOptions& o, Joining joining
     for (;;) {
       auto m = read_one(*node->link, queue, deadline);
       if (!m) {
-        throw RendezvousError("rendezvous on " + ep + " timed out after " + seconds(o.rdzv_timeout) +
+        throw RendezvousError("rendezvous on " + ep + " timed out after " + seconds_text(o.rdzv_timeout) +
                               " waiting for the other nodes" +
                               (joining.joined > 0 ? " (" + std::to_string(joining.joined) +
                                                         " had joined when this node did)"
@@ -697,7 +692,7 @@ std::unique_ptr<Group> Group::form_member(const GroupOptions& o, Joining joining
   for (auto& m : queue) g->handle(*node, m);
   g->nodes_.push_back(std::move(node));
   g->info("rendezvous: node " + std::to_string(g->assign_.node_rank) + " of " + std::to_string(g->assign_.nnodes) +
-          " after " + seconds(std::chrono::duration_cast<milliseconds>(Clock::now() - t0)));
+          " after " + elapsed_text(Clock::now() - t0));
   return g;
 }
 
@@ -1142,7 +1137,7 @@ void Group::tick() {
   for (auto& n : nodes_) {
     if (!n->link) continue;
     if (now - n->link->last_in() > opts_.node_timeout && now >= n->busy_until) {
-      lost(*n, "nothing received for " + seconds(opts_.node_timeout) + " (--node-timeout)");
+      lost(*n, "nothing received for " + seconds_text(opts_.node_timeout) + " (--node-timeout)");
       continue;
     }
     try {
