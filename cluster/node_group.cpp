@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <sstream>
 #include <thread>
 
 #include <poll.h>
