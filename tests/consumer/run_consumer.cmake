@@ -1,5 +1,6 @@
 # Installs the lspawn build at BUILD_DIR into a fresh temporary prefix, configures and builds
-# the consumer project (SOURCE_DIR) against it with find_package(lspawn), and runs it.
+# the consumer project (SOURCE_DIR) against it with find_package(lspawn), and runs it: the
+# torch-free consumer_app and, when the install has the torch parts, consumer_worker.
 # Arguments: -DBUILD_DIR= -DSOURCE_DIR= -DGENERATOR= [-DCXX_FLAGS=] [-DLINK_FLAGS=]
 # [-DTORCH_DIR=]: the Torch_DIR the build found, handed on so the consumer finds the same Torch
 # however the build found it (a multi-entry CMAKE_PREFIX_PATH, a Torch_DIR on the command line).
@@ -42,5 +43,17 @@ message(STATUS "${step_output}")
 if(NOT step_output MATCHES "consumer: OK")
   file(REMOVE_RECURSE ${work})
   message(FATAL_ERROR "consumer test: unexpected output:\n${step_output}")
+endif()
+# The worker side: built when the install has the torch parts (worker.cpp).
+if(EXISTS ${work}/build/consumer_worker)
+  step("run the consumer's workers" ${work}/build/consumer_worker)
+  message(STATUS "${step_output}")
+  if(NOT step_output MATCHES "consumer worker: OK")
+    file(REMOVE_RECURSE ${work})
+    message(FATAL_ERROR "consumer test: unexpected output of consumer_worker:\n${step_output}")
+  endif()
+elseif(EXISTS ${work}/prefix/include/lspawn/lspawn/strategies.hpp)
+  file(REMOVE_RECURSE ${work})
+  message(FATAL_ERROR "consumer test: the install has the torch parts but consumer_worker was not built")
 endif()
 file(REMOVE_RECURSE ${work})
