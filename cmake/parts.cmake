@@ -18,3 +18,14 @@ set(LSPAWN_MAY_runtime cluster spawn hang supervisor status proto)
 set(LSPAWN_MAY_collectives runtime cluster spawn hang supervisor status proto)
 set(LSPAWN_MAY_strategies collectives runtime cluster spawn hang supervisor status proto)
 set(LSPAWN_MAY_lspawn strategies collectives runtime cluster spawn hang supervisor status proto)
+# Headers only lspawn's implementation includes: no public header (lspawn/*.hpp) may reach them,
+# directly or through another header (tests/headers/check_public_closure.cmake). They are still
+# installed with their part; a program never needs them (docs/using-lspawn-from-cmake.md).
+set(LSPAWN_IMPLEMENTATION_HEADERS
+  proto/wire.hpp
+  supervisor/supervisor.hpp supervisor/guardian.hpp supervisor/env_contract.hpp
+  spawn/init_detail.hpp spawn/fork_loop.hpp spawn/forked_workers.hpp spawn/worker.hpp spawn/threads.hpp
+  runtime/rendezvous.hpp runtime/store_gate.hpp runtime/store_listener.hpp runtime/authenticated_store.hpp
+  runtime/record_auth.hpp runtime/gloo_guard.hpp runtime/gloo_loop_ticker.hpp runtime/throw_trace.hpp
+  runtime/torch_compat.hpp runtime/torch_compat_reducer.hpp
+  collectives/hierarchy.hpp collectives/cuda_ipc.hpp collectives/shm/communicator.hpp)

@@ -3,6 +3,7 @@
 #include "collectives/cuda_ipc.hpp"
 
 #include "collectives/error.hpp"
+#include "collectives/hierarchy.hpp"
 #include "runtime/cuda_device.hpp"
 #include "runtime/gloo_guard.hpp"
 #include "runtime/torch_compat.hpp"

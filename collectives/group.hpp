@@ -25,8 +25,6 @@
 // same order on every rank. Different groups may be used from different threads.
 #pragma once
 
-#include "collectives/hierarchy.hpp"
-#include "collectives/shm/communicator.hpp"
 #include "status/recorder.hpp"
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -40,7 +38,11 @@
 
 namespace lspawn {
 
-class CudaIpc;
+class CudaIpc;      // collectives/cuda_ipc.hpp
+class Hierarchy;    // collectives/hierarchy.hpp
+namespace shm {
+class Communicator;  // collectives/shm/communicator.hpp
+}
 
 struct World;  // runtime/process_group.hpp
 
@@ -89,7 +91,6 @@ class Group {
 
   // From runtime's init_process_group(): uses world.store and world.peers (their hosts decide
   // shm eligibility). Its own gloo pairs; world.pg stays usable for the caller.
-  // Defined only when lspawn_collectives was built with runtime/ (it normally is).
   static std::shared_ptr<Group> from_world(const World& world, GroupOptions options = {});
 
   ~Group();

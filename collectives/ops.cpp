@@ -1,6 +1,7 @@
 #include "collectives/ops.hpp"
 
 #include "collectives/cuda_ipc.hpp"
+#include "collectives/hierarchy.hpp"
 
 #include <torch/csrc/distributed/c10d/Types.hpp>
 

@@ -11,10 +11,9 @@
 // Prints (rank 0) the device, precision and the strategy group's backend (DDP: NCCL by default
 // when the device is CUDA and NCCL is built, docs/strategies.md), then "test accuracy A" on the
 // held-out 20 % (360 images).
+#include <lspawn/runtime.hpp>
 #include <lspawn/spawn.hpp>
 #include <lspawn/strategies.hpp>
-
-#include "runtime/error_report.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/modules/linear.h>

@@ -27,8 +27,7 @@
 #include <ATen/ATen.h>
 #include <unistd.h>
 
-#include "runtime/error_report.hpp"
-#include "runtime/process_group.hpp"
+#include <lspawn/runtime.hpp>
 
 namespace {
 

@@ -22,6 +22,8 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "runtime/authenticated_store.hpp"
+#include "runtime/gloo_loop_ticker.hpp"
+#include "runtime/rendezvous.hpp"
 #include "runtime/gloo_guard.hpp"
 #include "runtime/throw_trace.hpp"
 #include "supervisor/worker_failure.hpp"

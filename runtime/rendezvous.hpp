@@ -40,30 +40,11 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "runtime/authenticated_store.hpp"
+#include "runtime/rendezvous_outcome.hpp"
 #include "runtime/store_gate.hpp"
 #include "runtime/worker_env.hpp"
 
 namespace lspawn {
-
-// The store could not be hosted or reached, or a peer's record is malformed. what() names the
-// store's host:port, this rank and world size.
-class RendezvousError : public std::runtime_error {
- public:
-  explicit RendezvousError(const std::string& message) : std::runtime_error(message) {}
-};
-
-// Not every rank arrived within the timeout. what() reads like
-// "rendezvous 'abc' timed out after 2.0 s (timeout 2 s) at 127.0.0.1:41234: 3/4 ranks joined,
-// missing: [2]".
-class RendezvousTimeout : public RendezvousError {
- public:
-  RendezvousTimeout(const std::string& message, std::vector<int> missing_ranks)
-      : RendezvousError(message), missing_ranks_(std::move(missing_ranks)) {}
-  const std::vector<int>& missing_ranks() const { return missing_ranks_; }
-
- private:
-  std::vector<int> missing_ranks_;
-};
 
 // Default rendezvous timeout (torchrun's). Overridden by LSPAWN_RDZV_TIMEOUT (seconds).
 inline constexpr std::chrono::milliseconds kDefaultRendezvousTimeout{300'000};
@@ -75,13 +56,6 @@ struct RendezvousOptions {
   // Timeout of later store operations (get/wait) made through the returned store. Zero → same
   // as the rendezvous timeout.
   std::chrono::milliseconds store_timeout{0};
-};
-
-// One rank's announcement.
-struct PeerInfo {
-  int rank = -1;
-  std::string host;  // gethostname() of the peer
-  int64_t pid = 0;
 };
 
 struct Rendezvous {

@@ -46,7 +46,7 @@ for v in "${versions[@]}"; do
   # The heavy headers once per release, precompiled (~20 s): each source then takes ~2 s instead
   # of ~10. The NCCL sources are read without it (other definitions).
   flags=(-std=c++20 -w -I"$root" -isystem "$inc" -isystem "$inc/torch/csrc/api/include"
-         -DUSE_DISTRIBUTED -DUSE_C10D_GLOO -DUSE_RPC -DUSE_TENSORPIPE -DLSPAWN_COLLECTIVES_WITH_RUNTIME=1)
+         -DUSE_DISTRIBUTED -DUSE_C10D_GLOO -DUSE_RPC -DUSE_TENSORPIPE)
   printf '%s\n' '#include <torch/torch.h>' '#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>' \
     '#include <torch/csrc/distributed/c10d/TCPStore.hpp>' '#include <torch/csrc/distributed/c10d/PrefixStore.hpp>' \
     '#include <torch/csrc/distributed/c10d/reducer.hpp>' >"$log/pch.hpp"

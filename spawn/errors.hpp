@@ -1,6 +1,6 @@
 // Exceptions thrown by lspawn::spawn() and ProcessContext::join().
 //
-// Messages follow DESIGN.md §2, the form users of torch.multiprocessing.spawn grep for:
+// Messages take the form users of torch.multiprocessing.spawn grep for (docs/spawn.md, Failures):
 //   ProcessExitedException: "process 1 terminated with exit code 3",
 //                           "process 0 terminated with signal SIGABRT"
 //   ProcessRaisedException: "process 1 terminated with the following error:\n"

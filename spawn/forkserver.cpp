@@ -22,7 +22,7 @@
 #include "supervisor/fd_frame.hpp"
 #include "spawn/errors.hpp"
 #include "spawn/fork_loop.hpp"
-#include "spawn/init.hpp"
+#include "spawn/init_detail.hpp"
 #include "spawn/registry.hpp"
 #include "spawn/threads.hpp"
 #include "spawn/worker.hpp"

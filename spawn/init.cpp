@@ -1,4 +1,5 @@
 #include "spawn/init.hpp"
+#include "spawn/init_detail.hpp"
 
 #include <unistd.h>
 

@@ -9,12 +9,11 @@
 // return: code after init() in main runs only in the caller. This is the one place lspawn ends
 // a process itself, and only a worker process.
 //
-// This is process-wide state (the program image, the forkserver), set once from main.
+// This is process-wide state (the program image, the forkserver), set once from main; what
+// lspawn's own code reads of it is spawn/init_detail.hpp (not part of <lspawn/spawn.hpp>).
 #pragma once
 
 namespace lspawn {
-
-class Forkserver;
 
 struct StartupOptions {
   // Fork the forkserver now, so StartMethod::Forkserver is safe after threads start later.
@@ -22,24 +21,5 @@ struct StartupOptions {
 };
 
 void init(int argc, char** argv, const StartupOptions& opts = {});
-
-// The environment variable naming a Spawn worker's SpawnCall file (set by spawn(), removed
-// from the environment by init() before the function runs).
-inline constexpr const char* kSpawnCallEnv = "LSPAWN_SPAWN_CALL";
-
-namespace init_detail {
-// True once init() ran in this process (StartMethod::Spawn requires it).
-bool initialized();
-// The executable (/proc/self/exe at init) and argv recorded by init().
-const char* executable();
-int argc();
-char* const* argv();
-// The forkserver init() started, or null.
-Forkserver* default_forkserver();
-// Threads the process ran when init() was called (1 without init). Threads that exist before
-// main are started by libraries as they load (OpenBLAS's pthread pool, for one) and handle
-// fork themselves (pthread_atfork); the Fork guard counts only the threads started since.
-int thread_baseline();
-}  // namespace init_detail
 
 }  // namespace lspawn

@@ -29,7 +29,7 @@
 
 #include "spawn/codec.hpp"
 #include "spawn/options.hpp"
-#include "supervisor/supervisor.hpp"
+#include "supervisor/worker_result.hpp"
 #include "proto/messages.hpp"
 
 namespace lspawn {

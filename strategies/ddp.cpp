@@ -1,8 +1,7 @@
 #include "strategies/ddp.hpp"
 
 #include "collectives/ops.hpp"
-#define LSPAWN_COMPAT_REDUCER 1  // make_reducer()
-#include "runtime/torch_compat.hpp"
+#include "runtime/torch_compat_reducer.hpp"
 
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/distributed/c10d/comm.hpp>

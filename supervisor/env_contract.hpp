@@ -1,8 +1,8 @@
-// The environment contract between a launcher and each worker (DESIGN.md §2): torchrun's
+// The environment contract between a launcher and each worker (docs/env-contract.md): torchrun's
 // variable names, so unmodified PyTorch scripts (init_method="env://") run under lspawn and
 // lspawn workers run under torchrun. This file is the one place the names are spelled.
 //
-// Used by the CLI (launcher/cli_main) and by lspawn::spawn(); the worker side reads the same
+// Used by the CLI (run_cli(), launcher/cli.cpp) and by lspawn::spawn(); the worker side reads the same
 // names (runtime/).
 #pragma once
 

@@ -44,6 +44,7 @@
 #include "supervisor/guardian.hpp"
 #include "supervisor/output.hpp"
 #include "supervisor/sys.hpp"
+#include "supervisor/worker_result.hpp"
 #include "proto/messages.hpp"
 
 namespace lspawn {
@@ -106,41 +107,8 @@ struct ForkSpec {
   int local_rank = -1;  // recorded in the ErrorReport
 };
 
-enum class WorkerState { Running, Stopping, Draining, Done };
-const char* worker_state_name(WorkerState s);
-
 enum class Phase { Running, Stopping, Killing, Finished };
 const char* phase_name(Phase p);
-
-// What happened to one worker. Valid fields grow as the worker advances.
-struct WorkerResult {
-  int rank = -1;
-  pid_t pid = -1;
-  WorkerState state = WorkerState::Running;
-  bool exited = false;    // wait status known
-  int wait_status = 0;    // raw status (WIFEXITED/WIFSIGNALED) once exited
-  int exit_code = 0;      // WEXITSTATUS when it exited normally
-  int term_signal = 0;    // terminating signal, 0 when it exited normally
-  bool root_cause = false;
-  int stop_signal_sent = 0;  // last signal lspawn sent to stop it (SIGTERM, SIGINT, SIGKILL…), 0 none
-  std::string exec_error;    // "cannot execute '/x': No such file or directory" if exec failed
-  std::optional<proto::ErrorReport> report;  // from its error file, when it failed and wrote one
-  std::string report_problem;  // an error file that existed but could not be read
-  std::string error_file;
-  double seconds = 0;          // start to exit
-  int64_t exit_time_us = 0;    // wall clock (µs since the epoch) when its exit was seen
-
-  // When it failed (wall clock, µs): its report's failed_at_us when set, else exit_time_us.
-  int64_t failure_time_us() const;
-  // It wrote an error report and was then stopped by lspawn while still exiting.
-  bool reported_then_stopped() const { return report && killed_by_supervisor(); }
-
-  bool failed() const { return exited && (term_signal != 0 || exit_code != 0); }
-  // Died of a signal lspawn sent it (not a root cause, not its own failure).
-  bool killed_by_supervisor() const;
-  // "process 1 terminated with exit code 3" (torch.multiprocessing wording).
-  std::string describe() const;
-};
 
 class Supervisor {
  public:

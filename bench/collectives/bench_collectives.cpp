@@ -16,8 +16,7 @@
 // slowest rank is reported. Sizes are float32 bytes per rank (all_gather: bytes each rank sends).
 // busbw as nccl-tests: all_reduce algbw*2(n-1)/n, all_gather algbw*(n-1) (per-rank bytes),
 // broadcast algbw.
-#include "collectives/ops.hpp"
-#include "runtime/process_group.hpp"
+#include <lspawn/collectives.hpp>
 
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/cuda.h>

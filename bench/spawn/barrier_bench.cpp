@@ -13,9 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <lspawn/runtime.hpp>
 #include <lspawn/spawn.hpp>
-
-#include "runtime/process_group.hpp"
 
 namespace {
 

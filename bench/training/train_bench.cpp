@@ -9,10 +9,9 @@
 // every backward under no_sync); a bare all-reduce of all gradients (1.86M floats, through the
 // same path as DDP's buckets); and the share of that all-reduce hidden behind backward:
 //   hidden = 1 − (t_ddp − t_compute) / t_allreduce.
+#include <lspawn/collectives.hpp>
 #include <lspawn/spawn.hpp>
 #include <lspawn/strategies.hpp>
-
-#include "collectives/ops.hpp"
 
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>

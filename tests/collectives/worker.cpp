@@ -12,6 +12,7 @@
 // 3 CollectiveTimeout; 4 CollectiveMismatch; 5 any other exception. Errors print
 // "rank R: <kind>: <what>" to stderr, so the test can assert on the text.
 #include "collectives/cuda_ipc.hpp"
+#include "collectives/shm/communicator.hpp"
 #include "collectives/object.hpp"
 #include "collectives/ops.hpp"
 #include "collectives/strategy_ops.hpp"

@@ -1,5 +1,6 @@
 # Installs the lspawn build at BUILD_DIR into a fresh temporary prefix, configures and builds
-# the consumer project (SOURCE_DIR) against it with find_package(lspawn), and runs it.
+# the consumer project (SOURCE_DIR) against it with find_package(lspawn), and runs it: the
+# torch-free consumer_app and, when the install has the torch parts, consumer_worker.
 # Arguments: -DBUILD_DIR= -DSOURCE_DIR= -DGENERATOR= [-DCXX_FLAGS=] [-DLINK_FLAGS=]
 # [-DTORCH_DIR=]: the Torch_DIR the build found, handed on so the consumer finds the same Torch
 # however the build found it (a multi-entry CMAKE_PREFIX_PATH, a Torch_DIR on the command line).
@@ -37,10 +38,22 @@ step("configure the consumer" ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${work}/build
   -DCMAKE_PREFIX_PATH=${work}/prefix "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}"
   "-DCMAKE_EXE_LINKER_FLAGS=${LINK_FLAGS}" ${torch_dir_arg})
 step("build the consumer" ${CMAKE_COMMAND} --build ${work}/build -j 2)
-step("run the consumer" ${work}/build/consumer_app)
-message(STATUS "${step_output}")
-if(NOT step_output MATCHES "consumer: OK")
+# Runs a program of the consumer and fails unless its output says `ok_line`.
+function(run_program program ok_line)
+  step("run ${program}" ${work}/build/${program})
+  message(STATUS "${step_output}")
+  if(NOT step_output MATCHES "${ok_line}")
+    file(REMOVE_RECURSE ${work})
+    message(FATAL_ERROR "consumer test: unexpected output of ${program}:\n${step_output}")
+  endif()
+endfunction()
+
+run_program(consumer_app "consumer: OK")
+# The worker side: built when the install has the torch parts (worker.cpp).
+if(EXISTS ${work}/build/consumer_worker)
+  run_program(consumer_worker "consumer worker: OK")
+elseif(EXISTS ${work}/prefix/include/lspawn/lspawn/strategies.hpp)
   file(REMOVE_RECURSE ${work})
-  message(FATAL_ERROR "consumer test: unexpected output:\n${step_output}")
+  message(FATAL_ERROR "consumer test: the install has the torch parts but consumer_worker was not built")
 endif()
 file(REMOVE_RECURSE ${work})

@@ -1,4 +1,4 @@
-// The environment contract (DESIGN.md §2) as workers see it.
+// The environment contract (docs/env-contract.md) as workers see it.
 #include <catch2/catch.hpp>
 
 #include <map>

@@ -18,6 +18,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include "runtime/cuda_device.hpp"
+#include "runtime/gloo_loop_ticker.hpp"
 #include "runtime/process_group.hpp"
 #include "runtime/torch_compat.hpp"
 #include "tests/runtime/child.hpp"

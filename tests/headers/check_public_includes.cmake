@@ -1,0 +1,52 @@
+# Fails when the README, a doc (docs/*.md) or an example (examples/) includes one of lspawn's
+# headers by a part's path ("runtime/process_group.hpp") or in quotes, instead of the public face
+# <lspawn/...>, or names a public header that does not exist (docs/using-lspawn-from-cmake.md,
+# "Public headers"). A grep of every #include, in code and in the Markdown text around it.
+# Usage: cmake -DSOURCE_DIR=<repo> -P check_public_includes.cmake
+include(${SOURCE_DIR}/cmake/parts.cmake)  # LSPAWN_PARTS: the folders a part's path starts with
+set(parts ${LSPAWN_PARTS})
+list(REMOVE_ITEM parts lspawn)
+
+file(GLOB docs "${SOURCE_DIR}/docs/*.md")
+file(GLOB_RECURSE examples "${SOURCE_DIR}/examples/*")
+set(files "${SOURCE_DIR}/README.md" ${docs} ${examples})
+
+set(include_re "#[ \t]*include[ \t]*[<\"][^>\"]+[>\"]")
+set(found "")
+set(count 0)
+set(public 0)
+foreach(f ${files})
+  math(EXPR count "${count} + 1")
+  file(RELATIVE_PATH rel "${SOURCE_DIR}" "${f}")
+  file(STRINGS "${f}" lines REGEX "${include_re}")
+  foreach(line ${lines})
+    string(REGEX MATCHALL "${include_re}" includes "${line}")
+    foreach(inc ${includes})
+      string(REGEX REPLACE "^#[ \t]*include[ \t]*([<\"])([^>\"]+)[>\"]$" "\\1" open "${inc}")
+      string(REGEX REPLACE "^#[ \t]*include[ \t]*([<\"])([^>\"]+)[>\"]$" "\\2" path "${inc}")
+      string(REGEX MATCH "^[A-Za-z0-9_]+/" top "${path}")
+      string(REGEX REPLACE "/$" "" top "${top}")
+      if(top STREQUAL "lspawn")
+        math(EXPR public "${public} + 1")
+        if(NOT open STREQUAL "<")
+          string(APPEND found "  ${rel}: ${inc} (write it <${path}>)\n")
+        elseif(NOT EXISTS "${SOURCE_DIR}/${path}")
+          string(APPEND found "  ${rel}: ${inc} (no such public header in lspawn/)\n")
+        endif()
+      elseif(NOT top STREQUAL "")
+        list(FIND parts ${top} _is_part)
+        if(_is_part GREATER -1)
+          string(APPEND found "  ${rel}: ${inc} (a part's header: include its public face <lspawn/...>)\n")
+        endif()
+      endif()
+    endforeach()
+  endforeach()
+endforeach()
+if(count EQUAL 0 OR public EQUAL 0)
+  message(FATAL_ERROR "no README, docs or examples including <lspawn/...> found under ${SOURCE_DIR}")
+endif()
+if(found)
+  message(FATAL_ERROR "lspawn's headers included other than as the public face <lspawn/...> "
+                      "(docs/using-lspawn-from-cmake.md, \"Public headers\"):\n${found}")
+endif()
+message(STATUS "${count} files checked: ${public} includes of lspawn, each <lspawn/...>")
