@@ -34,7 +34,7 @@ D=$(mktemp -d)
 trap 'rm -rf "$D"' EXIT
 { cat /etc/hosts; echo "127.0.0.1 $job-master-0"; } >"$D/hosts"
 mount --bind "$D/hosts" /etc/hosts || { echo "FAIL: cannot bind-mount /etc/hosts"; exit 1; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+source "$(dirname "${BASH_SOURCE[0]}")/../support/lib.sh"  # free_port
 ok=1
 # run_pods WHAT N POD: runs `POD I` for pods I = 0..N-1 at once (each an lspawn; output in
 # $D/podI.out, all of it in $D/all.out) and waits; a pod that exits non-zero is named.
