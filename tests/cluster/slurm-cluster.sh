@@ -29,15 +29,7 @@ alive() {  # alive PIDFILE PATTERN
   [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$2"
 }
 
-free_ports() {  # N free TCP ports on 127.0.0.1 (bound once with port 0, then released)
-  python3 - "$1" <<'PY'
-import socket, sys
-socks = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-PY
-}
+source "$(dirname "${BASH_SOURCE[0]}")/../support/lib.sh"  # free_ports
 
 down() {
   [[ -d $D ]] || return 0

@@ -1,7 +1,7 @@
 // Collectives across real processes: every op against a local reference for N = 1..4 on each
 // backend, object collectives, subgroups, and the failure paths (timeout with a missing rank, a
 // rank SIGKILLed mid-collective, mismatched calls). The ranks are tests/collectives/worker.cpp.
-#include "ranks.hpp"
+#include "tests/collectives/ranks.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -14,6 +14,11 @@ using lspawn::test::RunResult;
 using lspawn::test::require_all_ok;
 using lspawn::test::run_ranks;
 
+namespace {
+// The worker run_ranks() starts (CMake gives its path).
+const std::string kWorker = LSPAWN_COLLECTIVES_TEST_WORKER;
+}  // namespace
+
 TEST_CASE("every op matches a local reference on gloo and shm for N = 1 to 4", "[collectives][processes]") {
   const std::string backend = GENERATE(as<std::string>{}, "gloo", "shm");
   for (int n = 1; n <= 4; ++n) {
@@ -21,7 +26,7 @@ TEST_CASE("every op matches a local reference on gloo and shm for N = 1 to 4", "
     // One 64 MiB all_reduce per backend, at the odd world size.
     if (n == 3) env["LSPAWN_TEST_BIG"] = "1";
     env["LSPAWN_TEST_EXPECT_BACKEND"] = (backend == "shm" && n > 1) ? "shm+gloo" : "gloo";
-    auto r = run_ranks(n, "suite", backend, env);
+    auto r = run_ranks(kWorker, n, "suite", backend, env);
     INFO("backend " << backend << ", N=" << n);
     require_all_ok(r);
   }
@@ -33,7 +38,7 @@ TEST_CASE("shm single copy, when asked for (LSPAWN_SHM_SINGLE_COPY=1), matches t
   // attach path (process_vm_readv/writev between real processes) tested, 64 MiB case included.
   for (int n : {2, 3}) {
     INFO("N=" << n);
-    require_all_ok(run_ranks(n, "suite", "shm",
+    require_all_ok(run_ranks(kWorker, n, "suite", "shm",
                              {{"LSPAWN_SHM_SINGLE_COPY", "1"}, {"LSPAWN_TEST_BIG", n == 3 ? "1" : "0"},
                               {"LSPAWN_TEST_EXPECT_BACKEND", "shm+gloo"}, {"LSPAWN_TEST_EXPECT_SINGLE_COPY", "1"}}));
   }
@@ -55,7 +60,7 @@ TEST_CASE("shm with tensors on the device: CUDA IPC device to device, or staged 
   for (const auto& [ipc, min_bytes] : modes)
     for (int n : {2, 3}) {
       INFO("N=" << n << ", LSPAWN_SHM_CUDA_IPC=" << ipc << ", LSPAWN_SHM_CUDA_IPC_MIN_BYTES=" << min_bytes);
-      auto r = run_ranks(n, "device", "shm",
+      auto r = run_ranks(kWorker, n, "device", "shm",
                          {{"LSPAWN_SHM_CUDA_IPC", ipc}, {"LSPAWN_SHM_CUDA_IPC_MIN_BYTES", min_bytes},
                           {"LSPAWN_TEST_EXPECT_BACKEND", "shm+gloo"}},
                          std::chrono::seconds(180));
@@ -73,7 +78,7 @@ TEST_CASE("shm with tensors on the device: CUDA IPC device to device, or staged 
 }
 
 TEST_CASE("a bad LSPAWN_SHM_CUDA_IPC or LSPAWN_SHM_CUDA_IPC_MIN_BYTES fails group creation naming it", "[collectives][processes][failure]") {
-  auto r = run_ranks(2, "sum", "shm", {{"LSPAWN_SHM_CUDA_IPC", "yes"}}, std::chrono::seconds(60));
+  auto r = run_ranks(kWorker, 2, "sum", "shm", {{"LSPAWN_SHM_CUDA_IPC", "yes"}}, std::chrono::seconds(60));
   INFO(r.all_output());
   REQUIRE_FALSE(r.timed_out);
 #ifdef LSPAWN_TEST_CUDA_IPC_BUILT
@@ -81,7 +86,7 @@ TEST_CASE("a bad LSPAWN_SHM_CUDA_IPC or LSPAWN_SHM_CUDA_IPC_MIN_BYTES fails grou
     CHECK(r.ranks[q].exit_code != 0);
     CHECK_THAT(r.ranks[q].output, Catch::Contains("LSPAWN_SHM_CUDA_IPC='yes': expected 1"));
   }
-  auto m = run_ranks(2, "sum", "shm", {{"LSPAWN_SHM_CUDA_IPC_MIN_BYTES", "2M"}}, std::chrono::seconds(60));
+  auto m = run_ranks(kWorker, 2, "sum", "shm", {{"LSPAWN_SHM_CUDA_IPC_MIN_BYTES", "2M"}}, std::chrono::seconds(60));
   INFO(m.all_output());
   REQUIRE_FALSE(m.timed_out);
   for (int q : {0, 1}) {
@@ -95,7 +100,7 @@ TEST_CASE("a bad LSPAWN_SHM_CUDA_IPC or LSPAWN_SHM_CUDA_IPC_MIN_BYTES fails grou
 }
 
 TEST_CASE("a bad LSPAWN_SHM_SINGLE_COPY fails every rank naming it", "[collectives][processes][failure]") {
-  auto r = run_ranks(2, "suite", "shm", {{"LSPAWN_SHM_SINGLE_COPY", "yes"}}, std::chrono::seconds(60));
+  auto r = run_ranks(kWorker, 2, "suite", "shm", {{"LSPAWN_SHM_SINGLE_COPY", "yes"}}, std::chrono::seconds(60));
   INFO(r.all_output());
   REQUIRE_FALSE(r.timed_out);
   for (int q : {0, 1}) {
@@ -110,14 +115,14 @@ TEST_CASE("a bad LSPAWN_SHM_SINGLE_COPY fails every rank naming it", "[collectiv
 TEST_CASE("a group created without init_process_group ignores SIGPIPE: a gone peer is EPIPE", "[collectives][processes]") {
   const std::string backend = GENERATE(as<std::string>{}, "gloo", "shm", "auto");
   INFO("backend " << backend);
-  auto r = run_ranks(2, "sigpipe", backend, {});
+  auto r = run_ranks(kWorker, 2, "sigpipe", backend, {});
   require_all_ok(r);
   for (const auto& rank : r.ranks) CHECK_THAT(rank.output, Catch::Contains("a write to a gone peer is EPIPE"));
 }
 
 TEST_CASE("auto picks shm for ranks of one node", "[collectives][processes]") {
   // ... with the staged path: single copy is off unless asked for.
-  auto r = run_ranks(2, "objects", "auto", {{"LSPAWN_TEST_EXPECT_BACKEND", "shm+gloo"}, {"LSPAWN_TEST_EXPECT_SINGLE_COPY", "0"}});
+  auto r = run_ranks(kWorker, 2, "objects", "auto", {{"LSPAWN_TEST_EXPECT_BACKEND", "shm+gloo"}, {"LSPAWN_TEST_EXPECT_SINGLE_COPY", "0"}});
   require_all_ok(r);
 }
 
@@ -125,19 +130,19 @@ TEST_CASE("object collectives and strategy calls", "[collectives][processes]") {
   const std::string backend = GENERATE(as<std::string>{}, "gloo", "shm");
   for (int n : {1, 3}) {
     INFO("backend " << backend << ", N=" << n);
-    require_all_ok(run_ranks(n, "objects", backend));
+    require_all_ok(run_ranks(kWorker, n, "objects", backend));
   }
 }
 
 TEST_CASE("subgroups run in their own namespace", "[collectives][processes]") {
   const std::string backend = GENERATE(as<std::string>{}, "gloo", "shm");
   INFO("backend " << backend);
-  require_all_ok(run_ranks(4, "subgroups", backend));
+  require_all_ok(run_ranks(kWorker, 4, "subgroups", backend));
 }
 
 TEST_CASE("a rank that never joins makes the others time out naming it", "[collectives][processes][failure]") {
   const std::string backend = GENERATE(as<std::string>{}, "gloo", "shm");
-  auto r = run_ranks(3, "timeout", backend, {{"LSPAWN_TEST_TIMEOUT_MS", "1000"}}, std::chrono::seconds(60));
+  auto r = run_ranks(kWorker, 3, "timeout", backend, {{"LSPAWN_TEST_TIMEOUT_MS", "1000"}}, std::chrono::seconds(60));
   INFO("backend " << backend << "\n" << r.all_output());
   REQUIRE_FALSE(r.timed_out);
   for (int q : {0, 1}) {
@@ -152,7 +157,7 @@ TEST_CASE("a rank that never joins makes the others time out naming it", "[colle
 
 TEST_CASE("a rank SIGKILLed mid-collective makes the others fail within the timeout", "[collectives][processes][failure]") {
   const std::string backend = GENERATE(as<std::string>{}, "gloo", "shm");
-  auto r = run_ranks(3, "kill", backend, {{"LSPAWN_TEST_TIMEOUT_MS", "10000"}}, std::chrono::seconds(60));
+  auto r = run_ranks(kWorker, 3, "kill", backend, {{"LSPAWN_TEST_TIMEOUT_MS", "10000"}}, std::chrono::seconds(60));
   INFO("backend " << backend << "\n" << r.all_output());
   REQUIRE_FALSE(r.timed_out);
   CHECK(r.ranks[2].signal == SIGKILL);
@@ -171,7 +176,7 @@ TEST_CASE("mismatched calls fail with CollectiveMismatch naming the ranks", "[co
   const std::string backend = GENERATE(as<std::string>{}, "gloo", "shm");
   const std::string scenario = GENERATE(as<std::string>{}, "mismatch_op", "mismatch_shape");
   // gloo detects it in checked mode; shm always.
-  auto r = run_ranks(3, scenario, backend, {{"LSPAWN_COLLECTIVES_CHECKED", "1"}, {"LSPAWN_TEST_TIMEOUT_MS", "20000"}},
+  auto r = run_ranks(kWorker, 3, scenario, backend, {{"LSPAWN_COLLECTIVES_CHECKED", "1"}, {"LSPAWN_TEST_TIMEOUT_MS", "20000"}},
                      std::chrono::seconds(60));
   INFO("backend " << backend << ", " << scenario << "\n" << r.all_output());
   REQUIRE_FALSE(r.timed_out);
@@ -182,7 +187,7 @@ TEST_CASE("mismatched calls fail with CollectiveMismatch naming the ranks", "[co
 }
 
 TEST_CASE("backend nccl without NCCL built in fails at creation with a clear message", "[collectives][processes][failure]") {
-  auto r = run_ranks(1, "suite", "nccl", {}, std::chrono::seconds(60));
+  auto r = run_ranks(kWorker, 1, "suite", "nccl", {}, std::chrono::seconds(60));
   INFO(r.all_output());
   REQUIRE_FALSE(r.timed_out);
   if (r.ranks[0].exit_code == 2) {
@@ -201,16 +206,16 @@ TEST_CASE("backend nccl without NCCL built in fails at creation with a clear mes
 TEST_CASE("hierarchical: every op matches a local reference across (faked) nodes", "[collectives][processes][hierarchical]") {
   const std::string nodes = GENERATE(as<std::string>{}, "0,0,1,1", "0,1,0,1", "0,0,1");
   const int n = static_cast<int>(std::count(nodes.begin(), nodes.end(), ',')) + 1;
-  auto r = run_ranks(n, "suite", "auto", {{"LSPAWN_TEST_NODES", nodes}, {"LSPAWN_TEST_EXPECT_BACKEND", "hierarchical"}});
+  auto r = run_ranks(kWorker, n, "suite", "auto", {{"LSPAWN_TEST_NODES", nodes}, {"LSPAWN_TEST_EXPECT_BACKEND", "hierarchical"}});
   INFO("nodes " << nodes);
   require_all_ok(r);
 }
 
 TEST_CASE("hierarchical: LSPAWN_BACKEND=gloo keeps flat gloo, and so does one member per node", "[collectives][processes][hierarchical]") {
   INFO("backend gloo on 2 x 2");
-  require_all_ok(run_ranks(4, "sum", "gloo", {{"LSPAWN_TEST_NODES", "0,0,1,1"}, {"LSPAWN_TEST_EXPECT_BACKEND", "gloo"}}));
+  require_all_ok(run_ranks(kWorker, 4, "sum", "gloo", {{"LSPAWN_TEST_NODES", "0,0,1,1"}, {"LSPAWN_TEST_EXPECT_BACKEND", "gloo"}}));
   INFO("auto on 1 + 1");
-  require_all_ok(run_ranks(2, "sum", "auto", {{"LSPAWN_TEST_NODES", "0,1"}, {"LSPAWN_TEST_EXPECT_BACKEND", "gloo"}}));
+  require_all_ok(run_ranks(kWorker, 2, "sum", "auto", {{"LSPAWN_TEST_NODES", "0,1"}, {"LSPAWN_TEST_EXPECT_BACKEND", "gloo"}}));
 }
 
 // Rank 3 (a member) or rank 2 (its node's leader) is SIGKILLed in an all_reduce: every other rank
@@ -218,7 +223,7 @@ TEST_CASE("hierarchical: LSPAWN_BACKEND=gloo keeps flat gloo, and so does one me
 // closed gloo connection or their leader leaving.
 TEST_CASE("hierarchical: a rank SIGKILLed mid-collective is named on every node", "[collectives][processes][hierarchical][failure]") {
   const int victim = GENERATE(3, 2);
-  auto r = run_ranks(4, "kill", "auto",
+  auto r = run_ranks(kWorker, 4, "kill", "auto",
                      {{"LSPAWN_TEST_NODES", "0,0,1,1"}, {"LSPAWN_TEST_KILL_RANK", std::to_string(victim)},
                       {"LSPAWN_TEST_TIMEOUT_MS", "120000"}},
                      std::chrono::seconds(180));
@@ -242,7 +247,7 @@ TEST_CASE("hierarchical: a rank SIGKILLed mid-collective is named on every node"
 // once on every surviving rank (collectives/hierarchy.hpp, check_usable), naming the same rank,
 // instead of a node leader meeting its member mid-op (a collective mismatch, or a wait).
 TEST_CASE("hierarchical: after a failed op the next one throws the first failure again", "[collectives][processes][hierarchical][failure]") {
-  auto r = run_ranks(4, "kill_retry", "auto",
+  auto r = run_ranks(kWorker, 4, "kill_retry", "auto",
                      {{"LSPAWN_TEST_NODES", "0,0,1,1"}, {"LSPAWN_TEST_KILL_RANK", "3"}, {"LSPAWN_TEST_TIMEOUT_MS", "120000"}},
                      std::chrono::seconds(180));
   INFO(r.all_output());

@@ -2,24 +2,14 @@
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <stdlib.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <sstream>
 #include <stdexcept>
-#include <thread>
+
+#include "support/child.hpp"
+#include "support/temp_dir.hpp"
 // Last: c10's glog headers define CHECK too; Catch's must win.
 #include <catch2/catch.hpp>
-
-extern char** environ;
 
 namespace lspawn::test {
 namespace {
@@ -60,7 +50,7 @@ std::string RunResult::all_output() const {
   return s;
 }
 
-RunResult run_ranks(int n, const std::string& scenario, const std::string& backend,
+RunResult run_ranks(const std::string& worker, int n, const std::string& scenario, const std::string& backend,
                     const std::map<std::string, std::string>& env, std::chrono::seconds deadline) {
   c10d::TCPStoreOptions so;
   so.port = 0;
@@ -69,96 +59,35 @@ RunResult run_ranks(int n, const std::string& scenario, const std::string& backe
   so.timeout = std::chrono::seconds(60);
   auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
 
-  char dir_template[] = "/tmp/lspawn-collectives-test-XXXXXX";
-  if (!::mkdtemp(dir_template)) throw std::runtime_error(std::string("mkdtemp: ") + std::strerror(errno));
-  const std::string dir = dir_template;
-
-  std::vector<pid_t> pids(n, -1);
-  std::vector<std::string> logs(n);
+  const TempDir dir("lspawn-collectives-test-");
+  std::vector<ChildProcess> ranks;
   const auto start = std::chrono::steady_clock::now();
   for (int r = 0; r < n; ++r) {
-    std::map<std::string, std::string> vars;
-    for (char** e = environ; *e; ++e) {
-      const std::string kv = *e;
-      const auto eq = kv.find('=');
-      if (eq != std::string::npos) vars[kv.substr(0, eq)] = kv.substr(eq + 1);
-    }
-    for (const auto& [k, v] : env) vars[k] = v;
+    std::map<std::string, std::string> vars = env;
     if (const auto it = env.find("LSPAWN_TEST_NODES"); it != env.end()) fake_node(vars, it->second, r, n);
     vars["RANK"] = std::to_string(r);
     vars["WORLD_SIZE"] = std::to_string(n);
     vars["MASTER_ADDR"] = "127.0.0.1";
     vars["MASTER_PORT"] = std::to_string(store->getPort());
     vars["OMP_NUM_THREADS"] = "1";
-    std::vector<std::string> kvs;
-    for (const auto& [k, v] : vars) kvs.push_back(k + "=" + v);
-    std::vector<char*> envp;
-    for (auto& s : kvs) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    std::string worker = LSPAWN_COLLECTIVES_TEST_WORKER;
-    std::vector<std::string> args = {worker, scenario, backend};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-
-    logs[r] = dir + "/rank" + std::to_string(r) + ".log";
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, logs[r].c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    pid_t pid = -1;
-    const int rc = ::posix_spawn(&pid, worker.c_str(), &fa, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) {
-      for (pid_t p : pids)
-        if (p > 0) ::kill(p, SIGKILL), ::waitpid(p, nullptr, 0);
-      throw std::runtime_error("posix_spawn " + worker + ": " + std::strerror(rc));
-    }
-    pids[r] = pid;
+    ranks.emplace_back(std::vector<std::string>{worker, scenario, backend}, vars,
+                       dir.file("rank" + std::to_string(r) + ".log"), ChildProcess::Inherit::all);
   }
 
+  // One deadline for all: each rank waits for what is left of it (a rank past it is SIGKILLed).
   RunResult result;
   result.ranks.resize(n);
-  int alive = n;
   const auto end = start + deadline;
-  while (alive > 0) {
-    for (int r = 0; r < n; ++r) {
-      if (pids[r] <= 0) continue;
-      int status = 0;
-      const pid_t got = ::waitpid(pids[r], &status, WNOHANG);
-      if (got == pids[r]) {
-        if (WIFEXITED(status)) result.ranks[r].exit_code = WEXITSTATUS(status);
-        if (WIFSIGNALED(status)) result.ranks[r].signal = WTERMSIG(status);
-        pids[r] = -1;
-        --alive;
-      }
-    }
-    if (alive == 0) break;
-    if (std::chrono::steady_clock::now() > end) {
-      result.timed_out = true;
-      for (int r = 0; r < n; ++r)
-        if (pids[r] > 0) ::kill(pids[r], SIGKILL);
-      for (int r = 0; r < n; ++r)
-        if (pids[r] > 0) {
-          int status = 0;
-          ::waitpid(pids[r], &status, 0);
-          result.ranks[r].signal = SIGKILL;
-          pids[r] = -1;
-        }
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int r = 0; r < n; ++r) {
+    const auto left = std::max(std::chrono::milliseconds(0),
+                               std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now()));
+    const ExitStatus st = ranks[r].wait_or_kill(left);
+    result.timed_out = result.timed_out || st.timed_out;
+    result.ranks[r].exit_code = st.exited ? st.code : -1;
+    result.ranks[r].signal = st.exited ? 0 : st.signal;
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  for (int r = 0; r < n; ++r) {
-    std::ifstream in(logs[r]);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    result.ranks[r].output = ss.str();
-    ::unlink(logs[r].c_str());
-  }
-  ::rmdir(dir.c_str());
+  for (int r = 0; r < n; ++r) result.ranks[r].output = ranks[r].output();
   return result;
 }
 

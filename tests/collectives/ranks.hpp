@@ -1,5 +1,6 @@
-// Test harness: runs N copies of the collectives test worker as real processes against a TCPStore
-// server hosted by the test process (port 0), and collects their exit status and output.
+// Test harness: runs N copies of a worker (the collectives' or the strategies' test worker) as
+// real processes against a TCPStore server hosted by the test process (port 0), and collects
+// their exit status and output. A library (lspawn_collectives_test_ranks) both folders link.
 #pragma once
 
 #include <chrono>
@@ -22,11 +23,12 @@ struct RunResult {
   std::string all_output() const;
 };
 
-// Starts `n` workers `<worker> <scenario> <backend>` with RANK/WORLD_SIZE/MASTER_PORT and `env`,
+// Starts `n` workers `<worker> <scenario> <backend>` (the test's environment, with
+// RANK/WORLD_SIZE/MASTER_PORT and `env`; output in files of a temp dir),
 // waits up to `deadline` for all of them (then SIGKILLs the rest), returns what they did.
 // env LSPAWN_TEST_NODES="0,0,1,1" fakes nodes: rank r gets LSPAWN_NODE_ID and the env contract's
 // GROUP_RANK / LOCAL_RANK / LOCAL_WORLD_SIZE / GROUP_WORLD_SIZE of node nodes[r] (all on loopback).
-RunResult run_ranks(int n, const std::string& scenario, const std::string& backend,
+RunResult run_ranks(const std::string& worker, int n, const std::string& scenario, const std::string& backend,
                     const std::map<std::string, std::string>& env = {},
                     std::chrono::seconds deadline = std::chrono::seconds(120));
 

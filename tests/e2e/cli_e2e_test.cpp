@@ -1,6 +1,7 @@
 // lspawn's command line: usage errors, --help/--version, programs that cannot run, the port.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -150,10 +151,6 @@ TEST_CASE("the reserved MASTER_PORT can be bound and listened on by a worker (TC
 // ---- torchrun's command line (docs/cli.md "From torchrun") ----
 
 namespace {
-void write_file(const std::string& path, const std::string& text, mode_t mode = 0644) {
-  std::ofstream(path) << text;
-  chmod(path.c_str(), mode);
-}
 int cpus_of_this_process() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -170,8 +167,8 @@ std::string out_err_script(const TempDir& dir) {
 void check_rank_logs(const std::string& logs, int ranks) {
   for (int rank = 0; rank < ranks; ++rank) {
     const std::string n = std::to_string(rank);
-    CHECK(slurp(logs + "/rank" + n + ".stdout") == "out " + n + "\n");
-    CHECK(slurp(logs + "/rank" + n + ".stderr") == "err " + n + "\n");
+    CHECK(read_file(logs + "/rank" + n + ".stdout") == "out " + n + "\n");
+    CHECK(read_file(logs + "/rank" + n + ".stderr") == "err " + n + "\n");
   }
 }
 }  // namespace
@@ -338,12 +335,12 @@ TEST_CASE("options -r/-t per local rank: -r 0:3 -t 1:1 - the rest on the console
   INFO(r.err);
   CHECK(r.exit_code == 0);
   // rank 0: both streams to the files only
-  CHECK(slurp(logs + "/rank0.stdout") == "out 0\n");
-  CHECK(slurp(logs + "/rank0.stderr") == "err 0\n");
+  CHECK(read_file(logs + "/rank0.stdout") == "out 0\n");
+  CHECK(read_file(logs + "/rank0.stderr") == "err 0\n");
   CHECK_FALSE(has(r.out, "out 0"));
   CHECK_FALSE(has(r.err, "err 0"));
   // rank 1: stdout to the file and the console, stderr to the console only
-  CHECK(slurp(logs + "/rank1.stdout") == "out 1\n");
+  CHECK(read_file(logs + "/rank1.stdout") == "out 1\n");
   CHECK(has(r.out, "[rank 1] out 1\n"));
   CHECK(has(r.err, "[rank 1] err 1\n"));
   CHECK(access((logs + "/rank1.stderr").c_str(), F_OK) != 0);
@@ -382,7 +379,7 @@ TEST_CASE("option --redirects without --log-dir: a temporary log directory, name
   CHECK(r.exit_code == 0);
   const std::string logs = named_log_dir(r.err, "--redirects/--tee without --log-dir: the log files are in ");
   REQUIRE(logs.rfind(dir.path + "/lspawn-logs-", 0) == 0);
-  CHECK(slurp(logs + "/rank0.stdout") == "out 0\n");
+  CHECK(read_file(logs + "/rank0.stdout") == "out 0\n");
   CHECK_FALSE(has(r.out, "out 0"));
   CHECK(has(r.err, "[rank 0] err 0\n"));
 }
@@ -402,8 +399,8 @@ TEST_CASE("option --local-ranks-filter 0 without --log-dir: local rank 0 on the 
     const std::string n = std::to_string(rank);
     CHECK_FALSE(has(r.out, "out " + n));
     CHECK_FALSE(has(r.err, "err " + n));
-    CHECK(slurp(logs + "/rank" + n + ".stdout") == "out " + n + "\n");
-    CHECK(slurp(logs + "/rank" + n + ".stderr") == "err " + n + "\n");
+    CHECK(read_file(logs + "/rank" + n + ".stdout") == "out " + n + "\n");
+    CHECK(read_file(logs + "/rank" + n + ".stderr") == "err " + n + "\n");
   }
 }
 
@@ -434,7 +431,7 @@ TEST_CASE("option --local-ranks-filter: a hidden rank that fails is the root cau
   CHECK(has(r.err, "root cause: process 1 terminated with exit code 7"));
   CHECK(has(r.err, "its output, not on the console: " + logs + "/rank1.stdout, " + logs + "/rank1.stderr\n"));
   CHECK_FALSE(has(r.err, "rank 1 gives up"));
-  CHECK(slurp(logs + "/rank1.stderr") == "rank 1 gives up\n");
+  CHECK(read_file(logs + "/rank1.stderr") == "rank 1 gives up\n");
 }
 
 TEST_CASE("option --local-ranks-filter naming a local rank this node does not have: exit 2, naming it, nothing started",
@@ -453,7 +450,7 @@ TEST_CASE("lspawn's own --tee (no spec after it) still means: with --log-dir, th
   auto r = run_lspawn({"--quiet", "--log-dir", logs, "--tee", out_err_script(dir)});
   INFO(r.err);
   CHECK(r.exit_code == 0);
-  CHECK(slurp(logs + "/rank0.stdout") == "out 0\n");
+  CHECK(read_file(logs + "/rank0.stdout") == "out 0\n");
   CHECK(has(r.out, "[rank 0] out 0\n"));
 }
 
@@ -508,20 +505,20 @@ TEST_CASE("options --duplicate-stdout-filters/--duplicate-stderr-filters: matchi
                        "/bin/sh", "-c", script});
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
-  const std::string a0 = slurp(logs + "/filtered_stdout.log");
+  const std::string a0 = read_file(logs + "/filtered_stdout.log");
   CHECK(has(a0, "[rank 1] loss=1.0\n"));
   CHECK_FALSE(has(a0, "step"));
-  CHECK(has(slurp(logs + "/filtered_stderr.log"), "[rank 1] Error, rank 1\n"));
-  const std::string a1 = slurp(logs + "/filtered_stdout.attempt1.log");
+  CHECK(has(read_file(logs + "/filtered_stderr.log"), "[rank 1] Error, rank 1\n"));
+  const std::string a1 = read_file(logs + "/filtered_stdout.attempt1.log");
   CHECK(has(a1, "[rank 0] loss=0.1\n"));
   CHECK(has(a1, "[rank 1] loss=1.1\n"));
   CHECK(count(a1, "\n") == 2);
-  const std::string e1 = slurp(logs + "/filtered_stderr.attempt1.log");
+  const std::string e1 = read_file(logs + "/filtered_stderr.attempt1.log");
   CHECK(count(e1, "\n") == 2);
   CHECK_FALSE(has(e1, "warning"));
   // The console and the rank files are as without the filters.
   CHECK(has(r.out, "[rank 0] step 0\n"));
-  CHECK(slurp(logs + "/rank0.attempt1.stdout") == "loss=0.1\nstep 0\n");
+  CHECK(read_file(logs + "/rank0.attempt1.stdout") == "loss=0.1\nstep 0\n");
   // No --log-dir: a directory of their own, named; the console as ever.
   r = run_lspawn({"--nprocs", "2", "--duplicate-stdout-filters", "loss=", "/bin/sh", "-c", script});
   CHECK(r.exit_code == 3);
@@ -529,11 +526,11 @@ TEST_CASE("options --duplicate-stdout-filters/--duplicate-stderr-filters: matchi
   const auto at = r.err.find(said);
   REQUIRE(at != std::string::npos);
   const std::string own = r.err.substr(at + said.size(), r.err.find(" (kept after the run)", at) - at - said.size());
-  CHECK(has(slurp(own + "/filtered_stdout.log"), "[rank 1] loss=1.0\n"));
+  CHECK(has(read_file(own + "/filtered_stdout.log"), "[rank 1] loss=1.0\n"));
   CHECK(access((own + "/filtered_stderr.log").c_str(), F_OK) != 0);
   CHECK(has(r.out, "[rank 1] loss=1.0\n"));
   REQUIRE(own.find("/lspawn-logs-") != std::string::npos);
-  REQUIRE(system(("rm -rf '" + own + "'").c_str()) == 0);
+  REQUIRE(std::filesystem::remove_all(own) > 0);  // lspawn kept it; the test removes it
   // An empty filter would match every line.
   check_refused({"--duplicate-stderr-filters", "Error,"},
                 "--duplicate-stderr-filters: an empty filter in 'Error,' would copy every line");

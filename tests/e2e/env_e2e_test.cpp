@@ -14,28 +14,12 @@
 
 using namespace lspawn::test;
 
-namespace {
-// rank -> (name -> value), from "[rank N] NAME=value" lines.
-std::map<int, std::map<std::string, std::string>> parse_env(const std::string& out) {
-  std::map<int, std::map<std::string, std::string>> m;
-  for (const auto& l : lines(out)) {
-    int rank;
-    char rest[4096];
-    if (std::sscanf(l.c_str(), "[rank %d] %4095[^\n]", &rank, rest) != 2) continue;
-    std::string kv = rest;
-    auto eq = kv.find('=');
-    if (eq != std::string::npos) m[rank][kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  return m;
-}
-}  // namespace
-
 TEST_CASE("each worker gets torchrun's environment contract", "[e2e][env]") {
   auto r = run_lspawn({"--nprocs", "3", "--run-id", "job42", worker_bin(), "env"},
                       {"LSPAWN_TEST_INHERITED=yes"});
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
-  auto env = parse_env(r.out);
+  auto env = env_by_rank(r.out);
   REQUIRE(env.size() == 3);
   std::set<std::string> ports, error_files;
   for (int rank = 0; rank < 3; ++rank) {
@@ -74,14 +58,14 @@ TEST_CASE("each worker gets torchrun's environment contract", "[e2e][env]") {
 TEST_CASE("OMP_NUM_THREADS set by the user is kept - one worker gets no default", "[e2e][env]") {
   auto r = run_lspawn({"--nprocs", "2", worker_bin(), "env"}, {"OMP_NUM_THREADS=3"});
   REQUIRE(r.exit_code == 0);
-  auto env = parse_env(r.out);
+  auto env = env_by_rank(r.out);
   CHECK(env[0]["OMP_NUM_THREADS"] == "3");
   CHECK(env[1]["OMP_NUM_THREADS"] == "3");
   CHECK(r.err.find("OMP_NUM_THREADS") == std::string::npos);
 
   r = run_lspawn({worker_bin(), "env"}, {});
   REQUIRE(r.exit_code == 0);
-  env = parse_env(r.out);
+  env = env_by_rank(r.out);
   if (!getenv("OMP_NUM_THREADS")) CHECK(env[0]["OMP_NUM_THREADS"] == "<unset>");
 }
 
@@ -99,18 +83,6 @@ TEST_CASE("workers inherit no fd but stdin - stdout and stderr", "[e2e][env]") {
 // Two "nodes" on this machine (two lspawns on 127.0.0.1, as tests/e2e/multinode_e2e_test.cpp):
 // a multi-node lspawn needs its peers, node 0's lspawn hosting the rendezvous.
 namespace {
-// rank -> (name -> value), from "[HOST rank N] NAME=value" lines (the multi-node prefix).
-std::map<int, std::map<std::string, std::string>> parse_node_env(const std::string& out) {
-  std::map<int, std::map<std::string, std::string>> m;
-  for (const auto& l : lines(out)) {
-    const auto rk = l.find(" rank "), close = l.find("] ");
-    if (l.empty() || l[0] != '[' || rk == std::string::npos || close == std::string::npos || rk > close) continue;
-    const std::string kv = l.substr(close + 2);
-    const auto eq = kv.find('=');
-    if (eq != std::string::npos) m[std::stoi(l.substr(rk + 6, close - rk - 6))][kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  return m;
-}
 // Runs node 1 then node 0 of a two-node job, each with its own environment; {node0, node1}.
 std::pair<RunResult, RunResult> run_two_nodes(const std::vector<std::string>& args,
                                               const std::vector<std::string>& env0,
@@ -144,7 +116,7 @@ TEST_CASE("under srun, lspawn takes node rank, nodes, master, port and run id fr
   REQUIRE(r1.exit_code == 0);
   CHECK(r1.err.find("lspawn: Slurm job 4242: node 1 of 2, master 127.0.0.1:" + port + ", 2 workers per node") !=
         std::string::npos);
-  auto env = parse_node_env(r1.out);
+  auto env = env_by_rank(r1.out);
   REQUIRE(env.count(3));
   CHECK(env[3]["RANK"] == "3");
   CHECK(env[3]["WORLD_SIZE"] == "4");
@@ -152,7 +124,7 @@ TEST_CASE("under srun, lspawn takes node rank, nodes, master, port and run id fr
   CHECK(env[3]["GROUP_WORLD_SIZE"] == "2");
   CHECK(env[3]["MASTER_ADDR"] == "127.0.0.1");
   CHECK(env[3]["TORCHELASTIC_RUN_ID"] == "4242");
-  CHECK(parse_node_env(r0.out).count(0) == 1);
+  CHECK(env_by_rank(r0.out).count(0) == 1);
   // Several lspawn per node would start the job twice: refused with exit 2.
   std::vector<std::string> two = slurm(1);
   two[5] = "SLURM_STEP_TASKS_PER_NODE=2(x2)";
@@ -174,7 +146,7 @@ TEST_CASE("in a PyTorchJob pod, lspawn takes the node from PET_*", "[e2e][env][k
   REQUIRE(r1.exit_code == 0);
   CHECK(r1.err.find("lspawn: Kubernetes PyTorchJob: node 1 of 2, master 127.0.0.1:" + port + ", 2 workers per node") !=
         std::string::npos);
-  auto env = parse_node_env(r1.out);
+  auto env = env_by_rank(r1.out);
   REQUIRE(env.count(2));
   CHECK(env[2]["RANK"] == "2");
   CHECK(env[2]["WORLD_SIZE"] == "4");

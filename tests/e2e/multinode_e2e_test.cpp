@@ -26,23 +26,6 @@ std::vector<std::string> lspawn_args(std::vector<std::string> args) {
   return args;
 }
 
-// NAME=value lines of the `env` worker mode, by rank: {rank: {name: value}}.
-std::map<int, std::map<std::string, std::string>> env_by_rank(const std::string& out) {
-  std::map<int, std::map<std::string, std::string>> byrank;
-  for (const auto& l : lines(out)) {
-    // "[host rank N] NAME=value"
-    const auto rk = l.find(" rank ");
-    const auto close = l.find("] ");
-    if (l.empty() || l[0] != '[' || rk == std::string::npos || close == std::string::npos) continue;
-    const int rank = std::stoi(l.substr(rk + 6, close - rk - 6));
-    const std::string kv = l.substr(close + 2);
-    const auto eq = kv.find('=');
-    if (eq == std::string::npos) continue;
-    byrank[rank][kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  return byrank;
-}
-
 const std::string kHost = lspawn::sys::hostname();
 
 }  // namespace

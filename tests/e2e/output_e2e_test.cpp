@@ -84,10 +84,10 @@ TEST_CASE("option --log-dir writes one file per rank and stream - exactly --tee 
   auto r = run_lspawn(args);
   REQUIRE(r.exit_code == 0);
   CHECK(r.out.empty());
-  CHECK(slurp(logs + "/rank0.stdout") == "out-0\n");
-  CHECK(slurp(logs + "/rank1.stdout") == "out-1\n");
-  CHECK(slurp(logs + "/rank0.stderr") == "err-0");  // raw bytes: no newline invented
-  CHECK(slurp(logs + "/rank1.stderr") == "err-1");
+  CHECK(read_file(logs + "/rank0.stdout") == "out-0\n");
+  CHECK(read_file(logs + "/rank1.stdout") == "out-1\n");
+  CHECK(read_file(logs + "/rank0.stderr") == "err-0");  // raw bytes: no newline invented
+  CHECK(read_file(logs + "/rank1.stderr") == "err-1");
 
   args = {"--quiet", "--nprocs", "2", "--log-dir=" + logs, "--tee"};
   args.insert(args.end(), prog.begin(), prog.end());
@@ -96,7 +96,7 @@ TEST_CASE("option --log-dir writes one file per rank and stream - exactly --tee 
   CHECK(count(r.out, "[rank 0] out-0\n") == 1);
   CHECK(count(r.out, "[rank 1] out-1\n") == 1);
   CHECK(count(r.err, "[rank 1] err-1\n") == 1);
-  CHECK(slurp(logs + "/rank1.stdout") == "out-1\n");
+  CHECK(read_file(logs + "/rank1.stdout") == "out-1\n");
 }
 
 TEST_CASE("option --log-dir with --max-restarts: each attempt writes its own files - a failed attempt's output is kept",
@@ -111,13 +111,13 @@ TEST_CASE("option --log-dir with --max-restarts: each attempt writes its own fil
                            "/r0.$a ]; do sleep 0.01; done; echo \"why $a\" >&2; exit 3; fi"});
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
-  CHECK(slurp(logs + "/rank0.stdout") == "attempt 0 rank 0\n");
-  CHECK(slurp(logs + "/rank1.stdout") == "attempt 0 rank 1\n");
-  CHECK(slurp(logs + "/rank1.stderr") == "why 0\n");
-  CHECK(slurp(logs + "/rank1.attempt1.stderr") == "why 1\n");
-  CHECK(slurp(logs + "/rank0.attempt2.stdout") == "attempt 2 rank 0\n");
-  CHECK(slurp(logs + "/rank1.attempt2.stdout") == "attempt 2 rank 1\n");
-  CHECK(slurp(logs + "/rank1.attempt2.stderr").empty());
+  CHECK(read_file(logs + "/rank0.stdout") == "attempt 0 rank 0\n");
+  CHECK(read_file(logs + "/rank1.stdout") == "attempt 0 rank 1\n");
+  CHECK(read_file(logs + "/rank1.stderr") == "why 0\n");
+  CHECK(read_file(logs + "/rank1.attempt1.stderr") == "why 1\n");
+  CHECK(read_file(logs + "/rank0.attempt2.stdout") == "attempt 2 rank 0\n");
+  CHECK(read_file(logs + "/rank1.attempt2.stdout") == "attempt 2 rank 1\n");
+  CHECK(read_file(logs + "/rank1.attempt2.stderr").empty());
   CHECK(r.err.find("restart 1 of 2: starting 2 workers, log files " + logs + "/rank<N>.attempt1.std{out,err}\n") !=
         std::string::npos);
 }

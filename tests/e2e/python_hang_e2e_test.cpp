@@ -22,18 +22,10 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// The Python of the LibTorch line under test (CMake: LSPAWN_TEST_PYTHON); the environment's
-// LSPAWN_TEST_PYTHON runs the cases under another (the other line's torch) without a rebuild.
-const std::string kPython = std::getenv("LSPAWN_TEST_PYTHON") ? std::getenv("LSPAWN_TEST_PYTHON") : LSPAWN_TEST_PYTHON;
+const std::string kPython = test_python();
 const std::string kJob = LSPAWN_PY_HANG_JOB;
 const std::string kPythonPath = std::string("PYTHONPATH=") + LSPAWN_PYTHON_DIR;
 const std::string kLightningJob = LSPAWN_PY_HANG_LIGHTNING;
-
-// Whether the test's Python has Lightning (the 2.15 venv: scripts/setup-torch2.sh installs it).
-bool has_lightning() {
-  Child c({kPython, "-c", "import lightning"});
-  return code_of(c.wait(120s)) == 0;
-}
 
 // Whether the report names rank 1 as the one behind. It does either way; how depends on torch's
 // Flight Recorder: whether it has marked rank 1's last gloo collective (a broadcast) completed
@@ -139,7 +131,7 @@ TEST_CASE("python hang: install() outside lspawn, with a bad RANK, an unusable d
 
 TEST_CASE("python hang: Lightning DDP, a rank late in training_step: the others wait in the C++ reducer's all_reduce",
           "[e2e][hang][python]") {
-  if (!has_lightning()) {
+  if (!python_imports("lightning")) {
     WARN("no Lightning in " << kPython << ": this case runs on the 2.15 line (bash scripts/setup-torch2.sh)");
     return;
   }

@@ -20,7 +20,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-const std::string kPython = std::getenv("LSPAWN_TEST_PYTHON") ? std::getenv("LSPAWN_TEST_PYTHON") : LSPAWN_TEST_PYTHON;
+const std::string kPython = test_python();
 const std::string kDir = LSPAWN_PRELOAD_FIXTURES;
 // The fixture modules (preload_thread_at_import, preload_main_pkg, ...) import from here.
 const std::string kPythonPath = "PYTHONPATH=" + kDir;
@@ -57,11 +57,6 @@ std::vector<std::string> sorted_lines(const std::string& text) {
   auto l = lines(text);
   std::sort(l.begin(), l.end());
   return l;
-}
-
-bool has_lightning() {
-  Child c({kPython, "-c", "import lightning"});
-  return code_of(c.wait(120s)) == 0;
 }
 
 }  // namespace
@@ -269,7 +264,7 @@ TEST_CASE("python preload: --warm reuses the daemon's preloaded interpreter, for
 }
 
 TEST_CASE("python preload: a Lightning DDP fit (2 ranks, CPU) runs unmodified", "[e2e][python][preload]") {
-  if (!has_lightning()) {
+  if (!python_imports("lightning")) {
     WARN("no Lightning in " << kPython << ": this case runs on the 2.15 line (bash scripts/setup-torch2.sh)");
     return;
   }

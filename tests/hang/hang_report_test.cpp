@@ -148,7 +148,6 @@ TEST_CASE("hang report: formatting helpers", "[hang]") {
 
 // ---- HangWatch over real records (written here by status::Recorder, no worker processes) ----
 
-#include <cstdlib>
 #include <thread>
 
 #include <unistd.h>
@@ -156,18 +155,11 @@ TEST_CASE("hang report: formatting helpers", "[hang]") {
 #include "hang/hang_watch.hpp"
 #include "status/recorder.hpp"
 #include "status/stack_dump.hpp"
+#include "support/temp_dir.hpp"
+
+using lspawn::test::TempDir;
 
 namespace {
-
-struct StatusDir {
-  std::string path;
-  StatusDir() {
-    char t[] = "/tmp/lspawn-hangwatch-test-XXXXXX";
-    REQUIRE(::mkdtemp(t));
-    path = t;
-  }
-  ~StatusDir() { (void)!std::system(("rm -rf '" + path + "'").c_str()); }
-};
 
 std::vector<WorkerResult> two_workers() {
   std::vector<WorkerResult> w(2);
@@ -192,7 +184,7 @@ bool drive(HangWatch& watch, const std::vector<WorkerResult>& workers, std::chro
 }  // namespace
 
 TEST_CASE("HangWatch: fires once when a rank waits and nothing changes for the timeout", "[hang]") {
-  StatusDir dir;
+  TempDir dir;
   auto r0 = status::Recorder::create(dir.path, 0);
   auto r1 = status::Recorder::create(dir.path, 1);
   auto s0 = r0->add_group("world", 0, 2);
@@ -226,7 +218,7 @@ TEST_CASE("HangWatch: fires once when a rank waits and nothing changes for the t
 }
 
 TEST_CASE("HangWatch: progress or nobody waiting is not a hang, a report on request", "[hang]") {
-  StatusDir dir;
+  TempDir dir;
   auto r0 = status::Recorder::create(dir.path, 0);
   auto r1 = status::Recorder::create(dir.path, 1);
   auto s0 = r0->add_group("world", 0, 2);
@@ -297,7 +289,7 @@ RankInput remote_rank(int rank, bool waiting, std::uint64_t seq, std::uint64_t v
 TEST_CASE("HangWatch, coordinator: another node's ranks count for progress and are in the report - their stacks "
           "are asked of their launcher",
           "[hang]") {
-  StatusDir dir;
+  TempDir dir;
   auto r0 = status::Recorder::create(dir.path, 0);
   auto r1 = status::Recorder::create(dir.path, 1);
   auto s0 = r0->add_group("world", 0, 4);
@@ -348,7 +340,7 @@ TEST_CASE("HangWatch, coordinator: another node's ranks count for progress and a
 }
 
 TEST_CASE("HangWatch, coordinator: a launcher that never sends the stacks is named after the stack wait", "[hang]") {
-  StatusDir dir;
+  TempDir dir;
   auto r0 = status::Recorder::create(dir.path, 0);
   auto s0 = r0->add_group("world", 0, 2);
   s0.enter("all_reduce", 1, 4);
@@ -374,7 +366,7 @@ TEST_CASE("HangWatch, coordinator: a launcher that never sends the stacks is nam
 TEST_CASE("HangWatch, member: the coordinator's stack request is answered for its ranks, and names the ones it "
           "does not have",
           "[hang]") {
-  StatusDir dir;
+  TempDir dir;
   auto r0 = status::Recorder::create(dir.path, 0);  // no stack handler installed
   HangWatchOptions o;
   o.dir = dir.path;

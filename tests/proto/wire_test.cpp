@@ -5,13 +5,14 @@
 #include <string>
 
 #include <fcntl.h>
-#include <ftw.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
 #include "proto/messages.hpp"
 #include "proto/wire.hpp"
+#include "support/files.hpp"
+#include "support/temp_dir.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -25,6 +26,8 @@ using lspawn::proto::SpawnResult;
 using lspawn::proto::Value;
 using lspawn::wire::EndOfStream;
 using lspawn::wire::WireError;
+using lspawn::test::TempDir;
+using lspawn::test::write_file;
 
 namespace {
 
@@ -47,19 +50,6 @@ struct Pipe {
   }
   void put(const std::string& bytes) {
     REQUIRE(::write(w, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
-  }
-};
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string t = "/tmp/lspawn-proto-test.XXXXXX";
-    REQUIRE(::mkdtemp(t.data()) != nullptr);
-    path = t;
-  }
-  ~TempDir() {
-    ::nftw(path.c_str(), [](const char* p, const struct stat*, int, FTW*) { return ::remove(p); }, 8,
-           FTW_DEPTH | FTW_PHYS);
   }
 };
 
@@ -119,13 +109,6 @@ Msg round_trip(const Msg& m) {
   REQUIRE(lspawn::wire::try_decode_frame(buf, out, "mem"));
   CHECK(buf.empty());
   return out;
-}
-
-void write_file(const std::string& path, const std::string& content) {
-  FILE* f = std::fopen(path.c_str(), "wb");
-  REQUIRE(f != nullptr);
-  std::fwrite(content.data(), 1, content.size(), f);
-  std::fclose(f);
 }
 
 }  // namespace

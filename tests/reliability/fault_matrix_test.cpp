@@ -30,7 +30,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "harness.hpp"
+#include "tests/e2e/harness.hpp"
 #include "launcher/cli_options.hpp"
 #include "support/loopback.hpp"
 #include "tests/runtime/gloo_strangers.hpp"
@@ -94,14 +94,6 @@ std::string line_with(const std::string& text, const std::string& needle) {
   return "";
 }
 
-bool zombie(const std::string& pid) {
-  std::ifstream in("/proc/" + pid + "/stat");
-  std::string s;
-  std::getline(in, s);
-  const auto close = s.rfind(')');
-  return close == std::string::npos || close + 2 >= s.size() || s[close + 2] == 'Z';
-}
-
 // Live processes whose environment holds LSPAWN_FAULT_TAG=<tag>.
 int tagged_processes(const std::string& tag) {
   const std::string needle = "LSPAWN_FAULT_TAG=" + tag;
@@ -111,8 +103,7 @@ int tagged_processes(const std::string& tag) {
   while (dirent* e = ::readdir(d)) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
     if (std::atoi(e->d_name) == ::getpid()) continue;
-    std::ifstream in(std::string("/proc/") + e->d_name + "/environ", std::ios::binary);
-    std::string env((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string env = read_file(std::string("/proc/") + e->d_name + "/environ");
     size_t at = 0;
     bool found = false;
     while (!found && at < env.size()) {
@@ -120,7 +111,7 @@ int tagged_processes(const std::string& tag) {
       found = env.compare(at, (end == std::string::npos ? env.size() : end) - at, needle) == 0;
       at = end == std::string::npos ? env.size() : end + 1;
     }
-    if (found && !zombie(e->d_name)) ++n;
+    if (found && alive(static_cast<pid_t>(std::atoi(e->d_name)))) ++n;
   }
   ::closedir(d);
   return n;
@@ -418,9 +409,9 @@ TEST_CASE("fault matrix: garbage on gloo's listeners", "[fault-matrix]") {
     held.insert(held.end(), fds.begin(), fds.end());
   }
   std::this_thread::sleep_for(300ms);
-  lspawn::test::touch(sync.path + "/go-1");
-  REQUIRE(lspawn::test::wait_all(sync.path, "connected-", 3, 60s));
-  lspawn::test::touch(sync.path + "/go-2");
+  touch(sync.file("go-1"));
+  REQUIRE(wait_files(sync.file("connected-"), 3, 60s));
+  touch(sync.file("go-2"));
   const int status = c.wait(60s);
   for (int fd : held) ::close(fd);
   const std::string all = c.out() + c.err();

@@ -6,15 +6,17 @@
 
 #include "proto/wire.hpp"
 #include "runtime/error_report.hpp"
-#include "tests/runtime/child.hpp"
-#include "tests/runtime/gloo_strangers.hpp"  // wait_file, touch: the tests' file sync
+#include "support/child.hpp"
+#include "support/files.hpp"
+#include "support/temp_dir.hpp"
+#include "support/wait.hpp"
 // Last: c10's glog headers define CHECK too; Catch's must win.
 #include <catch2/catch.hpp>
 
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
 using Catch::Matchers::StartsWith;
-using lspawn::test::Child;
+using lspawn::test::ChildProcess;
 using lspawn::test::TempDir;
 
 namespace {
@@ -41,9 +43,9 @@ TEST_CASE("error report: an uncaught exception in run_main writes the JSON repor
   TempDir dir;
   const std::string report = dir.file("error.json");
   const int64_t before = now_us();
-  Child c({LSPAWN_TEST_WORKER, "throw"}, env_with_error_file("TORCHELASTIC_ERROR_FILE", report), dir.file("out"));
+  ChildProcess c({LSPAWN_TEST_WORKER, "throw"}, env_with_error_file("TORCHELASTIC_ERROR_FILE", report), dir.file("out"));
   const pid_t pid = c.pid();
-  const auto st = c.wait(30s);
+  const auto st = c.wait_or_kill(30s);
   INFO(st.describe() << "\n" << c.output());
   CHECK(st.exited);
   CHECK(st.code == 1);
@@ -72,12 +74,12 @@ TEST_CASE("error report: a SIGTERM during the unwinding waits for the report, th
   TempDir dir;
   const std::string report = dir.file("error.json");
   auto env = env_with_error_file("TORCHELASTIC_ERROR_FILE", report);
-  env["LSPAWN_TEST_SYNC_DIR"] = dir.path();
-  Child c({LSPAWN_TEST_WORKER, "throw-slow-unwind"}, env, dir.file("out"));
+  env["LSPAWN_TEST_SYNC_DIR"] = dir.path;
+  ChildProcess c({LSPAWN_TEST_WORKER, "throw-slow-unwind"}, env, dir.file("out"));
   REQUIRE(lspawn::test::wait_file(dir.file("unwinding"), 30s));
   REQUIRE(::kill(c.pid(), SIGTERM) == 0);  // pending before "go": it lands during the unwinding
   lspawn::test::touch(dir.file("go"));
-  const auto st = c.wait(30s);
+  const auto st = c.wait_or_kill(30s);
   INFO(st.describe() << "\n" << c.output());
   CHECK_FALSE(st.exited);
   CHECK(st.signal == SIGTERM);
@@ -91,11 +93,11 @@ TEST_CASE("error report: a SIGTERM outside any unwinding terminates at once, wit
   TempDir dir;
   const std::string report = dir.file("error.json");
   auto env = env_with_error_file("TORCHELASTIC_ERROR_FILE", report);
-  env["LSPAWN_TEST_SYNC_DIR"] = dir.path();
-  Child c({LSPAWN_TEST_WORKER, "wait-for-term"}, env, dir.file("out"));
+  env["LSPAWN_TEST_SYNC_DIR"] = dir.path;
+  ChildProcess c({LSPAWN_TEST_WORKER, "wait-for-term"}, env, dir.file("out"));
   REQUIRE(lspawn::test::wait_file(dir.file("waiting"), 30s));
   REQUIRE(::kill(c.pid(), SIGTERM) == 0);
-  const auto st = c.wait(30s);
+  const auto st = c.wait_or_kill(30s);
   INFO(st.describe() << "\n" << c.output());
   CHECK_FALSE(st.exited);
   CHECK(st.signal == SIGTERM);
@@ -105,8 +107,8 @@ TEST_CASE("error report: a SIGTERM outside any unwinding terminates at once, wit
 TEST_CASE("error report: LSPAWN_ERROR_FILE is used when TORCHELASTIC_ERROR_FILE is unset", "[error_report]") {
   TempDir dir;
   const std::string report = dir.file("lspawn-error.json");
-  Child c({LSPAWN_TEST_WORKER, "throw-custom"}, env_with_error_file("LSPAWN_ERROR_FILE", report), dir.file("out"));
-  const auto st = c.wait(30s);
+  ChildProcess c({LSPAWN_TEST_WORKER, "throw-custom"}, env_with_error_file("LSPAWN_ERROR_FILE", report), dir.file("out"));
+  const auto st = c.wait_or_kill(30s);
   INFO(st.describe() << "\n" << c.output());
   CHECK(st.code == 1);
   const auto r = read_report(report);
@@ -117,8 +119,8 @@ TEST_CASE("error report: LSPAWN_ERROR_FILE is used when TORCHELASTIC_ERROR_FILE 
 TEST_CASE("error report: c10::Error keeps its message apart from its own backtrace", "[error_report]") {
   TempDir dir;
   const std::string report = dir.file("error.json");
-  Child c({LSPAWN_TEST_WORKER, "throw-c10"}, env_with_error_file("TORCHELASTIC_ERROR_FILE", report), dir.file("out"));
-  const auto st = c.wait(30s);
+  ChildProcess c({LSPAWN_TEST_WORKER, "throw-c10"}, env_with_error_file("TORCHELASTIC_ERROR_FILE", report), dir.file("out"));
+  const auto st = c.wait_or_kill(30s);
   INFO(st.describe() << "\n" << c.output());
   CHECK(st.code == 1);
   const auto r = read_report(report);
@@ -131,8 +133,8 @@ TEST_CASE("error report: c10::Error keeps its message apart from its own backtra
 TEST_CASE("error report: the terminate handler reports the throw site, then aborts", "[error_report]") {
   TempDir dir;
   const std::string report = dir.file("error.json");
-  Child c({LSPAWN_TEST_WORKER, "terminate"}, env_with_error_file("TORCHELASTIC_ERROR_FILE", report), dir.file("out"));
-  const auto st = c.wait(30s);
+  ChildProcess c({LSPAWN_TEST_WORKER, "terminate"}, env_with_error_file("TORCHELASTIC_ERROR_FILE", report), dir.file("out"));
+  const auto st = c.wait_or_kill(30s);
   INFO(st.describe() << "\n" << c.output());
   CHECK_FALSE(st.exited);
   CHECK(st.signal == SIGABRT);
@@ -147,9 +149,9 @@ TEST_CASE("error report: the terminate handler reports the throw site, then abor
 TEST_CASE("error report: an exception escaping a thread is reported by the terminate handler", "[error_report]") {
   TempDir dir;
   const std::string report = dir.file("error.json");
-  Child c({LSPAWN_TEST_WORKER, "terminate-thread"}, env_with_error_file("TORCHELASTIC_ERROR_FILE", report),
+  ChildProcess c({LSPAWN_TEST_WORKER, "terminate-thread"}, env_with_error_file("TORCHELASTIC_ERROR_FILE", report),
           dir.file("out"));
-  const auto st = c.wait(30s);
+  const auto st = c.wait_or_kill(30s);
   INFO(st.describe() << "\n" << c.output());
   CHECK(st.signal == SIGABRT);
   const auto r = read_report(report);
@@ -165,8 +167,8 @@ TEST_CASE("error report: LSPAWN_THROW_TRACE=0 falls back to the catch site", "[e
   const std::string report = dir.file("error.json");
   auto env = env_with_error_file("TORCHELASTIC_ERROR_FILE", report);
   env["LSPAWN_THROW_TRACE"] = "0";
-  Child c({LSPAWN_TEST_WORKER, "throw"}, env, dir.file("out"));
-  const auto st = c.wait(30s);
+  ChildProcess c({LSPAWN_TEST_WORKER, "throw"}, env, dir.file("out"));
+  const auto st = c.wait_or_kill(30s);
   INFO(st.describe() << "\n" << c.output());
   CHECK(st.code == 1);
   const auto r = read_report(report);
@@ -176,8 +178,8 @@ TEST_CASE("error report: LSPAWN_THROW_TRACE=0 falls back to the catch site", "[e
 
 TEST_CASE("error report: without an error file only the stderr line is printed", "[error_report]") {
   TempDir dir;
-  Child c({LSPAWN_TEST_WORKER, "throw"}, {{"RANK", "0"}}, dir.file("out"));
-  const auto st = c.wait(30s);
+  ChildProcess c({LSPAWN_TEST_WORKER, "throw"}, {{"RANK", "0"}}, dir.file("out"));
+  const auto st = c.wait_or_kill(30s);
   INFO(st.describe() << "\n" << c.output());
   CHECK(st.code == 1);
   CHECK_THAT(c.output(), Contains("[lspawn] rank 0: uncaught std::runtime_error: boom from rank 0"));
@@ -186,8 +188,8 @@ TEST_CASE("error report: without an error file only the stderr line is printed",
 TEST_CASE("error report: an unwritable error file is reported, the exit code kept", "[error_report]") {
   TempDir dir;
   const std::string report = dir.file("no/such/dir/error.json");
-  Child c({LSPAWN_TEST_WORKER, "throw"}, env_with_error_file("TORCHELASTIC_ERROR_FILE", report), dir.file("out"));
-  const auto st = c.wait(30s);
+  ChildProcess c({LSPAWN_TEST_WORKER, "throw"}, env_with_error_file("TORCHELASTIC_ERROR_FILE", report), dir.file("out"));
+  const auto st = c.wait_or_kill(30s);
   INFO(st.describe() << "\n" << c.output());
   CHECK(st.code == 1);
   CHECK_THAT(c.output(), Contains("could not write the error report") && Contains("no/such/dir"));

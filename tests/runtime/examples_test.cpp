@@ -9,13 +9,16 @@
 #include "proto/wire.hpp"
 #include "runtime/error_report.hpp"
 #include "runtime/torch_compat.hpp"
-#include "tests/runtime/child.hpp"
+#include "support/child.hpp"
+#include "support/ports.hpp"
+#include "support/ranks.hpp"
+#include "support/temp_dir.hpp"
 // Last: c10's glog headers define CHECK too; Catch's must win.
 #include <catch2/catch.hpp>
 
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
-using lspawn::test::Child;
+using lspawn::test::ChildProcess;
 using lspawn::test::ReservedPort;
 using lspawn::test::TempDir;
 
@@ -31,8 +34,8 @@ bool python_has_torch() {
   static const bool has = [] {
     if (::access(kPython, X_OK) != 0) return false;
     TempDir dir;
-    Child c({kPython, "-c", "import torch.distributed"}, {}, dir.file("out"));
-    return c.wait(60s).code == 0;
+    ChildProcess c({kPython, "-c", "import torch.distributed"}, {}, dir.file("out"));
+    return c.wait_or_kill(60s).code == 0;
   }();
   return has;
 }
@@ -51,16 +54,16 @@ std::string major_minor(const std::string& version) {
 bool python_torch_matches() {
   static const bool same = [] {
     TempDir dir;
-    Child c({kPython, "-c", "import torch; print(torch.__version__)"}, {}, dir.file("out"));
-    if (c.wait(60s).code != 0) return false;
+    ChildProcess c({kPython, "-c", "import torch; print(torch.__version__)"}, {}, dir.file("out"));
+    if (c.wait_or_kill(60s).code != 0) return false;
     return major_minor(c.output()) == major_minor(lspawn::compat::torch_version());
   }();
   return same;
 }
 
-std::vector<Child> start_job(const std::vector<std::string>& argv, int n, uint16_t port, const TempDir& dir,
+std::vector<ChildProcess> start_job(const std::vector<std::string>& argv, int n, uint16_t port, const TempDir& dir,
                              std::map<std::string, std::string> extra = {}) {
-  std::vector<Child> ranks;
+  std::vector<ChildProcess> ranks;
   for (int r = 0; r < n; ++r) {
     auto env = lspawn::test::contract_env(r, n, port, "examples");
     env["LSPAWN_RDZV_TIMEOUT"] = "60";
@@ -79,7 +82,7 @@ TEST_CASE("hello_allreduce: 2 ranks all-reduce, broadcast, all-gather and exit 0
   ReservedPort reserved;
   auto ranks = start_job({LSPAWN_HELLO_ALLREDUCE, "--size", "1000", "--iters", "3"}, 2, reserved.port(), dir);
   for (int r = 0; r < 2; ++r) {
-    const auto st = ranks[r].wait(60s);
+    const auto st = ranks[r].wait_or_kill(60s);
     INFO("rank " << r << ": " << st.describe() << "\n" << ranks[r].output());
     CHECK(st.code == 0);
     CHECK_THAT(ranks[r].output(), Contains("rank " + std::to_string(r) + "/2: allreduce sum = 3"));
@@ -92,7 +95,7 @@ TEST_CASE("hello_allreduce: --throw-rank writes an error report - the peer fails
   ReservedPort reserved;
   auto ranks = start_job({LSPAWN_HELLO_ALLREDUCE, "--throw-rank", "1"}, 2, reserved.port(), dir,
                          {{"TORCHELASTIC_ERROR_FILE", dir.file("error")}});
-  const auto st1 = ranks[1].wait(60s);
+  const auto st1 = ranks[1].wait_or_kill(60s);
   INFO("rank 1: " << st1.describe() << "\n" << ranks[1].output());
   CHECK(st1.code == 1);
   CHECK_THAT(ranks[1].output(), Contains("[lspawn] rank 1: uncaught std::runtime_error: rank 1 throws on purpose"));
@@ -101,7 +104,7 @@ TEST_CASE("hello_allreduce: --throw-rank writes an error report - the peer fails
   CHECK(report.rank == 1);
   CHECK(report.message == "rank 1 throws on purpose");
   // Rank 0 was in all_reduce with rank 1: gloo sees the closed connection and rank 0 fails too.
-  const auto st0 = ranks[0].wait(60s);
+  const auto st0 = ranks[0].wait_or_kill(60s);
   INFO("rank 0: " << st0.describe() << "\n" << ranks[0].output());
   CHECK_FALSE(st0.timed_out);
   CHECK(st0.code == 1);
@@ -109,9 +112,9 @@ TEST_CASE("hello_allreduce: --throw-rank writes an error report - the peer fails
 
 TEST_CASE("hello_allreduce: --fail-rank exits with the requested code", "[examples]") {
   TempDir dir;
-  Child c({LSPAWN_HELLO_ALLREDUCE, "--fail-rank", "0", "--exit-code", "7"},
+  ChildProcess c({LSPAWN_HELLO_ALLREDUCE, "--fail-rank", "0", "--exit-code", "7"},
           lspawn::test::contract_env(0, 1, 0), dir.file("out"));
-  const auto st = c.wait(60s);
+  const auto st = c.wait_or_kill(60s);
   INFO(st.describe() << "\n" << c.output());
   CHECK(st.code == 7);
   CHECK_THAT(c.output(), Contains("rank 0: failing on purpose with exit code 7"));
@@ -121,8 +124,8 @@ TEST_CASE("hello_allreduce: a bad environment is reported with the variable's na
   TempDir dir;
   auto env = lspawn::test::contract_env(0, 2, 1);
   env["RANK"] = "x";
-  Child c({LSPAWN_HELLO_ALLREDUCE}, env, dir.file("out"));
-  const auto st = c.wait(60s);
+  ChildProcess c({LSPAWN_HELLO_ALLREDUCE}, env, dir.file("out"));
+  const auto st = c.wait_or_kill(60s);
   INFO(st.describe() << "\n" << c.output());
   CHECK(st.code == 1);
   CHECK_THAT(c.output(), Contains("[lspawn] rank ?: uncaught lspawn::EnvError: RANK='x' is not an integer"));
@@ -134,10 +137,10 @@ TEST_CASE("hello_allreduce: a bad environment is reported with the variable's na
 TEST_CASE("lspawn --nprocs 4 hello_allreduce: every rank all-reduces - by exec and by forkserver", "[examples][lspawn]") {
   for (const char* method : {"exec", "forkserver"}) {
     TempDir dir;
-    Child c({LSPAWN_BIN, "--start-method", method, "--nprocs", "4", LSPAWN_HELLO_ALLREDUCE,
+    ChildProcess c({LSPAWN_BIN, "--start-method", method, "--nprocs", "4", LSPAWN_HELLO_ALLREDUCE,
              "--size", "1000", "--iters", "3"},
             {{"LSPAWN_RDZV_TIMEOUT", "60"}, {"LSPAWN_PG_TIMEOUT", "60"}}, dir.file("out"));
-    const auto st = c.wait(120s);
+    const auto st = c.wait_or_kill(120s);
     INFO(method << ": " << st.describe() << "\n" << c.output());
     CHECK(st.code == 0);
     for (int r = 0; r < 4; ++r) {
@@ -150,10 +153,10 @@ TEST_CASE("lspawn --nprocs 4 hello_allreduce: every rank all-reduces - by exec a
 
 TEST_CASE("lspawn --start-method forkserver: a rank that throws is the root cause with its report", "[examples][lspawn]") {
   TempDir dir;
-  Child c({LSPAWN_BIN, "--start-method", "forkserver", "--nprocs", "3", "--grace-period", "2",
+  ChildProcess c({LSPAWN_BIN, "--start-method", "forkserver", "--nprocs", "3", "--grace-period", "2",
            LSPAWN_HELLO_ALLREDUCE, "--throw-rank", "2"},
           {{"LSPAWN_RDZV_TIMEOUT", "60"}, {"LSPAWN_PG_TIMEOUT", "60"}}, dir.file("out"));
-  const auto st = c.wait(120s);
+  const auto st = c.wait_or_kill(120s);
   INFO(st.describe() << "\n" << c.output());
   CHECK(st.code == 1);
   CHECK_THAT(c.output(), Contains("root cause: process 2"));
@@ -170,7 +173,7 @@ TEST_CASE("ddp_python.py: an unmodified PyTorch script runs on the env contract 
   ReservedPort reserved;
   auto ranks = start_job({kPython, LSPAWN_SOURCE_DIR "/examples/ddp_python.py"}, 2, reserved.port(), dir);
   for (int r = 0; r < 2; ++r) {
-    const auto st = ranks[r].wait(120s);
+    const auto st = ranks[r].wait_or_kill(120s);
     INFO("rank " << r << ": " << st.describe() << "\n" << ranks[r].output());
     CHECK(st.code == 0);
     CHECK_THAT(ranks[r].output(), Contains("python rank " + std::to_string(r) + "/2 (local " +
@@ -184,9 +187,9 @@ TEST_CASE("lspawn --nprocs 2 python ddp_python.py: an unmodified PyTorch script 
     return;
   }
   TempDir dir;
-  Child c({LSPAWN_BIN, "--nprocs", "2", kPython, LSPAWN_SOURCE_DIR "/examples/ddp_python.py"}, {},
+  ChildProcess c({LSPAWN_BIN, "--nprocs", "2", kPython, LSPAWN_SOURCE_DIR "/examples/ddp_python.py"}, {},
           dir.file("out"));
-  const auto st = c.wait(180s);
+  const auto st = c.wait_or_kill(180s);
   INFO(st.describe() << "\n" << c.output());
   CHECK(st.code == 0);
   for (int r = 0; r < 2; ++r) {
@@ -207,12 +210,12 @@ TEST_CASE("scripts/torchrun.py runs hello_allreduce with --no_python (lspawn wor
   }
   TempDir dir;
   ReservedPort reserved;  // torchrun's agent hosts its store here (static rendezvous)
-  Child c({kPython, LSPAWN_SOURCE_DIR "/scripts/torchrun.py", "--nproc_per_node", "2", "--master_addr",
+  ChildProcess c({kPython, LSPAWN_SOURCE_DIR "/scripts/torchrun.py", "--nproc_per_node", "2", "--master_addr",
            "127.0.0.1", "--master_port", std::to_string(reserved.port()), "--max_restarts", "0", "--no_python",
            LSPAWN_HELLO_ALLREDUCE},
           // TMPDIR: torchrun's agent leaves its torchelastic_* log directory there.
-          {{"OMP_NUM_THREADS", "1"}, {"LSPAWN_RDZV_TIMEOUT", "60"}, {"TMPDIR", dir.path()}}, dir.file("out"));
-  const auto st = c.wait(180s);
+          {{"OMP_NUM_THREADS", "1"}, {"LSPAWN_RDZV_TIMEOUT", "60"}, {"TMPDIR", dir.path}}, dir.file("out"));
+  const auto st = c.wait_or_kill(180s);
   INFO(st.describe() << "\n" << c.output());
   CHECK(st.code == 0);
   CHECK_THAT(c.output(), Contains("rank 0/2: allreduce sum = 3"));

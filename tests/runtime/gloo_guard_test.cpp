@@ -21,6 +21,8 @@
 #include "runtime/gloo_guard.hpp"
 #include "runtime/record_auth.hpp"
 #include "runtime/torch_compat.hpp"
+#include "support/files.hpp"
+#include "support/temp_dir.hpp"
 // Last: c10's glog headers define CHECK too; Catch's must win.
 #include <catch2/catch.hpp>
 
@@ -76,23 +78,17 @@ uint16_t local_port(int fd) { return ntohs(address_of(fd).sin_port); }
 // stderr of the process while alive, for the guard's messages (written to fd 2 directly).
 class CaptureStderr {
  public:
-  CaptureStderr() : path_("/tmp/lspawn-gloo-guard-test-" + std::to_string(::getpid())) {
+  CaptureStderr() : path_(dir_.file("stderr")) {
     std::fflush(stderr);
     saved_ = ::dup(2);
     const int fd = ::open(path_.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
     ::dup2(fd, 2);
     ::close(fd);
   }
-  ~CaptureStderr() {
-    restore();
-    ::unlink(path_.c_str());
-  }
+  ~CaptureStderr() { restore(); }
   std::string text() {
     restore();
-    std::ifstream in(path_);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
+    return lspawn::test::read_file(path_);
   }
 
  private:
@@ -103,6 +99,7 @@ class CaptureStderr {
     ::close(saved_);
     saved_ = -1;
   }
+  lspawn::test::TempDir dir_;
   std::string path_;
   int saved_ = -1;
 };

@@ -19,30 +19,18 @@
 #include <vector>
 
 #include "tests/runtime/sockets.hpp"
-#include "tests/support/loopback.hpp"
+#include "support/files.hpp"
+#include "support/loopback.hpp"
+#include "support/wait.hpp"
 
 namespace lspawn::test {
-
-inline bool wait_file(const std::string& path, std::chrono::milliseconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (::access(path.c_str(), F_OK) != 0) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
-}
-
-inline void touch(const std::string& path) { std::ofstream(path) << "\n"; }
 
 // The worker's side: `path` gets this process's pid, then the ports it listens on, one per line
 // (written aside and renamed, so that a reader never sees half of it).
 inline void write_ready(const std::string& path) {
-  {
-    std::ofstream out(path + ".tmp");
-    out << ::getpid() << "\n";
-    for (const auto& l : tcp_listeners(::getpid())) out << l.port << "\n";
-  }
-  std::rename((path + ".tmp").c_str(), path.c_str());
+  std::string text = std::to_string(::getpid()) + "\n";
+  for (const auto& l : tcp_listeners(::getpid())) text += std::to_string(l.port) + "\n";
+  write_file(path, text);
 }
 
 // The test's side: the ranks of a gloo-strangers job once each has written dir/ready-<rank>;
@@ -65,14 +53,6 @@ inline ReadyRanks wait_ready(const std::string& dir, int n, std::chrono::millise
     for (unsigned port; in >> port;) out.known.insert(static_cast<uint16_t>(port));
   }
   return out;
-}
-
-// Whether dir/<prefix><rank> appeared for every rank of `n` within `limit` each.
-inline bool wait_all(const std::string& dir, const std::string& prefix, int n, std::chrono::milliseconds limit) {
-  for (int r = 0; r < n; ++r) {
-    if (!wait_file(dir + "/" + prefix + std::to_string(r), limit)) return false;
-  }
-  return true;
 }
 
 // The ports `pid` listens on that are not in `known`.

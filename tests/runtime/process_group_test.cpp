@@ -21,13 +21,16 @@
 #include "runtime/gloo_loop_ticker.hpp"
 #include "runtime/process_group.hpp"
 #include "runtime/torch_compat.hpp"
-#include "tests/runtime/child.hpp"
+#include "support/child.hpp"
+#include "support/ports.hpp"
+#include "support/ranks.hpp"
+#include "support/temp_dir.hpp"
 // Last: c10's glog headers define CHECK too; Catch's must win.
 #include <catch2/catch.hpp>
 
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
-using lspawn::test::Child;
+using lspawn::test::ChildProcess;
 using lspawn::test::ReservedPort;
 using lspawn::test::TempDir;
 
@@ -35,7 +38,7 @@ TEST_CASE("init_process_group: gloo collectives are correct across real processe
   const int n = GENERATE(2, 3);
   TempDir dir;
   ReservedPort reserved;
-  std::vector<Child> ranks;
+  std::vector<ChildProcess> ranks;
   for (int r = 0; r < n; ++r) {
     auto env = lspawn::test::contract_env(r, n, reserved.port(), "coll" + std::to_string(n));
     env["LSPAWN_RDZV_TIMEOUT"] = "30";
@@ -44,7 +47,7 @@ TEST_CASE("init_process_group: gloo collectives are correct across real processe
                        dir.file("rank" + std::to_string(r)));
   }
   for (int r = 0; r < n; ++r) {
-    const auto st = ranks[r].wait(60s);
+    const auto st = ranks[r].wait_or_kill(60s);
     INFO("rank " << r << "/" << n << ": " << st.describe() << "\n" << ranks[r].output());
     CHECK(st.code == 0);
     CHECK_THAT(ranks[r].output(),
@@ -91,8 +94,8 @@ TEST_CASE("init_process_group: a write to a peer that has gone fails with EPIPE 
   std::map<std::string, std::string> env{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"},
                                          {"MASTER_PORT", "0"}, {"LSPAWN_RDZV_TIMEOUT", "30"}};
   if (own) env["LSPAWN_TEST_OWN_SIGPIPE"] = "1";
-  Child c({LSPAWN_TEST_WORKER, "sigpipe"}, env, dir.file("out"));
-  const auto st = c.wait(60s);
+  ChildProcess c({LSPAWN_TEST_WORKER, "sigpipe"}, env, dir.file("out"));
+  const auto st = c.wait_or_kill(60s);
   INFO(st.describe() << "\n" << c.output());
   CHECK(st.exited);
   CHECK(st.code == 0);
@@ -319,7 +322,7 @@ TEST_CASE("init_process_group: 8 real processes form a gloo group and pass a bar
   const int n = 8;
   TempDir dir;
   ReservedPort reserved;
-  std::vector<Child> ranks;
+  std::vector<ChildProcess> ranks;
   for (int r = 0; r < n; ++r) {
     auto env = lspawn::test::contract_env(r, n, reserved.port(), "mesh8");
     env["LSPAWN_RDZV_TIMEOUT"] = "60";
@@ -328,7 +331,7 @@ TEST_CASE("init_process_group: 8 real processes form a gloo group and pass a bar
                        dir.file("rank" + std::to_string(r)));
   }
   for (int r = 0; r < n; ++r) {
-    const auto st = ranks[r].wait(120s);
+    const auto st = ranks[r].wait_or_kill(120s);
     INFO("rank " << r << "/" << n << ": " << st.describe() << "\n" << ranks[r].output());
     CHECK(st.code == 0);
     CHECK_THAT(ranks[r].output(),

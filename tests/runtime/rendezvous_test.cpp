@@ -9,13 +9,16 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "runtime/rendezvous.hpp"
-#include "tests/runtime/child.hpp"
+#include "support/child.hpp"
+#include "support/ports.hpp"
+#include "support/ranks.hpp"
+#include "support/temp_dir.hpp"
 // Last: c10's glog headers define CHECK too; Catch's must win.
 #include <catch2/catch.hpp>
 
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
-using lspawn::test::Child;
+using lspawn::test::ChildProcess;
 using lspawn::test::ReservedPort;
 using lspawn::test::TempDir;
 
@@ -33,7 +36,7 @@ TEST_CASE("rendezvous: N real processes meet on a reserved port", "[rendezvous]"
   const int n = GENERATE(1, 2, 4);
   TempDir dir;
   ReservedPort reserved;  // as lspawn holds MASTER_PORT: bound, SO_REUSEADDR, not listening
-  std::vector<Child> ranks;
+  std::vector<ChildProcess> ranks;
   for (int r = 0; r < n; ++r) {
     auto env = lspawn::test::contract_env(r, n, reserved.port(), "meet" + std::to_string(n));
     env["LSPAWN_RDZV_TIMEOUT"] = "30";
@@ -42,7 +45,7 @@ TEST_CASE("rendezvous: N real processes meet on a reserved port", "[rendezvous]"
   std::string pids;
   for (auto& c : ranks) pids += " " + std::to_string(c.pid());
   for (int r = 0; r < n; ++r) {
-    const auto st = ranks[r].wait(30s);
+    const auto st = ranks[r].wait_or_kill(30s);
     INFO("rank " << r << "/" << n << ": " << st.describe() << "\n" << ranks[r].output());
     CHECK(st.exited);
     CHECK(st.code == 0);
@@ -57,7 +60,7 @@ TEST_CASE("rendezvous: a rank that never arrives fails the others with Rendezvou
   ReservedPort reserved;
   const int n = 4;
   const int missing = 2;
-  std::vector<Child> ranks;
+  std::vector<ChildProcess> ranks;
   const auto t0 = std::chrono::steady_clock::now();
   for (int r = 0; r < n; ++r) {
     if (r == missing) continue;
@@ -66,7 +69,7 @@ TEST_CASE("rendezvous: a rank that never arrives fails the others with Rendezvou
     ranks.emplace_back(worker("rendezvous"), env, dir.file("rank" + std::to_string(r)));
   }
   for (auto& c : ranks) {
-    const auto st = c.wait(20s);
+    const auto st = c.wait_or_kill(20s);
     const std::string out = c.output();
     INFO(st.describe() << "\n" << out);
     CHECK(st.exited);
@@ -90,8 +93,8 @@ TEST_CASE("rendezvous: rank 0 never arrives, a client times out naming rank 0 an
   ReservedPort reserved;
   auto env = lspawn::test::contract_env(1, 2, reserved.port(), "norank0");
   env["LSPAWN_RDZV_TIMEOUT"] = "1";
-  Child c(worker("rendezvous"), env, dir.file("rank1"));
-  const auto st = c.wait(20s);
+  ChildProcess c(worker("rendezvous"), env, dir.file("rank1"));
+  const auto st = c.wait_or_kill(20s);
   INFO(st.describe() << "\n" << c.output());
   CHECK(st.code == 3);
   CHECK_THAT(c.output(), Contains("missing: [0]"));
@@ -104,7 +107,7 @@ TEST_CASE("rendezvous: under an agent store (torchrun static) rank 0 is a client
   // The launcher hosts the store; every rank, rank 0 included, connects to it.
   auto agent = lspawn::host_store("127.0.0.1", 0, 10s);
   TempDir dir;
-  std::vector<Child> ranks;
+  std::vector<ChildProcess> ranks;
   for (int r = 0; r < 2; ++r) {
     auto env = lspawn::test::contract_env(r, 2, agent->public_port(), "agent");
     env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
@@ -113,7 +116,7 @@ TEST_CASE("rendezvous: under an agent store (torchrun static) rank 0 is a client
     ranks.emplace_back(worker("rendezvous"), env, dir.file("rank" + std::to_string(r)));
   }
   for (auto& c : ranks) {
-    const auto st = c.wait(30s);
+    const auto st = c.wait_or_kill(30s);
     INFO(st.describe() << "\n" << c.output());
     CHECK(st.code == 0);
     CHECK_THAT(c.output(), Contains("peers 2"));

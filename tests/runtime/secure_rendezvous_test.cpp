@@ -19,16 +19,22 @@
 #include "runtime/record_auth.hpp"
 #include "runtime/rendezvous.hpp"
 #include "runtime/store_listener.hpp"
-#include "tests/runtime/child.hpp"
+#include "support/child.hpp"
+#include "support/files.hpp"
+#include "support/ports.hpp"
+#include "support/ranks.hpp"
+#include "support/temp_dir.hpp"
+#include "support/wait.hpp"
 #include "tests/runtime/gloo_strangers.hpp"
 #include "tests/runtime/sockets.hpp"
 #include "support/loopback.hpp"
+#include "support/pids.hpp"
 // Last: c10's glog headers define CHECK too; Catch's must win.
 #include <catch2/catch.hpp>
 
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
-using lspawn::test::Child;
+using lspawn::test::ChildProcess;
 using lspawn::test::connect_to;
 using lspawn::test::ReservedPort;
 using lspawn::test::TempDir;
@@ -65,24 +71,16 @@ std::vector<lspawn::test::Listener> wait_listening(pid_t pid, std::chrono::milli
   return {};
 }
 
-bool running(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string st;
-  std::getline(in, st);
-  const auto close = st.rfind(')');
-  return close != std::string::npos && close + 2 < st.size() && st[close + 2] != 'Z';
-}
-
 // Polls the TCP listeners of `ranks` until they have all exited (at most `limit`), calling
 // `seen(listener)` once for each new port.
 template <class F>
-void watch_listeners(std::vector<Child>& ranks, std::chrono::milliseconds limit, F seen) {
+void watch_listeners(std::vector<ChildProcess>& ranks, std::chrono::milliseconds limit, F seen) {
   std::set<uint16_t> ports;
   const auto deadline = std::chrono::steady_clock::now() + limit;
   while (std::chrono::steady_clock::now() < deadline) {
     bool any = false;
     for (auto& c : ranks) {
-      if (!running(c.pid())) continue;
+      if (!lspawn::test::alive(c.pid())) continue;
       any = true;
       for (const auto& l : lspawn::test::tcp_listeners(c.pid())) {
         if (ports.insert(l.port).second) seen(l);
@@ -115,7 +113,7 @@ TEST_CASE("secured rendezvous: a single-node job listens on loopback only", "[se
   TempDir dir;
   ReservedPort reserved;
   const int n = 3;
-  std::vector<Child> ranks;
+  std::vector<ChildProcess> ranks;
   for (int r = 0; r < n; ++r) {
     ranks.emplace_back(worker("listeners"), secured_env(r, n, reserved.port(), "loop"), dir.file("r" + std::to_string(r)));
   }
@@ -123,7 +121,7 @@ TEST_CASE("secured rendezvous: a single-node job listens on loopback only", "[se
   std::vector<lspawn::test::Listener> seen;
   watch_listeners(ranks, 60s, [&](const lspawn::test::Listener& l) { seen.push_back(l); });
   for (int r = 0; r < n; ++r) {
-    const auto st = ranks[r].wait(60s);
+    const auto st = ranks[r].wait_or_kill(60s);
     const std::string out = ranks[r].output();
     INFO("rank " << r << ": " << st.describe() << "\n" << out);
     REQUIRE(st.exited);
@@ -165,7 +163,7 @@ TEST_CASE("secured rendezvous: records of a stranger without the secret are refu
   const int n = 4;
   const std::string run = "sec";
   const std::string prefix = "lspawn/" + run + "/0/";
-  std::vector<Child> ranks;
+  std::vector<ChildProcess> ranks;
   ranks.emplace_back(worker("collectives"), secured_env(0, n, reserved.port(), run), dir.file("r0"));
   REQUIRE(!wait_listening(ranks[0].pid(), 30s, reserved.port()).empty());
 
@@ -195,7 +193,7 @@ TEST_CASE("secured rendezvous: records of a stranger without the secret are refu
 
   std::string all;
   for (auto& c : ranks) {
-    const auto st = c.wait(60s);
+    const auto st = c.wait_or_kill(60s);
     const std::string out = c.output();
     all += out;
     INFO(st.describe() << "\n" << out);
@@ -217,14 +215,14 @@ TEST_CASE("secured rendezvous: without a secret (torchrun) records stay plain an
           "[security]") {
   TempDir dir;
   ReservedPort reserved;
-  std::vector<Child> ranks;
+  std::vector<ChildProcess> ranks;
   for (int r = 0; r < 2; ++r) {
     auto env = lspawn::test::contract_env(r, 2, reserved.port(), "plain");
     env["LSPAWN_RDZV_TIMEOUT"] = "30";
     ranks.emplace_back(worker("collectives"), env, dir.file("r" + std::to_string(r)));
   }
   for (auto& c : ranks) {
-    const auto st = c.wait(60s);
+    const auto st = c.wait_or_kill(60s);
     INFO(st.describe() << "\n" << c.output());
     CHECK(st.code == 0);
     CHECK(c.output().find("refused") == std::string::npos);
@@ -236,7 +234,7 @@ TEST_CASE("secured rendezvous: garbage on the store's and gloo's ports is surviv
   ReservedPort reserved;
   const int n = 3;
   std::mt19937 rng(12345);
-  std::vector<Child> ranks;
+  std::vector<ChildProcess> ranks;
   const auto t0 = std::chrono::steady_clock::now();
   ranks.emplace_back(worker("collectives"), secured_env(0, n, reserved.port(), "junk"), dir.file("r0"));
   REQUIRE(!wait_listening(ranks[0].pid(), 30s, reserved.port()).empty());
@@ -255,7 +253,7 @@ TEST_CASE("secured rendezvous: garbage on the store's and gloo's ports is surviv
     if (hit.insert(l.port).second) blast(l.port, rng);
   });
   for (auto& c : ranks) {
-    const auto st = c.wait(60s);
+    const auto st = c.wait_or_kill(60s);
     INFO(st.describe() << "\n" << c.output());
     CHECK(st.exited);
     CHECK(st.code == 0);
@@ -286,23 +284,23 @@ TEST_CASE("secured rendezvous: strangers on gloo's listeners are refused and nam
   ReservedPort reserved;
   const int n = 3;
   std::mt19937 rng(4242);
-  std::vector<Child> ranks;
+  std::vector<ChildProcess> ranks;
   for (int r = 0; r < n; ++r) {
     auto env = secured_env(r, n, reserved.port(), "gs");
-    env["LSPAWN_TEST_SYNC_DIR"] = sync.path();
+    env["LSPAWN_TEST_SYNC_DIR"] = sync.path;
     ranks.emplace_back(worker("gloo-strangers"), env, dir.file("r" + std::to_string(r)));
   }
   // Kills the ranks and shows what they said, when the job cannot go on.
   auto stop_and_show = [&] {
     for (auto& c : ranks) {
       ::kill(c.pid(), SIGKILL);
-      c.wait(10s);
+      c.wait_or_kill(10s);
       UNSCOPED_INFO(c.output());
     }
   };
   // What every rank listened on with the world group up (it writes them before the second
   // group): the store's and the world's gloo ports. The second group's listeners are new.
-  const auto ready = lspawn::test::wait_ready(sync.path(), n, 60s);
+  const auto ready = lspawn::test::wait_ready(sync.path, n, 60s);
   REQUIRE(ready.pids.size() == static_cast<size_t>(n));
   const auto late = lspawn::test::late_listeners(ready.pids, ready.known, 30s);
   if (late.empty()) stop_and_show();
@@ -319,7 +317,7 @@ TEST_CASE("secured rendezvous: strangers on gloo's listeners are refused and nam
   // The silent one is refused after kGlooTokenWait; the rest at once.
   std::this_thread::sleep_for(lspawn::kGlooTokenWait + 500ms);
   touch(sync.file("go-1"));
-  const bool connected = lspawn::test::wait_all(sync.path(), "connected-", n, 60s);
+  const bool connected = lspawn::test::wait_files(sync.file("connected-"), n, 60s);
   if (!connected) stop_and_show();
   REQUIRE(connected);
   // Listeners still open with the group connected (2.x: the device's, for good): more strangers.
@@ -333,7 +331,7 @@ TEST_CASE("secured rendezvous: strangers on gloo's listeners are refused and nam
   touch(sync.file("go-2"));
   std::string all;
   for (auto& c : ranks) {
-    const auto st = c.wait(60s);
+    const auto st = c.wait_or_kill(60s);
     INFO(st.describe() << "\n" << c.output());
     CHECK(st.code == 0);
     CHECK_THAT(c.output(), Contains("gloo-strangers ok; guard active 1"));
@@ -374,14 +372,14 @@ TEST_CASE("secured rendezvous: with TORCH_GLOO_LAZY_INIT gloo's connections go u
   TempDir dir;
   ReservedPort reserved;
   const int n = 2;
-  std::vector<Child> ranks;
+  std::vector<ChildProcess> ranks;
   for (int r = 0; r < n; ++r) {
     auto env = secured_env(r, n, reserved.port(), "lazy");
     env["TORCH_GLOO_LAZY_INIT"] = "1";
     ranks.emplace_back(worker("collectives"), env, dir.file("r" + std::to_string(r)));
   }
   for (auto& c : ranks) {
-    const auto st = c.wait(60s);
+    const auto st = c.wait_or_kill(60s);
     INFO(st.describe() << "\n" << c.output());
     CHECK(st.code == 0);
     CHECK_THAT(c.output(), Contains("collectives ok"));

@@ -18,6 +18,7 @@
 #include "runtime/store_listener.hpp"
 #include "runtime/torch_compat.hpp"
 #include "support/loopback.hpp"
+#include "support/wait.hpp"
 // Last: c10's glog headers define CHECK too; Catch's must win.
 #include <catch2/catch.hpp>
 
@@ -25,6 +26,7 @@ using namespace std::chrono_literals;
 using lspawn::HeadVerdict;
 using lspawn::StoreProtocol;
 using lspawn::check_store_head;
+using lspawn::test::eventually;
 
 namespace {
 
@@ -34,16 +36,6 @@ std::vector<std::uint8_t> legacy_set(std::uint64_t key_len) {
   std::vector<std::uint8_t> b{0};  // SET
   for (int i = 0; i < 8; ++i) b.push_back(static_cast<std::uint8_t>(key_len >> (8 * i)));
   return b;
-}
-
-// Waits until `f()` or 5 s.
-template <class F>
-bool eventually(F f) {
-  for (auto end = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < end;) {
-    if (f()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return f();
 }
 
 }  // namespace
@@ -120,11 +112,11 @@ TEST_CASE("store gate: a real store behind it serves its clients and refuses gar
   CHECK(a->get("later") == std::vector<uint8_t>(100000, 7));
   CHECK(server->get("k") == std::vector<uint8_t>{1, 2, 3});  // the same store behind the gate
 
-  REQUIRE(eventually([&] { return logged("47 45 54 20"); }));
+  REQUIRE(eventually([&] { return logged("47 45 54 20"); }, 5s));
   CHECK(logged("store at gate-under-test: refused a connection from 127.0.0.1:"));
   CHECK(logged("not a c10d store request (first bytes 47 45 54 20"));
   // The half request: 1 byte, then nothing for kStoreReceiveTimeout.
-  REQUIRE(eventually([&] { return logged("sent 1 byte of a request (00), then nothing for"); }));
+  REQUIRE(eventually([&] { return logged("sent 1 byte of a request (00), then nothing for"); }, 5s));
   CHECK(gate.refused() == 2);
   char c;
   CHECK(::recv(probe, &c, 1, 0) <= 0);  // the gate closed the refused connections (a reset: it

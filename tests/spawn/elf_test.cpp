@@ -3,7 +3,7 @@
 #include <fstream>
 
 #include "spawn/elf.hpp"
-#include "supervisor/sys.hpp"
+#include "support/temp_dir.hpp"
 
 using lspawn::elf::has_section;
 
@@ -14,7 +14,8 @@ TEST_CASE("elf::has_section finds a section by name in an ELF64 file", "[elf]") 
 }
 
 TEST_CASE("elf::has_section is false for files that are not ELF64 - and names an unreadable path", "[elf]") {
-  const std::string dir = lspawn::sys::make_temp_dir("lspawn-elf-test-");
+  const lspawn::test::TempDir tmp;
+  const std::string dir = tmp.path;
   const std::string script = dir + "/script.sh", tiny = dir + "/tiny", fake = dir + "/fake";
   std::ofstream(script) << "#!/bin/sh\nexit 0\n";
   std::ofstream(tiny) << "\x7f" "EL";
@@ -23,5 +24,4 @@ TEST_CASE("elf::has_section is false for files that are not ELF64 - and names an
   CHECK_FALSE(has_section(tiny, ".text"));
   CHECK_FALSE(has_section(fake, ".text"));  // header claims sections far past the end
   CHECK_THROWS_WITH(has_section(dir + "/missing", ".text"), Catch::Contains(dir + "/missing"));
-  lspawn::sys::remove_tree(dir);
 }

@@ -11,13 +11,14 @@
 #include <thread>
 
 #include "supervisor/error_file.hpp"
-#include "test_util.hpp"
 #include "spawn/errors.hpp"
 #include "spawn/forkserver.hpp"
 #include "spawn/registry.hpp"
 #include "spawn/worker.hpp"
 #include "supervisor/sys.hpp"
 #include "proto/wire.hpp"
+#include "support/pids.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 int fs_echo(int index, std::string text) {
@@ -38,12 +39,10 @@ LSPAWN_REGISTER(fs_abort);
 LSPAWN_REGISTER(fs_sleep);
 LSPAWN_REGISTER(fs_throw);
 
-namespace {
-struct TempDir {
-  std::string path = lspawn::sys::make_temp_dir("lspawn-fs-test-");
-  ~TempDir() { lspawn::sys::remove_tree(path); }
-};
+using lspawn::test::alive;
+using lspawn::test::TempDir;
 
+namespace {
 template <class... A>
 lspawn::proto::SpawnCall make_call(const char* fn, int index, const std::tuple<A...>& args) {
   lspawn::proto::SpawnCall c;
@@ -68,7 +67,6 @@ std::vector<lspawn::proto::ChildExit> wait_exits(lspawn::Forkserver& fs, size_t 
   return out;
 }
 
-using spawn_test::alive;
 }  // namespace
 
 TEST_CASE("forkserver runs a registered function with the given stdio and reports its exit") {

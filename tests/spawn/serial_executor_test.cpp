@@ -5,11 +5,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <sstream>
+#include <thread>
+
 #include "spawn/serial_executor.hpp"
 #include "spawn/spawn.hpp"
-#include "tests/spawn/test_util.hpp"
+#include "support/files.hpp"
+#include "support/temp_dir.hpp"
 
-using namespace spawn_test;
+using namespace lspawn::test;
 using namespace std::chrono_literals;
 
 namespace {

@@ -7,18 +7,25 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <set>
+#include <sstream>
+#include <thread>
 
 #include "spawn/spawn.hpp"
-#include "tests/spawn/test_util.hpp"
+#include "support/files.hpp"
+#include "support/pids.hpp"
+#include "support/temp_dir.hpp"
+#include "support/wait.hpp"
 
 using lspawn::ProcessContext;
 using lspawn::SpawnOptions;
 using lspawn::StartMethod;
-using namespace spawn_test;
+using namespace lspawn::test;
 using namespace std::chrono_literals;
 
 namespace {
@@ -57,19 +64,12 @@ void t_abort(int index, int bad) {
 }
 LSPAWN_REGISTER(t_abort);
 
-// Whether files prefix0 .. prefix<n-1> all exist.
-bool all_exist(const std::string& prefix, int n) {
-  for (int i = 0; i < n; ++i)
-    if (!exists(prefix + std::to_string(i))) return false;
-  return true;
-}
-
 void t_exit(int index, int bad, int code, std::string pid_dir, int nprocs) {
   write_file(pid_dir + "/" + std::to_string(index), std::to_string(::getpid()));
   if (index == bad) {
     // Once every sibling has written its pid (an event, not a delay: a loaded machine may take
     // long to start them).
-    eventually([&] { return all_exist(pid_dir + "/", nprocs); }, 20s);
+    wait_files(pid_dir + "/", nprocs, 20s);
     std::fflush(nullptr);
     std::_Exit(code);
   }
@@ -97,7 +97,7 @@ void t_graceful(int index, std::string dir) {
     write_file(dir + "/clean", "1");
     return;
   }
-  eventually([&] { return exists(dir + "/ready"); }, 10s);
+  wait_file(dir + "/ready", 10s);
   throw std::runtime_error("rank 1 fails");
 }
 LSPAWN_REGISTER(t_graceful);
@@ -121,7 +121,7 @@ LSPAWN_REGISTER(t_family);
 // side all return; one started after another's return never comes (that one throws after 20 s).
 void t_meet(int index, std::string dir, int nprocs) {
   write_file(dir + "/started-" + std::to_string(index), "1");
-  const bool all = eventually([&] { return all_exist(dir + "/started-", nprocs); }, 20s);
+  const bool all = wait_files(dir + "/started-", nprocs, 20s);
   if (!all) throw std::runtime_error("worker " + std::to_string(index) + ": the others never started beside it");
 }
 LSPAWN_REGISTER(t_meet);
@@ -283,7 +283,7 @@ TEST_CASE("spawn: a sibling that exits on its own within the grace period is not
   CHECK(w0.stop_signal_sent == SIGTERM);  // it was asked to stop ...
   CHECK(w0.term_signal == 0);             // ... and finished by itself, never SIGKILLed
   CHECK(w0.exit_code == 0);
-  CHECK(exists(dir.path + "/clean"));
+  CHECK(path_exists(dir.path + "/clean"));
 }
 
 TEST_CASE("spawn daemon: the parent is killed -> children and grandchildren gone within 1 s, and the run directory", "[counts-threads]") {
@@ -304,13 +304,7 @@ TEST_CASE("spawn daemon: the parent is killed -> children and grandchildren gone
   }
   std::vector<pid_t> family;
   std::string run_dir;
-  REQUIRE(eventually(
-      [&] {
-        for (int i = 0; i < kProcs; ++i)
-          if (!exists(dir.path + "/pids-" + std::to_string(i))) return false;
-        return true;
-      },
-      20s));
+  REQUIRE(wait_files(dir.file("pids-"), kProcs, 20s));
   for (int i = 0; i < kProcs; ++i) {
     std::istringstream in(read_file(dir.path + "/pids-" + std::to_string(i)));
     pid_t worker = 0, grandchild = 0;
@@ -321,7 +315,7 @@ TEST_CASE("spawn daemon: the parent is killed -> children and grandchildren gone
   for (pid_t p : family) REQUIRE(alive(p));
   INFO("run directory " << run_dir);
   REQUIRE(run_dir.rfind("/", 0) == 0);
-  REQUIRE(exists(run_dir));
+  REQUIRE(path_exists(run_dir));
   lspawn::sys::kill(parent, SIGKILL, "test");
   int status;
   lspawn::sys::waitpid(parent, &status, 0, "test");
@@ -332,7 +326,7 @@ TEST_CASE("spawn daemon: the parent is killed -> children and grandchildren gone
     for (pid_t p : family) ::kill(p, SIGKILL);
   }
   // The parent's guardian removes the spawn's private directory after the kills.
-  CHECK(eventually([&] { return !exists(run_dir); }, 2000ms));
+  CHECK(eventually([&] { return !path_exists(run_dir); }, 2000ms));
 }
 
 TEST_CASE("spawn Forkserver: 8 workers start side by side, not one after another") {
@@ -341,7 +335,7 @@ TEST_CASE("spawn Forkserver: 8 workers start side by side, not one after another
   constexpr int kProcs = 8;
   TempDir dir;
   REQUIRE_NOTHROW(lspawn::spawn(t_meet, std::make_tuple(dir.path, kProcs), quiet(StartMethod::Forkserver, kProcs)));
-  for (int i = 0; i < kProcs; ++i) CHECK(exists(dir.path + "/started-" + std::to_string(i)));
+  for (int i = 0; i < kProcs; ++i) CHECK(path_exists(dir.path + "/started-" + std::to_string(i)));
 }
 
 TEST_CASE("spawn terminate() stops running workers - a daemon context does it when destroyed") {

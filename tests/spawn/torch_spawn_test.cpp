@@ -12,7 +12,9 @@
 #include "collectives/ops.hpp"
 #include "runtime/process_group.hpp"
 #include "supervisor/worker_failure.hpp"
-#include "tests/spawn/test_util.hpp"
+#include "support/files.hpp"
+#include "support/temp_dir.hpp"
+#include "support/wait.hpp"
 
 #include <cerrno>
 #include <chrono>
@@ -81,7 +83,7 @@ LSPAWN_REGISTER(t_hang);
 struct TermDuringUnwind {
   std::string dir;
   ~TermDuringUnwind() {
-    spawn_test::write_file(dir + "/unwinding", "1");
+    lspawn::test::write_file(dir + "/unwinding", "1");
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (!lspawn::TermHold::held() && std::chrono::steady_clock::now() < end) {
       struct timespec ts {0, 10'000'000};
@@ -98,7 +100,7 @@ int t_unwind_term(int index, std::string dir) {
     TermDuringUnwind slow{dir};
     throw std::runtime_error("rank 0 failed first");
   }
-  spawn_test::eventually([&] { return spawn_test::exists(dir + "/unwinding"); }, std::chrono::seconds(30));
+  lspawn::test::wait_file(dir + "/unwinding", std::chrono::seconds(30));
   std::fflush(nullptr);
   std::_Exit(3);
 }
@@ -214,7 +216,7 @@ TEST_CASE("hang_timeout: join() throws HangError naming the rank that never ente
 TEST_CASE("spawn: the rank that threw first is the root cause, though it was stopped while unwinding") {
   const StartMethod m = GENERATE(from_range(std::begin(kMethods), std::end(kMethods)));
   INFO("start method " << lspawn::start_method_name(m));
-  spawn_test::TempDir dir;
+  lspawn::test::TempDir dir;
   SpawnOptions o = quiet(m, 2);
   o.grace_period = std::chrono::seconds(30);  // the hold, not SIGKILL, decides
   try {
@@ -227,5 +229,5 @@ TEST_CASE("spawn: the rank that threw first is the root cause, though it was sto
   } catch (const lspawn::ProcessExitedException& e) {
     FAIL("the root cause is not the rank that threw first: " << e.what());
   }
-  CHECK(spawn_test::exists(dir.path + "/unwinding"));
+  CHECK(lspawn::test::path_exists(dir.path + "/unwinding"));
 }

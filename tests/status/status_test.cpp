@@ -3,8 +3,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 
@@ -17,22 +15,11 @@
 #include "status/reader.hpp"
 #include "status/recorder.hpp"
 #include "status/stack_dump.hpp"
+#include "support/files.hpp"
+#include "support/temp_dir.hpp"
 
 using namespace lspawn::status;
-
-namespace {
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char t[] = "/tmp/lspawn-status-test-XXXXXX";
-    REQUIRE(::mkdtemp(t));
-    path = t;
-  }
-  ~TempDir() { (void)!std::system(("rm -rf '" + path + "'").c_str()); }
-};
-
-}  // namespace
+using lspawn::test::TempDir;
 
 TEST_CASE("status record: what a rank records is what a reader reads", "[status]") {
   TempDir dir;
@@ -116,7 +103,7 @@ TEST_CASE("status record: groups beyond the slots are counted, not recorded, dis
 TEST_CASE("status record: a missing record is nullopt, a foreign file is refused", "[status]") {
   TempDir dir;
   CHECK_FALSE(RecordReader::open(dir.path + "/rank-9.status"));
-  { std::ofstream(dir.path + "/rank-1.status") << "not a record"; }
+  lspawn::test::write_file(dir.path + "/rank-1.status", "not a record");
   CHECK_THROWS_WITH(RecordReader::open(dir.path + "/rank-1.status"), Catch::Contains("expected"));
   CHECK_THROWS(Recorder::create(dir.path + "/no/such/dir", 0));
 }
@@ -222,12 +209,10 @@ TEST_CASE("stack dump: the signal writes the main thread's stack, also when anot
   REQUIRE(::waitpid(child, &st, 0) == child);
   REQUIRE(WIFEXITED(st));
   REQUIRE(WEXITSTATUS(st) == 0);
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  INFO(text.str());
-  CHECK(text.str().rfind("pid " + std::to_string(child) + " main thread\n", 0) == 0);
-  CHECK(text.str().find(kStackEnd) != std::string::npos);
+  const std::string text = lspawn::test::read_file(path);
+  INFO(text);
+  CHECK(text.rfind("pid " + std::to_string(child) + " main thread\n", 0) == 0);
+  CHECK(text.find(kStackEnd) != std::string::npos);
   CHECK(::access((path + ".tmp").c_str(), F_OK) != 0);  // renamed into place, complete
 }
 

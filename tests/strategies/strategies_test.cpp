@@ -2,7 +2,8 @@
 // Lightning collective calls on gloo and shm, checkpoint + resume, a failing rank under the
 // lspawn CLI, DDPSpawn / XLASpawn from a caller, and the digits example.
 #include "tests/collectives/ranks.hpp"
-#include "tests/runtime/child.hpp"
+#include "support/child.hpp"
+#include "support/temp_dir.hpp"
 
 #include <chrono>
 #include <map>
@@ -16,22 +17,27 @@ using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
 using lspawn::test::require_all_ok;
 using lspawn::test::run_ranks;
+
+namespace {
+// The worker run_ranks() starts (CMake gives its path).
+const std::string kWorker = LSPAWN_COLLECTIVES_TEST_WORKER;
+}  // namespace
 using lspawn::test::TempDir;
 
 TEST_CASE("DDP (c10d::Reducer, several buckets) equals one process on the concatenated batch", "[strategies][ddp]") {
   for (int n : {2, 4}) {
-    auto r = run_ranks(n, "equiv", "gloo", {{"LSPAWN_TEST_STRATEGY", "ddp"}}, 90s);
+    auto r = run_ranks(kWorker, n, "equiv", "gloo", {{"LSPAWN_TEST_STRATEGY", "ddp"}}, 90s);
     require_all_ok(r);
     CHECK_THAT(r.ranks[0].output, Contains("max_abs_diff"));
   }
 }
 
 TEST_CASE("DDP find_unused_parameters: a parameter the loss never reaches does not stall the buckets", "[strategies][ddp]") {
-  require_all_ok(run_ranks(2, "equiv", "gloo", {{"LSPAWN_TEST_STRATEGY", "ddp_unused"}}, 90s));
+  require_all_ok(run_ranks(kWorker, 2, "equiv", "gloo", {{"LSPAWN_TEST_STRATEGY", "ddp_unused"}}, 90s));
 }
 
 TEST_CASE("DDP with the shm comm hook equals one process (buckets through shared memory)", "[strategies][ddp]") {
-  auto r = run_ranks(2, "equiv", "shm", {{"LSPAWN_TEST_STRATEGY", "ddp_hook"}}, 90s);
+  auto r = run_ranks(kWorker, 2, "equiv", "shm", {{"LSPAWN_TEST_STRATEGY", "ddp_hook"}}, 90s);
   require_all_ok(r);
 }
 
@@ -41,7 +47,7 @@ TEST_CASE("DDP with the shm comm hook equals one process (buckets through shared
 // process would.
 TEST_CASE("DDP with the shm comm hook: after a backward that throws midway, setup() of the next module reduces the buckets in flight first",
           "[strategies][ddp][failure]") {
-  auto r = run_ranks(2, "equiv", "shm", {{"LSPAWN_TEST_STRATEGY", "ddp_hook"}, {"LSPAWN_TEST_FAILED_BACKWARD", "1"}}, 90s);
+  auto r = run_ranks(kWorker, 2, "equiv", "shm", {{"LSPAWN_TEST_STRATEGY", "ddp_hook"}, {"LSPAWN_TEST_FAILED_BACKWARD", "1"}}, 90s);
   require_all_ok(r);
   for (const auto& rank : r.ranks) CHECK_THAT(rank.output, Catch::Contains("the first module's backward threw as planned"));
 }
@@ -52,17 +58,17 @@ TEST_CASE("DDP with the shm comm hook: after a backward that throws midway, setu
 TEST_CASE("DDP with the shm comm hook across nodes (hierarchical) equals one process", "[strategies][ddp][hierarchical]") {
   const std::map<std::string, std::string> env = {
       {"LSPAWN_TEST_STRATEGY", "ddp_hook"}, {"LSPAWN_TEST_NODES", "0,0,1,1"}, {"LSPAWN_TEST_EXPECT_BACKEND", "hierarchical"}};
-  auto r = run_ranks(4, "equiv", "auto", env, 90s);
+  auto r = run_ranks(kWorker, 4, "equiv", "auto", env, 90s);
   require_all_ok(r);
   CHECK_THAT(r.ranks[0].output, Contains("ddp_hook auto N=4 max_abs_diff"));
-  require_all_ok(run_ranks(4, "bucket_view", "auto", env, 90s));
+  require_all_ok(run_ranks(kWorker, 4, "bucket_view", "auto", env, 90s));
 }
 
 TEST_CASE("DDP's hierarchical hook: a rank that dies mid-training is named by the others, who stop", "[strategies][ddp][hierarchical][failure]") {
   // Rank 3 (node 1, not its leader) dies before its second backward; its node's leader sees it
   // die through shm and leaves the group's failure note; node 0's ranks learn it from the
   // leaders' gloo connection closing, and name rank 3 too, not their neighbour.
-  auto r = run_ranks(4, "equiv", "auto",
+  auto r = run_ranks(kWorker, 4, "equiv", "auto",
                      {{"LSPAWN_TEST_STRATEGY", "ddp_hook"}, {"LSPAWN_TEST_NODES", "0,0,1,1"},
                       {"LSPAWN_TEST_EXPECT_BACKEND", "hierarchical"}, {"LSPAWN_TEST_DIE_RANK", "3"}},
                      90s);
@@ -80,24 +86,24 @@ TEST_CASE("DDP's hierarchical hook: a rank that dies mid-training is named by th
 
 // N = 4 for XLA runs through XLASpawn below.
 TEST_CASE("XLA strategy (grads all-reduced at optimizer_step, shm) equals one process", "[strategies][xla]") {
-  require_all_ok(run_ranks(2, "equiv", "shm", {{"LSPAWN_TEST_STRATEGY", "xla"}}, 90s));
+  require_all_ok(run_ranks(kWorker, 2, "equiv", "shm", {{"LSPAWN_TEST_STRATEGY", "xla"}}, 90s));
 }
 
 TEST_CASE("DDP gradient_as_bucket_view: zero_grad keeps the gradients as bucket views, results equal copies and one process",
           "[strategies][ddp]") {
-  auto r = run_ranks(2, "bucket_view", "gloo", {{"LSPAWN_TEST_STRATEGY", "ddp"}}, 90s);
+  auto r = run_ranks(kWorker, 2, "bucket_view", "gloo", {{"LSPAWN_TEST_STRATEGY", "ddp"}}, 90s);
   require_all_ok(r);
   CHECK_THAT(r.ranks[0].output, Contains("max_abs_diff vs plain"));
-  require_all_ok(run_ranks(2, "bucket_view", "shm", {{"LSPAWN_TEST_STRATEGY", "ddp_hook"}}, 90s));
+  require_all_ok(run_ranks(kWorker, 2, "bucket_view", "shm", {{"LSPAWN_TEST_STRATEGY", "ddp_hook"}}, 90s));
 }
 
 TEST_CASE("DDP no_sync accumulation equals a larger batch", "[strategies][ddp]") {
-  require_all_ok(run_ranks(2, "nosync", "gloo", {}, 90s));
+  require_all_ok(run_ranks(kWorker, 2, "nosync", "gloo", {}, 90s));
 }
 
 TEST_CASE("strategy calls: barrier, broadcast, all_gather (sync_grads), reduce, reduce_boolean_decision", "[strategies]") {
   for (const char* backend : {"gloo", "shm"}) {
-    auto r = run_ranks(3, "calls", backend, {}, 90s);
+    auto r = run_ranks(kWorker, 3, "calls", backend, {}, 90s);
     require_all_ok(r);
     CHECK_THAT(r.ranks[0].output, Contains("strategy calls ok"));
   }
@@ -105,7 +111,7 @@ TEST_CASE("strategy calls: barrier, broadcast, all_gather (sync_grads), reduce, 
 
 TEST_CASE("checkpoints: rank 0 writes atomically, resume reproduces the uninterrupted run", "[strategies][checkpoint]") {
   TempDir dir;
-  auto r = run_ranks(2, "checkpoint", "gloo", {{"LSPAWN_TEST_DIR", dir.path()}}, 90s);
+  auto r = run_ranks(kWorker, 2, "checkpoint", "gloo", {{"LSPAWN_TEST_DIR", dir.path}}, 90s);
   require_all_ok(r);
   CHECK_THAT(r.ranks[0].output, Contains("resume max_abs_diff 0"));
 }
@@ -113,9 +119,9 @@ TEST_CASE("checkpoints: rank 0 writes atomically, resume reproduces the uninterr
 TEST_CASE("a rank throwing inside training_step stops the run with that rank named", "[strategies][failure]") {
   TempDir dir;
   const auto t0 = std::chrono::steady_clock::now();
-  lspawn::test::Child c({LSPAWN_BIN, "--nprocs", "3", LSPAWN_COLLECTIVES_TEST_WORKER, "throw"},
+  lspawn::test::ChildProcess c({LSPAWN_BIN, "--nprocs", "3", LSPAWN_COLLECTIVES_TEST_WORKER, "throw"},
                         {{"LSPAWN_TEST_THROW_RANK", "1"}, {"LSPAWN_PG_TIMEOUT", "120"}}, dir.file("out"));
-  const auto st = c.wait(180s);
+  const auto st = c.wait_or_kill(180s);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   INFO(c.output());
   CHECK_FALSE(st.timed_out);
@@ -143,9 +149,9 @@ void check_start_chosen(const std::string& output) {
 TEST_CASE("DDPSpawn: the caller gets rank 0's weights, metrics and checkpoint (fork where allowed, and spawn)", "[strategies][spawn]") {
   for (const char* start : {"fork-if-allowed", "spawn"}) {
     TempDir dir;
-    auto r = run_ranks(1, "spawn", "gloo",
+    auto r = run_ranks(kWorker, 1, "spawn", "gloo",
                        {{"LSPAWN_TEST_STRATEGY", "ddp"}, {"LSPAWN_TEST_START", start}, {"LSPAWN_TEST_NPROCS", "2"},
-                        {"LSPAWN_TEST_DIR", dir.path()}},
+                        {"LSPAWN_TEST_DIR", dir.path}},
                        90s);
     require_all_ok(r);
     if (std::string(start) == "fork-if-allowed") check_start_chosen(r.ranks[0].output);
@@ -155,9 +161,9 @@ TEST_CASE("DDPSpawn: the caller gets rank 0's weights, metrics and checkpoint (f
 TEST_CASE("DDPSpawn and XLASpawn with 4 workers equal one process", "[strategies][spawn]") {
   for (const char* kind : {"ddp", "xla"}) {
     TempDir dir;
-    auto r = run_ranks(1, "spawn", "gloo",
+    auto r = run_ranks(kWorker, 1, "spawn", "gloo",
                        {{"LSPAWN_TEST_STRATEGY", kind}, {"LSPAWN_TEST_START", "fork-if-allowed"}, {"LSPAWN_TEST_NPROCS", "4"},
-                        {"LSPAWN_TEST_DIR", dir.path()}},
+                        {"LSPAWN_TEST_DIR", dir.path}},
                        90s);
     require_all_ok(r);
     check_start_chosen(r.ranks[0].output);
@@ -180,17 +186,17 @@ TEST_CASE("examples/digits_ddp: DDP under lspawn --nprocs 4 and DDPSpawn reach t
   }
   TempDir dir;
   {
-    lspawn::test::Child c({LSPAWN_BIN, "--nprocs", "4", LSPAWN_DIGITS_DDP, "--epochs", "15"}, {}, dir.file("ddp"));
-    const auto st = c.wait(120s);
+    lspawn::test::ChildProcess c({LSPAWN_BIN, "--nprocs", "4", LSPAWN_DIGITS_DDP, "--epochs", "15"}, {}, dir.file("ddp"));
+    const auto st = c.wait_or_kill(120s);
     INFO(c.output());
     CHECK(st.exited);
     CHECK(st.code == 0);
     CHECK(accuracy_in(c.output()) >= 0.95);
   }
   {
-    lspawn::test::Child c({LSPAWN_DIGITS_DDP, "--spawn", "4", "--start", "forkserver", "--epochs", "15"}, {},
+    lspawn::test::ChildProcess c({LSPAWN_DIGITS_DDP, "--spawn", "4", "--start", "forkserver", "--epochs", "15"}, {},
                           dir.file("spawn"));
-    const auto st = c.wait(120s);
+    const auto st = c.wait_or_kill(120s);
     INFO(c.output());
     CHECK(st.exited);
     CHECK(st.code == 0);

@@ -8,7 +8,8 @@
 #include "strategies/precision.hpp"
 #include "strategies/spawn_strategies.hpp"
 #include "strategies/trainer.hpp"
-#include "tests/runtime/child.hpp"
+#include "support/files.hpp"
+#include "support/temp_dir.hpp"
 #include "runtime/torch_compat.hpp"
 #include "tests/strategies/model.hpp"
 

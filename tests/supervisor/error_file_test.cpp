@@ -1,19 +1,18 @@
 #include <catch2/catch.hpp>
 
-#include <fstream>
-
 #include "supervisor/error_file.hpp"
-#include "supervisor/sys.hpp"
+#include "support/files.hpp"
+#include "support/temp_dir.hpp"
 
 using lspawn::read_error_file;
 
 namespace {
-struct Dir {
-  std::string path = lspawn::sys::make_temp_dir("lspawn-ef-");
-  ~Dir() { lspawn::sys::remove_tree(path); }
-  std::string file(const std::string& name, const std::string& text) {
-    std::ofstream(path + "/" + name) << text;
-    return path + "/" + name;
+// A temp dir whose file(name, text) writes the file and returns its path.
+struct Dir : lspawn::test::TempDir {
+  using TempDir::file;
+  std::string file(const std::string& name, const std::string& text) const {
+    lspawn::test::write_file(file(name), text);
+    return file(name);
   }
 };
 }  // namespace

@@ -15,8 +15,14 @@
 
 #include "supervisor/guardian.hpp"
 #include "supervisor/sys.hpp"
+#include "support/files.hpp"
+#include "support/temp_dir.hpp"
+#include "support/wait.hpp"
 
 using namespace std::chrono_literals;
+using lspawn::test::eventually;
+using lspawn::test::path_exists;
+using lspawn::test::write_file;
 
 namespace {
 // A process in a new process group that sleeps; returns its pid (= pgid).
@@ -168,48 +174,31 @@ TEST_CASE("guardian: without the program (LSPAWN_GUARDIAN empty or not executabl
 }
 
 namespace {
-bool path_exists(const std::string& p) { return ::access(p.c_str(), F_OK) == 0; }
-
-void write_text(const std::string& path, const std::string& text) {
-  FILE* f = std::fopen(path.c_str(), "w");
-  REQUIRE(f);
-  std::fputs(text.c_str(), f);
-  std::fclose(f);
-}
-
+// Whether `p` is removed within `limit`.
 bool gone_within(const std::string& p, std::chrono::milliseconds limit) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (path_exists(p)) {
-    if (std::chrono::steady_clock::now() >= end) return false;
-    std::this_thread::sleep_for(2ms);
-  }
-  return true;
+  return eventually([&] { return !path_exists(p); }, limit);
 }
 
 // A run directory as lspawn leaves it (files two levels deep), plus links out of it: to a file
 // and to a directory that are not the run's and must survive its removal.
 struct RunTree {
-  std::string root, run, outside_file, outside_dir;
+  lspawn::test::TempDir dir;
+  std::string root = dir.path, run = root + "/run", outside_file = root + "/keep.txt", outside_dir = root + "/keep";
   RunTree() {
-    root = lspawn::sys::make_temp_dir("lspawn-guardian-test-");
-    run = root + "/run";
-    outside_file = root + "/keep.txt";
-    outside_dir = root + "/keep";
     REQUIRE(mkdir(run.c_str(), 0700) == 0);
     REQUIRE(mkdir((run + "/lspawn-status").c_str(), 0700) == 0);
     REQUIRE(mkdir((run + "/a").c_str(), 0700) == 0);
     REQUIRE(mkdir((run + "/a/b").c_str(), 0700) == 0);
     REQUIRE(mkdir(outside_dir.c_str(), 0700) == 0);
-    write_text(outside_file, "not the run's");
-    write_text(outside_dir + "/inner.txt", "not the run's");
-    write_text(run + "/error-0.json", "{}");
-    write_text(run + "/lspawn-status/rank-0.status", "x");
-    write_text(run + "/a/b/deep", "x");
-    for (int i = 0; i < 300; ++i) write_text(run + "/a/many-" + std::to_string(i), "x");  // > one getdents64 buffer
+    write_file(outside_file, "not the run's");
+    write_file(outside_dir + "/inner.txt", "not the run's");
+    write_file(run + "/error-0.json", "{}");
+    write_file(run + "/lspawn-status/rank-0.status", "x");
+    write_file(run + "/a/b/deep", "x");
+    for (int i = 0; i < 300; ++i) write_file(run + "/a/many-" + std::to_string(i), "x");  // > one getdents64 buffer
     REQUIRE(symlink(outside_file.c_str(), (run + "/link-to-file").c_str()) == 0);
     REQUIRE(symlink(outside_dir.c_str(), (run + "/link-to-dir").c_str()) == 0);
   }
-  ~RunTree() { lspawn::sys::remove_tree(root); }
 };
 
 // The owner names `dir`, then shuts the guardian down cleanly or not, then dies by SIGKILL.

@@ -1,8 +1,5 @@
 #include <catch2/catch.hpp>
 
-#include <fstream>
-#include <sstream>
-
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -10,10 +7,14 @@
 
 #include "supervisor/output.hpp"
 #include "supervisor/sys.hpp"
+#include "support/files.hpp"
+#include "support/temp_dir.hpp"
 
 using lspawn::LineSplitter;
 using lspawn::OutputSink;
 using lspawn::Stream;
+using lspawn::test::read_file;
+using lspawn::test::TempDir;
 
 namespace {
 struct Recorder : OutputSink {
@@ -27,27 +28,19 @@ struct Recorder : OutputSink {
   void closed(int, Stream) override { ++closes; }
 };
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 // A console that is a file, DIR/console, for both streams.
 struct FileConsole {
-  std::string dir = lspawn::sys::make_temp_dir("lspawn-out-");
-  int fd = ::open((dir + "/console").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  TempDir dir;
+  int fd = ::open(dir.file("console").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   lspawn::ConsoleSink::Options options() const {
     lspawn::ConsoleSink::Options co;
     co.stdout_fd = fd;
     co.stderr_fd = fd;
     return co;
   }
-  std::string text() const { return slurp(dir + "/console"); }
+  std::string text() const { return read_file(dir.file("console")); }
   ~FileConsole() {
     if (fd >= 0) ::close(fd);
-    lspawn::sys::remove_tree(dir);
   }
 };
 }  // namespace
@@ -97,7 +90,7 @@ TEST_CASE("ConsoleSink: one write per prefixed line - LogDirSink: exact bytes", 
   FileConsole file;
   REQUIRE(file.fd >= 0);
   lspawn::ConsoleSink console(file.options());
-  lspawn::LogDirSink logs(file.dir);
+  lspawn::LogDirSink logs(file.dir.path);
   lspawn::CaptureSink cap;
   LineSplitter s(1, Stream::Stdout, {&console, &logs, &cap});
   s.feed("one\ntw");
@@ -105,15 +98,16 @@ TEST_CASE("ConsoleSink: one write per prefixed line - LogDirSink: exact bytes", 
   LineSplitter e(1, Stream::Stderr, {&console, &logs, &cap});
   e.finish();  // silent stream: an empty log file still exists
   CHECK(file.text() == "[rank 1] one\n[rank 1] tw\n");
-  CHECK(slurp(logs.path(1, Stream::Stdout)) == "one\ntw");
+  CHECK(read_file(logs.path(1, Stream::Stdout)) == "one\ntw");
   CHECK(access(logs.path(1, Stream::Stderr).c_str(), F_OK) == 0);
-  CHECK(slurp(logs.path(1, Stream::Stderr)).empty());
+  CHECK(read_file(logs.path(1, Stream::Stderr)).empty());
   CHECK(cap.text(1, Stream::Stdout) == "one\ntw");
   CHECK(cap.text(5, Stream::Stdout).empty());
 }
 
 TEST_CASE("LogDirSink: attempt k > 0 writes rank<N>.attempt<k>.* - the files of attempt 0 are kept", "[output]") {
-  const std::string dir = lspawn::sys::make_temp_dir("lspawn-out-");
+  const TempDir tmp;
+  const std::string dir = tmp.path;
   lspawn::LogDirSink logs(dir);
   auto write = [&](const std::string& text) {
     LineSplitter s(0, Stream::Stdout, {&logs});
@@ -126,9 +120,8 @@ TEST_CASE("LogDirSink: attempt k > 0 writes rank<N>.attempt<k>.* - the files of 
   CHECK(logs.path(0, Stream::Stdout) == dir + "/rank0.attempt1.stdout");
   CHECK(logs.path(3, Stream::Stderr) == dir + "/rank3.attempt1.stderr");
   write("second\n");
-  CHECK(slurp(dir + "/rank0.stdout") == "first\n");
-  CHECK(slurp(dir + "/rank0.attempt1.stdout") == "second\n");
-  lspawn::sys::remove_tree(dir);
+  CHECK(read_file(dir + "/rank0.stdout") == "first\n");
+  CHECK(read_file(dir + "/rank0.attempt1.stdout") == "second\n");
 }
 
 TEST_CASE("ConsoleSink: a closed console (EPIPE) is dropped - not fatal", "[output]") {
@@ -144,9 +137,8 @@ TEST_CASE("ConsoleSink: a closed console (EPIPE) is dropped - not fatal", "[outp
 }
 
 TEST_CASE("LogDirSink: a full log file (ENOSPC) is reported once and dropped - not fatal", "[output]") {
-  char tmpl[] = "/tmp/lspawn-logfull-XXXXXX";
-  REQUIRE(::mkdtemp(tmpl) != nullptr);
-  const std::string dir = tmpl;
+  const TempDir tmp;
+  const std::string dir = tmp.path;
   // rank0.stdout is /dev/full: every write fails with ENOSPC, as on a full file system.
   REQUIRE(::symlink("/dev/full", (dir + "/rank0.stdout").c_str()) == 0);
   std::vector<std::string> warnings;
@@ -159,11 +151,7 @@ TEST_CASE("LogDirSink: a full log file (ENOSPC) is reported once and dropped - n
   CHECK(warnings[0].find("No space left on device") != std::string::npos);
   CHECK(warnings[0].find("the rest of this stream is dropped") != std::string::npos);
   sink.closed(0, Stream::Stderr);
-  std::ifstream in(dir + "/rank0.stderr");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  CHECK(ss.str() == "other stream still written\n");
-  lspawn::sys::remove_tree(dir);
+  CHECK(read_file(dir + "/rank0.stderr") == "other stream still written\n");
 }
 
 TEST_CASE("ConsoleSink: prefix_of (torchrun's --log-line-prefix-template) replaces \"[rank N] \", asked once per rank",
@@ -193,7 +181,8 @@ TEST_CASE("ConsoleSink: prefix_of (torchrun's --log-line-prefix-template) replac
 
 TEST_CASE("FilteredCopySink: the lines that contain a filter, prefixed, in one file per stream - attempt k its own",
           "[output]") {
-  const std::string dir = lspawn::sys::make_temp_dir("lspawn-out-");
+  const TempDir tmp;
+  const std::string dir = tmp.path;
   {
     lspawn::FilteredCopySink sink(dir, {"loss", "acc,top1"}, {}, [](int rank) { return "[" + std::to_string(rank) + "] "; });
     CHECK(sink.path(Stream::Stdout) == dir + "/filtered_stdout.log");
@@ -208,12 +197,12 @@ TEST_CASE("FilteredCopySink: the lines that contain a filter, prefixed, in one f
     r0.finish();
     r1.finish();
     e1.finish();
-    CHECK(slurp(dir + "/filtered_stdout.log") == "[0] step 1 loss 0.5\n[1] acc,top1 = 0.9\n");
+    CHECK(read_file(dir + "/filtered_stdout.log") == "[0] step 1 loss 0.5\n[1] acc,top1 = 0.9\n");
     sink.set_attempt(2);
     CHECK(sink.path(Stream::Stdout) == dir + "/filtered_stdout.attempt2.log");
     sink.line(1, Stream::Stdout, "loss again");
-    CHECK(slurp(dir + "/filtered_stdout.log") == "[0] step 1 loss 0.5\n[1] acc,top1 = 0.9\n");
-    CHECK(slurp(dir + "/filtered_stdout.attempt2.log") == "[1] loss again\n");
+    CHECK(read_file(dir + "/filtered_stdout.log") == "[0] step 1 loss 0.5\n[1] acc,top1 = 0.9\n");
+    CHECK(read_file(dir + "/filtered_stdout.attempt2.log") == "[1] loss again\n");
   }
   // A directory that cannot take the file: the constructor throws, naming it.
   const std::string missing = dir + "/no/such";
@@ -240,7 +229,6 @@ TEST_CASE("FilteredCopySink: the lines that contain a filter, prefixed, in one f
   REQUIRE(warnings.size() == 2);
   CHECK(warnings[1].find(gone + "/filtered_stdout.attempt1.log") != std::string::npos);
   CHECK(warnings[1].find("this attempt's filtered lines are dropped") != std::string::npos);
-  lspawn::sys::remove_tree(dir);
 }
 
 TEST_CASE("ConsoleSink: the lines of one read share writes of at most 4096 bytes, whole lines each - a longer line "

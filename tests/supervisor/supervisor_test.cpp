@@ -14,6 +14,7 @@
 
 #include "supervisor/error_file.hpp"
 #include "supervisor/supervisor.hpp"
+#include "support/temp_dir.hpp"
 
 using namespace lspawn;
 using namespace std::chrono_literals;
@@ -79,10 +80,10 @@ TEST_CASE("supervisor: first failure is the root cause - the others are stopped"
 }
 
 TEST_CASE("supervisor: an uncaught exception in a fork worker writes an ErrorReport", "[supervisor]") {
-  const std::string dir = sys::make_temp_dir("lspawn-sup-");
+  const lspawn::test::TempDir dir;
   Supervisor sup(opts(nullptr));
   sup.start_fork(0, ForkSpec{[]() -> int { throw std::invalid_argument("bad shape [2, 3]"); },
-                             dir + "/e0.json", 0});
+                             dir.file("e0.json"), 0});
   sup.run();
   const auto& r = sup.result(0);
   CHECK(r.exit_code == 1);
@@ -92,7 +93,6 @@ TEST_CASE("supervisor: an uncaught exception in a fork worker writes an ErrorRep
   CHECK(r.report->rank == 0);
   CHECK(r.report->pid == r.pid);
   CHECK(sup.summary().find("error: std::invalid_argument: bad shape [2, 3]") != std::string::npos);
-  sys::remove_tree(dir);
 }
 
 TEST_CASE("supervisor: terminate() and run_until() called repeatedly (join(timeout))", "[supervisor]") {
