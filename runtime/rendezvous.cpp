@@ -370,29 +370,54 @@ c10::intrusive_ptr<c10d::TCPStore> connect_store(const std::string& host, uint16
   }
 }
 
-Rendezvous rendezvous(const WorkerEnv& env, const RendezvousOptions& options) {
-  const auto t0 = Clock::now();
-  const milliseconds timeout = resolve_rendezvous_timeout(options.timeout);
-  const milliseconds store_timeout = options.store_timeout.count() > 0 ? options.store_timeout : timeout;
-  const auto deadline = t0 + timeout;
-  const bool hosts = env.rank == 0 && !env.use_agent_store;
+namespace {
+
+// One rank's rendezvous (rendezvous() below): the state its steps share and the errors they
+// throw, each naming the run, the endpoint, the time taken and this rank.
+struct Meeting {
+  const WorkerEnv& env;
+  const Clock::time_point t0 = Clock::now();
+  const milliseconds timeout;
+  const milliseconds store_timeout;
+  const Clock::time_point deadline = t0 + timeout;
   const int n = env.world_size;
-
   Rendezvous out;
-  out.host = env.master_addr;
-  out.port = env.master_port;
-  auto where = [&] { return endpoint(out.host, out.port); };
-  auto who = [&] { return "rank " + std::to_string(env.rank) + "/" + std::to_string(n); };
-  auto timed_out = [&](int joined, const std::vector<int>& missing) {
-    return RendezvousTimeout("rendezvous '" + env.run_id + "' timed out after " +
-                                 elapsed_text(since(t0)) + " (timeout " + seconds_text(timeout) +
-                                 ") at " + where() + ": " + std::to_string(joined) + "/" +
-                                 std::to_string(n) + " ranks joined, missing: " + rank_list(missing) +
-                                 " (seen from " + who() + ")",
-                             missing);
-  };
 
-  if (hosts) {
+  Meeting(const WorkerEnv& e, const RendezvousOptions& options)
+      : env(e),
+        timeout(resolve_rendezvous_timeout(options.timeout)),
+        store_timeout(options.store_timeout.count() > 0 ? options.store_timeout : timeout) {
+    out.host = env.master_addr;
+    out.port = env.master_port;
+  }
+
+  std::string where() const { return endpoint(out.host, out.port); }
+  std::string who() const { return "rank " + std::to_string(env.rank) + "/" + std::to_string(n); }
+  RendezvousTimeout timed_out(int joined, const std::vector<int>& missing) const {
+    return RendezvousTimeout("rendezvous '" + env.run_id + "' timed out after " + elapsed_text(since(t0)) +
+                                 " (timeout " + seconds_text(timeout) + ") at " + where() + ": " +
+                                 std::to_string(joined) + "/" + std::to_string(n) +
+                                 " ranks joined, missing: " + rank_list(missing) + " (seen from " + who() + ")",
+                             missing);
+  }
+  // Any store failure (other than our own timeouts) means the store went away or broke.
+  RendezvousError lost(const std::exception& e) const {
+    return RendezvousError("rendezvous '" + env.run_id + "' (" + who() + ") lost the store at " + where() +
+                           " after " + elapsed_text(since(t0)) + ": " + e.what());
+  }
+  c10d::Store& store() { return *out.store; }
+
+  void open_store();
+  std::vector<std::string> arbitrate();
+  std::vector<std::string> await_outcome();
+  void read_peers(const std::vector<std::string>& records);
+  void confirm_reads();
+};
+
+// Rank 0 hosts the TCPStore (unless under an agent's store), the others connect; then the
+// secret's record authentication and the run's key prefix on top.
+void Meeting::open_store() {
+  if (env.rank == 0 && !env.use_agent_store) {
     std::string bind_addr;
     try {
       bind_addr = store_bind_address(env);
@@ -422,126 +447,133 @@ Rendezvous rendezvous(const WorkerEnv& env, const RendezvousOptions& options) {
   }
   out.store = c10::make_intrusive<c10d::PrefixStore>(
       "lspawn/" + env.run_id + "/" + std::to_string(env.restart_count), base);
-  c10d::Store& store = *out.store;
+}
 
-  // Any store failure below (other than our own timeouts) means the store went away or broke.
-  auto lost = [&](const std::exception& e) {
-    return RendezvousError("rendezvous '" + env.run_id + "' (" + who() + ") lost the store at " +
-                           where() + " after " + elapsed_text(since(t0)) + ": " + e.what());
-  };
-
+// Rank 0, the arbiter: waits for everyone, then publishes the outcome; returns every rank's
+// announcement, or throws the timeout naming the missing ranks once the joined ones read it.
+std::vector<std::string> Meeting::arbitrate() {
   std::vector<std::string> all_ranks;
   for (int r = 0; r < n; ++r) all_ranks.push_back(rank_key(r));
-
+  bool all_joined = true;
   try {
-    store.set(rank_key(env.rank), bytes(this_host() + "\n" + std::to_string(::getpid())));
+    store().wait(all_ranks, remaining(deadline));
   } catch (const std::exception& e) {
-    throw lost(e);
+    // A store really lost in the slack still says so: find_missing() below fails.
+    if (Clock::now() + kTimerSlack < deadline) throw lost(e);
+    all_joined = false;
   }
-
-  std::vector<std::string> records;  // every rank's announcement, from the outcome
-  if (env.rank == 0) {
-    // The arbiter: wait for everyone, then publish the outcome.
-    bool all_joined = true;
+  if (!all_joined) {
+    Outcome o;
     try {
-      store.wait(all_ranks, remaining(deadline));
-    } catch (const std::exception& e) {
-      // A store really lost in the slack still says so: find_missing() below fails.
-      if (Clock::now() + kTimerSlack < deadline) throw lost(e);
-      all_joined = false;
-    }
-    if (!all_joined) {
-      Outcome o;
-      try {
-        o.missing = find_missing(store, n);
-      } catch (const std::exception& e) {
-        throw lost(e);
-      }
-      o.joined = n - static_cast<int>(o.missing.size());
-      try {
-        store.set(kOutcomeKey, bytes(encode_outcome(o)));
-        // Keep the store up until the joined ranks have read the outcome (bounded).
-        std::vector<std::string> readers;
-        for (int r = 1; r < n; ++r) {
-          if (!std::binary_search(o.missing.begin(), o.missing.end(), r)) readers.push_back(read_key(r));
-        }
-        if (!readers.empty()) store.wait(readers, kOutcomeGrace);
-      } catch (const std::exception&) {
-        // Best effort: a reader that does not acknowledge still times out on its own.
-      }
-      throw timed_out(o.joined, o.missing);
-    }
-    Outcome ok{true, n, {}, {}};
-    try {
-      for (int r = 0; r < n; ++r) ok.records.push_back(text(get_when_set(store, rank_key(r))));
-      store.set(kOutcomeKey, bytes(encode_outcome(ok)));
+      o.missing = find_missing(store(), n);
     } catch (const std::exception& e) {
       throw lost(e);
     }
-    records = std::move(ok.records);
-  } else {
-    // Wait for the arbiter's outcome; allow it the grace to publish after its own deadline.
-    std::string outcome_text;
+    o.joined = n - static_cast<int>(o.missing.size());
     try {
-      store.wait({kOutcomeKey}, remaining(deadline) + kOutcomeGrace);
-      outcome_text = text(get_when_set(store, kOutcomeKey));
-    } catch (const std::exception& e) {
-      if (Clock::now() < deadline) throw lost(e);
-      // No word from rank 0 (hung, or under an agent store, never arrived): judge ourselves.
-      std::vector<int> missing;
-      try {
-        missing = find_missing(store, n);
-      } catch (const std::exception&) {
-        missing = {0};
-      }
-      throw timed_out(n - static_cast<int>(missing.size()), missing);
-    }
-    Outcome o = decode_outcome(outcome_text, static_cast<size_t>(n));
-    records = std::move(o.records);
-    if (!o.ok) {
-      try {
-        store.set(read_key(env.rank), bytes("1"));
-      } catch (const std::exception&) {
-        // Acknowledgement only.
-      }
-      throw timed_out(o.joined, o.missing);
-    }
-  }
-
-  // Everyone joined: read the announcements, then acknowledge (rank 0 waits for that).
-  out.peers.resize(n);
-  try {
-    for (int r = 0; r < n; ++r) {
-      const std::string record = records.empty() ? text(store.get(rank_key(r))) : records[r];
-      out.peers[r] = parse_peer(r, record, where());
-    }
-    if (env.rank != 0) store.set(read_key(env.rank), bytes("1"));
-    if (env.rank == 0 && n > 1) {
-      // Return only once every rank has read the outcome, so that rank 0 (the store's host) may
-      // go away after rendezvous() without cutting a slower rank off mid-read.
+      store().set(kOutcomeKey, bytes(encode_outcome(o)));
+      // Keep the store up until the joined ranks have read the outcome (bounded).
       std::vector<std::string> readers;
-      for (int r = 1; r < n; ++r) readers.push_back(read_key(r));
-      try {
-        store.wait(readers, std::max(remaining(deadline), kOutcomeGrace));
-      } catch (const std::exception& e) {
-        std::vector<int> silent;
-        for (int r = 1; r < n; ++r) {
-          if (!store.check({read_key(r)})) silent.push_back(r);
-        }
-        if (silent.empty()) throw;
-        throw RendezvousError("rendezvous '" + env.run_id + "' at " + where() + ": all " + std::to_string(n) +
-                              " ranks joined, but ranks " + rank_list(silent) +
-                              " did not confirm within " + elapsed_text(since(t0)) +
-                              " (did they die?)");
+      for (int r = 1; r < n; ++r) {
+        if (!std::binary_search(o.missing.begin(), o.missing.end(), r)) readers.push_back(read_key(r));
       }
+      if (!readers.empty()) store().wait(readers, kOutcomeGrace);
+    } catch (const std::exception&) {
+      // Best effort: a reader that does not acknowledge still times out on its own.
     }
-  } catch (const RendezvousError&) {
-    throw;
+    throw timed_out(o.joined, o.missing);
+  }
+  Outcome ok{true, n, {}, {}};
+  try {
+    for (int r = 0; r < n; ++r) ok.records.push_back(text(get_when_set(store(), rank_key(r))));
+    store().set(kOutcomeKey, bytes(encode_outcome(ok)));
   } catch (const std::exception& e) {
     throw lost(e);
   }
-  out.elapsed = since(t0);
-  return out;
+  return std::move(ok.records);
+}
+
+// The other ranks: wait for the arbiter's outcome, allowing it the grace to publish after its own
+// deadline; without word from rank 0 (hung, or under an agent store, never arrived), judge alone.
+std::vector<std::string> Meeting::await_outcome() {
+  std::string outcome_text;
+  try {
+    store().wait({kOutcomeKey}, remaining(deadline) + kOutcomeGrace);
+    outcome_text = text(get_when_set(store(), kOutcomeKey));
+  } catch (const std::exception& e) {
+    if (Clock::now() < deadline) throw lost(e);
+    std::vector<int> missing;
+    try {
+      missing = find_missing(store(), n);
+    } catch (const std::exception&) {
+      missing = {0};
+    }
+    throw timed_out(n - static_cast<int>(missing.size()), missing);
+  }
+  Outcome o = decode_outcome(outcome_text, static_cast<size_t>(n));
+  if (!o.ok) {
+    try {
+      store().set(read_key(env.rank), bytes("1"));
+    } catch (const std::exception&) {
+      // Acknowledgement only.
+    }
+    throw timed_out(o.joined, o.missing);
+  }
+  return std::move(o.records);
+}
+
+// Everyone joined: the announcements (from the outcome, else from the store), then this rank's
+// acknowledgement.
+void Meeting::read_peers(const std::vector<std::string>& records) {
+  out.peers.resize(n);
+  for (int r = 0; r < n; ++r) {
+    const std::string record = records.empty() ? text(store().get(rank_key(r))) : records[r];
+    out.peers[r] = parse_peer(r, record, where());
+  }
+  if (env.rank != 0) store().set(read_key(env.rank), bytes("1"));
+}
+
+// Rank 0 returns only once every rank has read the outcome, so that it (the store's host) may go
+// away after rendezvous() without cutting a slower rank off mid-read.
+void Meeting::confirm_reads() {
+  if (env.rank != 0 || n <= 1) return;
+  std::vector<std::string> readers;
+  for (int r = 1; r < n; ++r) readers.push_back(read_key(r));
+  try {
+    store().wait(readers, std::max(remaining(deadline), kOutcomeGrace));
+  } catch (const std::exception& e) {
+    std::vector<int> silent;
+    for (int r = 1; r < n; ++r) {
+      if (!store().check({read_key(r)})) silent.push_back(r);
+    }
+    if (silent.empty()) throw;
+    throw RendezvousError("rendezvous '" + env.run_id + "' at " + where() + ": all " + std::to_string(n) +
+                          " ranks joined, but ranks " + rank_list(silent) + " did not confirm within " +
+                          elapsed_text(since(t0)) + " (did they die?)");
+  }
+}
+
+}  // namespace
+
+Rendezvous rendezvous(const WorkerEnv& env, const RendezvousOptions& options) {
+  Meeting m(env, options);
+  m.open_store();
+  try {
+    m.store().set(rank_key(env.rank), bytes(this_host() + "\n" + std::to_string(::getpid())));
+  } catch (const std::exception& e) {
+    throw m.lost(e);
+  }
+  const std::vector<std::string> records = env.rank == 0 ? m.arbitrate() : m.await_outcome();
+  try {
+    m.read_peers(records);
+    m.confirm_reads();
+  } catch (const RendezvousError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw m.lost(e);
+  }
+  m.out.elapsed = since(m.t0);
+  return std::move(m.out);
 }
 
 }  // namespace lspawn

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 
 #include "supervisor/env_contract.hpp"
@@ -79,13 +80,86 @@ struct ProcessContext::Impl {
   void finish();
   void cleanup() noexcept;
   ~Impl() { cleanup(); }
+
+  // The steps of start(), in order.
+  using InfoFn = std::function<void(const std::string&)>;
+  struct Launch;
+  void check_start_method(const SpawnPlan& plan, const std::string& what);
+  void lease_forkserver(const std::string& what);
+  SupervisorOptions supervisor_options();
+  Launch prepare_launch(const SpawnPlan& plan, const InfoFn& info);
+  void make_hang_watch(const std::string& status_dir, const InfoFn& info);
+  void start_worker(const SpawnPlan& plan, const Launch& launch, int i);
+};
+
+namespace {
+
+// "spawn(fn, nprocs=4, start_method=fork)": what every refusal of start() names.
+std::string spawn_call_text(const SpawnPlan& plan, int nprocs, StartMethod method) {
+  return std::string("spawn(") + (plan.function.empty() ? "<callable>" : plan.function) +
+         ", nprocs=" + std::to_string(nprocs) + ", start_method=" + start_method_name(method) + ")";
+}
+
+// Under Fork every signal is blocked from the Supervisor's construction until the last worker is
+// forked (see start()); restores the caller's mask when it goes.
+struct MaskGuard {
+  sigset_t caller_mask;
+  bool restore = false;
+  explicit MaskGuard(bool block) {
+    ::pthread_sigmask(SIG_SETMASK, nullptr, &caller_mask);
+    if (!block) return;
+    sigset_t all;
+    sigfillset(&all);
+    ::pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    restore = true;
+  }
+  ~MaskGuard() {
+    if (restore) ::pthread_sigmask(SIG_SETMASK, &caller_mask, nullptr);
+  }
+  MaskGuard(const MaskGuard&) = delete;
+  MaskGuard& operator=(const MaskGuard&) = delete;
+};
+
+}  // namespace
+
+// What every worker of one start() shares: the job's side of the env contract, the caller's
+// environment, the encoded arguments (not under Fork), the signal mask a forked child restores.
+struct ProcessContext::Impl::Launch {
+  env::JobEnv job;
+  std::string status_dir;
+  std::vector<std::string> base;
+  proto::ValueList args;
+  sigset_t caller_mask;
 };
 
 void ProcessContext::Impl::start(const SpawnPlan& plan) {
+  const std::string what = spawn_call_text(plan, nprocs, opts.start_method);
+  check_start_method(plan, what);
+  run_dir = sys::make_temp_dir("lspawn-spawn-");
+  try {
+    port.emplace(opts.master_addr, opts.master_port);
+  } catch (const std::exception& e) {
+    throw SpawnError(what + ": cannot reserve MASTER_PORT: " + e.what());
+  }
+  const SupervisorOptions so = supervisor_options();
+  // Fork children must not run the caller's signal handlers (a test framework's, an app's):
+  // a signal can reach a child before its first instruction. So under Fork every signal is
+  // blocked in this thread while the Supervisor is built (it records that mask as the
+  // children's starting mask) and while the workers are forked; each child resets the
+  // handlers, then restores the caller's mask. Exec'd children keep the caller's mask: exec
+  // resets handlers by itself.
+  const MaskGuard mask(opts.start_method == StartMethod::Fork);
+  sup = std::make_unique<Supervisor>(so);
+  Launch launch = prepare_launch(plan, so.on_info);
+  launch.caller_mask = mask.caller_mask;
+  pids.assign(static_cast<size_t>(nprocs), -1);
+  results.assign(static_cast<size_t>(nprocs), std::nullopt);
+  for (int i = 0; i < nprocs; ++i) start_worker(plan, launch, i);
+}
+
+// The refusals that come before anything starts, and the forkserver's lease.
+void ProcessContext::Impl::check_start_method(const SpawnPlan& plan, const std::string& what) {
   const StartMethod method = opts.start_method;
-  const std::string what = std::string("spawn(") + (plan.function.empty() ? "<callable>" : plan.function) +
-                           ", nprocs=" + std::to_string(nprocs) + ", start_method=" +
-                           start_method_name(method) + ")";
   if (method == StartMethod::Fork) {
     const int threads = count_threads();
     const int baseline = init_detail::thread_baseline();
@@ -111,29 +185,26 @@ void ProcessContext::Impl::start(const SpawnPlan& plan) {
     throw SpawnError(what + ": lspawn::init(argc, argv) was not called; StartMethod::Spawn "
                             "re-executes this program, whose main() must call it first");
   }
-  if (method == StartMethod::Forkserver) {
-    if (opts.forkserver && opts.forkserver->owner() != ::getpid()) {
-      throw SpawnError(what + ": SpawnOptions::forkserver was started by process " +
-                       std::to_string(opts.forkserver->owner()) + ", not by this one");
-    }
-    forkserver = opts.forkserver ? opts.forkserver : init_detail::default_forkserver();
-    if (!forkserver) {
-      own_forkserver = lspawn::Forkserver::start();
-      forkserver = own_forkserver.get();
-    }
-    if (!forkserver->try_lease()) {
-      forkserver = nullptr;
-      throw SpawnError(what + ": the forkserver is in use by another unfinished ProcessContext");
-    }
-  }
+  if (method == StartMethod::Forkserver) lease_forkserver(what);
+}
 
-  run_dir = sys::make_temp_dir("lspawn-spawn-");
-  try {
-    port.emplace(opts.master_addr, opts.master_port);
-  } catch (const std::exception& e) {
-    throw SpawnError(what + ": cannot reserve MASTER_PORT: " + e.what());
+void ProcessContext::Impl::lease_forkserver(const std::string& what) {
+  if (opts.forkserver && opts.forkserver->owner() != ::getpid()) {
+    throw SpawnError(what + ": SpawnOptions::forkserver was started by process " +
+                     std::to_string(opts.forkserver->owner()) + ", not by this one");
   }
+  forkserver = opts.forkserver ? opts.forkserver : init_detail::default_forkserver();
+  if (!forkserver) {
+    own_forkserver = lspawn::Forkserver::start();
+    forkserver = own_forkserver.get();
+  }
+  if (!forkserver->try_lease()) {
+    forkserver = nullptr;
+    throw SpawnError(what + ": the forkserver is in use by another unfinished ProcessContext");
+  }
+}
 
+SupervisorOptions ProcessContext::Impl::supervisor_options() {
   SupervisorOptions so;
   so.run_dir = run_dir;
   so.grace_period = opts.grace_period;
@@ -150,131 +221,112 @@ void ProcessContext::Impl::start(const SpawnPlan& plan) {
     std::fprintf(stderr, "lspawn: %s\n", line.c_str());
     std::fflush(stderr);
   };
-  // Fork children must not run the caller's signal handlers (a test framework's, an app's):
-  // a signal can reach a child before its first instruction. So under Fork every signal is
-  // blocked in this thread while the Supervisor is built (it records that mask as the
-  // children's starting mask) and while the workers are forked; each child resets the
-  // handlers, then restores the caller's mask. Exec'd children keep the caller's mask: exec
-  // resets handlers by itself.
-  sigset_t caller_mask;
-  ::pthread_sigmask(SIG_SETMASK, nullptr, &caller_mask);
-  struct MaskGuard {
-    const sigset_t* restore = nullptr;
-    ~MaskGuard() {
-      if (restore) ::pthread_sigmask(SIG_SETMASK, restore, nullptr);
-    }
-  } mask_guard;
-  if (method == StartMethod::Fork) {
-    sigset_t all;
-    sigfillset(&all);
-    ::pthread_sigmask(SIG_BLOCK, &all, nullptr);
-    mask_guard.restore = &caller_mask;
-  }
-  sup = std::make_unique<Supervisor>(so);
+  return so;
+}
 
-  env::JobEnv job;
-  job.master_addr = opts.master_addr;
-  job.master_port = port->port();
-  job.run_id = "spawn-" + std::to_string(::getpid());
-  job.run_dir = run_dir;
+ProcessContext::Impl::Launch ProcessContext::Impl::prepare_launch(const SpawnPlan& plan, const InfoFn& info) {
+  Launch l;
+  l.job.master_addr = opts.master_addr;
+  l.job.master_port = port->port();
+  l.job.run_id = "spawn-" + std::to_string(::getpid());
+  l.job.run_dir = run_dir;
   // The workers' status records (docs/hang-diagnosis.md), watched when hang_timeout is set.
-  const std::string status_dir = run_dir + "/" + kStatusDirName;
-  sys::make_dir(status_dir, 0700);
-  if (opts.hang_timeout.count() > 0) {
-    HangWatchOptions ho;
-    ho.dir = status_dir;
-    ho.timeout = opts.hang_timeout;
-    ho.timeout_flag = "SpawnOptions::hang_timeout";
-    auto info = so.on_info;
-    ho.print = [this, info](const std::string& text) {
-      hang_report = text;
-      std::string body = text;
-      if (!body.empty() && body.back() == '\n') body.pop_back();
-      // on_info adds its own "lspawn: " prefix.
-      std::string out;
-      size_t pos = 0;
-      while (pos <= body.size()) {
-        const size_t nl = body.find('\n', pos);
-        std::string line = body.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
-        if (line.rfind("lspawn: ", 0) == 0) line = line.substr(8);
-        info(line);
-        if (nl == std::string::npos) break;
-        pos = nl + 1;
-      }
+  l.status_dir = run_dir + "/" + kStatusDirName;
+  sys::make_dir(l.status_dir, 0700);
+  if (opts.hang_timeout.count() > 0) make_hang_watch(l.status_dir, info);
+  l.job.job_secret = generate_job_secret();  // docs/security.md
+  l.base = base_environment(opts.env);
+  if (env::needs_omp_default(l.base, nprocs)) {
+    info("setting OMP_NUM_THREADS=1 for each of the " + std::to_string(nprocs) +
+         " workers (set it to override)");
+  }
+  if (opts.start_method != StartMethod::Fork) l.args = plan.encode_args();
+  return l;
+}
+
+void ProcessContext::Impl::make_hang_watch(const std::string& status_dir, const InfoFn& info) {
+  HangWatchOptions ho;
+  ho.dir = status_dir;
+  ho.timeout = opts.hang_timeout;
+  ho.timeout_flag = "SpawnOptions::hang_timeout";
+  ho.print = [this, info](const std::string& text) {
+    hang_report = text;
+    std::string body = text;
+    if (!body.empty() && body.back() == '\n') body.pop_back();
+    // on_info adds its own "lspawn: " prefix.
+    size_t pos = 0;
+    while (pos <= body.size()) {
+      const size_t nl = body.find('\n', pos);
+      std::string line = body.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+      if (line.rfind("lspawn: ", 0) == 0) line = line.substr(8);
+      info(line);
+      if (nl == std::string::npos) break;
+      pos = nl + 1;
+    }
+  };
+  hang = std::make_unique<HangWatch>(std::move(ho));
+}
+
+void ProcessContext::Impl::start_worker(const SpawnPlan& plan, const Launch& launch, int i) {
+  env::WorkerPlace place;
+  place.local_rank = i;
+  place.nproc_per_node = nprocs;
+  std::vector<std::string> wenv = env::worker_environment(launch.job, place, launch.base);
+  const std::string status_kv = std::string(status::kDirEnv) + "=";
+  wenv.erase(std::remove_if(wenv.begin(), wenv.end(),
+                            [&](const std::string& kv) { return kv.compare(0, status_kv.size(), status_kv) == 0; }),
+             wenv.end());
+  wenv.push_back(status_kv + launch.status_dir);
+  const std::string error_file = env::error_file_path(run_dir, i);
+  const std::string result_path =
+      wants_result(opts.results, i) ? run_dir + "/result-" + std::to_string(i) : std::string();
+  result_paths.push_back(result_path);
+
+  if (opts.start_method == StartMethod::Fork) {
+    ForkSpec spec;
+    spec.error_file = error_file;
+    spec.local_rank = i;
+    const int n = nprocs;
+    const auto& run_in_child = plan.run_in_child;  // the plan outlives start_fork
+    const sigset_t caller_mask = launch.caller_mask;
+    spec.fn = [&run_in_child, wenv, i, n, result_path, error_file, caller_mask]() -> int {
+      reset_signal_handlers();
+      ::pthread_sigmask(SIG_SETMASK, &caller_mask, nullptr);
+      ::clearenv();
+      for (const auto& kv : wenv) ::putenv(const_cast<char*>(kv.c_str()));  // wenv lives on
+      WorkerBody body;
+      body.index = i;
+      body.nprocs = n;
+      body.result_path = result_path;
+      body.error_file = error_file;
+      body.call = [&] { return run_in_child(i); };
+      return run_worker(body);
     };
-    hang = std::make_unique<HangWatch>(std::move(ho));
-  }
-  job.job_secret = generate_job_secret();  // docs/security.md
-  const std::vector<std::string> base = base_environment(opts.env);
-  if (env::needs_omp_default(base, nprocs)) {
-    so.on_info("setting OMP_NUM_THREADS=1 for each of the " + std::to_string(nprocs) +
-               " workers (set it to override)");
+    pids[i] = sup->start_fork(i, std::move(spec));
+    return;
   }
 
-  proto::ValueList args;
-  if (method != StartMethod::Fork) args = plan.encode_args();
-  pids.assign(static_cast<size_t>(nprocs), -1);
-  results.assign(static_cast<size_t>(nprocs), std::nullopt);
-  for (int i = 0; i < nprocs; ++i) {
-    env::WorkerPlace place;
-    place.local_rank = i;
-    place.nproc_per_node = nprocs;
-    std::vector<std::string> wenv = env::worker_environment(job, place, base);
-    const std::string status_kv = std::string(status::kDirEnv) + "=";
-    wenv.erase(std::remove_if(wenv.begin(), wenv.end(),
-                              [&](const std::string& kv) { return kv.compare(0, status_kv.size(), status_kv) == 0; }),
-               wenv.end());
-    wenv.push_back(status_kv + status_dir);
-    const std::string error_file = env::error_file_path(run_dir, i);
-    const std::string result_path =
-        wants_result(opts.results, i) ? run_dir + "/result-" + std::to_string(i) : std::string();
-    result_paths.push_back(result_path);
-
-    if (method == StartMethod::Fork) {
-      ForkSpec spec;
-      spec.error_file = error_file;
-      spec.local_rank = i;
-      const int n = nprocs;
-      const auto& run_in_child = plan.run_in_child;  // the plan outlives start_fork
-      spec.fn = [&run_in_child, wenv, i, n, result_path, error_file, caller_mask]() -> int {
-        reset_signal_handlers();
-        ::pthread_sigmask(SIG_SETMASK, &caller_mask, nullptr);
-        ::clearenv();
-        for (const auto& kv : wenv) ::putenv(const_cast<char*>(kv.c_str()));  // wenv lives on
-        WorkerBody body;
-        body.index = i;
-        body.nprocs = n;
-        body.result_path = result_path;
-        body.error_file = error_file;
-        body.call = [&] { return run_in_child(i); };
-        return run_worker(body);
-      };
-      pids[i] = sup->start_fork(i, std::move(spec));
-      continue;
-    }
-
-    proto::SpawnCall call;
-    call.version = wire::kSchemaVersion;
-    call.function = plan.function;
-    call.index = i;
-    call.nprocs = nprocs;
-    call.args = args;
-    call.want_result = !result_path.empty();
-    call.result_path = result_path;
-    if (method == StartMethod::Spawn) {
-      const std::string call_path = run_dir + "/call-" + std::to_string(i);
-      write_frame_file(call_path, call);
-      ExecSpec spec;
-      spec.path = init_detail::executable();
-      for (int a = 0; a < init_detail::argc(); ++a) spec.argv.emplace_back(init_detail::argv()[a]);
-      spec.env = std::move(wenv);
-      spec.env.push_back(std::string(kSpawnCallEnv) + "=" + call_path);
-      spec.error_file = error_file;
-      pids[i] = sup->start_exec(i, spec);
-    } else {
-      if (!forked) forked.emplace(*forkserver, *sup, "process");
-      pids[i] = forked->start(i, call, wenv, error_file);
-    }
+  proto::SpawnCall call;
+  call.version = wire::kSchemaVersion;
+  call.function = plan.function;
+  call.index = i;
+  call.nprocs = nprocs;
+  call.args = launch.args;
+  call.want_result = !result_path.empty();
+  call.result_path = result_path;
+  if (opts.start_method == StartMethod::Spawn) {
+    const std::string call_path = run_dir + "/call-" + std::to_string(i);
+    write_frame_file(call_path, call);
+    ExecSpec spec;
+    spec.path = init_detail::executable();
+    for (int a = 0; a < init_detail::argc(); ++a) spec.argv.emplace_back(init_detail::argv()[a]);
+    spec.env = std::move(wenv);
+    spec.env.push_back(std::string(kSpawnCallEnv) + "=" + call_path);
+    spec.error_file = error_file;
+    pids[i] = sup->start_exec(i, spec);
+  } else {
+    if (!forked) forked.emplace(*forkserver, *sup, "process");
+    pids[i] = forked->start(i, call, wenv, error_file);
   }
 }
 
