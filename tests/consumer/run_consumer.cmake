@@ -33,6 +33,13 @@ endif()
 set(torch_dir_arg "")
 if(TORCH_DIR)
   set(torch_dir_arg "-DTorch_DIR=${TORCH_DIR}")
+  # TorchConfig.cmake finds its Caffe2 with find_package(Caffe2 PATHS <beside it>), where the
+  # system's own paths come first: on a machine with Debian's LibTorch too (this one), a 2.x Torch
+  # would get 1.13's Caffe2 and its libraries. The one beside the Torch the build found, then.
+  get_filename_component(caffe2_dir "${TORCH_DIR}/../Caffe2" ABSOLUTE)
+  if(EXISTS ${caffe2_dir}/Caffe2Config.cmake)
+    list(APPEND torch_dir_arg "-DCaffe2_DIR=${caffe2_dir}")
+  endif()
 endif()
 step("configure the consumer" ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${work}/build -G ${GENERATOR}
   -DCMAKE_PREFIX_PATH=${work}/prefix "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}"
