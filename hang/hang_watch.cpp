@@ -199,10 +199,6 @@ bool HangWatch::ask_stack(RankInput& in) {
   return false;
 }
 
-std::string HangWatch::stack_wait_text() const {
-  return seconds_number(opts_.stack_wait);
-}
-
 void HangWatch::set_remote(int node_rank, std::vector<RankInput> inputs) { remote_[node_rank] = std::move(inputs); }
 
 void HangWatch::add_remote_stacks(const std::vector<RankInput>& answers) {
@@ -257,7 +253,7 @@ void HangWatch::finish_stack_job(bool force) {
     if (std::find(job.asked.begin(), job.asked.end(), in.rank) != job.asked.end()) {
       if (auto frames = read_stack(status::stack_path(opts_.dir, in.rank))) a.stack = std::move(*frames);
       else
-        a.stack_problem = "no answer within " + stack_wait_text() + " s";
+        a.stack_problem = "no answer within " + seconds_text(opts_.stack_wait);
     }
     answers.push_back(std::move(a));
   }
@@ -278,13 +274,13 @@ void HangWatch::finish_report() {
   for (auto& in : p.inputs) {
     if (std::find(p.remote_asked.begin(), p.remote_asked.end(), in.rank) != p.remote_asked.end()) {
       in.stack_problem = "its node's lspawn sent no answer within " +
-                         stack_wait_text() + " s";
+                         seconds_text(opts_.stack_wait);
       continue;
     }
     if (std::find(p.asked.begin(), p.asked.end(), in.rank) == p.asked.end()) continue;
     if (auto frames = read_stack(status::stack_path(opts_.dir, in.rank))) in.stack = std::move(*frames);
     else
-      in.stack_problem = "no answer within " + stack_wait_text() + " s";
+      in.stack_problem = "no answer within " + seconds_text(opts_.stack_wait);
   }
   std::string headline;
   if (p.hang) {

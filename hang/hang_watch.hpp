@@ -85,7 +85,6 @@ class HangWatch {
   // set when it cannot be asked.
   bool ask_stack(RankInput& in);
   void finish_stack_job(bool force);
-  std::string stack_wait_text() const;  // "1.5": opts_.stack_wait in seconds
 
   HangWatchOptions opts_;
   std::map<int, status::RecordReader> readers_;
