@@ -27,5 +27,5 @@ set(LSPAWN_IMPLEMENTATION_HEADERS
   spawn/init_detail.hpp spawn/fork_loop.hpp spawn/forked_workers.hpp spawn/worker.hpp spawn/threads.hpp
   runtime/rendezvous.hpp runtime/store_gate.hpp runtime/store_listener.hpp runtime/authenticated_store.hpp
   runtime/record_auth.hpp runtime/gloo_guard.hpp runtime/gloo_loop_ticker.hpp runtime/throw_trace.hpp
-  runtime/torch_compat.hpp runtime/torch_compat_reducer.hpp
+  runtime/torch_compat.hpp runtime/torch_compat_reducer.hpp runtime/recorded_backend.hpp
   collectives/hierarchy.hpp collectives/cuda_ipc.hpp collectives/shm/communicator.hpp)

@@ -6,6 +6,7 @@
 #include "collectives/hierarchy.hpp"
 #include "runtime/cuda_device.hpp"
 #include "runtime/gloo_guard.hpp"
+#include "runtime/recorded_backend.hpp"
 #include "runtime/torch_compat.hpp"
 #include "supervisor/worker_failure.hpp"
 
@@ -83,9 +84,12 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const GroupOptions& o, bo
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
-// A gloo process group of `size` ranks under "<prefix>" of `store`.
+// A gloo process group of `size` ranks under "<prefix>" of `store`. With `record` (the group's
+// own process group, which DDP's Reducer and a program may use directly): its ops enter the
+// status slot "<group>.gloo" (runtime/recorded_backend.hpp), once *record is started.
 c10::intrusive_ptr<c10d::ProcessGroup> make_gloo(const c10::intrusive_ptr<c10d::Store>& store, const std::string& prefix,
-                                                 int rank, int size, const GroupOptions& o, bool one_node) {
+                                                 int rank, int size, const GroupOptions& o, bool one_node,
+                                                 BackendRecord** record = nullptr) {
   // gloo's connections carry the job's secret when it has one (runtime/gloo_guard.hpp).
   GlooGuard::install_from_environment("rank " + std::to_string(rank) + "/" + std::to_string(size));
   GlooSetupScope guarded;
@@ -93,7 +97,13 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_gloo(const c10::intrusive_ptr<c10d::
   gopts->devices.push_back(gloo_device(o, one_node));
   gopts->threads = 2;
   auto gstore = c10::make_intrusive<c10d::PrefixStore>(prefix, store);
-  return compat::wrap_backend(c10::make_intrusive<c10d::ProcessGroupGloo>(gstore, rank, size, gopts), gstore, "gloo");
+  if (!record) {
+    return compat::wrap_backend(c10::make_intrusive<c10d::ProcessGroupGloo>(gstore, rank, size, gopts), gstore, "gloo");
+  }
+  auto gloo = c10::make_intrusive<RecordedBackend<c10d::ProcessGroupGloo>>(gstore, rank, size, gopts);
+  gloo->record().open(o.name + ".gloo", rank, size);
+  *record = &gloo->record();
+  return compat::wrap_backend(gloo, gstore, "gloo");
 }
 
 // A shm communicator of `size` ranks of one node, meeting under "<prefix>" of `store`.
@@ -216,12 +226,16 @@ std::shared_ptr<Group> Group::build(c10::intrusive_ptr<c10d::Store> store, int r
       auto nopts = c10d::ProcessGroupNCCL::Options::create();
       nopts->timeout = g->options_.timeout;
       auto nstore = c10::make_intrusive<c10d::PrefixStore>("nccl", g->store_);
-      g->gloo_ = compat::wrap_backend(c10::make_intrusive<c10d::ProcessGroupNCCL>(nstore, rank, size, nopts), nstore,
-                                      "nccl");
+      auto nccl = c10::make_intrusive<RecordedBackend<c10d::ProcessGroupNCCL>>(nstore, rank, size, nopts);
+      // NCCL's Work future completes when the kernels are queued, not when they finish: polled.
+      nccl->record().open(g->options_.name + ".nccl", rank, size, Completion::Poll);
+      g->pg_record_ = &nccl->record();
+      g->gloo_ = compat::wrap_backend(nccl, nstore, "nccl");
     } catch (const std::exception& e) {
       throw CollectiveError("create", g->options_.name, {}, "lspawn: " + who + ": NCCL setup failed: " + e.what());
     }
     g->nccl_ = true;
+    g->pg_record_->start();
     return g;
 #else
     throw CollectiveError("create", g->options_.name, {},
@@ -230,7 +244,7 @@ std::shared_ptr<Group> Group::build(c10::intrusive_ptr<c10d::Store> store, int r
 #endif
   }
   try {
-    g->gloo_ = make_gloo(g->store_, "gloo", rank, size, g->options_, one_node);
+    g->gloo_ = make_gloo(g->store_, "gloo", rank, size, g->options_, one_node, &g->pg_record_);
   } catch (const std::exception& e) {
     throw CollectiveError("create", g->options_.name, {}, "lspawn: " + who + ": gloo setup failed: " + e.what());
   }
@@ -264,6 +278,7 @@ std::shared_ptr<Group> Group::build(c10::intrusive_ptr<c10d::Store> store, int r
       g->hier_ = std::make_unique<Hierarchy>(std::move(layout), std::move(local), std::move(leaders), hstore, note_wait);
     }
   }
+  if (g->pg_record_) g->pg_record_->start();
   return g;
 }
 

@@ -38,6 +38,7 @@
 
 namespace lspawn {
 
+class BackendRecord;  // runtime/recorded_backend.hpp
 class CudaIpc;      // collectives/cuda_ipc.hpp
 class Hierarchy;    // collectives/hierarchy.hpp
 namespace shm {
@@ -151,6 +152,7 @@ class Group {
   GroupOptions options_;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroup> gloo_;
+  BackendRecord* pg_record_ = nullptr;  // gloo_'s record of the ops others issue on it (DDP's Reducer)
   std::unique_ptr<shm::Communicator> shm_;
   std::unique_ptr<CudaIpc> cuda_ipc_;
   std::unique_ptr<Hierarchy> hier_;

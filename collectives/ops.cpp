@@ -2,6 +2,7 @@
 
 #include "collectives/cuda_ipc.hpp"
 #include "collectives/hierarchy.hpp"
+#include "runtime/recorded_backend.hpp"
 
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
@@ -263,6 +264,9 @@ Clock::time_point coarse_now() {
 }
 
 struct OpContext {
+  // The op is recorded in the group's slot; the process group it runs on records nothing of it
+  // (runtime/recorded_backend.hpp: that slot is for the ops others issue there, DDP's Reducer).
+  RecordingPause own_record;
   Group& g;
   const char* op;
   std::uint64_t seq;

@@ -38,8 +38,36 @@ std::optional<std::vector<std::string>> read_stack(const std::string& path) {
 
 }  // namespace
 
-HangWatch::HangWatch(HangWatchOptions opts) : opts_(std::move(opts)), last_progress_(Clock::now()) {
+HangWatch::HangWatch(HangWatchOptions opts)
+    : opts_(std::move(opts)), last_progress_(Clock::now()), started_(last_progress_) {
   started_us_ = status::now_us();
+}
+
+void HangWatch::note_unseen_ranks(Clock::time_point now, const std::vector<WorkerResult>& workers) {
+  if (unseen_said_ || opts_.timeout.count() <= 0 || !opts_.print) return;
+  std::vector<int> seen, unseen;
+  for (const auto& w : workers) (readers_.count(w.rank) ? seen : unseen).push_back(w.rank);
+  for (const auto& [node, inputs] : remote_)
+    for (const auto& in : inputs) (in.record ? seen : unseen).push_back(in.rank);
+  if (!seen.empty() && !first_record_) first_record_ = now;
+  if (unseen.empty()) return;
+  const auto after_others = std::max<std::chrono::milliseconds>(opts_.timeout, std::chrono::seconds(5));
+  const auto after_start = std::max<std::chrono::milliseconds>(opts_.timeout, std::chrono::seconds(20));
+  const char* why =
+      "such ranks run neither lspawn's runtime (init_process_group(), lspawn's collectives) nor Python's lspawn_hang (a "
+      "Python started with -E, -I or -S, or with LSPAWN_PYTHON_SITE=0), or have not reached it yet";
+  std::sort(unseen.begin(), unseen.end());
+  if (first_record_ && now - *first_record_ >= after_others) {
+    unseen_said_ = true;
+    opts_.print("lspawn: hang watch: " + std::string(unseen.size() > 1 ? "ranks " : "rank ") + format_ranks(unseen) +
+                 (unseen.size() > 1 ? " have" : " has") + " written no status record " +
+                 elapsed_text(now - *first_record_) + " after the first rank did, so " + opts_.timeout_flag +
+                 " cannot see " + (unseen.size() > 1 ? "them" : "it") + ": " + why + "\n");
+  } else if (!first_record_ && now - started_ >= after_start) {
+    unseen_said_ = true;
+    opts_.print("lspawn: hang watch: no rank has written a status record in " + elapsed_text(now - started_) + ", so " +
+                opts_.timeout_flag + " watches nothing yet: " + why + "\n");
+  }
 }
 
 Clock::time_point HangWatch::next_deadline() const {
@@ -97,6 +125,7 @@ bool HangWatch::poll(Clock::time_point now, const std::vector<WorkerResult>& wor
   }
   // Progress: any record's versions, or a new record.
   open_records(workers);
+  note_unseen_ranks(now, workers);
   std::uint64_t sig = readers_.size();
   for (const auto& [rank, r] : readers_) sig = sig * 1000003 + r.progress();
   for (const auto& [node, inputs] : remote_) {

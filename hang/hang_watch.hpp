@@ -9,6 +9,12 @@
 // and whose record announces the handler), waits up to `stack_wait` for the stack files while
 // the caller's loop goes on, and prints one report.
 //
+// A watch that cannot see (--hang-timeout on): once some rank has written its record, a rank
+// that has written none max(timeout, 5 s) later is named, once; and when no rank has written
+// one after max(timeout, 20 s), the watch says so, once. (Such ranks run neither lspawn's
+// runtime nor lspawn_hang: a C++ program without init_process_group(), a Python started with
+// -E/-I/-S or LSPAWN_PYTHON_SITE=0; or they have not reached them yet.)
+//
 // Ranks on other nodes (multi-node jobs): the coordinator's watch also holds the latest records
 // of every other node's ranks (set_remote, from their launchers' StatusMsg over the control
 // channel): progress and the report span the job, and the stacks of lagging remote ranks are
@@ -85,6 +91,8 @@ class HangWatch {
   // set when it cannot be asked.
   bool ask_stack(RankInput& in);
   void finish_stack_job(bool force);
+  // The note on ranks without a record (see the top), at most once.
+  void note_unseen_ranks(Clock::time_point now, const std::vector<WorkerResult>& workers);
 
   HangWatchOptions opts_;
   std::map<int, status::RecordReader> readers_;
@@ -94,6 +102,9 @@ class HangWatch {
   std::int64_t started_us_ = 0;
   bool requested_ = false;
   bool fired_ = false;
+  Clock::time_point started_;             // the watch's start: no record at all by started_ + ...
+  std::optional<Clock::time_point> first_record_;  // when the first rank's record was seen
+  bool unseen_said_ = false;
   // A report being collected.
   struct Pending {
     bool hang = false;

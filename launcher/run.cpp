@@ -20,6 +20,7 @@
 #include "hang/hang_watch.hpp"
 #include "hang/status_command.hpp"
 #include "launcher/python_preload.hpp"
+#include "launcher/python_site.hpp"
 #include "launcher/run_output.hpp"
 #include "launcher/say.hpp"
 #include "proto/messages.hpp"
@@ -262,6 +263,7 @@ struct Run {
   sys::Fd status_dir_handle;   // O_PATH: `lspawn status PID` finds status_dir through /proc/PID/fd
   std::optional<HangWatch> hang_watch;
   std::vector<std::string> base_env;  // the workers' environment before their own variables
+  python_site::Decision python_site;  // a Python program's hang diagnosis in exec mode
 
   // make_sinks(), start_supervisor(): the Supervisor writes to `output`'s sinks.
   RunOutput output;
@@ -446,6 +448,13 @@ void Run::make_hang_watch() {
 
 void Run::read_environment() {
   base_env = env::current_environment();
+  // A Python program started by exec gets lspawn_hang through its sitecustomize (python_site.hpp);
+  // --preload's server installs it itself, and a forkserver is the program's own.
+  if (!use_forkserver) python_site = python_site::decide(o.program, base_env);
+  if (python_site.python && python_site.site_dir.empty() && o.hang_timeout_s > 0) {
+    say(std::string("--hang-timeout cannot see these Python workers: ") + python_site.off_why +
+        ", so they write no status record (docs/hang-diagnosis.md, \"Python workers\")");
+  }
   if (!o.quiet && env::needs_omp_default(base_env, o.nproc_per_node)) {
     say("setting OMP_NUM_THREADS=1 for each of the " + std::to_string(o.nproc_per_node) +
         " workers of this node to avoid oversubscribing the CPU; set OMP_NUM_THREADS to override");
@@ -502,6 +511,7 @@ std::vector<ExecSpec> Run::specs_for(int restart_count) {
     spec.error_file = env::error_file_path(job.run_dir, place.rank());
     ::unlink(spec.error_file.c_str());  // a report of an earlier attempt is not this one's
     set_env(spec.env, status::kDirEnv, status_dir);
+    python_site::apply(python_site, spec.env);
     if (preloading) set_env(spec.env, preload::kArgvEnv, preload::worker_argv(o.program));
     out.push_back(std::move(spec));
   }

@@ -367,7 +367,7 @@ class _Watch:
             # python -m lspawn_hang, lspawn --preload: the runner's own frames (runpy, this file, the preload
             # server) above the script's are noise.
             while len(frames) > 1 and (frames[0].filename in (__file__, "<frozen runpy>")
-                                       or frames[0].filename.endswith(("runpy.py", "lspawn_preload.py"))):
+                                       or frames[0].filename.endswith(("runpy.py", "lspawn_preload.py", "/lspawn_hang.py"))):
                 frames = frames[1:]
             if len(frames) > MAX_FRAMES:  # the launcher keeps 200 lines: keep the innermost frames
                 lines.append("  ... %d outer frames left out" % (len(frames) - MAX_FRAMES))

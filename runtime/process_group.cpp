@@ -24,6 +24,7 @@
 #include "runtime/authenticated_store.hpp"
 #include "runtime/gloo_loop_ticker.hpp"
 #include "runtime/rendezvous.hpp"
+#include "runtime/recorded_backend.hpp"
 #include "runtime/gloo_guard.hpp"
 #include "runtime/throw_trace.hpp"
 #include "supervisor/worker_failure.hpp"
@@ -294,27 +295,36 @@ World init_process_group(const InitOptions& options) {
   // The backend keeps its own keys apart from the run's other users of the store.
   c10::intrusive_ptr<c10d::Store> pg_store = c10::make_intrusive<c10d::PrefixStore>(w.backend, w.store);
   if (w.backend == "gloo") pg_store = c10::make_intrusive<GlooConnectStore>(pg_store);
+  BackendRecord* record = nullptr;
   try {
     if (w.backend == "gloo") {
       GlooSetupScope guarded;  // gloo's listeners and pair connections (runtime/gloo_guard.hpp)
       auto opts = c10d::ProcessGroupGloo::Options::create(w.timeout);
       opts->devices.push_back(gloo_device(options, w.env, who, w.gloo_host));
       opts->threads = options.gloo_threads > 0 ? options.gloo_threads : 2;
-      w.pg = compat::wrap_backend(
-          c10::make_intrusive<TickingProcessGroupGloo>(pg_store, w.env.rank, w.env.world_size, opts), pg_store,
-          w.backend);
+      auto gloo = c10::make_intrusive<RecordedBackend<TickingProcessGroupGloo>>(pg_store, w.env.rank,
+                                                                                 w.env.world_size, opts);
+      record = &gloo->record();
+      record->open("world.pg", w.env.rank, w.env.world_size);
+      w.pg = compat::wrap_backend(gloo, pg_store, w.backend);
     } else {
 #ifdef LSPAWN_HAVE_NCCL
       set_cuda_device(w.cuda_device);
       auto opts = c10d::ProcessGroupNCCL::Options::create();
       opts->timeout = w.timeout;
-      w.pg = compat::wrap_backend(
-          c10::make_intrusive<c10d::ProcessGroupNCCL>(pg_store, w.env.rank, w.env.world_size, opts), pg_store,
-          w.backend);
+      auto nccl = c10::make_intrusive<RecordedBackend<c10d::ProcessGroupNCCL>>(pg_store, w.env.rank,
+                                                                                w.env.world_size, opts);
+      record = &nccl->record();
+      // NCCL's Work future completes when the kernels are queued, not when they finish: polled.
+      record->open("world.pg", w.env.rank, w.env.world_size, Completion::Poll);
+      w.pg = compat::wrap_backend(nccl, pg_store, w.backend);
 #endif
     }
     // Nobody leaves before everyone has connected (rank 0 hosts the store others may still read).
     w.pg->barrier()->wait(w.timeout);
+    // The program's collectives on World::pg enter the rank's status record from here on
+    // (runtime/recorded_backend.hpp): the hang watch sees a rank waiting in one.
+    if (record) record->start();
     if (auto* ticking = dynamic_cast<TickingProcessGroupGloo*>(compat::backend_of(w.pg).get())) {
       ticking->pause_ticking();
     }

@@ -11,6 +11,10 @@
 //
 // A disabled Recorder (no LSPAWN_STATUS_DIR, or the file could not be created) hands out
 // disabled SlotWriters whose calls do nothing: code that records never checks.
+//
+// Writers::Many: a slot written from several threads (a c10d backend's ops entered by the caller,
+// completed on the backend's own threads, runtime/recorded_backend.hpp) takes its seqlock with
+// one compare-and-swap instead of a plain store, so two writers never interleave.
 #pragma once
 
 #include <cstdint>
@@ -23,11 +27,16 @@
 namespace lspawn::status {
 
 // Writes one group's slot. Copyable handle; the slot lives as long as its Recorder (the
-// process's recorder lives until the process ends). One writer thread at a time per slot.
+// process's recorder lives until the process ends). One writer thread at a time per slot, unless
+// it was claimed for Writers::Many.
+// Who writes a slot: one thread at a time (lspawn's collectives), or any thread at any time.
+enum class Writers { One, Many };
+
 class SlotWriter {
  public:
   SlotWriter() = default;  // disabled
-  explicit SlotWriter(GroupSlot* slot) : slot_(slot) {}
+  explicit SlotWriter(GroupSlot* slot, Writers writers = Writers::One)
+      : slot_(slot), many_(writers == Writers::Many) {}
 
   bool enabled() const { return slot_ != nullptr; }
   // This rank entered op #seq of the group (`op`: a name such as "all_reduce", cut to 23 chars).
@@ -38,6 +47,7 @@ class SlotWriter {
 
  private:
   GroupSlot* slot_ = nullptr;
+  bool many_ = false;
 };
 
 class Recorder {
@@ -64,7 +74,7 @@ class Recorder {
 
   // Claims a slot for a group this rank belongs to. Disabled writer when the slots ran out
   // (counted in FileHeader::groups_dropped) or the recorder is disabled. Thread-safe.
-  SlotWriter add_group(const std::string& name, int group_rank, int group_size);
+  SlotWriter add_group(const std::string& name, int group_rank, int group_size, Writers writers = Writers::One);
   // Publishes the signal whose handler dumps the main thread's stack (0: none).
   void set_stack_signal(int sig);
 

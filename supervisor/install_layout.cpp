@@ -44,14 +44,14 @@ std::string join(std::string dir, std::string rel) {
 
 // Each layout's folder of each helper, relative to its root (indexed by Helper).
 struct Layout {
-  const char* folder[3];
+  const char* folder[4];
 };
 // A Python package folder (the wheel's site-packages/lspawn/, $LSPAWN_HOME).
-constexpr Layout kPackage{{"libexec", "lib", "."}};
+constexpr Layout kPackage{{"libexec", "lib", ".", "lspawn_site"}};
 // The `cmake --install` tree, from its bin/.
-constexpr Layout kInstallTree{{LSPAWN_REL_LIBEXEC, LSPAWN_REL_LIB, LSPAWN_REL_PYTHON}};
+constexpr Layout kInstallTree{{LSPAWN_REL_LIBEXEC, LSPAWN_REL_LIB, LSPAWN_REL_PYTHON, LSPAWN_REL_PYTHON "/lspawn_site"}};
 // A build tree, from its top.
-constexpr Layout kBuildTree{{"supervisor", "spawn", "python"}};
+constexpr Layout kBuildTree{{"supervisor", "spawn", "python", "python/lspawn_site"}};
 
 std::string in(const Layout& layout, const std::string& root, Helper h) {
   const std::string folder = layout.folder[static_cast<int>(h)];
@@ -113,6 +113,7 @@ const char* file_name(Helper h) {
     case Helper::Guardian: return "lspawn-guardian";
     case Helper::PreloadLibrary: return "liblspawn_preload.so";
     case Helper::PreloadBootstrap: return "lspawn_preload.py";
+    case Helper::PythonSite: return "sitecustomize.py";
   }
   return "";
 }

@@ -6,10 +6,13 @@
 // Looked for, in order (the first place where the file exists wins):
 //   1. $LSPAWN_HOME, when set: a Python package's folder (the wheel's site-packages/lspawn/,
 //      set by `python -m lspawn` and lspawn.spawn()): libexec/lspawn-guardian,
-//      lib/liblspawn_preload.so, lspawn_preload.py. When it is set, nothing else is looked at:
+//      lib/liblspawn_preload.so, lspawn_preload.py, lspawn_site/sitecustomize.py (PythonSite: the
+//      Python workers' hang diagnosis, launcher/python_site.hpp; lspawn_hang.py is beside
+//      lspawn_preload.py in every layout). When it is set, nothing else is looked at:
 //      a damaged package is named, not silently replaced by another install.
 //   2. the install tree of the program: <bin>/../libexec/lspawn/lspawn-guardian,
 //      <bin>/../lib/lspawn/liblspawn_preload.so, <bin>/../share/lspawn/python/lspawn_preload.py
+//      (and .../python/lspawn_site/sitecustomize.py)
 //      (GNUInstallDirs' relative folders, as `cmake --install` laid them out);
 //   3. a wheel's package beside the program: <bin>/../lib{,64}/python3.*/{site,dist}-packages/lspawn/
 //      (pip puts the `lspawn` binary in <prefix>/bin and the package in the prefix's
@@ -24,7 +27,7 @@
 namespace lspawn::layout {
 
 // The values index install_layout.cpp's layout tables: append only.
-enum class Helper { Guardian, PreloadLibrary, PreloadBootstrap };
+enum class Helper { Guardian, PreloadLibrary, PreloadBootstrap, PythonSite };
 
 // The helper's file name, e.g. "lspawn-guardian".
 const char* file_name(Helper h);

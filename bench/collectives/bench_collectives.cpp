@@ -1,9 +1,11 @@
 // lspawn_bench_collectives: op x size x backend sweep of lspawn collectives, nccl-tests style.
 //
 //   lspawn --nprocs 2 lspawn_bench_collectives [--ops all_reduce,broadcast,all_gather]
-//        [--backends shm,gloo,auto,nccl] [--min-bytes 4] [--max-bytes 64M] [--step 4]
+//        [--backends shm,gloo,auto,nccl,c10d] [--min-bytes 4] [--max-bytes 64M] [--step 4]
 //        [--budget-ms 300] [--json FILE] [--label NAME] [--device cpu|cuda]
 //
+// --backends c10d: all_reduce/broadcast on World::pg itself (c10d's ProcessGroup, as a user's
+// `world.pg->allreduce(...)`), whose ops the status record follows (runtime/recorded_backend.hpp).
 // --device cuda: the tensors live on cuda:(LOCAL_RANK mod the visible devices): shm stages them
 // through pinned host memory (docs/shm-backend.md#cuda-tensors), gloo through its own host copy,
 // nccl works on the device (one GPU per rank). Each timed run ends by reading one element back,
@@ -102,7 +104,15 @@ struct Runner {
   lspawn::Group& g;
   std::string op;
   at::Tensor in, out;
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;  // backend "c10d": World::pg itself, not a Group
   void once() {
+    if (pg) {
+      std::vector<at::Tensor> v{in};
+      if (op == "all_reduce") pg->allreduce(v)->wait();
+      else if (op == "broadcast") pg->broadcast(v)->wait();
+      else throw std::invalid_argument("backend c10d: op " + op + " is not measured (all_reduce, broadcast)");
+      return;
+    }
     if (op == "all_reduce") lspawn::all_reduce(g, in);
     else if (op == "broadcast") lspawn::broadcast(g, in, 0);
     else if (op == "all_gather") lspawn::all_gather_async(g, in, out).wait();
@@ -158,7 +168,7 @@ int main(int argc, char** argv) {
     for (const auto& backend : args.backends) {
       lspawn::GroupOptions go;
       go.backend = backend == "shm"    ? lspawn::Backend::Shm
-                   : backend == "gloo" ? lspawn::Backend::Gloo
+                   : backend == "gloo" || backend == "c10d" ? lspawn::Backend::Gloo
                    : backend == "nccl" ? lspawn::Backend::Nccl
                                        : lspawn::Backend::Auto;
       go.name = "bench-" + backend;
@@ -168,7 +178,8 @@ int main(int argc, char** argv) {
       for (const auto& op : args.ops) {
         for (std::int64_t bytes = args.min_bytes; bytes <= args.max_bytes; bytes *= args.step) {
           const std::int64_t count = std::max<std::int64_t>(1, bytes / 4);
-          Runner r{*g, op, at::full({count}, static_cast<float>(rank + 1), floats), at::Tensor()};
+          Runner r{*g, op, at::full({count}, static_cast<float>(rank + 1), floats), at::Tensor(),
+                   backend == "c10d" ? world.pg : c10::intrusive_ptr<c10d::ProcessGroup>()};
           if (op == "all_gather") r.out = at::empty({n, count}, floats);
           for (int i = 0; i < 3; ++i) r.once();
           settle(r.in);

@@ -249,3 +249,48 @@ TEST_CASE("status record: a slot left mid-update (its writer died there) reads a
   CHECK(v.groups.at(0).seq == 7);
   ::munmap(m, kFileBytes);
 }
+
+TEST_CASE("status record: a Writers::Many slot entered on one thread and completed on another stays whole",
+          "[status][threads]") {
+  // A c10d backend's op is entered by the thread that issues it and completed on the backend's own
+  // thread (runtime/recorded_backend.hpp): two writers of one slot at once. Their sections take
+  // turns (the seqlock's compare-and-swap), so a reader never reads a mixed record as whole, and
+  // the last completion leaves the slot idle.
+  TempDir dir;
+  auto rec = Recorder::create(dir.path, 0);
+  SlotWriter slot = rec->add_group("world.pg", 0, 2, Writers::Many);
+  auto reader = RecordReader::open(rec->path());
+  REQUIRE(reader);
+  constexpr std::uint64_t kOps = 200000;
+  std::atomic<std::uint64_t> entered{0};
+  std::thread issuer([&] {
+    for (std::uint64_t seq = 1; seq <= kOps; ++seq) {
+      slot.enter(seq % 2 ? "all_reduce" : "broadcast_with_a_long_name", seq, 8 * seq);
+      entered.store(seq, std::memory_order_release);
+    }
+  });
+  std::thread completer([&] {  // completes each op once it was entered, racing the next enter
+    for (std::uint64_t seq = 1; seq <= kOps; ++seq) {
+      while (entered.load(std::memory_order_acquire) < seq) {
+      }
+      slot.complete(seq);
+    }
+  });
+  std::uint64_t whole = 0, bad = 0;
+  while (entered.load(std::memory_order_relaxed) < kOps) {
+    const auto v = reader->read();
+    if (v.torn || v.groups.empty() || v.groups[0].seq == 0) continue;
+    const auto& g = v.groups[0];
+    ++whole;
+    if (g.bytes != 8 * g.seq || g.op != (g.seq % 2 ? "all_reduce" : "broadcast_with_a_long_name")) ++bad;
+    if (g.in_collective && g.completed_seq >= g.seq) ++bad;
+  }
+  issuer.join();
+  completer.join();
+  INFO(whole << " whole reads");
+  CHECK(bad == 0);
+  const auto last = reader->read();
+  REQUIRE_FALSE(last.torn);
+  CHECK(last.groups.at(0).completed_seq == kOps);
+  CHECK_FALSE(last.groups.at(0).in_collective);
+}

@@ -1,6 +1,9 @@
 // A small deterministic MLP and data for the strategies tests (worker and in-process tests).
 #pragma once
 
+#include <chrono>
+#include <thread>
+
 #include "strategies/module.hpp"
 
 #include <ATen/ATen.h>
@@ -23,6 +26,7 @@ struct TinyNet : lspawn::TrainingModule {
   at::Tensor forward(const at::Tensor& x) { return fc3(at::tanh(fc2(at::tanh(fc1(x))))); }
   at::Tensor training_step(const lspawn::Batch& b, int64_t idx) override {
     if (throw_at >= 0 && idx == throw_at) throw std::runtime_error("training_step failed on purpose at batch " + std::to_string(idx));
+    if (stall_at >= 0 && idx == stall_at) stalled_between_backward_passes();
     return at::nll_loss(at::log_softmax(forward(b[0]), 1), b[1]);
   }
   lspawn::StepMetrics validation_step(const lspawn::Batch& b, int64_t) override {
@@ -35,6 +39,7 @@ struct TinyNet : lspawn::TrainingModule {
     auto r = std::make_shared<TinyNet>();
     r->lr = lr;
     r->throw_at = throw_at;
+    r->stall_at = stall_at;
     return r;
   }
   std::shared_ptr<torch::optim::Optimizer> configure_optimizers() override {
@@ -43,6 +48,12 @@ struct TinyNet : lspawn::TrainingModule {
   torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
   double lr = 0.05;
   int64_t throw_at = -1;
+  int64_t stall_at = -1;  // this rank sleeps at batch stall_at (after the previous backward pass)
+
+  // Named so that a hang report's stack shows where the rank is (the worker exports its symbols).
+  __attribute__((noinline)) static void stalled_between_backward_passes() {
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(60));
+  }
 };
 
 // `rows` samples of 8 features and 4 classes, deterministic in `seed`.

@@ -131,6 +131,25 @@ TEST_CASE("a rank throwing inside training_step stops the run with that rank nam
   CHECK(seconds < 60);  // the others were stopped, not left to their 120 s collective timeout
 }
 
+// #34: DDP's Reducer issues its all_reduces on the group's c10d process group (gloo, no shm hook):
+// they enter the status record (runtime/recorded_backend.hpp), so --hang-timeout names the rank
+// that stopped between two backward passes while the others wait in the Reducer's all_reduce.
+TEST_CASE("DDP on gloo: a rank that stops between backward passes is named by --hang-timeout", "[strategies][ddp][hang]") {
+  TempDir dir;
+  lspawn::test::ChildProcess c({LSPAWN_BIN, "--nprocs", "3", "--hang-timeout", "2", "--grace-period", "2",
+                                LSPAWN_COLLECTIVES_TEST_WORKER, "stall"},
+                               {{"LSPAWN_TEST_STALL_RANK", "1"}}, dir.file("out"));
+  const auto st = c.wait_or_kill(120s);
+  INFO(c.output());
+  CHECK_FALSE(st.timed_out);
+  CHECK(st.exited);
+  CHECK(st.code == 124);
+  CHECK_THAT(c.output(), Contains("lspawn: hang: no rank made progress in its collectives for "));
+  CHECK_THAT(c.output(), Contains("waiting: ranks 0, 2 in all_reduce #") && Contains(" on group world.gloo, "));
+  CHECK_THAT(c.output(), Contains("behind: rank 1 "));
+  CHECK_THAT(c.output(), Contains("stalled_between_backward_passes"));
+}
+
 namespace {
 // Whether this machine has an NVIDIA GPU (its driver's device nodes), without loading CUDA.
 bool machine_has_nvidia_gpu() { return ::access("/dev/nvidia0", F_OK) == 0 || ::access("/dev/nvidiactl", F_OK) == 0; }

@@ -447,6 +447,27 @@ int throw_scenario() {
   return 0;
 }
 
+// Under the lspawn CLI with --hang-timeout: DDP on gloo without the shm hook (the Reducer's
+// all_reduces go to the group's c10d process group, runtime/recorded_backend.hpp); one rank
+// stops between two backward passes.
+int stall_scenario() {
+  lspawn::DDPOptions o;
+  o.accelerator = lspawn::AcceleratorKind::Cpu;
+  o.backend = lspawn::Backend::Gloo;
+  o.shm_comm_hook = false;
+  lspawn::DDP s(o);
+  s.setup_environment();
+  TinyNet net(1);
+  if (s.global_rank() == env_int("LSPAWN_TEST_STALL_RANK", 1)) net.stall_at = 2;
+  lspawn::TrainerOptions t;
+  t.max_epochs = 1;
+  t.print_epochs = false;
+  lspawn::Trainer trainer(s, t);
+  lspawn::DataLoader train(lspawn::TensorDataset(tiny_data(64, 5)), {4, true, 3, false});
+  trainer.fit(net, train);
+  return 0;
+}
+
 // DDPSpawn / XLASpawn from this process; compared with one process on the concatenated batches.
 int spawn_scenario() {
   const std::string kind = env_str("LSPAWN_TEST_STRATEGY", "ddp");
@@ -522,6 +543,7 @@ int main(int argc, char** argv) {
     if (scenario == "calls") return calls(backend);
     if (scenario == "checkpoint") return checkpoint(backend);
     if (scenario == "spawn") return spawn_scenario();
+    if (scenario == "stall") return stall_scenario();
     std::cerr << "unknown scenario " << scenario << "\n";
     return 2;
   } catch (const std::logic_error& e) {
