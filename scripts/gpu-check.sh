@@ -244,6 +244,19 @@ if [ -n "$py" ]; then
   check "--virtual-local-rank: LOCAL_RANK=0, one visible device per worker ($want here)"     "rank 0 LOCAL_RANK 0 CUDA_VISIBLE_DEVICES 0 devices $want\$ && rank 1 LOCAL_RANK 0 CUDA_VISIBLE_DEVICES 0 devices $want\$"     env CUDA_VISIBLE_DEVICES=0,0 "$lspawn" --nprocs 2 --virtual-local-rank "$py" "$out/virtual_worker.py"
 fi
 
+# 7. The hang report on World::pg over NCCL (#34, runtime/recorded_backend.hpp: NCCL's ops are
+#    polled for completion): rank 1 never enters the third all_reduce, rank 0 waits in it. Needs two
+#    GPUs (NCCL refuses two ranks on one device).
+hang_worker=$build/tests/e2e/lspawn_test_hang_worker
+if [ "$device" = cuda ] && [ "$nccl_ranks" -ge 2 ] && [ -x "$hang_worker" ]; then
+  check "hang report on World::pg over nccl, $nccl_ranks ranks: the waiting ranks named, exit 124" \
+    "waiting: rank.* in all_reduce #3 on group world.pg && behind: rank 1 has not entered a collective && ^lspawn exit 124\$" \
+    sh -c '"$@"; echo "lspawn exit $?"' sh \
+    env LSPAWN_BACKEND=nccl "$lspawn" --nprocs "$nccl_ranks" --hang-timeout 3 --grace-period 2 "$hang_worker" pg-never-enters 1 2
+else
+  skip "hang report on World::pg over nccl" "needs 2 GPUs and the test build (the gloo case runs in the e2e suite)"
+fi
+
 echo
 echo "# gpu-check summary: $passed passed, $failed failed, $skipped skipped (logs: $out)"
 printf '%s' "$summary"

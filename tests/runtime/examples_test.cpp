@@ -171,7 +171,7 @@ TEST_CASE("ddp_python.py: an unmodified PyTorch script runs on the env contract 
   }
   TempDir dir;
   ReservedPort reserved;
-  auto ranks = start_job({kPython, LSPAWN_SOURCE_DIR "/examples/ddp_python.py"}, 2, reserved.port(), dir);
+  auto ranks = start_job({kPython, std::string(LSPAWN_SOURCE_DIR) + "/examples/ddp_python.py"}, 2, reserved.port(), dir);
   for (int r = 0; r < 2; ++r) {
     const auto st = ranks[r].wait_or_kill(120s);
     INFO("rank " << r << ": " << st.describe() << "\n" << ranks[r].output());
@@ -187,7 +187,7 @@ TEST_CASE("lspawn --nprocs 2 python ddp_python.py: an unmodified PyTorch script 
     return;
   }
   TempDir dir;
-  ChildProcess c({LSPAWN_BIN, "--nprocs", "2", kPython, LSPAWN_SOURCE_DIR "/examples/ddp_python.py"}, {},
+  ChildProcess c({LSPAWN_BIN, "--nprocs", "2", kPython, std::string(LSPAWN_SOURCE_DIR) + "/examples/ddp_python.py"}, {},
           dir.file("out"));
   const auto st = c.wait_or_kill(180s);
   INFO(st.describe() << "\n" << c.output());
@@ -210,7 +210,7 @@ TEST_CASE("scripts/torchrun.py runs hello_allreduce with --no_python (lspawn wor
   }
   TempDir dir;
   ReservedPort reserved;  // torchrun's agent hosts its store here (static rendezvous)
-  ChildProcess c({kPython, LSPAWN_SOURCE_DIR "/scripts/torchrun.py", "--nproc_per_node", "2", "--master_addr",
+  ChildProcess c({kPython, std::string(LSPAWN_SOURCE_DIR) + "/scripts/torchrun.py", "--nproc_per_node", "2", "--master_addr",
            "127.0.0.1", "--master_port", std::to_string(reserved.port()), "--max_restarts", "0", "--no_python",
            LSPAWN_HELLO_ALLREDUCE},
           // TMPDIR: torchrun's agent leaves its torchelastic_* log directory there.

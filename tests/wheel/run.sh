@@ -75,14 +75,15 @@ set -e
 ((rc == 124)) || fail "hang: exit $rc, expected 124: $out"
 grep -q "behind: rank 1" <<<"$out" && grep -q "main thread of rank 1 (pid" <<<"$out" && grep -q "hang.py\", line " <<<"$out" || fail "hang report: $out"
 ok "--hang-timeout: the hang report names rank 1 and its stack (exit 124)"
-# The same in exec mode, through the package's module (a fresh interpreter per rank).
+# The same in exec mode, the command line unchanged (a fresh interpreter per rank): the package's
+# lspawn_site/sitecustomize.py installs lspawn_hang (launcher/python_site.hpp).
 set +e
-out=$(run timeout 90 lspawn --nprocs 3 --hang-timeout 3 "$py" -m lspawn.lspawn_hang hang.py 2>&1)
+out=$(run timeout 90 lspawn --nprocs 3 --hang-timeout 3 "$py" hang.py 2>&1)
 rc=$?
 set -e
 ((rc == 124)) || fail "hang, exec mode: exit $rc, expected 124: $out"
 grep -q "behind: rank 1" <<<"$out" && grep -q "hang.py\", line " <<<"$out" || fail "hang report, exec mode: $out"
-ok "python -m lspawn.lspawn_hang: the same report in exec mode"
+ok "lspawn python hang.py: the same report in exec mode, from the wheel's sitecustomize"
 
 # lspawn.spawn(): every start method, its error paths, bad input (spawn_cases.py prints its own oks).
 run "$py" spawn_cases.py || fail "spawn_cases.py"
