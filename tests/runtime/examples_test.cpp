@@ -162,6 +162,28 @@ TEST_CASE("lspawn --start-method forkserver: a rank that throws is the root caus
   CHECK_THAT(c.output(), Contains("root cause: process 2"));
   CHECK_THAT(c.output(), Contains("std::runtime_error: rank 2 throws on purpose"));
 }
+
+// #34, the command of the issue: rank 1 sleeps after init_process_group(), ranks 0 and 2 wait in
+// their first World::pg->allreduce (c10d's process group: runtime/recorded_backend.hpp records it).
+TEST_CASE("lspawn --hang-timeout 3 hello_allreduce --hang-rank 1: the report names the c10d all_reduce, exit 124",
+          "[examples][lspawn][hang]") {
+  TempDir dir;
+  const auto t0 = std::chrono::steady_clock::now();
+  ChildProcess c({LSPAWN_BIN, "--nprocs", "3", "--hang-timeout", "3", "--grace-period", "2", LSPAWN_HELLO_ALLREDUCE,
+                  "--hang-rank", "1", "--iters", "100000"},
+                 {}, dir.file("out"));
+  const auto st = c.wait_or_kill(90s);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(st.describe() << " after " << seconds << " s\n" << c.output());
+  CHECK(st.code == 124);
+  CHECK_THAT(c.output(), Contains("lspawn: hang: no rank made progress in its collectives for "));
+  CHECK_THAT(c.output(), Contains("waiting: ranks 0, 2 in all_reduce #1 on group world.pg, "));
+  CHECK_THAT(c.output(), Contains("behind: rank 1 has not entered a collective for "));
+  CHECK_THAT(c.output(), Contains("main thread of rank 1 (pid "));
+  CHECK_THAT(c.output(), Contains("stopped by the hang watchdog (--hang-timeout)"));
+  // --hang-timeout, the watch's poll and stack wait, the grace period: well under the 90 s limit.
+  CHECK(seconds < 30);
+}
 #endif
 
 TEST_CASE("ddp_python.py: an unmodified PyTorch script runs on the env contract and a reserved port", "[examples][python]") {
