@@ -14,7 +14,7 @@ namespace {
 std::vector<std::string> argv(std::initializer_list<const char*> a) { return {a.begin(), a.end()}; }
 }  // namespace
 
-TEST_CASE("python_site: a Python interpreter gets the site folder; other programs are left alone", "[launcher]") {
+TEST_CASE("python_site: a Python interpreter gets the site folder, other programs are left alone", "[launcher]") {
   const Decision py = decide(argv({"/usr/bin/python3", "-u", "train.py"}), {});
   CHECK(py.python);
   CHECK(py.off_why.empty());
@@ -28,7 +28,7 @@ TEST_CASE("python_site: a Python interpreter gets the site folder; other program
   CHECK(other.off_why.empty());
 }
 
-TEST_CASE("python_site: off with LSPAWN_PYTHON_SITE=0, -E, -I or -S, each named; values after -c, -m, -W, -X are not options",
+TEST_CASE("python_site: off with LSPAWN_PYTHON_SITE=0, -E, -I or -S, each named - values after -c, -m, -W, -X are not options",
           "[launcher]") {
   CHECK(decide(argv({"python3", "x.py"}), {"LSPAWN_PYTHON_SITE=0"}).off_why == "LSPAWN_PYTHON_SITE=0 is set");
   CHECK(decide(argv({"python3", "-E", "x.py"}), {}).off_why == "the interpreter runs with -E (PYTHONPATH ignored)");
@@ -47,7 +47,7 @@ TEST_CASE("python_site: off with LSPAWN_PYTHON_SITE=0, -E, -I or -S, each named;
   }
 }
 
-TEST_CASE("python_site: apply puts the folder first on PYTHONPATH and sets the flag; off, it changes nothing",
+TEST_CASE("python_site: apply puts the folder first on PYTHONPATH and sets the flag - off, it changes nothing",
           "[launcher]") {
   Decision d;
   d.python = true;
