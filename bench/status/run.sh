@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The cost of lspawn's always-on collective recording (docs/hang-diagnosis.md, docs/benchmarks.md):
-#  1. the recorder alone: ns per enter+complete pair (what every collective adds);
+#  1. the recorder alone: ns per enter+complete pair (what every collective adds), and a c10d
+#     backend's whole record of one op (lspawn_bench_recorded_backend: enter, future callback, complete);
 #  2. a 4-byte shm all_reduce between 2 ranks, with recording and without (the ranks started by
 #     this script with the env contract, LSPAWN_STATUS_DIR set or not), alternated 5 times;
 #  3. the same for a 4-byte all_reduce on World::pg, c10d's gloo process group (the c10d backend's
@@ -15,6 +16,7 @@ rec=$build/bench/status/lspawn_bench_status_recorder
 coll=$build/bench/collectives/lspawn_bench_collectives
 echo "# $(date -u +%FT%TZ) $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 "$rec"
+[[ -x $build/bench/status/lspawn_bench_recorded_backend ]] && "$build/bench/status/lspawn_bench_recorded_backend"
 [[ -x $coll ]] || { echo "(no $coll: skipping the all_reduce comparison)"; exit 0; }
 tmp=$(mktemp -d /tmp/lspawn-statusbench.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
