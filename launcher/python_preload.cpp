@@ -12,14 +12,14 @@
 namespace lspawn::preload {
 namespace {
 
-std::string basename_of(const std::string& path) {
-  const auto slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 bool readable(const std::string& path) { return !path.empty() && ::access(path.c_str(), R_OK) == 0; }
 
 }  // namespace
+
+bool is_python_interpreter(const std::string& path) {
+  const auto slash = path.rfind('/');
+  return path.compare(slash == std::string::npos ? 0 : slash + 1, 6, "python") == 0;
+}
 
 std::string check_module(const std::string& name) {
   if (name.empty()) return "an empty module name";
@@ -36,7 +36,7 @@ std::string check_module(const std::string& name) {
 
 std::string check_program(const std::vector<std::string>& program) {
   if (program.empty()) return "missing program";
-  if (basename_of(program[0]).compare(0, 6, "python") != 0) {
+  if (!is_python_interpreter(program[0])) {
     return "'" + program[0] + "' is not a Python interpreter (python3 SCRIPT [ARGS...] or python3 -m MODULE [ARGS...])";
   }
   if (program.size() < 2) return "'" + program[0] + "' needs a script or -m MODULE";

@@ -23,6 +23,10 @@ inline constexpr const char* kArgvEnv = "LSPAWN_PRELOAD_ARGV";
 // Why `name` cannot be a --preload module ("" when it can): a dotted Python name.
 std::string check_module(const std::string& name);
 
+// Whether `path` names a Python interpreter (its basename starts with "python"): the rule of
+// --preload's program and of the Python workers' sitecustomize (python_site.hpp).
+bool is_python_interpreter(const std::string& path);
+
 // Why `program` (lspawn's program and its arguments) cannot run with --preload ("" when it
 // can): argv[0] must name a Python interpreter (basename python*), followed by a script or
 // -m MODULE; other interpreter options are refused (the server is one interpreter for all).

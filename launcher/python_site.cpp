@@ -2,15 +2,11 @@
 
 #include <unistd.h>
 
+#include "launcher/python_preload.hpp"
 #include "supervisor/install_layout.hpp"
 
 namespace lspawn::python_site {
 namespace {
-
-std::string basename_of(const std::string& path) {
-  const auto slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 const std::string* find_env(const std::vector<std::string>& env, const std::string& name) {
   for (const auto& e : env)
@@ -42,7 +38,7 @@ std::string blocking_option(const std::vector<std::string>& program) {
 
 Decision decide(const std::vector<std::string>& program, const std::vector<std::string>& env) {
   Decision d;
-  if (program.empty() || basename_of(program[0]).compare(0, 6, "python") != 0) return d;
+  if (program.empty() || !preload::is_python_interpreter(program[0])) return d;
   d.python = true;
   if (const auto* e = find_env(env, kEnv); e && e->substr(std::string(kEnv).size() + 1) == "0") {
     d.off_why = std::string(kEnv) + "=0 is set";

@@ -73,7 +73,6 @@ class BackendRecord {
   // Ops issued from now on are recorded (the set-up's own ops are not the program's).
   void start() { on_.store(slot_.enabled(), std::memory_order_release); }
   bool recording() const { return on_.load(std::memory_order_acquire) && !RecordingPause::active(); }
-  std::uint64_t last_sequence() const { return seq_.load(std::memory_order_relaxed); }
 
   // Records `op` around start(), which returns the op's Work.
   template <typename Start>

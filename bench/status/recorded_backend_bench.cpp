@@ -17,15 +17,10 @@
 
 #include <ATen/core/ivalue.h>
 
+#include "bench/status/cpu_time.hpp"
 #include "runtime/recorded_backend.hpp"
 
 namespace {
-
-double cpu_ns() {
-  timespec ts;
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
 
 // A Work that is complete, with a completed future: what a finished gloo op hands back.
 class DoneWork : public c10d::Work {
@@ -41,16 +36,7 @@ class DoneWork : public c10d::Work {
 };
 
 double ns_per_op(lspawn::BackendRecord& record, const c10::intrusive_ptr<c10d::Work>& work, long n) {
-  double best = 1e30;
-  for (int run = 0; run < 5; ++run) {
-    const double t0 = cpu_ns();
-    for (long i = 0; i < n; ++i) {
-      auto w = record.run("all_reduce", 16, [&] { return work; });
-      (void)w;
-    }
-    best = std::min(best, (cpu_ns() - t0) / n);
-  }
-  return best;
+  return lspawn::bench::best_cpu_ns_per(n, [&](long) { (void)record.run("all_reduce", 16, [&] { return work; }); });
 }
 
 }  // namespace

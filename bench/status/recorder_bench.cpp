@@ -13,28 +13,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/status/cpu_time.hpp"
 #include "status/recorder.hpp"
 
 namespace {
 
-double cpu_ns() {
-  timespec ts;
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
-
 double ns_per_pair(lspawn::status::SlotWriter slot, long n) {
-  double best = 1e30;
-  for (int run = 0; run < 5; ++run) {
-    const double t0 = cpu_ns();
-    for (long i = 1; i <= n; ++i) {
-      slot.enter("all_reduce", static_cast<std::uint64_t>(i), 4);
-      slot.complete(static_cast<std::uint64_t>(i));
-    }
-    const double ns = (cpu_ns() - t0) / n;
-    if (ns < best) best = ns;
-  }
-  return best;
+  return lspawn::bench::best_cpu_ns_per(n, [&](long i) {
+    slot.enter("all_reduce", static_cast<std::uint64_t>(i), 4);
+    slot.complete(static_cast<std::uint64_t>(i));
+  });
 }
 
 }  // namespace

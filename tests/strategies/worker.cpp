@@ -429,17 +429,17 @@ int checkpoint(const std::string& backend) {
   return 0;
 }
 
-// Under the lspawn CLI: the env contract, init_process_group() inside DDP; one rank throws.
-int throw_scenario() {
-  lspawn::DDPOptions o;
+// Under the lspawn CLI: DDP with `o` on its own env contract (init_process_group() inside), one
+// rank (the env variable `rank_env`, default 1) made to misbehave by `misbehave`, then `epochs`
+// of training on the tiny data set.
+int fit_under_cli(lspawn::DDPOptions o, const char* rank_env, void (*misbehave)(TinyNet&), int epochs) {
   o.accelerator = lspawn::AcceleratorKind::Cpu;
-  o.timeout = std::chrono::seconds(30);
   lspawn::DDP s(o);
   s.setup_environment();
   TinyNet net(1);
-  if (s.global_rank() == env_int("LSPAWN_TEST_THROW_RANK", 1)) net.throw_at = 2;
+  if (s.global_rank() == env_int(rank_env, 1)) misbehave(net);
   lspawn::TrainerOptions t;
-  t.max_epochs = 2;
+  t.max_epochs = epochs;
   t.print_epochs = false;
   lspawn::Trainer trainer(s, t);
   lspawn::DataLoader train(lspawn::TensorDataset(tiny_data(64, 5)), {4, true, 3, false});
@@ -447,25 +447,21 @@ int throw_scenario() {
   return 0;
 }
 
-// Under the lspawn CLI with --hang-timeout: DDP on gloo without the shm hook (the Reducer's
-// all_reduces go to the group's c10d process group, runtime/recorded_backend.hpp); one rank
-// stops between two backward passes.
+// One rank throws in training_step.
+int throw_scenario() {
+  lspawn::DDPOptions o;
+  o.timeout = std::chrono::seconds(30);
+  return fit_under_cli(o, "LSPAWN_TEST_THROW_RANK", [](TinyNet& net) { net.throw_at = 2; }, 2);
+}
+
+// With --hang-timeout: DDP on gloo without the shm hook (the Reducer's all_reduces go to the
+// group's c10d process group, runtime/recorded_backend.hpp); one rank stops between two backward
+// passes.
 int stall_scenario() {
   lspawn::DDPOptions o;
-  o.accelerator = lspawn::AcceleratorKind::Cpu;
   o.backend = lspawn::Backend::Gloo;
   o.shm_comm_hook = false;
-  lspawn::DDP s(o);
-  s.setup_environment();
-  TinyNet net(1);
-  if (s.global_rank() == env_int("LSPAWN_TEST_STALL_RANK", 1)) net.stall_at = 2;
-  lspawn::TrainerOptions t;
-  t.max_epochs = 1;
-  t.print_epochs = false;
-  lspawn::Trainer trainer(s, t);
-  lspawn::DataLoader train(lspawn::TensorDataset(tiny_data(64, 5)), {4, true, 3, false});
-  trainer.fit(net, train);
-  return 0;
+  return fit_under_cli(o, "LSPAWN_TEST_STALL_RANK", [](TinyNet& net) { net.stall_at = 2; }, 1);
 }
 
 // DDPSpawn / XLASpawn from this process; compared with one process on the concatenated batches.
