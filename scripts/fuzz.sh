@@ -13,4 +13,6 @@ cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DLSPAWN_BUILD_FUZZ=ON -DLSPAWN_FUZZ_SECONDS="$seconds" \
   -DLSPAWN_BUILD_TESTS=OFF -DLSPAWN_BUILD_EXAMPLES=OFF -DLSPAWN_BUILD_BENCH=OFF >/dev/null
 cmake --build "$dir" --target lspawn_fuzzers -j "$jobs"
-ctest --test-dir "$dir" -L fuzz --output-on-failure
+# One target per core at once: each runs for its SECONDS whatever else runs, so the cores share
+# the wall time, not the fuzzing time.
+ctest --test-dir "$dir" -L fuzz --output-on-failure -j "$jobs"

@@ -4,13 +4,17 @@
 # Arguments: -DBUILD_DIR= -DSOURCE_DIR= -DGENERATOR= [-DCXX_FLAGS=] [-DLINK_FLAGS=]
 # [-DTORCH_DIR=]: the Torch_DIR the build found, handed on so the consumer finds the same Torch
 # however the build found it (a multi-entry CMAKE_PREFIX_PATH, a Torch_DIR on the command line).
+# [-DCCACHE= -DCCACHE_BASEDIR=]: compile through ccache, with the build's settings.
 foreach(v BUILD_DIR SOURCE_DIR GENERATOR)
   if(NOT DEFINED ${v})
     message(FATAL_ERROR "run_consumer.cmake: ${v} is not set")
   endif()
 endforeach()
 
-execute_process(COMMAND mktemp -d --tmpdir lspawn-consumer-XXXXXX
+# Inside the build directory: with ccache's base_dir the source tree, the prefix, the consumer's
+# sources and a 2.x LibTorch under .deps/ are all seen by relative paths (../prefix/include, ...),
+# the same whatever mktemp names it.
+execute_process(COMMAND mktemp -d ${BUILD_DIR}/lspawn-consumer-XXXXXX
   OUTPUT_VARIABLE work OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "mktemp failed: ${rc}")
@@ -41,10 +45,18 @@ if(TORCH_DIR)
     list(APPEND torch_dir_arg "-DCaffe2_DIR=${caffe2_dir}")
   endif()
 endif()
+set(launcher_arg "")
+set(build_env "")
+if(CCACHE)
+  set(launcher_arg "-DCMAKE_CXX_COMPILER_LAUNCHER=${CCACHE}")
+  set(build_env ${CMAKE_COMMAND} -E env
+    CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
+    CCACHE_BASEDIR=${CCACHE_BASEDIR} CCACHE_NOHASHDIR=1)
+endif()
 step("configure the consumer" ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${work}/build -G ${GENERATOR}
   -DCMAKE_PREFIX_PATH=${work}/prefix "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}"
-  "-DCMAKE_EXE_LINKER_FLAGS=${LINK_FLAGS}" ${torch_dir_arg})
-step("build the consumer" ${CMAKE_COMMAND} --build ${work}/build -j 2)
+  "-DCMAKE_EXE_LINKER_FLAGS=${LINK_FLAGS}" ${launcher_arg} ${torch_dir_arg})
+step("build the consumer" ${build_env} ${CMAKE_COMMAND} --build ${work}/build -j 2)
 # Runs a program of the consumer and fails unless its output says `ok_line`.
 function(run_program program ok_line)
   step("run ${program}" ${work}/build/${program})
