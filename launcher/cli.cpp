@@ -35,7 +35,7 @@ std::optional<int> count_nproc(CliOptions& o) {
   // From PET_NPROC_PER_NODE (a PyTorchJob's), the messages name the variable.
   const std::string from = o.nproc_spec_var == "--nproc-per-node" ? "" : o.nproc_spec_var + "=" + o.nproc_spec + ": ";
   try {
-    o.nproc_per_node = resolve_nproc_spec(o.nproc_spec, local_accelerator_count(), usable_cpu_count(),
+    o.nproc_per_node = resolve_nproc_spec(o.nproc_spec, local_accelerator_count(), sys::usable_cpu_count(),
                                           std::getenv("CUDA_VISIBLE_DEVICES"), 4096 /* --nprocs's limit */, &how);
   } catch (const UsageError& e) {
     say(from + e.what());

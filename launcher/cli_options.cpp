@@ -265,8 +265,11 @@ options (--opt value and --opt=value are both accepted):
   master address/port and run id are detected from the environment; these flags override it
   (docs/multi-node.md). As torchrun, a flag not given takes the value of PET_<FLAG> when set
   (PET_MAX_RESTARTS=3 is --max-restarts 3; docs/cli.md).
-  --grace-period SECONDS          SIGTERM -> SIGKILL delay when stopping workers (default 5);
+  --grace-period SECONDS          SIGTERM -> SIGKILL delay when stopping workers (default 30, as
+                                  torchrun; a worker that exits on SIGTERM ends the job at once);
   --shutdown-timeout SECONDS      torchrun's name for it (else $TORCH_ELASTIC_SHUTDOWN_TIMEOUT)
+  --omp-threads N                 OMP_NUM_THREADS for every worker (default, when the environment
+                                  sets none: each worker's share of the CPUs, at least 1)
   --log-dir DIR                   write DIR/rank<N>.stdout and DIR/rank<N>.stderr instead of the console
                                   (restart attempt k: DIR/rank<N>.attempt<k>.std{out,err})
   --tee                           with --log-dir: also write to the console
@@ -451,6 +454,8 @@ bool parse_run_option(const std::string& name, const NoValue& flag, const TakeVa
     o.start_method = CliStartMethod::Warm;
   } else if (name == "--grace-period") {
     o.grace_period_s = parse_seconds(name, take("SECONDS"));
+  } else if (name == "--omp-threads") {
+    o.omp_threads = parse_int(name, take("N"), 1, 4096, "N", "an integer number of threads >= 1");
   } else if (name == "--hang-timeout") {
     o.hang_timeout_s = parse_seconds(name, take("SECONDS"));
   } else if (name == "--log-dir") {

@@ -29,7 +29,10 @@ enum class CliStartMethod {
 struct CliOptions : LaunchFlags {
   std::string bind_addr;           // --bind-addr: where rank 0's store listens; empty: the
                                    // address of --master-addr (loopback on one node)
-  double grace_period_s = 5.0;     // --grace-period, seconds, >= 0 (torchrun's --shutdown-timeout)
+  double grace_period_s = 30.0;    // --grace-period, seconds, >= 0 (torchrun's --shutdown-timeout
+                                   // and its default: a job that checkpoints on SIGTERM has time)
+  int omp_threads = 0;             // --omp-threads N: OMP_NUM_THREADS for every worker, over the
+                                   // environment's; 0: env::omp_threads_default()
   std::string log_dir;             // --log-dir; empty: console only
   bool tee = false;                // --tee: with --log-dir, also to the console
   bool prefix = true;              // --no-prefix clears it

@@ -202,6 +202,7 @@ struct Run {
   std::optional<int> resolve_program();
   std::optional<int> make_log_dir();
   std::optional<int> settle_job_secret();
+  std::optional<int> decide_omp_threads();
   std::optional<int> form_group();
   void make_run_dir();
   void make_hang_watch();
@@ -264,6 +265,7 @@ struct Run {
   std::optional<HangWatch> hang_watch;
   std::vector<std::string> base_env;  // the workers' environment before their own variables
   python_site::Decision python_site;  // a Python program's hang diagnosis in exec mode
+  env::OmpDefault omp;                 // decide_omp_threads(): OMP_NUM_THREADS's default
 
   // make_sinks(), start_supervisor(): the Supervisor writes to `output`'s sinks.
   RunOutput output;
@@ -424,6 +426,7 @@ void Run::make_run_dir() {
   job.max_restarts = o.max_restarts;
   job.job_secret = job_secret;
   job.bind_addr = o.bind_addr;
+  job.omp_threads = o.omp_threads > 0 ? o.omp_threads : omp.threads;
   job.role_name = o.role;
   job.virtual_local_rank = o.virtual_local_rank;
   run_dir.path = sys::make_temp_dir("lspawn-" + job.run_id.substr(0, 32) + "-");
@@ -455,10 +458,25 @@ void Run::read_environment() {
     say(std::string("--hang-timeout cannot see these Python workers: ") + python_site.off_why +
         ", so they write no status record (docs/hang-diagnosis.md, \"Python workers\")");
   }
-  if (!o.quiet && env::needs_omp_default(base_env, o.nproc_per_node)) {
-    say("setting OMP_NUM_THREADS=1 for each of the " + std::to_string(o.nproc_per_node) +
-        " workers of this node to avoid oversubscribing the CPU; set OMP_NUM_THREADS to override");
+  if (!o.quiet && omp.threads > 0) {
+    say("setting OMP_NUM_THREADS=" + std::to_string(omp.threads) + " for each of the " +
+        workers_text(o.nproc_per_node) + " of this node (its share of " + omp.why +
+        "); set OMP_NUM_THREADS or --omp-threads to override");
   }
+}
+
+// OMP_NUM_THREADS for the workers (docs/cli.md, "Threads"): --omp-threads, else the variable as
+// the user set it, else each worker's share of the CPUs (env::omp_threads_default; said in
+// read_environment()). Before the group forms: a bad SLURM_CPUS_PER_TASK stops this node alone.
+std::optional<int> Run::decide_omp_threads() {
+  if (o.omp_threads > 0) return std::nullopt;
+  try {
+    omp = env::omp_threads_default(env::current_environment(), o.nproc_per_node, sys::usable_cpu_count());
+  } catch (const std::invalid_argument& e) {
+    say(e.what());
+    return exit_codes::kUsage;
+  }
+  return std::nullopt;
 }
 
 // The workers' output sinks (run_output.hpp).
@@ -851,6 +869,7 @@ int run_job(const CliOptions& o) {
   if (auto code = r.resolve_program()) return *code;
   if (auto code = r.make_log_dir()) return *code;
   if (auto code = r.settle_job_secret()) return *code;
+  if (auto code = r.decide_omp_threads()) return *code;
   if (auto code = r.form_group()) return *code;
   r.make_run_dir();
   r.make_hang_watch();

@@ -4,7 +4,6 @@
 #include <cerrno>
 #include <cstring>
 
-#include <sched.h>
 
 #include "launcher/cli_options.hpp"
 
@@ -115,14 +114,6 @@ int resolve_nproc_spec(const std::string& spec, int gpus, int cpus, const char* 
   }
   if (how) *how = what;
   return n;
-}
-
-int usable_cpu_count() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) != 0) return 1;  // cannot fail for pid 0 with a full set
-  const int n = CPU_COUNT(&set);
-  return n > 0 ? n : 1;
 }
 
 std::vector<std::string> worker_command(const std::vector<std::string>& program, const ProgramConvention& c,

@@ -63,9 +63,6 @@ StdRoute filter_route(StdRoute route, const std::set<int>& shown, int local_rank
 int resolve_nproc_spec(const std::string& spec, int gpus, int cpus, const char* cuda_visible_devices,
                        int max_procs, std::string* how);
 
-// CPUs this process may run on: sched_getaffinity's set (what `nproc` prints); at least 1.
-int usable_cpu_count();
-
 // The worker's command line, by torchrun's program conventions (docs/cli.md "Python programs"):
 //   --no-python            program as given (exec'd directly); with -m: UsageError
 //   -m / --module          python -u -m MODULE args...

@@ -19,6 +19,7 @@
 #include "spawn/forked_workers.hpp"
 #include "spawn/forkserver.hpp"
 #include "supervisor/supervisor.hpp"
+#include "supervisor/sys.hpp"
 #include "spawn/init_detail.hpp"
 #include "spawn/threads.hpp"
 #include "spawn/worker.hpp"
@@ -236,9 +237,11 @@ ProcessContext::Impl::Launch ProcessContext::Impl::prepare_launch(const SpawnPla
   if (opts.hang_timeout.count() > 0) make_hang_watch(l.status_dir, info);
   l.job.job_secret = generate_job_secret();  // docs/security.md
   l.base = base_environment(opts.env);
-  if (env::needs_omp_default(l.base, nprocs)) {
-    info("setting OMP_NUM_THREADS=1 for each of the " + std::to_string(nprocs) +
-         " workers (set it to override)");
+  const env::OmpDefault omp = env::omp_threads_default(l.base, nprocs, sys::usable_cpu_count());
+  l.job.omp_threads = omp.threads;
+  if (omp.threads > 0) {
+    info("setting OMP_NUM_THREADS=" + std::to_string(omp.threads) + " for each of the " + std::to_string(nprocs) +
+         " workers (their share of " + omp.why + "; set it to override)");
   }
   if (opts.start_method != StartMethod::Fork) l.args = plan.encode_args();
   return l;

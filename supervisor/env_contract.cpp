@@ -1,5 +1,6 @@
 #include "supervisor/env_contract.hpp"
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -59,9 +60,30 @@ VirtualDevice virtual_visible_device(const std::vector<std::string>& base, int l
   return {devices[local_rank], hip};
 }
 
-bool needs_omp_default(const std::vector<std::string>& base, int nproc_per_node) {
-  if (nproc_per_node <= 1) return false;
-  return !has_var(base.empty() ? current_environment() : base, kOmpNumThreads);
+OmpDefault omp_threads_default(const std::vector<std::string>& base_in, int nproc_per_node, int usable_cpus) {
+  const std::vector<std::string> base = base_in.empty() ? current_environment() : base_in;
+  if (has_var(base, kOmpNumThreads)) return {};
+  int cpus = std::max(usable_cpus, 1);
+  std::string why = std::to_string(cpus) + " CPU" + (cpus == 1 ? "" : "s") + " lspawn may use";
+  const auto slurm_cpus = value_of(base, "SLURM_CPUS_PER_TASK");
+  const bool slurm = slurm_cpus && has_var(base, "SLURM_JOB_ID");
+  if (slurm) {
+    const std::string& v = *slurm_cpus;
+    int n = 0;
+    const bool digits = !v.empty() && v.size() <= 6 && std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (digits) n = std::stoi(v);
+    if (n < 1) {
+      throw std::invalid_argument("SLURM_CPUS_PER_TASK='" + v + "': not a count of CPUs (an integer >= 1), " +
+                                  "so OMP_NUM_THREADS has no default; set OMP_NUM_THREADS or --omp-threads");
+    }
+    if (n < cpus) {
+      cpus = n;
+      why = "SLURM_CPUS_PER_TASK=" + v;
+    }
+  } else if (nproc_per_node <= 1) {
+    return {};
+  }
+  return {std::max(1, cpus / std::max(nproc_per_node, 1)), why};
 }
 
 std::vector<std::string> without_run_variables(const std::vector<std::string>& env) {
@@ -115,9 +137,7 @@ std::vector<std::string> worker_environment(const JobEnv& job, const WorkerPlace
   }
   if (!job.job_secret.empty()) put(kLspawnJobSecret, job.job_secret);
   if (!job.bind_addr.empty()) put(kLspawnBindAddr, job.bind_addr);
-  if (job.default_omp_threads && needs_omp_default(base, place.nproc_per_node)) {
-    put(kOmpNumThreads, "1");
-  }
+  if (job.omp_threads > 0) put(kOmpNumThreads, std::to_string(job.omp_threads));
   if (!has_var(base, kNcclAsyncErrorHandling) && !has_var(base, kNcclAsyncErrorHandlingOld)) {
     put(kNcclAsyncErrorHandling, "1");
   }

@@ -65,8 +65,9 @@ struct JobEnv {
   std::string role_name = "default";
   int restart_count = 0;
   int max_restarts = 0;
-  // Set OMP_NUM_THREADS=1 when nproc_per_node > 1 and the base env has no OMP_NUM_THREADS.
-  bool default_omp_threads = true;
+  // OMP_NUM_THREADS for every worker (omp_threads_default(), or --omp-threads); 0: the base
+  // environment's, set or not.
+  int omp_threads = 0;
   // LSPAWN_JOB_SECRET; empty: not set (the base environment's value, if any, is removed).
   std::string job_secret;
   // LSPAWN_BIND_ADDR; empty: not set (the base environment's value, if any, is kept).
@@ -94,10 +95,21 @@ VirtualDevice virtual_visible_device(const std::vector<std::string>& base, int l
 // Path of the error file of `rank` inside run_dir: run_dir + "/error-<rank>.json".
 std::string error_file_path(const std::string& run_dir, int rank);
 
-// True when the base environment (`environ` when base is empty) needs the OMP_NUM_THREADS
-// default, i.e. nproc_per_node > 1 and OMP_NUM_THREADS is not set. The CLI prints one info
-// line when this is true.
-bool needs_omp_default(const std::vector<std::string>& base, int nproc_per_node);
+// OMP_NUM_THREADS for each worker of a node when the user set none (docs/cli.md, "Threads"): its
+// share of the CPUs, cpus / nproc_per_node rounded down, at least 1. `cpus` is what the launcher
+// may run on (`usable_cpus`: its affinity mask, sys::usable_cpu_count()), or SLURM_CPUS_PER_TASK
+// under Slurm (SLURM_JOB_ID set) when that is fewer: the CPUs of the task that runs the launcher,
+// whether or not Slurm pinned it. torchrun gives 1 whenever there are several workers (idle cores
+// on a CPU job); accelerate gives the same share as here.
+// threads 0 (leave the variable alone): the base environment (`environ` when base is empty) sets
+// OMP_NUM_THREADS, or one worker outside Slurm (OpenMP's own default is then that share already).
+// `why` says where the CPU count came from, for the one line the launcher prints.
+// Throws std::invalid_argument naming SLURM_CPUS_PER_TASK and its value when it is not a count.
+struct OmpDefault {
+  int threads = 0;
+  std::string why;  // "2 CPUs lspawn may use", "SLURM_CPUS_PER_TASK=8"
+};
+OmpDefault omp_threads_default(const std::vector<std::string>& base, int nproc_per_node, int usable_cpus);
 
 // The full environment ("NAME=value" strings) of one worker: `base` (the caller's environment
 // when empty — pass {} to inherit `environ`) with every contract variable set or replaced.

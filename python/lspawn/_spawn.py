@@ -12,7 +12,7 @@ beyond torch's:
 - nothing outlives the parent, even a parent killed by SIGKILL: a guardian process kills the
   processes' groups (their own children included) when the parent dies (_guardian.py);
 - the root cause is the process that failed first, not whichever join() happened to look at;
-- a process that ignores the stop signal is SIGKILLed after `grace_period` seconds (default 5);
+- a process that ignores the stop signal is SIGKILLed after `grace_period` seconds (default 30, as torchrun);
 - the arguments are checked before any process starts (a function that cannot be pickled is a
   TypeError naming fn, not a failure in every child).
 
@@ -347,7 +347,7 @@ def start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method
     fn_bytes, args_bytes = _check(fn, args, nprocs, start_method, preload, grace_period, hang_timeout)
     if start_method == "fork":
         from ._fork import start_fork
-        context = start_fork(fn, args, nprocs, torchrun_env, 5.0 if grace_period is None else float(grace_period))
+        context = start_fork(fn, args, nprocs, torchrun_env, 30.0 if grace_period is None else float(grace_period))
     else:
         context = _start_launcher(fn_bytes, args_bytes, nprocs, start_method, preload, torchrun_env,
                                   grace_period, hang_timeout, warm)

@@ -1,6 +1,8 @@
 // The environment contract (docs/env-contract.md) as workers see it.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include <map>
 #include <set>
 
@@ -9,7 +11,7 @@
 #include <sys/wait.h>
 
 #include "harness.hpp"
-#include "launcher/torchrun_compat.hpp"  // usable_cpu_count
+#include "supervisor/sys.hpp"  // usable_cpu_count
 #include "supervisor/port.hpp"
 
 using namespace lspawn::test;
@@ -174,11 +176,46 @@ TEST_CASE("torchrun's PET_* defaults: PET_MAX_RESTARTS and PET_ROLE act as the f
   CHECK(bad.out.find("started") == std::string::npos);
 }
 
+TEST_CASE("OMP_NUM_THREADS: each worker's share of the CPUs lspawn may use, said once, --omp-threads over all",
+          "[e2e][env][exec-only]") {  // exec-only: its Slurm case runs /bin/sh, which no forkserver can start
+  const int cpus = lspawn::sys::usable_cpu_count();
+  const int share = std::max(1, cpus / 2);
+  auto r = run_lspawn({"--nprocs", "2", worker_bin(), "env"}, {});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto env = env_by_rank(r.out);
+  CHECK(env[0]["OMP_NUM_THREADS"] == std::to_string(share));
+  CHECK(env[1]["OMP_NUM_THREADS"] == std::to_string(share));
+  CHECK(r.err.find("lspawn: setting OMP_NUM_THREADS=" + std::to_string(share) +
+                   " for each of the 2 workers of this node (its share of " + std::to_string(cpus) + " CPU" +
+                   (cpus == 1 ? "" : "s") + " lspawn may use); set OMP_NUM_THREADS or --omp-threads to override\n") !=
+        std::string::npos);
+  // --omp-threads: every worker, over the environment's value, nothing said.
+  r = run_lspawn({"--nprocs", "2", "--omp-threads", "3", worker_bin(), "env"}, {"OMP_NUM_THREADS=5"});
+  REQUIRE(r.exit_code == 0);
+  env = env_by_rank(r.out);
+  CHECK(env[0]["OMP_NUM_THREADS"] == "3");
+  CHECK(env[1]["OMP_NUM_THREADS"] == "3");
+  CHECK(r.err.find("OMP_NUM_THREADS") == std::string::npos);
+  // Under Slurm (one node, not a step), a SLURM_CPUS_PER_TASK that is no count: exit 2, named, nothing started.
+  r = run_lspawn({"--nprocs", "2", "/bin/sh", "-c", "echo started"}, {"SLURM_JOB_ID=7", "SLURM_CPUS_PER_TASK=lots"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("lspawn: SLURM_CPUS_PER_TASK='lots': not a count of CPUs (an integer >= 1)") != std::string::npos);
+  CHECK(r.out.find("started") == std::string::npos);
+  // ... and a good one, fewer than lspawn's CPUs, is the count shared.
+  if (cpus >= 2) {
+    r = run_lspawn({"--nprocs", "1", worker_bin(), "env"}, {"SLURM_JOB_ID=7", "SLURM_CPUS_PER_TASK=1"});
+    REQUIRE(r.exit_code == 0);
+    CHECK(env_by_rank(r.out)[0]["OMP_NUM_THREADS"] == "1");
+    CHECK(r.err.find("(its share of SLURM_CPUS_PER_TASK=1)") != std::string::npos);
+  }
+}
+
 TEST_CASE("in a pod with PET_NPROC_PER_NODE=cpu|gpu (torchrun's forms), lspawn counts the workers - or names the variable",
           "[e2e][env][k8s]") {
   const std::vector<std::string> pod = {"PET_NNODES=1", "PET_NODE_RANK=0", "MASTER_ADDR=127.0.0.1",
                                         "MASTER_PORT=" + std::to_string(free_port())};
-  const int cpus = lspawn::usable_cpu_count();
+  const int cpus = lspawn::sys::usable_cpu_count();
   std::vector<std::string> env = pod;
   env.push_back("PET_NPROC_PER_NODE=cpu");
   auto r = run_lspawn({worker_bin(), "env"}, env);

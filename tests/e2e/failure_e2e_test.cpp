@@ -50,6 +50,16 @@ TEST_CASE("a rank that ignores SIGTERM gets SIGKILL after the grace period", "[e
   CHECK(r.seconds < 15.0);  // the others wait forever unless lspawn stops them (the harness gives up at 20 s)
 }
 
+TEST_CASE("the default grace period is torchrun's 30 s, and workers that exit on SIGTERM end the job at once",
+          "[e2e][failure]") {
+  // Rank 1 sleeps (SIGTERM's default action) once rank 0 has failed: nothing waits for the 30 s.
+  auto r = run_lspawn({"--nprocs", "3", worker_bin(), "exit-rank", "0", "6"});
+  INFO(r.err);
+  CHECK(r.exit_code == 6);
+  CHECK(r.err.find("(SIGKILL after a grace period of 30 s)") != std::string::npos);
+  CHECK(r.seconds < 10.0);
+}
+
 TEST_CASE("a sibling that exits by itself within the grace period is not reported as killed", "[e2e][failure][exec-only]") {
   TempDir sync;
   auto r = run_lspawn({"--nprocs", "2", "--grace-period", "60", "/bin/sh", "-c",

@@ -9,6 +9,7 @@
 #include "launcher/cli_options.hpp"
 #include "cluster/launch_env.hpp"
 #include "launcher/torchrun_compat.hpp"
+#include "supervisor/sys.hpp"
 
 using lspawn::CliOptions;
 using lspawn::parse_cli;
@@ -22,7 +23,9 @@ TEST_CASE("parse_cli: defaults", "[cli]") {
   CHECK(o.master_addr == "127.0.0.1");
   CHECK(o.master_port == 0);
   CHECK(o.run_id.empty());
-  CHECK(o.grace_period_s == 5.0);
+  CHECK(o.grace_period_s == 30.0);  // torchrun's default
+  CHECK(o.omp_threads == 0);        // the default share (env::omp_threads_default)
+  CHECK(parse_cli({"--omp-threads", "3", "prog"}).omp_threads == 3);
   CHECK(o.prefix);
   CHECK_FALSE(o.quiet);
   CHECK(o.program == std::vector<std::string>{"prog"});
@@ -70,6 +73,8 @@ TEST_CASE("parse_cli: malformed options name the option and the accepted form", 
   CHECK(msg({"--nprocs", "99999999999", "p"}).find("--nprocs: expected a positive integer") == 0);
   CHECK(msg({"--nprocs"}) == "--nprocs: missing value (--nprocs N|gpu|cpu|auto)");
   CHECK(msg({"--grace-period", "-1", "p"}).find("--grace-period: expected a number of seconds >= 0") == 0);
+  CHECK(msg({"--omp-threads", "0", "p"}).find("--omp-threads: 0 is out of range 1..4096") == 0);
+  CHECK(msg({"--omp-threads", "two", "p"}).find("--omp-threads: expected an integer number of threads >= 1") == 0);
   CHECK(msg({"--grace-period", "1e3", "p"}).find("--grace-period") == 0);
   CHECK(msg({"--grace-period", "nan", "p"}).find("--grace-period") == 0);
   CHECK(msg({"--master-port", "65536", "p"}) == "--master-port: 65536 is out of range 0..65535 (--master-port PORT)");
@@ -204,7 +209,7 @@ TEST_CASE("usable_cpu_count is what nproc(1) prints (sched_getaffinity)", "[cli]
   const bool got = std::fgets(buf, sizeof buf, p) != nullptr;
   ::pclose(p);
   REQUIRE(got);
-  CHECK(lspawn::usable_cpu_count() == std::atoi(buf));
+  CHECK(lspawn::sys::usable_cpu_count() == std::atoi(buf));
 }
 
 TEST_CASE("parse_cli: --standalone - and what it cannot be combined with", "[cli][torchrun]") {

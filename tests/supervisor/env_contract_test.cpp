@@ -25,6 +25,7 @@ TEST_CASE("worker_environment: torchrun's names from the worker's place", "[env]
   job.master_port = 4242;
   job.run_id = "rid";
   job.run_dir = "/tmp/run";
+  job.omp_threads = 1;
   env::WorkerPlace place{1, 4, 2, 3};  // local 1 of 4, node 2 of 3
   auto m = as_map(env::worker_environment(job, place, {"PATH=/bin", "RANK=stale", "OTHER=x"}));
   CHECK(m["RANK"] == "9");
@@ -102,19 +103,55 @@ TEST_CASE("worker_environment: --virtual-local-rank - LOCAL_RANK=0 and the worke
   CHECK(m["CUDA_VISIBLE_DEVICES"] == "4,6");
 }
 
-TEST_CASE("OMP_NUM_THREADS default only with several workers per node and none set", "[env]") {
+TEST_CASE("OMP_NUM_THREADS default: each worker's share of the CPUs, at least 1, unless the user set it", "[env]") {
+  // Several workers: the CPUs split between them, rounded down, never below 1.
+  CHECK(env::omp_threads_default({"A=1"}, 2, 16).threads == 8);
+  CHECK(env::omp_threads_default({"A=1"}, 3, 16).threads == 5);
+  CHECK(env::omp_threads_default({"A=1"}, 4, 2).threads == 1);
+  CHECK(env::omp_threads_default({"A=1"}, 2, 16).why == "16 CPUs lspawn may use");
+  CHECK(env::omp_threads_default({"A=1"}, 2, 1).why == "1 CPU lspawn may use");
+  // One worker outside Slurm: left to OpenMP (its default is that share already).
+  CHECK(env::omp_threads_default({"A=1"}, 1, 16).threads == 0);
+  // The user's variable wins, whatever its value; a longer name is not it.
+  CHECK(env::omp_threads_default({"OMP_NUM_THREADS=8"}, 2, 16).threads == 0);
+  CHECK(env::omp_threads_default({"OMP_NUM_THREADS_X=8", "OMP_NUM_THREADS=2"}, 4, 16).threads == 0);
+  CHECK(env::omp_threads_default({"OMP_NUM_THREADS_X=8"}, 4, 16).threads == 4);
+}
+
+TEST_CASE("OMP_NUM_THREADS default under Slurm: SLURM_CPUS_PER_TASK when it is fewer, a bad one is named", "[env]") {
+  const std::vector<std::string> slurm = {"SLURM_JOB_ID=7", "SLURM_CPUS_PER_TASK=8"};
+  auto d = env::omp_threads_default(slurm, 2, 64);
+  CHECK(d.threads == 4);
+  CHECK(d.why == "SLURM_CPUS_PER_TASK=8");
+  CHECK(env::omp_threads_default(slurm, 1, 64).threads == 8);  // one worker: the task's CPUs
+  // The launcher's own affinity narrower than the task's CPUs: the affinity.
+  d = env::omp_threads_default(slurm, 2, 4);
+  CHECK(d.threads == 2);
+  CHECK(d.why == "4 CPUs lspawn may use");
+  // Not under Slurm (no SLURM_JOB_ID): the variable is someone else's.
+  CHECK(env::omp_threads_default({"SLURM_CPUS_PER_TASK=8"}, 2, 64).threads == 32);
+  for (const char* bad : {"", "0", "x", "-2", "8x", "99999999"}) {
+    INFO("SLURM_CPUS_PER_TASK='" << bad << "'");
+    try {
+      env::omp_threads_default({"SLURM_JOB_ID=7", std::string("SLURM_CPUS_PER_TASK=") + bad}, 2, 64);
+      FAIL("no error");
+    } catch (const std::invalid_argument& e) {
+      CHECK(std::string(e.what()).find(std::string("SLURM_CPUS_PER_TASK='") + bad + "'") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("worker_environment: JobEnv::omp_threads sets OMP_NUM_THREADS, 0 leaves the base's", "[env]") {
   env::JobEnv job;
-  CHECK(env::needs_omp_default({"A=1"}, 2));
-  CHECK_FALSE(env::needs_omp_default({"A=1"}, 1));
-  CHECK_FALSE(env::needs_omp_default({"OMP_NUM_THREADS=8"}, 2));
-  CHECK_FALSE(env::needs_omp_default({"OMP_NUM_THREADS_X=8", "OMP_NUM_THREADS=2"}, 4));
   auto m = as_map(env::worker_environment(job, env::WorkerPlace{0, 2, 0, 1}, {"OMP_NUM_THREADS=8"}));
   CHECK(m["OMP_NUM_THREADS"] == "8");
-  m = as_map(env::worker_environment(job, env::WorkerPlace{0, 1, 0, 1}, {"A=1"}));
-  CHECK(m.count("OMP_NUM_THREADS") == 0);
-  job.default_omp_threads = false;
   m = as_map(env::worker_environment(job, env::WorkerPlace{0, 2, 0, 1}, {"A=1"}));
   CHECK(m.count("OMP_NUM_THREADS") == 0);
+  job.omp_threads = 3;
+  m = as_map(env::worker_environment(job, env::WorkerPlace{0, 2, 0, 1}, {"A=1"}));
+  CHECK(m["OMP_NUM_THREADS"] == "3");
+  m = as_map(env::worker_environment(job, env::WorkerPlace{0, 2, 0, 1}, {"OMP_NUM_THREADS=8"}));  // --omp-threads
+  CHECK(m["OMP_NUM_THREADS"] == "3");
 }
 
 TEST_CASE("worker_environment: the job's secret and bind address - an inherited secret is never passed on",
