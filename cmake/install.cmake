@@ -5,7 +5,7 @@
 #   find_package(lspawn CONFIG REQUIRED)
 #   target_link_libraries(app PRIVATE lspawn::spawn)        # or spawn_torch, runtime, ...
 #
-# Exported names, one per part (docs/architecture.md): lspawn::proto, lspawn::status,
+# Exported names, one per part (docs/architecture.md): lspawn::proto, lspawn::placement, lspawn::status,
 # lspawn::supervisor, lspawn::hang, lspawn::spawn, lspawn::forkserver_hook, lspawn::cluster,
 # lspawn::daemon, lspawn::launcher (the command line; it links every torch-free part, as the
 # lspawn::launcher of 0.1 did), lspawn::runtime, lspawn::spawn_torch, lspawn::collectives_shm,
@@ -17,7 +17,7 @@ set(LSPAWN_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/lspawn)
 set(LSPAWN_INSTALL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/lspawn)
 
 set(_lspawn_exported)
-foreach(_t lspawn_gloo_headers lspawn_proto lspawn_status lspawn_supervisor lspawn_hang lspawn_spawn lspawn_forkserver_hook
+foreach(_t lspawn_gloo_headers lspawn_proto lspawn_placement lspawn_status lspawn_supervisor lspawn_hang lspawn_spawn lspawn_forkserver_hook
            lspawn_cluster lspawn_daemon lspawn_launcher lspawn_runtime lspawn_spawn_torch
            lspawn_collectives_shm lspawn_collectives lspawn_strategies)
   if(TARGET ${_t})

@@ -1,3 +1,4 @@
+#include "placement/binding.hpp"
 #include "launcher/cli_options.hpp"
 #include "launcher/python_preload.hpp"
 
@@ -268,6 +269,9 @@ options (--opt value and --opt=value are both accepted):
   --grace-period SECONDS          SIGTERM -> SIGKILL delay when stopping workers (default 30, as
                                   torchrun; a worker that exits on SIGTERM ends the job at once);
   --shutdown-timeout SECONDS      torchrun's name for it (else $TORCH_ELASTIC_SHUTDOWN_TIMEOUT)
+  --numa-binding MODE             torchrun's CPU placement: node, socket, exclusive or core-complex
+                                  (by each local rank's GPU, or spread over the NUMA nodes without
+                                  GPUs); one line says which rank got which CPUs (docs/cli.md)
   --omp-threads N                 OMP_NUM_THREADS for every worker (default, when the environment
                                   sets none: each worker's share of the CPUs, at least 1)
   --log-dir DIR                   write DIR/rank<N>.stdout and DIR/rank<N>.stderr instead of the console
@@ -341,7 +345,7 @@ options (--opt value and --opt=value are both accepted):
   --virtual-local-rank            torchrun's: every worker gets LOCAL_RANK=0 and sees only its own
                                   GPU, entry LOCAL_RANK of $CUDA_VISIBLE_DEVICES (else GPU LOCAL_RANK)
   Other torchrun flags: --monitor-interval, --signals-to-handle (lspawn's signals) and
-  --start-method spawn|fork are accepted with a note; --logs-specs, --numa-binding and
+  --start-method spawn|fork are accepted with a note; --logs-specs and
   --event-log-handler are refused (docs/cli.md, "From torchrun").
   -h, --help                      this text
   --version                       print the version
@@ -454,6 +458,11 @@ bool parse_run_option(const std::string& name, const NoValue& flag, const TakeVa
     o.start_method = CliStartMethod::Warm;
   } else if (name == "--grace-period") {
     o.grace_period_s = parse_seconds(name, take("SECONDS"));
+  } else if (name == "--numa-binding") {
+    o.numa_binding = take("node|socket|exclusive|core-complex");
+    if (!placement::parse_mode(o.numa_binding)) {
+      usage(name + ": '" + o.numa_binding + "' is not a mode (node, socket, exclusive or core-complex, as torchrun)");
+    }
   } else if (name == "--omp-threads") {
     o.omp_threads = parse_int(name, take("N"), 1, 4096, "N", "an integer number of threads >= 1");
   } else if (name == "--hang-timeout") {

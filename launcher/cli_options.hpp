@@ -31,6 +31,7 @@ struct CliOptions : LaunchFlags {
                                    // address of --master-addr (loopback on one node)
   double grace_period_s = 30.0;    // --grace-period, seconds, >= 0 (torchrun's --shutdown-timeout
                                    // and its default: a job that checkpoints on SIGTERM has time)
+  std::string numa_binding;        // --numa-binding node|socket|exclusive|core-complex; empty: none
   int omp_threads = 0;             // --omp-threads N: OMP_NUM_THREADS for every worker, over the
                                    // environment's; 0: env::omp_threads_default()
   std::string log_dir;             // --log-dir; empty: console only

@@ -1,3 +1,4 @@
+#include "placement/binding.hpp"
 #include "launcher/run.hpp"
 
 #include <algorithm>
@@ -203,6 +204,7 @@ struct Run {
   std::optional<int> make_log_dir();
   std::optional<int> settle_job_secret();
   std::optional<int> decide_omp_threads();
+  std::optional<int> decide_placement();
   std::optional<int> form_group();
   void make_run_dir();
   void make_hang_watch();
@@ -266,6 +268,9 @@ struct Run {
   std::vector<std::string> base_env;  // the workers' environment before their own variables
   python_site::Decision python_site;  // a Python program's hang diagnosis in exec mode
   env::OmpDefault omp;                 // decide_omp_threads(): OMP_NUM_THREADS's default
+  bool omp_per_worker = false;         // with --numa-binding: each worker's own CPU count
+  placement::Topology topology;        // decide_placement(): --numa-binding's CPUs per local rank
+  std::vector<placement::Placement> placements;
 
   // make_sinks(), start_supervisor(): the Supervisor writes to `output`'s sinks.
   RunOutput output;
@@ -417,6 +422,23 @@ node::GroupOptions Run::group_options() {
   return go;
 }
 
+// --numa-binding (docs/cli.md, "CPU placement"): the CPUs of each local rank, from the machine's
+// topology (placement/), before the group forms: what cannot be placed stops this node alone.
+std::optional<int> Run::decide_placement() {
+  if (o.numa_binding.empty()) return std::nullopt;
+  try {
+    topology = placement::read_topology();
+    const char* visible = std::getenv(env::kCudaVisibleDevices);
+    const std::vector<int> gpus = placement::visible_gpus(topology, visible, std::getenv("CUDA_DEVICE_ORDER"));
+    placements = placement::place(topology, *placement::parse_mode(o.numa_binding), o.nproc_per_node, gpus,
+                                  placement::current_affinity());
+  } catch (const placement::TopologyError& e) {
+    say(e.what());
+    return exit_codes::kUsage;
+  }
+  return std::nullopt;
+}
+
 // The workers' job and the run's private directory (status records, error files).
 void Run::make_run_dir() {
   const node::AssignMsg& assign = group->assignment();
@@ -470,8 +492,14 @@ void Run::read_environment() {
 // read_environment()). Before the group forms: a bad SLURM_CPUS_PER_TASK stops this node alone.
 std::optional<int> Run::decide_omp_threads() {
   if (o.omp_threads > 0) return std::nullopt;
+  const std::vector<std::string> current = env::current_environment();
+  if (!placements.empty()) {  // each worker's share is its own CPUs (specs_for())
+    omp_per_worker = std::none_of(current.begin(), current.end(),
+                                  [](const std::string& kv) { return kv.rfind(std::string(env::kOmpNumThreads) + "=", 0) == 0; });
+    return std::nullopt;
+  }
   try {
-    omp = env::omp_threads_default(env::current_environment(), o.nproc_per_node, sys::usable_cpu_count());
+    omp = env::omp_threads_default(current, o.nproc_per_node, sys::usable_cpu_count());
   } catch (const std::invalid_argument& e) {
     say(e.what());
     return exit_codes::kUsage;
@@ -514,6 +542,10 @@ void Run::say_starting() const {
       (o.start_method == CliStartMethod::Warm ? " by warm forkserver" : use_forkserver ? " by forkserver" : "") +
       " (node " + std::to_string(node_rank) + "/" + std::to_string(assign.nnodes) + (multi ? " on " + host : "") +
       ", master " + assign.master_addr + ":" + std::to_string(assign.master_port) + ", run id " + job.run_id + ")");
+  if (!placements.empty()) {
+    say("--numa-binding " + o.numa_binding + ": " + placement::placement_text(topology, placements, node_rank * o.nproc_per_node) +
+        (omp_per_worker ? "; OMP_NUM_THREADS = each rank's CPU count" : ""));
+  }
 }
 
 // The workers of this node for round `restart_count`.
@@ -530,6 +562,12 @@ std::vector<ExecSpec> Run::specs_for(int restart_count) {
     ::unlink(spec.error_file.c_str());  // a report of an earlier attempt is not this one's
     set_env(spec.env, status::kDirEnv, status_dir);
     python_site::apply(python_site, spec.env);
+    if (!placements.empty()) {
+      const placement::CpuList& cpus = placements[static_cast<size_t>(lr)].cpus;
+      spec.cpus = cpus;
+      set_env(spec.env, env::kLspawnCpus, placement::cpu_list_text(cpus));
+      if (omp_per_worker) set_env(spec.env, env::kOmpNumThreads, std::to_string(cpus.size()));
+    }
     if (preloading) set_env(spec.env, preload::kArgvEnv, preload::worker_argv(o.program));
     out.push_back(std::move(spec));
   }
@@ -869,6 +907,7 @@ int run_job(const CliOptions& o) {
   if (auto code = r.resolve_program()) return *code;
   if (auto code = r.make_log_dir()) return *code;
   if (auto code = r.settle_job_secret()) return *code;
+  if (auto code = r.decide_placement()) return *code;
   if (auto code = r.decide_omp_threads()) return *code;
   if (auto code = r.form_group()) return *code;
   r.make_run_dir();

@@ -240,7 +240,6 @@ std::optional<std::string> refused_torchrun_flag(const std::string& name) {
   };
   static const Refusal kRefused[] = {
       {"--logs-specs", "lspawn has no log plugins; its own files are --log-dir DIR with --redirects/--tee"},
-      {"--numa-binding", "bind in the program, or wrap it: lspawn ... -- numactl --cpunodebind=N prog"},
       {"--event-log-handler", "lspawn has no event log; its info lines and the failure summary go to stderr"},
       {"--use-env", "that is torch.distributed.launch's flag; lspawn (like torchrun) always sets LOCAL_RANK in the environment"},
   };
@@ -259,7 +258,7 @@ EnvFlags torchrun_env_flags(const std::function<std::optional<std::string>(const
       "--rdzv-backend", "--rdzv-endpoint", "--rdzv-conf", "--max-restarts", "--monitor-interval",
       "--start-method", "--role", "--log-dir", "--redirects", "--tee", "--local-ranks-filter",
       "--local-addr", "--signals-to-handle", "--shutdown-timeout", "--log-line-prefix-template",
-      "--duplicate-stdout-filters", "--duplicate-stderr-filters"};
+      "--duplicate-stdout-filters", "--duplicate-stderr-filters", "--numa-binding"};
   static const char* const kSwitches[] = {"--standalone", "--module", "--no-python", "--run-path",
                                           "--virtual-local-rank"};
   // ... and those lspawn does not have: their variables are noted, not read.

@@ -16,11 +16,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <stdexcept>
 #include <vector>
 
 #include "supervisor/fd_frame.hpp"
 #include "supervisor/sys.hpp"
 #include "proto/wire.hpp"
+#include "placement/cpu_list.hpp"
+#include "supervisor/env_contract.hpp"
 
 namespace lspawn::fork_loop {
 namespace {
@@ -55,6 +58,19 @@ void set_up_worker(const proto::ForkRequest& req, pid_t server, const int stdio[
     for (const auto& kv : req.env) ::putenv(::strdup(kv.c_str()));  // owned by environ
   }
   if (req.umask >= 0) ::umask(static_cast<mode_t>(req.umask & 0777));
+  // --numa-binding: the CPUs the launcher placed this worker on (env_contract.hpp), as an exec'd
+  // worker gets them before its exec.
+  if (const char* cpus = ::getenv(env::kLspawnCpus)) {
+    try {
+      const placement::CpuList list = placement::parse_cpu_list(cpus, env::kLspawnCpus);
+      if (!list.empty() && placement::set_affinity(list) != 0) throw std::invalid_argument(std::strerror(errno));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "lspawn forkserver: worker %d (pid %d): cannot run on the CPUs %s=%s: %s\n",
+                   static_cast<int>(req.index), static_cast<int>(::getpid()), env::kLspawnCpus, cpus, e.what());
+      std::fflush(stderr);
+      ::_exit(126);
+    }
+  }
   if (!req.cwd.empty() && ::chdir(req.cwd.c_str()) != 0) {
     std::fprintf(stderr, "lspawn forkserver: worker %d (pid %d): cannot change to the directory '%s': %s\n",
                  static_cast<int>(req.index), static_cast<int>(::getpid()), req.cwd.c_str(),

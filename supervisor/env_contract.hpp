@@ -28,6 +28,9 @@ inline constexpr const char* kMaxRestarts = "TORCHELASTIC_MAX_RESTARTS";
 inline constexpr const char* kErrorFile = "TORCHELASTIC_ERROR_FILE";
 inline constexpr const char* kUseAgentStore = "TORCHELASTIC_USE_AGENT_STORE";
 inline constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";
+// --numa-binding: the worker's CPUs ("0-7,16-23"), set by the launcher; a forked worker applies it
+// itself (spawn/fork_loop.cpp), an exec'd one is placed before its exec (ExecSpec::cpus).
+inline constexpr const char* kLspawnCpus = "LSPAWN_CPUS";
 // torchrun sets it to 1 (NCCL errors and watchdog timeouts abort the communicators and end the
 // process) unless the launcher's environment has it; lspawn too, and also leaves it alone when
 // the older name (NCCL_ASYNC_ERROR_HANDLING, which torch 2.x still reads) is set.

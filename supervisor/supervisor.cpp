@@ -284,6 +284,9 @@ pid_t Supervisor::start_exec(int rank, const ExecSpec& spec) {
   auto status_pipe = sys::make_pipe("exec status of " + ctx);
   const char* path = spec.path.c_str();
   const int status_w = status_pipe.write.get();
+  // Written by the child (no allocation there) if the kernel refuses its CPUs.
+  const std::string affinity_error = "lspawn: " + ctx + ": sched_setaffinity to CPUs " +
+                                     placement::cpu_list_text(spec.cpus) + " failed; not started\n";
   pid_t pid = fork_child(
       rank,
       [&] {
@@ -294,6 +297,10 @@ pid_t Supervisor::start_exec(int rank, const ExecSpec& spec) {
         // without O_CLOEXEC (like Python's subprocess close_fds=True, which torchrun uses).
         // CLOEXEC rather than close: the status pipe must stay open until execve.
         ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
+        if (!spec.cpus.empty() && placement::set_affinity(spec.cpus) != 0) {
+          (void)!::write(2, affinity_error.data(), affinity_error.size());
+          ::_exit(126);
+        }
         sys::execve_or_report(path, argv.data(), envp.data(), status_w);
       },
       out, err);

@@ -41,6 +41,7 @@
 
 #include <sys/types.h>
 
+#include "placement/cpu_list.hpp"
 #include "supervisor/guardian.hpp"
 #include "supervisor/output.hpp"
 #include "supervisor/sys.hpp"
@@ -93,6 +94,8 @@ struct ExecSpec {
   std::vector<std::string> argv;  // argv[0] included
   std::vector<std::string> env;   // full environment, "NAME=value"
   std::string error_file;         // read when the worker fails; may be empty
+  placement::CpuList cpus;        // its CPUs (--numa-binding), set in the child before the exec;
+                                  // empty: the supervisor's own
 };
 
 // How a worker is started by fork without exec (spawn()'s Fork method). In the child, after

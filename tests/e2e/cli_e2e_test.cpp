@@ -45,7 +45,7 @@ TEST_CASE("usage errors exit 2 - name the option and start nothing", "[e2e][cli]
       {{"--tee=all"}, "--tee: expected 0 none, 1 stdout, 2 stderr, 3 both"},
       {{"--standalone", "--rdzv-endpoint", "h:5"}, "--standalone: cannot be combined with --rdzv-endpoint h:5"},
       {{"--rdzv-backend", "etcd"}, "--rdzv-backend: lspawn's own rendezvous replaces c10d and static"},
-      {{"--numa-binding", "node"}, "--numa-binding: torchrun's flag is not supported by lspawn"},
+      {{"--numa-binding", "rack"}, "--numa-binding: 'rack' is not a mode"},
       {{"--local_ranks_filter=0,b"}, "--local-ranks-filter: expected local ranks separated by commas"},
       {{"--nnodes", "1:2"}, "--nnodes 1:2: an elastic range needs --rdzv-endpoint HOST:PORT"},
       {{"--nprocs=0"}, "--nprocs: 0 is out of range"},

@@ -13,6 +13,7 @@
 #include "harness.hpp"
 #include "supervisor/sys.hpp"  // usable_cpu_count
 #include "supervisor/port.hpp"
+#include "placement/binding.hpp"
 
 using namespace lspawn::test;
 
@@ -209,6 +210,44 @@ TEST_CASE("OMP_NUM_THREADS: each worker's share of the CPUs lspawn may use, said
     CHECK(env_by_rank(r.out)[0]["OMP_NUM_THREADS"] == "1");
     CHECK(r.err.find("(its share of SLURM_CPUS_PER_TASK=1)") != std::string::npos);
   }
+}
+
+TEST_CASE("numa binding: --numa-binding places each worker on its CPUs before it runs, says so, and OMP_NUM_THREADS follows",
+          "[e2e][env][numa]") {
+  // This machine as lspawn reads it (the rules themselves: tests/placement); no GPU here, so the
+  // ranks are placed over the NUMA nodes. Under forkserver and warm the forked worker binds itself.
+  using namespace lspawn::placement;
+  const Topology topo = read_topology();
+  const CpuList allowed = current_affinity();
+  std::set<int> cores;
+  for (int c : allowed) cores.insert(topo.cpu(c) ? topo.cpu(c)->core : c);
+  const Mode mode = cores.size() >= 2 ? Mode::Exclusive : Mode::Node;
+  const auto want = place(topo, mode, 2, {}, allowed);
+  auto r = run_lspawn({"--nprocs", "2", "--numa-binding", mode_name(mode), worker_bin(), "affinity"}, {});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("lspawn: --numa-binding " + std::string(mode_name(mode)) + ": " + placement_text(topo, want, 0) +
+                   "; OMP_NUM_THREADS = each rank's CPU count\n") != std::string::npos);
+  for (int rank = 0; rank < 2; ++rank) {
+    const CpuList& cpus = want[static_cast<size_t>(rank)].cpus;
+    std::string list;
+    for (int c : cpus) list += (list.empty() ? "" : ",") + std::to_string(c);
+    CHECK(r.out.find("[rank " + std::to_string(rank) + "] cpus " + list + " omp " + std::to_string(cpus.size()) + " env " +
+                     cpu_list_text(cpus) + "\n") != std::string::npos);
+  }
+  // The user's OMP_NUM_THREADS stays.
+  r = run_lspawn({"--nprocs", "2", "--numa-binding", "node", worker_bin(), "affinity"}, {"OMP_NUM_THREADS=3"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("[rank 0] cpus ") != std::string::npos);
+  CHECK(r.out.find(" omp 3 env ") != std::string::npos);
+  CHECK(r.err.find("OMP_NUM_THREADS = each rank's CPU count") == std::string::npos);
+  // More ranks than cores for exclusive: exit 2, said, nothing started.
+  const std::string too_many = std::to_string(cores.size() + 1);
+  r = run_lspawn({"--nprocs", too_many, "--numa-binding", "exclusive", worker_bin(), "affinity"}, {});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("lspawn: --numa-binding exclusive: NUMA node ") == 0);
+  CHECK(r.err.find("physical core") != std::string::npos);
+  CHECK(r.out.find("cpus") == std::string::npos);
 }
 
 TEST_CASE("in a pod with PET_NPROC_PER_NODE=cpu|gpu (torchrun's forms), lspawn counts the workers - or names the variable",

@@ -26,6 +26,8 @@ TEST_CASE("parse_cli: defaults", "[cli]") {
   CHECK(o.grace_period_s == 30.0);  // torchrun's default
   CHECK(o.omp_threads == 0);        // the default share (env::omp_threads_default)
   CHECK(parse_cli({"--omp-threads", "3", "prog"}).omp_threads == 3);
+  CHECK(parse_cli({"--numa-binding", "core-complex", "prog"}).numa_binding == "core-complex");
+  CHECK(o.numa_binding.empty());
   CHECK(o.prefix);
   CHECK_FALSE(o.quiet);
   CHECK(o.program == std::vector<std::string>{"prog"});
@@ -573,6 +575,8 @@ TEST_CASE("parse_cli(args, env): torchrun's PET_* defaults - the command line wi
   SECTION("TORCH_ELASTIC_SHUTDOWN_TIMEOUT is torchrun's fallback - --grace-period or --shutdown-timeout on the "
           "command line wins over both") {
     CHECK(parse_cli({"p"}, lookup({{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "9"}})).grace_period_s == 9);
+    CHECK(parse_cli({"p"}, lookup({{"PET_NUMA_BINDING", "socket"}})).numa_binding == "socket");
+    CHECK(parse_cli({"--numa-binding", "node", "p"}, lookup({{"PET_NUMA_BINDING", "socket"}})).numa_binding == "node");
     CHECK(parse_cli({"p"}, lookup({{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "9"}, {"PET_SHUTDOWN_TIMEOUT", "3"}}))
               .grace_period_s == 3);
     CHECK(parse_cli({"--grace-period", "0.5", "p"}, lookup({{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "9"},
@@ -642,7 +646,7 @@ TEST_CASE("parse_cli: torchrun flags lspawn does not support get their own error
   const std::vector<Case> cases = {
       {{"--logs-specs", "x", "p"}, "--logs-specs: torchrun's flag is not supported by lspawn ("},
       {{"--logs_specs=x", "p"}, "--logs-specs: torchrun's flag is not supported by lspawn ("},
-      {{"--numa-binding", "node", "p"}, "--numa-binding: torchrun's flag is not supported by lspawn (bind in the program"},
+      {{"--numa-binding", "nodes", "p"}, "--numa-binding: 'nodes' is not a mode (node, socket, exclusive or core-complex, as torchrun)"},
       {{"--event_log_handler", "null", "p"}, "--event-log-handler: torchrun's flag is not supported by lspawn"},
   };
   for (const auto& c : cases) {
