@@ -52,8 +52,10 @@ TEST_CASE("a rank that ignores SIGTERM gets SIGKILL after the grace period", "[e
 
 TEST_CASE("the default grace period is torchrun's 30 s, and workers that exit on SIGTERM end the job at once",
           "[e2e][failure]") {
-  // Rank 1 sleeps (SIGTERM's default action) once rank 0 has failed: nothing waits for the 30 s.
-  auto r = run_lspawn({"--nprocs", "3", worker_bin(), "exit-rank", "0", "6"});
+  // Ranks 1 and 2 wait with SIGTERM's default action once rank 0 has failed (after both are
+  // ready: the sync directory): nothing waits for the 30 s.
+  TempDir sync;
+  auto r = run_lspawn({"--nprocs", "3", worker_bin(), "exit-rank", "0", "6"}, {"LSPAWN_TEST_SYNC_DIR=" + sync.path});
   INFO(r.err);
   CHECK(r.exit_code == 6);
   CHECK(r.err.find("(SIGKILL after a grace period of 30 s)") != std::string::npos);
