@@ -994,6 +994,7 @@ void Group::maybe_decide() {
   facts.causes = causes_;
   facts.restarts_used = restarts_used_;
   facts.max_restarts = opts_.max_restarts;
+  facts.no_restart_codes = opts_.no_restart_exit_codes;
   facts.elastic = elastic();
   facts.min_nnodes = opts_.min_nnodes;
   facts.nnodes_flag = nnodes_text();

@@ -75,6 +75,7 @@ struct GroupOptions {
   int node_rank = -1;                       // -1: assigned (rdzv mode only)
   int nproc_per_node = 1;
   int max_restarts = 0;
+  std::vector<int> no_restart_exit_codes;   // the coordinator's decide (round.hpp)
   std::string run_id;                       // empty: the coordinator draws one
   std::chrono::milliseconds node_timeout{30000};
   std::chrono::milliseconds rdzv_timeout{600000};

@@ -1,5 +1,6 @@
 #include "cluster/round.hpp"
 
+#include <algorithm>
 #include <string>
 
 namespace lspawn::node {
@@ -76,7 +77,9 @@ RoundDecision decide_round(const RoundFacts& f) {
     return d;
   }
   const bool restarts_left = f.restarts_used < f.max_restarts;
-  const bool worker_restart = best.kind == "worker" && !f.any_lost && restarts_left;
+  const bool final_code = best.kind == "worker" &&
+                          std::find(f.no_restart_codes.begin(), f.no_restart_codes.end(), best.exit_code) != f.no_restart_codes.end();
+  const bool worker_restart = best.kind == "worker" && !f.any_lost && restarts_left && !final_code;
   // Elastic: a lost node is a failure like a worker's; the survivors go on if enough are left.
   const bool lost_restartable = f.elastic && best.kind == "node-lost" && !signal && restarts_left;
   if (worker_restart || (lost_restartable && f.next_nodes >= f.min_nnodes)) {
@@ -85,6 +88,13 @@ RoundDecision decide_round(const RoundFacts& f) {
     return d;
   }
   d.finish = failed_finish(best, f.round);
+  if (final_code && restarts_left && !f.any_lost) {
+    std::string codes;
+    for (int c : f.no_restart_codes) codes += (codes.empty() ? "" : ",") + std::to_string(c);
+    d.finish->cause.text += kNotRestartedLine + std::to_string(f.max_restarts - f.restarts_used) +
+                            " restart" + (f.max_restarts - f.restarts_used == 1 ? "" : "s") + " left): exit code " +
+                            std::to_string(best.exit_code) + " is one of --no-restart-exit-codes " + codes + "\n";
+  }
   if (lost_restartable) {
     d.finish->cause.text += "lspawn:   " + std::to_string(f.next_nodes) + " node" + (f.next_nodes == 1 ? "" : "s") +
                             " left, fewer than the " + std::to_string(f.min_nnodes) + " of --nnodes " +

@@ -55,6 +55,7 @@ struct RoundFacts {
   std::string nnodes_flag;    // "2:3", for the report
   int next_nodes = 0;         // nodes a next round would have (alive + waiting to join)
   bool any_lost = false;      // a node of the round was lost
+  std::vector<int> no_restart_codes;  // --no-restart-exit-codes: a worker exiting so is not retried
 };
 
 // What the coordinator does next: finish the job (finish) or start round + 1 (restart).
@@ -66,10 +67,15 @@ struct RoundDecision {
 };
 
 // No failure: finish 0. A node joined (elastic): restart, not counted. A worker failure with
-// restarts left and no node lost: restart. Elastic, a lost node with restarts left, no signal
+// restarts left, no node lost and an exit code not among no_restart_codes: restart (one of those
+// codes: finish, the report saying why it was not retried). Elastic, a lost node with restarts left, no signal
 // and at least MIN nodes for the next round: restart on the survivors. Otherwise finish with the
 // root cause's exit code (elastic, too few nodes left: the report says so).
 RoundDecision decide_round(const RoundFacts& f);
+
+// How the line decide_round() adds to the root cause's report of an exit code it does not retry
+// begins; a one-node run, which prints its own supervisor's summary, prints that line after it.
+inline constexpr const char* kNotRestartedLine = "lspawn:   not restarted (";
 
 // The job's end in `round` with root cause `c` (its exit code).
 FinishMsg failed_finish(const Cause& c, int round);

@@ -48,6 +48,11 @@ bool parse_multinode_option(const std::string& name,
                             const std::function<std::string(const char*)>& take, CliOptions& o) {
   if (name == "--max-restarts") {
     o.max_restarts = parse_int(name, take("K"), 0, 10000, "K", "an integer >= 0");
+  } else if (name == "--no-restart-exit-codes") {
+    o.no_restart_exit_codes.clear();
+    for (const std::string& c : split_commas(take("CODE[,CODE...]"))) {
+      o.no_restart_exit_codes.push_back(parse_int(name, c, 0, 255, "CODE[,CODE...]", "exit codes 0..255 separated by commas"));
+    }
   } else if (name == "--rdzv-endpoint") {
     o.rdzv_endpoint = take("HOST:PORT");
     std::string host = o.rdzv_endpoint;
@@ -313,6 +318,8 @@ options (--opt value and --opt=value are both accepted):
                                   runs (any script). See docs/cli.md
   --daemon-socket PATH            the daemon's socket (default $XDG_RUNTIME_DIR/lspawn/daemon.sock,
                                   else /tmp/lspawn-UID/daemon.sock)
+  --no-restart-exit-codes C[,C..] a worker failure with one of these exit codes is never retried
+                                  (a usage error, a bad config: K identical failures otherwise)
   --max-restarts K                on a failure, stop every node's workers and start them all
                                   again, up to K times (TORCHELASTIC_RESTART_COUNT counts; default 0)
   --rdzv-endpoint HOST[:PORT]     multi-node rendezvous at HOST:PORT (default port 29400): the

@@ -45,6 +45,7 @@ struct CliOptions : LaunchFlags {
                                      // imported them once (python_preload.hpp); start_method is
                                      // then Forkserver (or Warm), never Exec
   int max_restarts = 0;            // --max-restarts K: restart every node's workers up to K times
+  std::vector<int> no_restart_exit_codes;  // --no-restart-exit-codes C[,C...]: never retried
   double last_call_s = 30.0;       // --rdzv-conf last_call_timeout: an elastic rendezvous waits
                                    // this long for more nodes once MIN have joined (torchrun's)
   // Multi-node (parse_multinode_option; docs/multi-node.md).

@@ -1,4 +1,5 @@
 #include "placement/binding.hpp"
+#include "cluster/round.hpp"
 #include "launcher/run.hpp"
 
 #include <algorithm>
@@ -400,6 +401,7 @@ node::GroupOptions Run::group_options() {
   go.last_call = from_seconds(o.last_call_s);
   go.nproc_per_node = o.nproc_per_node;
   go.max_restarts = o.max_restarts;
+  go.no_restart_exit_codes = o.no_restart_exit_codes;
   go.run_id = o.run_id;
   go.host = host;
   go.local_addr = o.local_addr;
@@ -847,7 +849,11 @@ int Run::print_outcome() {
 }
 
 std::string Run::outcome_summary(const node::FinishMsg& fin) const {
-  if (!multi || !fin.failed) return sup->summary();
+  if (!fin.failed) return sup->summary();
+  if (!multi) {  // the supervisor's own summary, and the decision's line about a code not retried
+    const size_t at = fin.cause.text.find(node::kNotRestartedLine);
+    return sup->summary() + (at == std::string::npos ? "" : fin.cause.text.substr(at, fin.cause.text.find('\n', at) + 1 - at));
+  }
   std::string summary = fin.cause.text;
   // This node's own hang: its report is printed already; the root-cause line only.
   const std::string& report = hang_watch->last_report();

@@ -103,6 +103,34 @@ TEST_CASE("round decision: a worker failure with restarts left restarts every no
   }
 }
 
+TEST_CASE("round decision: an exit code of --no-restart-exit-codes is not retried, and the report says why", "[cluster][round]") {
+  RoundFacts f = facts({cause("worker", 100, 2)});
+  f.no_restart_codes = {2, 3};
+  RoundDecision d = decide_round(f);
+  REQUIRE(d.finish);
+  CHECK_FALSE(d.restart);
+  CHECK(d.finish->exit_code == 2);
+  CHECK(d.finish->cause.text.find("lspawn:   not restarted (3 restarts left): exit code 2 is one of --no-restart-exit-codes 2,3\n") !=
+        std::string::npos);
+  // Another code: restarted as before.
+  f.causes = {cause("worker", 100, 4)};
+  d = decide_round(f);
+  CHECK(d.restart);
+  // No restart left anyway: nothing about the codes.
+  f.causes = {cause("worker", 100, 3)};
+  f.restarts_used = 3;
+  d = decide_round(f);
+  REQUIRE(d.finish);
+  CHECK(d.finish->cause.text.find("not restarted") == std::string::npos);
+  // A hang's 124 or a lost node are not worker exits: the codes do not apply.
+  f.restarts_used = 0;
+  f.no_restart_codes = {124};
+  f.causes = {cause("hang", 100, 124)};
+  d = decide_round(f);
+  REQUIRE(d.finish);
+  CHECK(d.finish->cause.text.find("not restarted") == std::string::npos);
+}
+
 TEST_CASE("round decision: a lost node or a signal finishes a fixed job, whatever restarts are left", "[cluster][round]") {
   RoundFacts f = facts({cause("worker", 100, 5), cause("node-lost", 200, 123)});
   f.any_lost = true;

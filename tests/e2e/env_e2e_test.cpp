@@ -106,7 +106,8 @@ std::pair<RunResult, RunResult> run_two_nodes(const std::vector<std::string>& ar
 TEST_CASE("under srun, lspawn takes node rank, nodes, master, port and run id from Slurm", "[e2e][env][slurm]") {
   // A 2-node step; both "nodes" are this machine (the nodelist's first host is 127.0.0.1) and
   // MASTER_PORT is exported (else 15000 + job id % 10000).
-  const std::string port = std::to_string(free_port());
+  ReservedPort held_port;
+  const std::string port = std::to_string(held_port.port());
   auto slurm = [&](int node) {
     return std::vector<std::string>{"SLURM_JOB_ID=4242", "SLURM_STEP_ID=0", "SLURM_NODEID=" + std::to_string(node),
                                     "SLURM_STEP_NUM_NODES=2", "SLURM_STEP_NODELIST=127.0.0.1,localhost",
@@ -137,7 +138,8 @@ TEST_CASE("under srun, lspawn takes node rank, nodes, master, port and run id fr
 }
 
 TEST_CASE("in a PyTorchJob pod, lspawn takes the node from PET_*", "[e2e][env][k8s]") {
-  const std::string port = std::to_string(free_port());
+  ReservedPort held_port;
+  const std::string port = std::to_string(held_port.port());
   auto pod = [&](int node) {
     return std::vector<std::string>{"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "WORLD_SIZE=4",
                                     "RANK=" + std::to_string(node), "PET_NNODES=2",
@@ -252,8 +254,9 @@ TEST_CASE("numa binding: --numa-binding places each worker on its CPUs before it
 
 TEST_CASE("in a pod with PET_NPROC_PER_NODE=cpu|gpu (torchrun's forms), lspawn counts the workers - or names the variable",
           "[e2e][env][k8s]") {
+  ReservedPort held_port;
   const std::vector<std::string> pod = {"PET_NNODES=1", "PET_NODE_RANK=0", "MASTER_ADDR=127.0.0.1",
-                                        "MASTER_PORT=" + std::to_string(free_port())};
+                                        "MASTER_PORT=" + std::to_string(held_port.port())};
   const int cpus = lspawn::sys::usable_cpu_count();
   std::vector<std::string> env = pod;
   env.push_back("PET_NPROC_PER_NODE=cpu");

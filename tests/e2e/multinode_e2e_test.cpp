@@ -18,6 +18,8 @@
 #include "supervisor/sys.hpp"
 
 using namespace lspawn::test;
+// Every port a test names to several processes is a ReservedPort held for the test's life (bound with
+// SO_REUSEADDR, not listening, as lspawn reserves MASTER_PORT): another bind(0) under ctest -j cannot take it.
 
 namespace {
 
@@ -31,7 +33,8 @@ const std::string kHost = lspawn::sys::hostname();
 }  // namespace
 
 TEST_CASE("static multi-node: two lspawns with the same --master-addr/--master-port meet without --run-id", "[e2e][multinode]") {
-  const std::string port = std::to_string(free_port());
+  ReservedPort held_port;
+  const std::string port = std::to_string(held_port.port());
   auto node = [&](int r) {
     return lspawn_args({"--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "2",
                         "--master-addr", "127.0.0.1", "--master-port", port, worker_bin(), "env"});
@@ -70,7 +73,8 @@ TEST_CASE("static multi-node: two lspawns with the same --master-addr/--master-p
 }
 
 TEST_CASE("multi-node: --rdzv-endpoint: node ranks assigned by the rendezvous, --rdzv-id is the run id", "[e2e][multinode]") {
-  const std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  ReservedPort held_ep;
+  const std::string ep = "127.0.0.1:" + std::to_string(held_ep.port());
   auto node = [&] {
     return lspawn_args({"--nnodes", "2", "--nprocs", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", ep,
                         "--rdzv-id", "job42", worker_bin(), "env"});
@@ -100,7 +104,8 @@ TEST_CASE("multi-node: --rdzv-endpoint: node ranks assigned by the rendezvous, -
 }
 
 TEST_CASE("multi-node: a rank failing on one node stops the other - both report it and exit with its code", "[e2e][multinode][exec-only]") {
-  const std::string port = std::to_string(free_port());
+  ReservedPort held_port;
+  const std::string port = std::to_string(held_port.port());
   // Rank 3 (node 1) exits 7 once started; every other rank would run for a minute.
   const std::string script = "if [ $RANK = 3 ]; then sleep 0.3; echo 'rank 3 gives up' >&2; exit 7; fi; exec sleep 60";
   auto node = [&](int r) {
@@ -127,7 +132,8 @@ TEST_CASE("multi-node: a rank failing on one node stops the other - both report 
 TEST_CASE("multi-node: a node whose lspawn is SIGKILLed is lost - the other stops in bounded time and names it", "[e2e][multinode][exec-only]") {
   Subreaper reaper;
   TempDir dir;
-  const std::string port = std::to_string(free_port());
+  ReservedPort held_port;
+  const std::string port = std::to_string(held_port.port());
   const std::string script = "echo $$ > " + dir.path + "/pid-$RANK; exec sleep 60";
   auto node = [&](int r) {
     return lspawn_args({"--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "2",
@@ -169,7 +175,8 @@ TEST_CASE("multi-node: a node whose lspawn is SIGKILLed is lost - the other stop
 }
 
 TEST_CASE("multi-node: a node that never comes fails the rendezvous after --rdzv-timeout", "[e2e][multinode]") {
-  auto r = run_lspawn({"--nnodes", "2", "--node-rank", "0", "--master-port", std::to_string(free_port()),
+  ReservedPort held_port;
+  auto r = run_lspawn({"--nnodes", "2", "--node-rank", "0", "--master-port", std::to_string(held_port.port()),
                        "--rdzv-timeout", "0.5", worker_bin(), "env"});
   CHECK(r.exit_code == 122);
   CHECK(r.err.find("timed out after 0.5 s: 1/2 nodes joined") != std::string::npos);
@@ -177,7 +184,8 @@ TEST_CASE("multi-node: a node that never comes fails the rendezvous after --rdzv
 }
 
 TEST_CASE("multi-node: nodes that disagree on --nproc-per-node are rejected, on both sides", "[e2e][multinode]") {
-  const std::string port = std::to_string(free_port());
+  ReservedPort held_port;
+  const std::string port = std::to_string(held_port.port());
   Child a(lspawn_args({"--nnodes", "2", "--node-rank", "0", "--nprocs", "2", "--master-port", port,
                        "--rdzv-timeout", "10", worker_bin(), "env"}));
   Child b(lspawn_args({"--nnodes", "2", "--node-rank", "1", "--nprocs", "3", "--master-port", port,
@@ -212,8 +220,29 @@ TEST_CASE("restarts: --max-restarts 1: a rank failing every time - the last atte
   CHECK(r.seconds < 15.0);  // rank 1 (sleep 30) was stopped, not waited for
 }
 
+TEST_CASE("restarts: --no-restart-exit-codes - a usage error is not retried K times, other codes are", "[e2e][restarts][exec-only]") {
+  // Exit 2 (a script's usage error) on every attempt: one attempt, and the report says why.
+  auto r = run_lspawn({"--nprocs", "2", "--max-restarts", "3", "--no-restart-exit-codes", "2,3", "/bin/sh", "-c",
+                       "echo attempt $TORCHELASTIC_RESTART_COUNT; if [ $RANK = 0 ]; then exit 2; fi; exec sleep 30"});
+  INFO(r.err);
+  CHECK(r.exit_code == 2);
+  CHECK(count(r.out, "] attempt 0") >= 1);
+  CHECK(r.out.find("attempt 1") == std::string::npos);
+  CHECK(r.err.find("lspawn: root cause: process 0 terminated with exit code 2\n") != std::string::npos);
+  CHECK(r.err.find("lspawn:   not restarted (3 restarts left): exit code 2 is one of --no-restart-exit-codes 2,3\n") !=
+        std::string::npos);
+  CHECK(r.seconds < 15.0);
+  // Another code is retried as before.
+  r = run_lspawn({"--nprocs", "1", "--max-restarts", "1", "--no-restart-exit-codes", "2,3", "/bin/sh", "-c",
+                  "echo attempt $TORCHELASTIC_RESTART_COUNT; exit 4"});
+  CHECK(r.exit_code == 4);
+  CHECK(r.out.find("attempt 1") != std::string::npos);
+  CHECK(r.err.find("not restarted") == std::string::npos);
+}
+
 TEST_CASE("restarts: --max-restarts across two nodes: both restart and succeed on attempt 1", "[e2e][restarts][multinode][exec-only]") {
-  const std::string port = std::to_string(free_port());
+  ReservedPort held_port;
+  const std::string port = std::to_string(held_port.port());
   const std::string script =
       "if [ $RANK = 2 ] && [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then exit 5; fi; "
       "[ $TORCHELASTIC_RESTART_COUNT = 0 ] && exec sleep 30; echo \"ok rank=$RANK restart=$TORCHELASTIC_RESTART_COUNT\"";
@@ -239,7 +268,8 @@ TEST_CASE("restarts: --max-restarts across two nodes: both restart and succeed o
 namespace {
 // Both "nodes" running `sleep 60` workers, started and seen running.
 struct TwoNodes {
-  std::string port = std::to_string(free_port());
+  ReservedPort held_port;
+  std::string port = std::to_string(held_port.port());
   std::unique_ptr<Child> a, b;
   explicit TwoNodes(const std::vector<std::string>& extra = {}) {
     auto node = [&](int r) {
@@ -285,7 +315,8 @@ TEST_CASE("multi-node: SIGTERM to one lspawn stops the whole job - both exit 143
 }
 
 TEST_CASE("multi-node: waiting for a late node is not silence: nodes that joined early are not lost", "[e2e][multinode][exec-only]") {
-  const std::string port = std::to_string(free_port());
+  ReservedPort held_port;
+  const std::string port = std::to_string(held_port.port());
   auto node = [&](int r) {
     return lspawn_args({"--nnodes", "3", "--node-rank", std::to_string(r), "--master-port", port,
                         "--node-timeout", "2", "/bin/sh", "-c", "sleep 2.5"});
@@ -307,7 +338,8 @@ TEST_CASE("multi-node: the earliest failure wins even if its rank was still unwi
   // Rank 3 (node 1) reports an error and is still exiting when rank 0 (node 0) exits 9: the
   // job's root cause is rank 3 on both nodes (its report is earlier), as on one node.
   TempDir sync;
-  const std::string port = std::to_string(free_port());
+  ReservedPort held_port;
+  const std::string port = std::to_string(held_port.port());
   const std::string script = "if [ $RANK = 3 ]; then exec " + worker_bin() +
                              " report-then-wait 3; fi; if [ $RANK = 0 ]; then until [ -e " + sync.path +
                              "/ready-3 ]; do sleep 0.01; done; exit 9; fi; exec sleep 60";
@@ -329,8 +361,9 @@ TEST_CASE("multi-node: the earliest failure wins even if its rank was still unwi
 }
 
 TEST_CASE("multi-node: node 0 must listen on --master-addr: an address of another host is a usage error", "[e2e][multinode]") {
+  ReservedPort held_port;
   auto r = run_lspawn({"--nnodes", "2", "--node-rank", "0", "--master-addr", "192.0.2.1", "--master-port",
-                       std::to_string(free_port()), worker_bin(), "env"});
+                       std::to_string(held_port.port()), worker_bin(), "env"});
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("192.0.2.1:") != std::string::npos);
   CHECK(r.err.find("is not an address of this host") != std::string::npos);
@@ -338,7 +371,8 @@ TEST_CASE("multi-node: node 0 must listen on --master-addr: an address of anothe
 }
 
 TEST_CASE("multi-node: --rdzv-endpoint with given node ranks: the host of the endpoint may be node 1 - node 0 hosts the workers' store", "[e2e][multinode]") {
-  const std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  ReservedPort held_ep;
+  const std::string ep = "127.0.0.1:" + std::to_string(held_ep.port());
   auto node = [&](int r) {
     return lspawn_args({"--nnodes", "2", "--nprocs", "2", "--node-rank", std::to_string(r), "--rdzv-endpoint", ep,
                         worker_bin(), "env"});
@@ -364,7 +398,8 @@ TEST_CASE("multi-node: --rdzv-endpoint with given node ranks: the host of the en
 }
 
 TEST_CASE("multi-node: --rdzv-endpoint with the same --node-rank twice is rejected", "[e2e][multinode]") {
-  const std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  ReservedPort held_ep;
+  const std::string ep = "127.0.0.1:" + std::to_string(held_ep.port());
   auto node = [&] {
     return lspawn_args({"--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", ep, "--rdzv-timeout", "10",
                         worker_bin(), "env"});
@@ -385,7 +420,8 @@ TEST_CASE("multi-node hang: the coordinator's watch covers every node - a rank o
           "with its stack on both nodes, both exit 124",
           "[e2e][multinode][hang][exec-only]") {
   Subreaper reaper;
-  const std::string port = std::to_string(free_port());
+  ReservedPort held_port;
+  const std::string port = std::to_string(held_port.port());
   auto node = [&](int r) {
     return lspawn_args({"--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "2", "--master-addr",
                         "127.0.0.1", "--master-port", port, "--hang-timeout", "1", "--grace-period", "2",
@@ -412,7 +448,8 @@ TEST_CASE("multi-node hang: the coordinator's watch covers every node - a rank o
 TEST_CASE("multi-node: --local-addr is the address node 0 advertises for the workers' store (as torchrun)", "[e2e][multinode][torchrun]") {
   // 127.0.0.2 and 127.0.0.3 are this host's too (loopback is 127/8), distinct from the endpoint's.
   for (const bool host_is_zero : {false, true}) {
-    const std::string ep = "127.0.0.1:" + std::to_string(free_port());
+    ReservedPort held_ep;
+    const std::string ep = "127.0.0.1:" + std::to_string(held_ep.port());
     const std::string addr = host_is_zero ? "127.0.0.3" : "127.0.0.2";
     auto node = [&](int r) {
       std::vector<std::string> a = {"--nnodes", "2", "--nprocs", "1", "--node-rank", std::to_string(r),
@@ -476,7 +513,8 @@ bool wait_err(Child& c, const std::string& needle, std::chrono::seconds limit = 
 TEST_CASE("elastic: --nnodes 2:3, a node lost - the 2 others go on as a world of 4 and its collectives work",
           "[e2e][multinode][elastic][exec-only]") {
   Subreaper reaper;
-  const std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  ReservedPort held_ep;
+  const std::string ep = "127.0.0.1:" + std::to_string(held_ep.port());
   const std::vector<std::string> extra{"--max-restarts", "1"};
   Child a(elastic_node("2:3", ep, extra));
   REQUIRE(wait_err(a, "rendezvous: waiting for 1 to 2 more nodes on " + ep + " (--nnodes 2:3"));
@@ -513,7 +551,8 @@ TEST_CASE("elastic: --nnodes 2:3 formed with 2 after the last call - a third tha
           "in a new round, which is not a restart",
           "[e2e][multinode][elastic][exec-only]") {
   Subreaper reaper;
-  const std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  ReservedPort held_ep;
+  const std::string ep = "127.0.0.1:" + std::to_string(held_ep.port());
   // --max-restarts 0: admitting a node must not need a restart.
   const std::vector<std::string> extra{"--max-restarts", "0", "--rdzv-conf", "last_call_timeout=0.5"};
   Child a(elastic_node("2:3", ep, extra));
@@ -546,7 +585,8 @@ TEST_CASE("elastic: --nnodes 2:3 formed with 2 after the last call - a third tha
 TEST_CASE("elastic: --nnodes 2:3 down to 1 node - fewer than MIN: the job ends with the lost node as root cause",
           "[e2e][multinode][elastic][exec-only]") {
   Subreaper reaper;
-  const std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  ReservedPort held_ep;
+  const std::string ep = "127.0.0.1:" + std::to_string(held_ep.port());
   const std::vector<std::string> extra{"--max-restarts", "3", "--rdzv-conf", "last_call_timeout=0.3"};
   Child a(elastic_node("2:3", ep, extra));
   REQUIRE(wait_err(a, "rendezvous: waiting for 1 to 2 more nodes"));
@@ -564,7 +604,8 @@ TEST_CASE("elastic: --nnodes 2:3 down to 1 node - fewer than MIN: the job ends w
 TEST_CASE("elastic: nodes that cannot join a running job are turned away without disturbing it "
           "(another --nproc-per-node, the job at MAX, the job over before the next round)",
           "[e2e][multinode][elastic][exec-only]") {
-  const std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  ReservedPort held_ep;
+  const std::string ep = "127.0.0.1:" + std::to_string(held_ep.port());
   const std::vector<std::string> extra{"--rdzv-conf", "last_call_timeout=0.3"};
   // Node 0's workers exit 0 at once; node 1's exit after 4 s: the job succeeds in round 0.
   auto node = [&](const std::string& range, const std::string& nprocs, const std::string& script) {
@@ -638,7 +679,8 @@ size_t count_of(const std::string& text, const std::string& needle) {
 
 TEST_CASE("elastic: connections that send no join message are closed after --node-timeout - at most 64 wait at once",
           "[e2e][multinode][elastic][exec-only]") {
-  const uint16_t port = static_cast<uint16_t>(free_port());
+  ReservedPort held_port;
+  const uint16_t port = held_port.port();
   const std::string ep = "127.0.0.1:" + std::to_string(port);
   // One node, --nnodes 1:2: the job forms after the last call (2 s) and its worker runs 5 s.
   Child a(lspawn_args({"--nnodes", "1:2", "--nprocs", "1", "--rdzv-endpoint", ep, "--node-timeout", "1",
@@ -674,7 +716,8 @@ TEST_CASE("elastic: connections that send no join message are closed after --nod
 
 TEST_CASE("elastic: fewer than MIN nodes by --rdzv-timeout - the rendezvous fails and says how many came",
           "[e2e][multinode][elastic]") {
-  auto r = run_lspawn({"--nnodes", "2:3", "--rdzv-endpoint", "127.0.0.1:" + std::to_string(free_port()),
+  ReservedPort held_ep;
+  auto r = run_lspawn({"--nnodes", "2:3", "--rdzv-endpoint", "127.0.0.1:" + std::to_string(held_ep.port()),
                        "--rdzv-timeout", "0.5", worker_bin(), "env"});
   CHECK(r.exit_code == 122);
   CHECK(r.err.find("timed out after 0.5 s: 1/2 nodes joined (--nnodes 2:3)") != std::string::npos);

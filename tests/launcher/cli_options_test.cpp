@@ -76,6 +76,10 @@ TEST_CASE("parse_cli: malformed options name the option and the accepted form", 
   CHECK(msg({"--nprocs"}) == "--nprocs: missing value (--nprocs N|gpu|cpu|auto)");
   CHECK(msg({"--grace-period", "-1", "p"}).find("--grace-period: expected a number of seconds >= 0") == 0);
   CHECK(msg({"--omp-threads", "0", "p"}).find("--omp-threads: 0 is out of range 1..4096") == 0);
+  CHECK(msg({"--no-restart-exit-codes", "3,x", "p"}).find("--no-restart-exit-codes: expected exit codes 0..255") == 0);
+  CHECK(msg({"--no-restart-exit-codes", "256", "p"}).find("--no-restart-exit-codes: 256 is out of range 0..255") == 0);
+  CHECK(msg({"--no-restart-exit-codes", "", "p"}).find("--no-restart-exit-codes: expected exit codes 0..255 separated by commas (--no-restart-exit-codes CODE[,CODE...]), got ''") == 0);
+  CHECK(parse_cli({"--no-restart-exit-codes", "2,3", "p"}).no_restart_exit_codes == std::vector<int>{2, 3});
   CHECK(msg({"--omp-threads", "two", "p"}).find("--omp-threads: expected an integer number of threads >= 1") == 0);
   CHECK(msg({"--grace-period", "1e3", "p"}).find("--grace-period") == 0);
   CHECK(msg({"--grace-period", "nan", "p"}).find("--grace-period") == 0);

@@ -335,7 +335,8 @@ namespace {
 struct RuntimeJob {
   Subreaper reaper;
   std::string tag = new_tag();
-  const int port = free_port();  // harness: 127.0.0.1, free a moment ago
+  lspawn::test::ReservedPort held_port;  // bound (SO_REUSEADDR) for the job's life: no other bind(0) takes it
+  const int port = held_port.port();
   std::string run_id = "matrix-" + tag;
   int64_t t0 = now_us();
   Child c;
@@ -429,7 +430,8 @@ TEST_CASE("fault matrix: garbage on gloo's listeners", "[fault-matrix]") {
 TEST_CASE("fault matrix: garbage on the rendezvous port of a multi-node job (node channel)", "[fault-matrix]") {
   Subreaper reaper;
   const std::string tag = new_tag();
-  const int port = free_port();
+  lspawn::test::ReservedPort held_port;
+  const int port = held_port.port();
   auto node = [&](int r) {
     return std::vector<std::string>{lspawn_bin(), "--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "1",
                                     "--master-addr", "127.0.0.1", "--master-port", std::to_string(port), worker_bin(), "env"};

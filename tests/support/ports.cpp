@@ -5,15 +5,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "supervisor/port.hpp"
 #include "supervisor/sys.hpp"
 
 namespace lspawn::test {
-
-int free_port() {
-  lspawn::PortReservation r("127.0.0.1", 0);
-  return r.port();
-}
 
 ReservedPort::ReservedPort(bool listening) {
   fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

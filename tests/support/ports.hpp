@@ -5,10 +5,9 @@
 
 namespace lspawn::test {
 
-// A port on 127.0.0.1 that was free a moment ago (lspawn::PortReservation on port 0, released):
-// for a port several processes must be told before one of them binds it (every "node" of a
-// multi-node test).
-int free_port();
+// No "free a moment ago" port: a bind-then-close port can be taken by any other bind(0) before
+// the process told it binds it (cluster.pytorchjob failed that way under ctest -j2). A port several
+// processes must be told is a ReservedPort, held for the test's life.
 
 // A port bound with SO_REUSEADDR on 0.0.0.0 for the object's life, as lspawn reserves
 // MASTER_PORT: not listening (connections are refused until a server such as TCPStore binds and
