@@ -17,6 +17,7 @@
 #include "launcher/run.hpp"
 #include "launcher/say.hpp"
 #include "launcher/torchrun_compat.hpp"
+#include "placement/cpu_list.hpp"
 #include "spawn/options.hpp"
 #include "supervisor/env_contract.hpp"
 #include "supervisor/sys.hpp"
@@ -35,7 +36,7 @@ std::optional<int> count_nproc(CliOptions& o) {
   // From PET_NPROC_PER_NODE (a PyTorchJob's), the messages name the variable.
   const std::string from = o.nproc_spec_var == "--nproc-per-node" ? "" : o.nproc_spec_var + "=" + o.nproc_spec + ": ";
   try {
-    o.nproc_per_node = resolve_nproc_spec(o.nproc_spec, local_accelerator_count(), sys::usable_cpu_count(),
+    o.nproc_per_node = resolve_nproc_spec(o.nproc_spec, local_accelerator_count(), placement::usable_cpu_count(),
                                           std::getenv("CUDA_VISIBLE_DEVICES"), 4096 /* --nprocs's limit */, &how);
   } catch (const UsageError& e) {
     say(from + e.what());

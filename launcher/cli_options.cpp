@@ -1,6 +1,6 @@
-#include "placement/binding.hpp"
 #include "launcher/cli_options.hpp"
 #include "launcher/python_preload.hpp"
+#include "placement/binding.hpp"
 
 #include <cerrno>
 #include <cmath>

@@ -1,5 +1,3 @@
-#include "placement/binding.hpp"
-#include "cluster/round.hpp"
 #include "launcher/run.hpp"
 
 #include <algorithm>
@@ -17,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "cluster/node_group.hpp"
+#include "cluster/round.hpp"
 #include "daemon/daemon.hpp"
 #include "daemon/daemon_client.hpp"
 #include "hang/hang_watch.hpp"
@@ -25,6 +24,7 @@
 #include "launcher/python_site.hpp"
 #include "launcher/run_output.hpp"
 #include "launcher/say.hpp"
+#include "placement/binding.hpp"
 #include "proto/messages.hpp"
 #include "proto/wire.hpp"
 #include "spawn/elf.hpp"
@@ -494,14 +494,12 @@ void Run::read_environment() {
 // read_environment()). Before the group forms: a bad SLURM_CPUS_PER_TASK stops this node alone.
 std::optional<int> Run::decide_omp_threads() {
   if (o.omp_threads > 0) return std::nullopt;
-  const std::vector<std::string> current = env::current_environment();
   if (!placements.empty()) {  // each worker's share is its own CPUs (specs_for())
-    omp_per_worker = std::none_of(current.begin(), current.end(),
-                                  [](const std::string& kv) { return kv.rfind(std::string(env::kOmpNumThreads) + "=", 0) == 0; });
+    omp_per_worker = std::getenv(env::kOmpNumThreads) == nullptr;
     return std::nullopt;
   }
   try {
-    omp = env::omp_threads_default(current, o.nproc_per_node, sys::usable_cpu_count());
+    omp = env::omp_threads_default(env::current_environment(), o.nproc_per_node, placement::usable_cpu_count());
   } catch (const std::invalid_argument& e) {
     say(e.what());
     return exit_codes::kUsage;

@@ -4,7 +4,6 @@
 #include <cerrno>
 #include <cstring>
 
-
 #include "launcher/cli_options.hpp"
 
 namespace lspawn {

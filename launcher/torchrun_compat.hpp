@@ -3,9 +3,10 @@
 // `--redirects`/`--tee`, `--rdzv-conf`, torchrun's program conventions (`python -u script.py`,
 // `-m module`, `--no-python`) and the flags lspawn refuses.
 //
-// Everything here is a pure function of its arguments except usable_cpu_count() (which asks the
-// kernel) and python_interpreter() (which reads the environment through a lookup). The GPU count
-// is spawn()'s local_accelerator_count() (spawn/options.hpp), passed in by the CLI. parse_cli() (cli_options.hpp) uses the parsers; run_cli() the resolvers.
+// Everything here is a pure function of its arguments except python_interpreter() (which reads
+// the environment through a lookup). The GPU and CPU counts are spawn()'s
+// local_accelerator_count() (spawn/options.hpp) and placement::usable_cpu_count(), passed in by
+// the CLI. parse_cli() (cli_options.hpp) uses the parsers; run_cli() the resolvers.
 #pragma once
 
 #include <functional>

@@ -74,6 +74,8 @@ CpuList current_affinity() {
   return out;
 }
 
+int usable_cpu_count() { return std::max(1, static_cast<int>(current_affinity().size())); }
+
 int set_affinity(const CpuList& cpus) {
   cpu_set_t set;
   CPU_ZERO(&set);

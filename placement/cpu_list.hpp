@@ -21,6 +21,9 @@ std::string cpu_list_text(const CpuList& cpus);
 // The CPUs this process may run on (sched_getaffinity).
 CpuList current_affinity();
 
+// How many: what `nproc` prints; at least 1.
+int usable_cpu_count();
+
 // Makes `cpus` the calling thread's CPUs (and so those of the threads it starts later). 0 or an
 // errno value. Allocates nothing: safe in a child between fork and exec.
 int set_affinity(const CpuList& cpus);

@@ -19,7 +19,7 @@
 #include "spawn/forked_workers.hpp"
 #include "spawn/forkserver.hpp"
 #include "supervisor/supervisor.hpp"
-#include "supervisor/sys.hpp"
+#include "placement/cpu_list.hpp"
 #include "spawn/init_detail.hpp"
 #include "spawn/threads.hpp"
 #include "spawn/worker.hpp"
@@ -237,7 +237,7 @@ ProcessContext::Impl::Launch ProcessContext::Impl::prepare_launch(const SpawnPla
   if (opts.hang_timeout.count() > 0) make_hang_watch(l.status_dir, info);
   l.job.job_secret = generate_job_secret();  // docs/security.md
   l.base = base_environment(opts.env);
-  const env::OmpDefault omp = env::omp_threads_default(l.base, nprocs, sys::usable_cpu_count());
+  const env::OmpDefault omp = env::omp_threads_default(l.base, nprocs, placement::usable_cpu_count());
   l.job.omp_threads = omp.threads;
   if (omp.threads > 0) {
     info("setting OMP_NUM_THREADS=" + std::to_string(omp.threads) + " for each of the " + std::to_string(nprocs) +

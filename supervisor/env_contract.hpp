@@ -100,7 +100,7 @@ std::string error_file_path(const std::string& run_dir, int rank);
 
 // OMP_NUM_THREADS for each worker of a node when the user set none (docs/cli.md, "Threads"): its
 // share of the CPUs, cpus / nproc_per_node rounded down, at least 1. `cpus` is what the launcher
-// may run on (`usable_cpus`: its affinity mask, sys::usable_cpu_count()), or SLURM_CPUS_PER_TASK
+// may run on (`usable_cpus`: its affinity mask, placement::usable_cpu_count()), or SLURM_CPUS_PER_TASK
 // under Slurm (SLURM_JOB_ID set) when that is fewer: the CPUs of the task that runs the launcher,
 // whether or not Slurm pinned it. torchrun gives 1 whenever there are several workers (idle cores
 // on a CPU job); accelerate gives the same share as here.

@@ -13,7 +13,6 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -516,14 +515,6 @@ PeerCred peer_cred(int fd, const std::string& context) {
   socklen_t len = sizeof c;
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c, &len) != 0) throw_errno("getsockopt(SO_PEERCRED)", context);
   return PeerCred{c.pid, c.uid, c.gid};
-}
-
-int usable_cpu_count() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) != 0) return 1;  // cannot fail for pid 0 with a full set
-  const int n = CPU_COUNT(&set);
-  return n > 0 ? n : 1;
 }
 
 }  // namespace lspawn::sys

@@ -126,9 +126,6 @@ void remove_tree(const std::string& path);
 // gethostname(2), "unknown" on failure.
 std::string hostname();
 
-// CPUs this process may run on: sched_getaffinity's set (what `nproc` prints); at least 1.
-int usable_cpu_count();
-
 // Searches `file` like execvp: a name with '/' is used as is; otherwise each directory of
 // $PATH (default "/usr/local/bin:/usr/bin:/bin") is tried. Returns the resolved path; on
 // failure returns nullopt and sets *err to the errno a shell would report (ENOENT when not

@@ -11,7 +11,6 @@
 #include <sys/wait.h>
 
 #include "harness.hpp"
-#include "supervisor/sys.hpp"  // usable_cpu_count
 #include "supervisor/port.hpp"
 #include "placement/binding.hpp"
 
@@ -181,7 +180,7 @@ TEST_CASE("torchrun's PET_* defaults: PET_MAX_RESTARTS and PET_ROLE act as the f
 
 TEST_CASE("OMP_NUM_THREADS: each worker's share of the CPUs lspawn may use, said once, --omp-threads over all",
           "[e2e][env][exec-only]") {  // exec-only: its Slurm case runs /bin/sh, which no forkserver can start
-  const int cpus = lspawn::sys::usable_cpu_count();
+  const int cpus = lspawn::placement::usable_cpu_count();
   const int share = std::max(1, cpus / 2);
   auto r = run_lspawn({"--nprocs", "2", worker_bin(), "env"}, {});
   INFO(r.err);
@@ -257,7 +256,7 @@ TEST_CASE("in a pod with PET_NPROC_PER_NODE=cpu|gpu (torchrun's forms), lspawn c
   ReservedPort held_port;
   const std::vector<std::string> pod = {"PET_NNODES=1", "PET_NODE_RANK=0", "MASTER_ADDR=127.0.0.1",
                                         "MASTER_PORT=" + std::to_string(held_port.port())};
-  const int cpus = lspawn::sys::usable_cpu_count();
+  const int cpus = lspawn::placement::usable_cpu_count();
   std::vector<std::string> env = pod;
   env.push_back("PET_NPROC_PER_NODE=cpu");
   auto r = run_lspawn({worker_bin(), "env"}, env);

@@ -9,7 +9,7 @@
 #include "launcher/cli_options.hpp"
 #include "cluster/launch_env.hpp"
 #include "launcher/torchrun_compat.hpp"
-#include "supervisor/sys.hpp"
+#include "placement/cpu_list.hpp"
 
 using lspawn::CliOptions;
 using lspawn::parse_cli;
@@ -215,7 +215,7 @@ TEST_CASE("usable_cpu_count is what nproc(1) prints (sched_getaffinity)", "[cli]
   const bool got = std::fgets(buf, sizeof buf, p) != nullptr;
   ::pclose(p);
   REQUIRE(got);
-  CHECK(lspawn::sys::usable_cpu_count() == std::atoi(buf));
+  CHECK(lspawn::placement::usable_cpu_count() == std::atoi(buf));
 }
 
 TEST_CASE("parse_cli: --standalone - and what it cannot be combined with", "[cli][torchrun]") {
