@@ -2,6 +2,7 @@
 // backend, object collectives, subgroups, and the failure paths (timeout with a missing rank, a
 // rank SIGKILLed mid-collective, mismatched calls). The ranks are tests/collectives/worker.cpp.
 #include "tests/collectives/ranks.hpp"
+#include "tests/collectives/worker.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -15,8 +16,9 @@ using lspawn::test::require_all_ok;
 using lspawn::test::run_ranks;
 
 namespace {
-// The worker run_ranks() starts (CMake gives its path).
-const std::string kWorker = LSPAWN_COLLECTIVES_TEST_WORKER;
+// The worker run_ranks() starts: forked from this process, which links worker.cpp, or exec'd where
+// it cannot fork (CMake gives the program's path).
+const lspawn::test::Worker kWorker{LSPAWN_COLLECTIVES_TEST_WORKER, &lspawn::test::collectives_worker_main};
 }  // namespace
 
 TEST_CASE("every op matches a local reference on gloo and shm for N = 1 to 4", "[collectives][processes]") {

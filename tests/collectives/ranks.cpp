@@ -2,11 +2,16 @@
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <cerrno>
 #include <sstream>
 #include <stdexcept>
 
 #include "support/child.hpp"
+#include "support/ports.hpp"
 #include "support/temp_dir.hpp"
 // Last: c10's glog headers define CHECK too; Catch's must win.
 #include <catch2/catch.hpp>
@@ -50,15 +55,16 @@ std::string RunResult::all_output() const {
   return s;
 }
 
-RunResult run_ranks(const std::string& worker, int n, const std::string& scenario, const std::string& backend,
+RunResult run_ranks(const Worker& worker, int n, const std::string& scenario, const std::string& backend,
                     const std::map<std::string, std::string>& env, std::chrono::seconds deadline) {
-  c10d::TCPStoreOptions so;
-  so.port = 0;
-  so.isServer = true;
-  so.waitWorkers = false;
-  so.timeout = std::chrono::seconds(60);
-  auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
-
+  // The ranks start before the store's server does, so that a forked rank comes from a process
+  // with one thread (the server has its own). A forked rank waits for the end of `gate` (closed
+  // once the server listens on the port reserved here) before it runs the worker's main.
+  const ReservedPort port;
+  const char* exec_ranks = std::getenv("LSPAWN_TEST_EXEC_RANKS");
+  const bool fork_ranks = worker.main != nullptr && !(exec_ranks && std::string(exec_ranks) == "1") &&
+                          ChildProcess::single_threaded();
+  auto gate = sys::make_pipe("run_ranks start gate");
   const TempDir dir("lspawn-collectives-test-");
   std::vector<ChildProcess> ranks;
   const auto start = std::chrono::steady_clock::now();
@@ -68,11 +74,36 @@ RunResult run_ranks(const std::string& worker, int n, const std::string& scenari
     vars["RANK"] = std::to_string(r);
     vars["WORLD_SIZE"] = std::to_string(n);
     vars["MASTER_ADDR"] = "127.0.0.1";
-    vars["MASTER_PORT"] = std::to_string(store->getPort());
+    vars["MASTER_PORT"] = std::to_string(port.port());
     vars["OMP_NUM_THREADS"] = "1";
-    ranks.emplace_back(std::vector<std::string>{worker, scenario, backend}, vars,
-                       dir.file("rank" + std::to_string(r) + ".log"), ChildProcess::Inherit::all);
+    const std::string log = dir.file("rank" + std::to_string(r) + ".log");
+    const std::vector<std::string> argv = {worker.path, scenario, backend};
+    if (fork_ranks) {
+      ranks.emplace_back(
+          [&worker, &gate, argv] {
+            gate.write.reset();
+            char byte;
+            while (::read(gate.read.get(), &byte, 1) < 0 && errno == EINTR) {
+            }
+            std::vector<std::string> strings = argv;
+            std::vector<char*> args;
+            for (auto& a : strings) args.push_back(a.data());
+            args.push_back(nullptr);
+            return worker.main(static_cast<int>(argv.size()), args.data());
+          },
+          vars, log, ChildProcess::Inherit::all);
+    } else {
+      ranks.emplace_back(argv, vars, log, ChildProcess::Inherit::all);
+    }
   }
+
+  c10d::TCPStoreOptions so;
+  so.port = port.port();
+  so.isServer = true;
+  so.waitWorkers = false;
+  so.timeout = std::chrono::seconds(60);
+  auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+  gate.write.reset();
 
   // One deadline for all: each rank waits for what is left of it (a rank past it is SIGKILLed).
   RunResult result;

@@ -1,6 +1,6 @@
 // Test harness: runs N copies of a worker (the collectives' or the strategies' test worker) as
-// real processes against a TCPStore server hosted by the test process (port 0), and collects
-// their exit status and output. A library (lspawn_collectives_test_ranks) both folders link.
+// real processes against a TCPStore server hosted by the test process, and collects their exit
+// status and output. A library (lspawn_collectives_test_ranks) both folders link.
 #pragma once
 
 #include <chrono>
@@ -9,6 +9,18 @@
 #include <vector>
 
 namespace lspawn::test {
+
+// A test worker: its program, and its main() where the test links it too. With `main`, the ranks
+// are forked from the test process and run it there (no exec): the test has loaded LibTorch
+// already, and a LibTorch program's start (0.5-0.7 s of CPU, most of it the dispatcher's
+// registrations and the loader) is most of what a short collectives case costs. Still one real
+// process per rank, as after torch.multiprocessing's fork; a test process that has threads (a
+// ThreadSanitizer build's own) execs `path` instead, and so does every run with
+// LSPAWN_TEST_EXEC_RANKS=1 (to compare, or to rule the fork out).
+struct Worker {
+  std::string path;
+  int (*main)(int argc, char** argv) = nullptr;
+};
 
 struct RankResult {
   int exit_code = -1;  // valid when signal == 0
@@ -28,7 +40,7 @@ struct RunResult {
 // waits up to `deadline` for all of them (then SIGKILLs the rest), returns what they did.
 // env LSPAWN_TEST_NODES="0,0,1,1" fakes nodes: rank r gets LSPAWN_NODE_ID and the env contract's
 // GROUP_RANK / LOCAL_RANK / LOCAL_WORLD_SIZE / GROUP_WORLD_SIZE of node nodes[r] (all on loopback).
-RunResult run_ranks(const std::string& worker, int n, const std::string& scenario, const std::string& backend,
+RunResult run_ranks(const Worker& worker, int n, const std::string& scenario, const std::string& backend,
                     const std::map<std::string, std::string>& env = {},
                     std::chrono::seconds deadline = std::chrono::seconds(120));
 

@@ -1,4 +1,5 @@
-// One rank of a collectives test: run by tests/collectives/*_test.cpp N times as real processes.
+// One rank of a collectives test: run by tests/collectives/*_test.cpp N times as real processes
+// (forked from the test, which links this file too, or exec'd as the program worker_main.cpp).
 //
 //   lspawn_collectives_test_worker <scenario> <backend gloo|shm|auto>
 //   env: RANK, WORLD_SIZE, MASTER_PORT (a TCPStore server on 127.0.0.1 hosted by the test),
@@ -11,6 +12,8 @@
 // Exit status: 0 all checks passed; 1 a check failed (message on stderr); 2 CollectiveError;
 // 3 CollectiveTimeout; 4 CollectiveMismatch; 5 any other exception. Errors print
 // "rank R: <kind>: <what>" to stderr, so the test can assert on the text.
+#include "tests/collectives/worker.hpp"
+
 #include "collectives/cuda_ipc.hpp"
 #include "collectives/shm/communicator.hpp"
 #include "collectives/object.hpp"
@@ -486,7 +489,7 @@ void scenario_device(Group& g) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int lspawn::test::collectives_worker_main(int argc, char** argv) {
   const int rank = env_int("RANK", -1), size = env_int("WORLD_SIZE", -1), port = env_int("MASTER_PORT", -1);
   if (argc != 3 || rank < 0 || size < 1 || port <= 0) {
     std::cerr << "usage: RANK=r WORLD_SIZE=n MASTER_PORT=p " << argv[0] << " <scenario> <gloo|shm|auto>\n";

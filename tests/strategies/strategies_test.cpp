@@ -2,6 +2,7 @@
 // Lightning collective calls on gloo and shm, checkpoint + resume, a failing rank under the
 // lspawn CLI, DDPSpawn / XLASpawn from a caller, and the digits example.
 #include "tests/collectives/ranks.hpp"
+#include "tests/strategies/worker.hpp"
 #include "support/child.hpp"
 #include "support/temp_dir.hpp"
 
@@ -19,8 +20,11 @@ using lspawn::test::require_all_ok;
 using lspawn::test::run_ranks;
 
 namespace {
-// The worker run_ranks() starts (CMake gives its path).
-const std::string kWorker = LSPAWN_COLLECTIVES_TEST_WORKER;
+// The worker run_ranks() starts: forked from this process (it links worker.cpp), or exec'd (CMake
+// gives its path). The scenario "spawn" always execs the program: its lspawn::spawn() may start
+// /proc/self/exe again (StartMethod::Spawn), which must be the worker, not this test.
+const lspawn::test::Worker kWorker{LSPAWN_COLLECTIVES_TEST_WORKER, &lspawn::test::strategies_worker_main};
+const lspawn::test::Worker kWorkerProgram{LSPAWN_COLLECTIVES_TEST_WORKER};
 }  // namespace
 using lspawn::test::TempDir;
 
@@ -168,7 +172,7 @@ void check_start_chosen(const std::string& output) {
 TEST_CASE("DDPSpawn: the caller gets rank 0's weights, metrics and checkpoint (fork where allowed, and spawn)", "[strategies][spawn]") {
   for (const char* start : {"fork-if-allowed", "spawn"}) {
     TempDir dir;
-    auto r = run_ranks(kWorker, 1, "spawn", "gloo",
+    auto r = run_ranks(kWorkerProgram, 1, "spawn", "gloo",
                        {{"LSPAWN_TEST_STRATEGY", "ddp"}, {"LSPAWN_TEST_START", start}, {"LSPAWN_TEST_NPROCS", "2"},
                         {"LSPAWN_TEST_DIR", dir.path}},
                        90s);
@@ -180,7 +184,7 @@ TEST_CASE("DDPSpawn: the caller gets rank 0's weights, metrics and checkpoint (f
 TEST_CASE("DDPSpawn and XLASpawn with 4 workers equal one process", "[strategies][spawn]") {
   for (const char* kind : {"ddp", "xla"}) {
     TempDir dir;
-    auto r = run_ranks(kWorker, 1, "spawn", "gloo",
+    auto r = run_ranks(kWorkerProgram, 1, "spawn", "gloo",
                        {{"LSPAWN_TEST_STRATEGY", kind}, {"LSPAWN_TEST_START", "fork-if-allowed"}, {"LSPAWN_TEST_NPROCS", "4"},
                         {"LSPAWN_TEST_DIR", dir.path}},
                        90s);

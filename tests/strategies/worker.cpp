@@ -10,6 +10,8 @@
 //        LSPAWN_TEST_DIE_RANK (equiv: that rank _exit()s with 7 before its second backward),
 //        LSPAWN_TEST_FAILED_BACKWARD=1 (equiv, ddp_hook: the first module's backward throws midway)
 // Exit status: 0 all checks passed; 1 a check failed; 5 an exception. Prints "rank R: ..." lines.
+#include "tests/strategies/worker.hpp"
+
 #include "collectives/group.hpp"
 #include "spawn/threads.hpp"
 #include "runtime/error_report.hpp"
@@ -522,7 +524,7 @@ int spawn_scenario() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int lspawn::test::strategies_worker_main(int argc, char** argv) {
   lspawn::init(argc, argv);  // a worker started by StartMethod::Spawn runs here and exits
   if (argc < 2) {
     std::cerr << "usage: " << argv[0] << " <scenario> [backend]\n";

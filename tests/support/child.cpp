@@ -3,7 +3,10 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <iostream>
 #include <stdexcept>
 #include <thread>
 
@@ -60,6 +63,33 @@ pid_t start(std::vector<std::string> argv, std::vector<std::string> env, int in,
   return pid;
 }
 
+// The environment of a child started with an output file: what `inherit` keeps of this
+// process's, then `env`.
+std::vector<std::string> child_environment(const std::map<std::string, std::string>& env, ChildProcess::Inherit inherit) {
+  std::vector<std::string> envs;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string kv = *e;
+    const std::string name = kv.substr(0, kv.find('='));
+    const bool kept = inherit == ChildProcess::Inherit::all || !is_contract_var(name);
+    if (kept && env.count(name) == 0) envs.push_back(kv);
+  }
+  for (const auto& [k, v] : env) envs.push_back(k + "=" + v);
+  return envs;
+}
+
+// stdin (/dev/null) and stdout+stderr (`output_path`, truncated) of a child with an output file.
+struct StdFiles {
+  sys::Fd in, out;
+};
+StdFiles std_files(const std::string& output_path) {
+  StdFiles f;
+  f.in = sys::Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!f.in) sys::throw_errno("open", "/dev/null");
+  f.out = sys::Fd(::open(output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!f.out) sys::throw_errno("open", output_path);
+  return f;
+}
+
 }  // namespace
 
 std::string ExitStatus::describe() const {
@@ -87,19 +117,65 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::vect
 ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
                            const std::string& output_path, Inherit inherit)
     : output_path_(output_path) {
-  std::vector<std::string> envs;
+  const StdFiles files = std_files(output_path);
+  pid_ = start(argv, child_environment(env, inherit), files.in.get(), files.out.get(), files.out.get());
+}
+
+bool ChildProcess::single_threaded() {
+  std::error_code ec;
+  int n = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/task", ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec))
+    ++n;
+  return !ec && n == 1;
+}
+
+ChildProcess::ChildProcess(const std::function<int()>& body, const std::map<std::string, std::string>& env,
+                           const std::string& output_path, Inherit inherit)
+    : output_path_(output_path) {
+  if (!single_threaded())
+    throw std::logic_error("ChildProcess: a forked body needs a single-threaded test process (/proc/self/task lists more)");
+  const StdFiles files = std_files(output_path);
+  // What the child's environment becomes, computed before the fork (the child only sets it).
+  std::vector<std::string> drop;
   for (char** e = environ; e && *e; ++e) {
     const std::string kv = *e;
     const std::string name = kv.substr(0, kv.find('='));
-    const bool kept = inherit == Inherit::all || !is_contract_var(name);
-    if (kept && env.count(name) == 0) envs.push_back(kv);
+    if (inherit == Inherit::all_but_contract && is_contract_var(name)) drop.push_back(name);
   }
-  for (const auto& [k, v] : env) envs.push_back(k + "=" + v);
-  sys::Fd null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  if (!null) sys::throw_errno("open", "/dev/null");
-  sys::Fd file(::open(output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!file) sys::throw_errno("open", output_path);
-  pid_ = start(argv, envs, null.get(), file.get(), file.get());
+  // Nothing buffered here may be written again by the child.
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  pid_ = ::fork();
+  if (pid_ < 0) sys::throw_errno("fork", "test child of a function");
+  if (pid_ > 0) return;
+  ::dup2(files.in.get(), 0);
+  ::dup2(files.out.get(), 1);
+  ::dup2(files.out.get(), 2);
+  // As an exec leaves them: handlers (Catch's among them) back to default, SIG_IGN kept.
+  for (int s = 1; s < NSIG; ++s) {
+    struct sigaction now {};
+    if (s != SIGKILL && s != SIGSTOP && ::sigaction(s, nullptr, &now) == 0 && now.sa_handler != SIG_IGN)
+      ::signal(s, SIG_DFL);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  for (const auto& name : drop) ::unsetenv(name.c_str());
+  for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+  int rc = 70;
+  try {
+    rc = body();
+  } catch (const std::exception& e) {
+    std::cerr << "test child: uncaught exception: " << e.what() << std::endl;
+  } catch (...) {
+    std::cerr << "test child: uncaught exception" << std::endl;
+  }
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  ::_exit(rc);
 }
 
 ChildProcess::ChildProcess(ChildProcess&& other) noexcept

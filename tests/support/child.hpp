@@ -1,5 +1,6 @@
-// ChildProcess: a program a test starts (fork + exec, with a clean signal mask) and owns. Its
-// stdout and stderr go either to pipes the test reads while it waits (out(), err(),
+// ChildProcess: a program a test starts (fork + exec, with a clean signal mask) and owns, or a
+// function of the test's own binary run in a forked child (no exec: a test worker linked into
+// the test, which has loaded LibTorch already). Its stdout and stderr go either to pipes the test reads while it waits (out(), err(),
 // wait_output()), or to one file (output()) when several children run while the test waits on
 // one of them. The test waits with an upper bound: wait() gives up and leaves the child running,
 // wait_or_kill() SIGKILLs a child that overstays. A child still running when the object goes is
@@ -7,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -47,6 +49,16 @@ class ChildProcess {
   // std::runtime_error.
   ChildProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
                const std::string& output_path, Inherit inherit = Inherit::all_but_contract);
+  // Runs `body` in a forked child and exits with what it returns, in place of an exec of the
+  // program: the environment as above, signal dispositions as an exec leaves them (handled ones
+  // back to default, ignored ones kept), a clean mask, stdin /dev/null, stdout and stderr into
+  // `output_path`. Only from a process with a single thread (a lock held by another thread at
+  // the fork would stay held in the child): throws std::logic_error otherwise, so a caller that
+  // may have threads (a ThreadSanitizer build has its own) asks single_threaded() first.
+  ChildProcess(const std::function<int()>& body, const std::map<std::string, std::string>& env,
+               const std::string& output_path, Inherit inherit = Inherit::all_but_contract);
+  // Whether this process has one thread (/proc/self/task), so the constructor above may fork.
+  static bool single_threaded();
   ~ChildProcess();  // SIGKILLs and reaps a child still running
   ChildProcess(ChildProcess&& other) noexcept;
   ChildProcess(const ChildProcess&) = delete;
