@@ -195,12 +195,12 @@ TEST_CASE("error report: an unwritable error file is reported, the exit code kep
   CHECK_THAT(c.output(), Contains("could not write the error report") && Contains("no/such/dir"));
 }
 
-TEST_CASE("record: returns fn's result, or 1 after reporting an exception", "[error_report]") {
+TEST_CASE("record: returns fn's result, or 1 after reporting an exception", "[unit][error_report]") {
   CHECK(lspawn::record([] { return 7; }) == 7);
   CHECK(lspawn::record([]() -> int { throw std::logic_error("in-process"); }) == 1);
 }
 
-TEST_CASE("make_error_report: fields of an exception_ptr, rank unknown without RANK", "[error_report]") {
+TEST_CASE("make_error_report: fields of an exception_ptr, rank unknown without RANK", "[unit][error_report]") {
   ::unsetenv("RANK");
   ::setenv("LOCAL_RANK", "not-a-number", 1);
   const auto r = lspawn::make_error_report(std::make_exception_ptr(std::out_of_range("idx 9")), "bt");
@@ -219,7 +219,7 @@ TEST_CASE("make_error_report: fields of an exception_ptr, rank unknown without R
   CHECK(t.message == "(not a std::exception)");
 }
 
-TEST_CASE("write_error_report(const std::exception&) writes the dynamic type", "[error_report]") {
+TEST_CASE("write_error_report(const std::exception&) writes the dynamic type", "[unit][error_report]") {
   TempDir dir;
   const std::string report = dir.file("direct.json");
   ::setenv("LSPAWN_ERROR_FILE", report.c_str(), 1);

@@ -55,7 +55,7 @@ TEST_CASE("init_process_group: gloo collectives are correct across real processe
   }
 }
 
-TEST_CASE("init_process_group: a one-worker job on MASTER_PORT=0 works in-process", "[process_group]") {
+TEST_CASE("init_process_group: a one-worker job on MASTER_PORT=0 works in-process", "[unit][process_group]") {
   lspawn::InitOptions o;
   o.env = lspawn::WorkerEnv::from_map({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_PORT", "0"}});
   o.backend = "gloo";
@@ -104,7 +104,7 @@ TEST_CASE("init_process_group: a write to a peer that has gone fails with EPIPE 
   if (own) CHECK_THAT(c.output(), Contains("own handler kept, called 1"));
 }
 
-TEST_CASE("init_process_group: nccl without NCCL support is a clear error", "[process_group]") {
+TEST_CASE("init_process_group: nccl without NCCL support is a clear error", "[unit][process_group]") {
   if (lspawn::have_nccl()) {
     SUCCEED("built with NCCL");
     return;
@@ -118,7 +118,7 @@ TEST_CASE("init_process_group: nccl without NCCL support is a clear error", "[pr
 }
 
 TEST_CASE("init_process_group: nccl on a node without a CUDA device names LOCAL_RANK and CUDA_VISIBLE_DEVICES",
-          "[process_group][nccl]") {
+          "[unit][process_group][nccl]") {
   if (!lspawn::have_nccl() || lspawn::cuda_device_count() > 0) {
     SUCCEED("not an NCCL build on a machine without GPUs");
     return;
@@ -134,7 +134,7 @@ TEST_CASE("init_process_group: nccl on a node without a CUDA device names LOCAL_
 }
 
 TEST_CASE("cuda_device_for: LOCAL_RANK indexes the visible devices - too few devices is a clear error",
-          "[process_group][nccl]") {
+          "[unit][process_group][nccl]") {
   CHECK(lspawn::cuda_device_for(0, 1, nullptr) == 0);
   CHECK(lspawn::cuda_device_for(3, 8, "4,5,6,7,0,1,2,3") == 3);  // CUDA renumbers the visible list from 0
   CHECK_THROWS_WITH(lspawn::cuda_device_for(1, 1, "2"),
@@ -145,7 +145,7 @@ TEST_CASE("cuda_device_for: LOCAL_RANK indexes the visible devices - too few dev
   CHECK_THROWS_AS(lspawn::cuda_device_for(-1, 2, nullptr), lspawn::ProcessGroupError);
 }
 
-TEST_CASE("init_process_group: an unknown backend names the source of the choice", "[process_group]") {
+TEST_CASE("init_process_group: an unknown backend names the source of the choice", "[unit][process_group]") {
   lspawn::InitOptions o;
   o.env = lspawn::WorkerEnv::from_map({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}});
   ::setenv("LSPAWN_BACKEND", "mpi", 1);
@@ -180,7 +180,7 @@ std::chrono::microseconds unregister_waits(gloo::transport::tcp::Device& device,
 }
 }  // namespace
 
-TEST_CASE("GlooLoopTicker: gloo's tcp loop goes round every period instead of every 10 ms", "[process_group]") {
+TEST_CASE("GlooLoopTicker: gloo's tcp loop goes round every period instead of every 10 ms", "[unit][process_group]") {
   if (!lspawn::compat::kGlooLoopTicker) {  // LibTorch 2.x: gloo is left alone (torch_compat.hpp)
     CHECK_FALSE(lspawn::GlooLoopTicker(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")).active());
     return;
@@ -264,7 +264,7 @@ pid_t new_thread(const std::set<pid_t>& before) {
 
 }  // namespace
 
-TEST_CASE("GlooLoopTicker: holding the last reference, the device's loop stops within a period", "[process_group]") {
+TEST_CASE("GlooLoopTicker: holding the last reference, the device's loop stops within a period", "[unit][process_group]") {
   if (!lspawn::compat::kGlooLoopTicker) {  // LibTorch 2.x: gloo is left alone (torch_compat.hpp)
     CHECK_FALSE(lspawn::GlooLoopTicker(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")).active());
     return;
@@ -311,7 +311,7 @@ TEST_CASE("GlooLoopTicker: holding the last reference, the device's loop stops w
   CHECK(alone[rounds / 2] - with_ticker[rounds / 2] > std::chrono::milliseconds(2));
 }
 
-TEST_CASE("GlooLoopTicker: a device that is not gloo's tcp one is left alone", "[process_group]") {
+TEST_CASE("GlooLoopTicker: a device that is not gloo's tcp one is left alone", "[unit][process_group]") {
   lspawn::GlooLoopTicker ticker(nullptr);
   CHECK_FALSE(ticker.active());
   CHECK(ticker.ticks() == 0);

@@ -16,7 +16,7 @@ namespace {
 std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
 }  // namespace
 
-TEST_CASE("record auth: a sealed record opens with the same secret and key only", "[security]") {
+TEST_CASE("record auth: a sealed record opens with the same secret and key only", "[unit][security]") {
   const RecordAuth a("secret-one-0123456789"), b("secret-two-0123456789");
   const auto sealed = a.seal("k/1", bytes("host\n42"));
   REQUIRE(sealed.size() == RecordAuth::kHeaderSize + 7);
@@ -34,7 +34,7 @@ TEST_CASE("record auth: a sealed record opens with the same secret and key only"
   CHECK(a.open("k/1", a.seal("k/1", {})) == std::vector<uint8_t>{});  // empty values too
 }
 
-TEST_CASE("record auth: key names depend on the secret and the key", "[security]") {
+TEST_CASE("record auth: key names depend on the secret and the key", "[unit][security]") {
   const RecordAuth a("secret-one-0123456789"), b("secret-two-0123456789");
   CHECK(a.key_name("rdzv/rank/0") == a.key_name("rdzv/rank/0"));
   CHECK(a.key_name("rdzv/rank/0") != b.key_name("rdzv/rank/0"));
@@ -43,7 +43,7 @@ TEST_CASE("record auth: key names depend on the secret and the key", "[security]
   CHECK(a.key_name("x").size() == 2 + 32);
 }
 
-TEST_CASE("record auth: a short secret is refused without being shown", "[security]") {
+TEST_CASE("record auth: a short secret is refused without being shown", "[unit][security]") {
   try {
     RecordAuth("short-secret");
     FAIL("no exception");
@@ -53,7 +53,7 @@ TEST_CASE("record auth: a short secret is refused without being shown", "[securi
   }
 }
 
-TEST_CASE("record auth: foreign records are described by what they claim", "[security]") {
+TEST_CASE("record auth: foreign records are described by what they claim", "[unit][security]") {
   CHECK(lspawn::describe_foreign_record(bytes("evil\n42")) == "claiming 'evil pid 42' (7 bytes)");
   std::vector<uint8_t> gloo(2 * (sizeof(sockaddr_storage) + 8), 0);
   sockaddr_in a{};
@@ -70,12 +70,12 @@ TEST_CASE("record auth: foreign records are described by what they claim", "[sec
   CHECK(lspawn::describe_foreign_record({0xff, 0x00}) == "claiming '??' (2 bytes)");
 }
 
-TEST_CASE("record auth: a sealed record with a wrong MAC is described by what it carries", "[security]") {
+TEST_CASE("record auth: a sealed record with a wrong MAC is described by what it carries", "[unit][security]") {
   const RecordAuth wrong("not-the-secret-of-this-job");
   CHECK(lspawn::describe_foreign_record(wrong.seal("k", bytes("evil\n42"))) == "claiming 'evil pid 42' (43 bytes, sealed)");
 }
 
-TEST_CASE("record auth: a connection token checks with the same secret only", "[security]") {
+TEST_CASE("record auth: a connection token checks with the same secret only", "[unit][security]") {
   const RecordAuth a("secret-one-0123456789"), b("secret-two-0123456789");
   const auto t = a.connection_token();
   CHECK(std::memcmp(t.data(), RecordAuth::kTokenMagic, 4) == 0);

@@ -125,7 +125,7 @@ TEST_CASE("rendezvous: under an agent store (torchrun static) rank 0 is a client
   CHECK(agent->check({"lspawn/agent/1/rdzv/rank/0", "lspawn/agent/1/rdzv/rank/1"}));
 }
 
-TEST_CASE("host_store: port 0 picks a free port, published by public_port()", "[rendezvous]") {
+TEST_CASE("host_store: port 0 picks a free port, published by public_port()", "[unit][rendezvous]") {
   auto server = lspawn::host_store("127.0.0.1", 0, 5s);
   REQUIRE(server->public_port() != 0);
   auto client = lspawn::connect_store("127.0.0.1", server->public_port(), 5s);
@@ -136,7 +136,7 @@ TEST_CASE("host_store: port 0 picks a free port, published by public_port()", "[
   CHECK(server->get("k") == std::vector<uint8_t>{'v'});
 }
 
-TEST_CASE("host_store: TCPStore can bind a port that lspawn reserves without listening", "[rendezvous]") {
+TEST_CASE("host_store: TCPStore can bind a port that lspawn reserves without listening", "[unit][rendezvous]") {
   ReservedPort reserved;
   auto server = lspawn::host_store("127.0.0.1", reserved.port(), 5s);
   CHECK(server->public_port() == reserved.port());
@@ -145,7 +145,7 @@ TEST_CASE("host_store: TCPStore can bind a port that lspawn reserves without lis
   CHECK((server->get("x") == std::vector<uint8_t>{1, 2}));
 }
 
-TEST_CASE("host_store: a port in use (listening) is an error naming host:port", "[rendezvous]") {
+TEST_CASE("host_store: a port in use (listening) is an error naming host:port", "[unit][rendezvous]") {
   ReservedPort busy(/*listening=*/true);
   const std::string where = "127.0.0.1:" + std::to_string(busy.port());
   CHECK_THROWS_AS(lspawn::host_store("127.0.0.1", busy.port(), 2s), lspawn::RendezvousError);
@@ -154,7 +154,7 @@ TEST_CASE("host_store: a port in use (listening) is an error naming host:port", 
                         Contains("address already in use", Catch::CaseSensitive::No));  // 2.x: lower case
 }
 
-TEST_CASE("connect_store: nobody listening within the timeout is an error naming host:port", "[rendezvous]") {
+TEST_CASE("connect_store: nobody listening within the timeout is an error naming host:port", "[unit][rendezvous]") {
   ReservedPort reserved;  // refuses connections
   const auto t0 = std::chrono::steady_clock::now();
   CHECK_THROWS_WITH(lspawn::connect_store("127.0.0.1", reserved.port(), 500ms),
@@ -164,7 +164,7 @@ TEST_CASE("connect_store: nobody listening within the timeout is an error naming
   CHECK(seconds_since(t0) < 5.0);
 }
 
-TEST_CASE("connect_store: a server that starts late is found before the timeout", "[rendezvous]") {
+TEST_CASE("connect_store: a server that starts late is found before the timeout", "[unit][rendezvous]") {
   ReservedPort reserved;
   std::thread late([&] {
     std::this_thread::sleep_for(300ms);
@@ -178,7 +178,7 @@ TEST_CASE("connect_store: a server that starts late is found before the timeout"
   SUCCEED("client connected to a server that started after it");
 }
 
-TEST_CASE("resolve_rendezvous_timeout: option, then LSPAWN_RDZV_TIMEOUT, then 300 s", "[rendezvous]") {
+TEST_CASE("resolve_rendezvous_timeout: option, then LSPAWN_RDZV_TIMEOUT, then 300 s", "[unit][rendezvous]") {
   ::unsetenv("LSPAWN_RDZV_TIMEOUT");
   CHECK(lspawn::resolve_rendezvous_timeout(0ms) == 300s);
   ::setenv("LSPAWN_RDZV_TIMEOUT", "7", 1);
@@ -200,7 +200,7 @@ struct StoreWithoutCompareSet : c10d::HashStore {
 using Bytes = std::vector<uint8_t>;
 }  // namespace
 
-TEST_CASE("try_get: the value of a set key, nullopt for a missing one, nothing created", "[rendezvous]") {
+TEST_CASE("try_get: the value of a set key, nullopt for a missing one, nothing created", "[unit][rendezvous]") {
   auto server = lspawn::host_store("127.0.0.1", 0, 5s);
   auto client = lspawn::connect_store("127.0.0.1", server->public_port(), 5s);
   client->set("k", Bytes{'v'});
@@ -225,7 +225,7 @@ TEST_CASE("try_get: the value of a set key, nullopt for a missing one, nothing c
 // compareSet() finds that key missing, and the woken get() reads an empty value. gloo crashed on
 // such a value (issue #8: SIGSEGV in gloo::transport::tcp::Rank::Rank across hosts). try_get must
 // not send such a probe, and get_when_set must not return such a value, whoever sent the probe.
-TEST_CASE("try_get does not wake a client waiting for the missing key", "[rendezvous]") {
+TEST_CASE("try_get does not wake a client waiting for the missing key", "[unit][rendezvous]") {
   auto server = lspawn::host_store("127.0.0.1", 0, 10s);
   auto waiter = lspawn::connect_store("127.0.0.1", server->public_port(), 10s);
   auto prober = lspawn::connect_store("127.0.0.1", server->public_port(), 10s);
@@ -240,7 +240,7 @@ TEST_CASE("try_get does not wake a client waiting for the missing key", "[rendez
 }
 
 TEST_CASE("get_when_set: a wake-up without the key (a stranger's compareSet) does not return an empty value",
-          "[rendezvous]") {
+          "[unit][rendezvous]") {
   auto server = lspawn::host_store("127.0.0.1", 0, 10s);
   auto waiter = lspawn::connect_store("127.0.0.1", server->public_port(), 10s);
   auto stranger = lspawn::connect_store("127.0.0.1", server->public_port(), 10s);
@@ -257,7 +257,7 @@ TEST_CASE("get_when_set: a wake-up without the key (a stranger's compareSet) doe
   CHECK(got == Bytes{'v'});
 }
 
-TEST_CASE("get_when_set: a key never set fails after the store timeout, naming it", "[rendezvous]") {
+TEST_CASE("get_when_set: a key never set fails after the store timeout, naming it", "[unit][rendezvous]") {
   auto server = lspawn::host_store("127.0.0.1", 0, 10s);
   auto client = lspawn::connect_store("127.0.0.1", server->public_port(), 10s);
   client->setTimeout(300ms);

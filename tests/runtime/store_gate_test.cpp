@@ -40,7 +40,7 @@ std::vector<std::uint8_t> legacy_set(std::uint64_t key_len) {
 
 }  // namespace
 
-TEST_CASE("store gate: the first bytes of each store protocol", "[store_gate]") {
+TEST_CASE("store gate: the first bytes of each store protocol", "[unit][store_gate]") {
   const auto V = StoreProtocol::Validated;
   const auto L = StoreProtocol::Legacy;
   // VALIDATE (0) and 0x3C85F7CE, little-endian: what every 2.1+ client sends first.

@@ -28,7 +28,7 @@ Vars without(Vars v, const std::string& k) {
 
 }  // namespace
 
-TEST_CASE("WorkerEnv: minimal environment takes torchrun's defaults", "[worker_env]") {
+TEST_CASE("WorkerEnv: minimal environment takes torchrun's defaults", "[unit][worker_env]") {
   const WorkerEnv e = WorkerEnv::from_map(minimal());
   CHECK(e.rank == 1);
   CHECK(e.world_size == 4);
@@ -47,7 +47,7 @@ TEST_CASE("WorkerEnv: minimal environment takes torchrun's defaults", "[worker_e
   CHECK_FALSE(e.use_agent_store);
 }
 
-TEST_CASE("WorkerEnv: every variable of the contract is read", "[worker_env]") {
+TEST_CASE("WorkerEnv: every variable of the contract is read", "[unit][worker_env]") {
   const WorkerEnv e = WorkerEnv::from_map({{"RANK", "5"},
                                            {"LOCAL_RANK", "1"},
                                            {"WORLD_SIZE", "8"},
@@ -82,14 +82,14 @@ TEST_CASE("WorkerEnv: every variable of the contract is read", "[worker_env]") {
   CHECK(e.describe() == "rank 5/8 (local 1/4, node 1/2)");
 }
 
-TEST_CASE("WorkerEnv: LSPAWN_ERROR_FILE is the fallback error file", "[worker_env]") {
+TEST_CASE("WorkerEnv: LSPAWN_ERROR_FILE is the fallback error file", "[unit][worker_env]") {
   CHECK(WorkerEnv::from_map(with(minimal(), "LSPAWN_ERROR_FILE", "/e.json")).error_file == "/e.json");
   CHECK(WorkerEnv::from_map(with(with(minimal(), "LSPAWN_ERROR_FILE", "/e.json"),
                                  "TORCHELASTIC_ERROR_FILE", ""))
             .error_file == "/e.json");
 }
 
-TEST_CASE("WorkerEnv: missing required variables are named", "[worker_env]") {
+TEST_CASE("WorkerEnv: missing required variables are named", "[unit][worker_env]") {
   CHECK_THROWS_WITH(WorkerEnv::from_map(without(minimal(), "RANK")),
                     Equals("RANK missing: set it or run under lspawn/torchrun"));
   CHECK_THROWS_WITH(WorkerEnv::from_map(without(minimal(), "WORLD_SIZE")),
@@ -100,7 +100,7 @@ TEST_CASE("WorkerEnv: missing required variables are named", "[worker_env]") {
                     Contains("MASTER_ADDR missing") && Contains("GROUP_WORLD_SIZE=2"));
 }
 
-TEST_CASE("WorkerEnv: malformed values name the variable, the value and the form", "[worker_env]") {
+TEST_CASE("WorkerEnv: malformed values name the variable, the value and the form", "[unit][worker_env]") {
   CHECK_THROWS_AS(WorkerEnv::from_map(with(minimal(), "RANK", "x")), EnvError);
   CHECK_THROWS_WITH(WorkerEnv::from_map(with(minimal(), "RANK", "x")), Equals("RANK='x' is not an integer"));
   CHECK_THROWS_WITH(WorkerEnv::from_map(with(minimal(), "RANK", "1x")), Equals("RANK='1x' is not an integer"));
@@ -143,7 +143,7 @@ TEST_CASE("WorkerEnv: malformed values name the variable, the value and the form
                     Contains("TORCHELASTIC_USE_AGENT_STORE='maybe' is not a boolean"));
 }
 
-TEST_CASE("WorkerEnv: Open MPI's variables stand in when RANK is unset", "[worker_env]") {
+TEST_CASE("WorkerEnv: Open MPI's variables stand in when RANK is unset", "[unit][worker_env]") {
   const Vars ompi = {{"OMPI_COMM_WORLD_RANK", "3"},       {"OMPI_COMM_WORLD_SIZE", "4"},
                      {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
                      {"MASTER_PORT", "29501"}, {"MASTER_ADDR", "h0"}};
@@ -163,12 +163,12 @@ TEST_CASE("WorkerEnv: Open MPI's variables stand in when RANK is unset", "[worke
                     Contains("WORLD_SIZE='x'"));
 }
 
-TEST_CASE("WorkerEnv: MASTER_PORT=0 is accepted for a one-worker job", "[worker_env]") {
+TEST_CASE("WorkerEnv: MASTER_PORT=0 is accepted for a one-worker job", "[unit][worker_env]") {
   const WorkerEnv e = WorkerEnv::from_map({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_PORT", "0"}});
   CHECK(e.master_port == 0);
 }
 
-TEST_CASE("WorkerEnv: from_environment reads the process environment", "[worker_env]") {
+TEST_CASE("WorkerEnv: from_environment reads the process environment", "[unit][worker_env]") {
   ::setenv("RANK", "2", 1);
   ::setenv("WORLD_SIZE", "3", 1);
   ::setenv("MASTER_PORT", "4567", 1);
@@ -184,7 +184,7 @@ TEST_CASE("WorkerEnv: from_environment reads the process environment", "[worker_
   CHECK_THROWS_WITH(WorkerEnv::from_environment(), Contains("missing"));
 }
 
-TEST_CASE("duration_from_environment parses seconds", "[worker_env]") {
+TEST_CASE("duration_from_environment parses seconds", "[unit][worker_env]") {
   const char* name = "LSPAWN_TEST_DURATION";
   ::unsetenv(name);
   CHECK_FALSE(lspawn::duration_from_environment(name).has_value());
@@ -200,7 +200,7 @@ TEST_CASE("duration_from_environment parses seconds", "[worker_env]") {
   ::unsetenv(name);
 }
 
-TEST_CASE("WorkerEnv: Open MPI completes the group, port and run id", "[worker_env][ompi]") {
+TEST_CASE("WorkerEnv: Open MPI completes the group, port and run id", "[unit][worker_env][ompi]") {
   // mpirun -np 4 on one node (tests/data: OMPI 4.1.4's variables of rank 2).
   Vars ompi = {{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "4"},
                {"OMPI_COMM_WORLD_LOCAL_RANK", "2"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
@@ -233,7 +233,7 @@ TEST_CASE("WorkerEnv: Open MPI completes the group, port and run id", "[worker_e
   CHECK(e.master_addr == "h0");
 }
 
-TEST_CASE("WorkerEnv: srun -N2 -n4 prog, one task per worker (captured env)", "[worker_env][slurm]") {
+TEST_CASE("WorkerEnv: srun -N2 -n4 prog, one task per worker (captured env)", "[unit][worker_env][slurm]") {
   for (int task = 0; task < 4; ++task) {
     INFO("task " << task);
     const WorkerEnv e = WorkerEnv::from_map(lspawn::test::cluster_env("slurm-srun-N2-n4-loopback.env", task));
@@ -249,7 +249,7 @@ TEST_CASE("WorkerEnv: srun -N2 -n4 prog, one task per worker (captured env)", "[
   }
 }
 
-TEST_CASE("WorkerEnv: Slurm variations and errors", "[worker_env][slurm]") {
+TEST_CASE("WorkerEnv: Slurm variations and errors", "[unit][worker_env][slurm]") {
   Vars env = lspawn::test::cluster_env("slurm-srun-N2-n4-loopback.env", 3);
   SECTION("uneven packing 3,1: the node's own count") {
     env["SLURM_STEP_TASKS_PER_NODE"] = "3,1";
@@ -300,7 +300,7 @@ TEST_CASE("WorkerEnv: Slurm variations and errors", "[worker_env][slurm]") {
   }
 }
 
-TEST_CASE("WorkerEnv: mpirun inside sbatch prefers OMPI over orted's SLURM_*", "[worker_env][ompi][slurm]") {
+TEST_CASE("WorkerEnv: mpirun inside sbatch prefers OMPI over orted's SLURM_*", "[unit][worker_env][ompi][slurm]") {
   // Rank 3 of `mpirun -np 4` in a 2-node job: orted was started by srun, so SLURM_PROCID is the
   // node index and SLURM_NTASKS the node count (tests/data/cluster-env/ompi-mpirun-inside-sbatch.env).
   const Vars env = {{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},

@@ -23,7 +23,7 @@
 
 using lspawn::DistributedSampler;
 
-TEST_CASE("DistributedSampler: torch's padding, drop_last and per-rank interleaving", "[strategies][data]") {
+TEST_CASE("DistributedSampler: torch's padding, drop_last and per-rank interleaving", "[unit][strategies][data]") {
   DistributedSampler s;
   s.dataset_size = 10;
   s.num_replicas = 4;
@@ -46,7 +46,7 @@ TEST_CASE("DistributedSampler: torch's padding, drop_last and per-rank interleav
   CHECK_THROWS_AS(s.indices(), std::invalid_argument);
 }
 
-TEST_CASE("DistributedSampler: shuffle shared by ranks, new order per epoch, shards disjoint", "[strategies][data]") {
+TEST_CASE("DistributedSampler: shuffle shared by ranks, new order per epoch, shards disjoint", "[unit][strategies][data]") {
   DistributedSampler s;
   s.dataset_size = 20;
   s.num_replicas = 2;
@@ -66,7 +66,7 @@ TEST_CASE("DistributedSampler: shuffle shared by ranks, new order per epoch, sha
   CHECK(s.indices() != r0);
 }
 
-TEST_CASE("DataLoader: batches, drop_last, distributed shard", "[strategies][data]") {
+TEST_CASE("DataLoader: batches, drop_last, distributed shard", "[unit][strategies][data]") {
   auto data = lspawn::test::tiny_data(10, 1);
   lspawn::DataLoader l(lspawn::TensorDataset(data), {4, false, 0, false});
   CHECK(l.size() == 3);
@@ -81,7 +81,7 @@ TEST_CASE("DataLoader: batches, drop_last, distributed shard", "[strategies][dat
   CHECK_THROWS_AS(lspawn::TensorDataset({at::zeros({3}), at::zeros({4})}), std::invalid_argument);
 }
 
-TEST_CASE("ParallelLoader prefetches the loader's batches in order and rethrows errors", "[strategies][data]") {
+TEST_CASE("ParallelLoader prefetches the loader's batches in order and rethrows errors", "[unit][strategies][data]") {
   auto data = lspawn::test::tiny_data(10, 1);
   lspawn::DataLoader l(lspawn::TensorDataset(data), {3, true, 5, false});
   lspawn::ParallelLoader p(l, at::kCPU, 2);
@@ -94,7 +94,7 @@ TEST_CASE("ParallelLoader prefetches the loader's batches in order and rethrows 
   CHECK_FALSE(p.next().has_value());
 }
 
-TEST_CASE("checkpoint files: round trip, atomic replace, clear errors", "[strategies][checkpoint]") {
+TEST_CASE("checkpoint files: round trip, atomic replace, clear errors", "[unit][strategies][checkpoint]") {
   lspawn::test::TempDir dir;
   lspawn::test::TinyNet a(1), b(2);
   auto opt = a.configure_optimizers();
@@ -123,7 +123,7 @@ TEST_CASE("checkpoint files: round trip, atomic replace, clear errors", "[strate
   CHECK_THROWS_AS(lspawn::write_checkpoint_file(ck, dir.file("no/such/dir/x.ckpt")), lspawn::CheckpointError);
 }
 
-TEST_CASE("precision: bf16-mixed autocasts on CPU inside the scope only - 16-mixed refuses CPU", "[strategies][precision]") {
+TEST_CASE("precision: bf16-mixed autocasts on CPU inside the scope only - 16-mixed refuses CPU", "[unit][strategies][precision]") {
   lspawn::PrecisionPlugin bf16(lspawn::Precision::Bf16Mixed, at::kCPU);
   auto x = at::randn({4, 8});
   auto w = at::randn({8, 3});
@@ -144,7 +144,7 @@ TEST_CASE("precision: bf16-mixed autocasts on CPU inside the scope only - 16-mix
 }
 
 TEST_CASE("SingleDevice / DataParallel (one device, two CPU replicas) through the Trainer: fit, validate, test, predict",
-          "[strategies][trainer]") {
+          "[unit][strategies][trainer]") {
   auto data = lspawn::test::tiny_data(256, 4);
   lspawn::DataLoader train(lspawn::TensorDataset(data), {16, true, 1, false});
   for (int dp = 0; dp < 3; ++dp) {
@@ -168,7 +168,7 @@ TEST_CASE("SingleDevice / DataParallel (one device, two CPU replicas) through th
   }
 }
 
-TEST_CASE("Trainer: accumulate_grad_batches steps once per group", "[strategies][trainer]") {
+TEST_CASE("Trainer: accumulate_grad_batches steps once per group", "[unit][strategies][trainer]") {
   lspawn::test::TinyNet net(1);
   lspawn::SingleDevice s(lspawn::AcceleratorKind::Cpu);
   lspawn::TrainerOptions o;
@@ -179,7 +179,7 @@ TEST_CASE("Trainer: accumulate_grad_batches steps once per group", "[strategies]
   CHECK(r.global_step == 4);  // 10 batches: steps after 3, 6, 9 and the last
 }
 
-TEST_CASE("Trainer: an exception in training_step propagates after on_exception", "[strategies][trainer]") {
+TEST_CASE("Trainer: an exception in training_step propagates after on_exception", "[unit][strategies][trainer]") {
   lspawn::test::TinyNet net(1);
   net.throw_at = 1;
   lspawn::SingleDevice s(lspawn::AcceleratorKind::Cpu);
@@ -188,7 +188,7 @@ TEST_CASE("Trainer: an exception in training_step propagates after on_exception"
                     Catch::Matchers::Contains("failed on purpose at batch 1"));
 }
 
-TEST_CASE("DDPSpawn with nprocs = 1 trains in the caller on one device", "[strategies][spawn]") {
+TEST_CASE("DDPSpawn with nprocs = 1 trains in the caller on one device", "[unit][strategies][spawn]") {
   if (std::getenv("WORLD_SIZE")) {
     WARN("WORLD_SIZE is set in this environment: the single-process path is not taken; skipped");
     return;
@@ -261,7 +261,7 @@ std::vector<int64_t> rows_of(const std::vector<LoggedNet::Call>& calls) {
 }  // namespace
 
 TEST_CASE("DataParallel over several CPU replicas equals one device on the whole batch (odd batch sizes too)",
-          "[strategies][dp]") {
+          "[unit][strategies][dp]") {
   struct Case {
     int devices;
     int64_t batch;
@@ -306,7 +306,7 @@ TEST_CASE("DataParallel over several CPU replicas equals one device on the whole
 }
 
 TEST_CASE("DataParallel: Lightning's plain mean, validation metrics, predict gathers every row, bf16 autocast in replicas",
-          "[strategies][dp]") {
+          "[unit][strategies][dp]") {
   const auto data = lspawn::test::tiny_data(7, 5);
   LoggedNet net(1);
   lspawn::DataParallelOptions o;
@@ -348,7 +348,7 @@ TEST_CASE("DataParallel: Lightning's plain mean, validation metrics, predict gat
 }
 
 TEST_CASE("DataParallel: a replica that throws is named with its device, every thread joined - the next step works",
-          "[strategies][dp]") {
+          "[unit][strategies][dp]") {
   const auto data = lspawn::test::tiny_data(7, 5);
   LoggedNet net(1);
   net.throw_on_rows = 1;  // chunks 3, 3, 1: replica 2 throws
@@ -370,7 +370,7 @@ TEST_CASE("DataParallel: a replica that throws is named with its device, every t
   CHECK(net.take().size() == 3);
 }
 
-TEST_CASE("DataParallel: device and replica errors are clear", "[strategies][dp]") {
+TEST_CASE("DataParallel: device and replica errors are clear", "[unit][strategies][dp]") {
   lspawn::test::TinyNet net(1);
   CHECK_THROWS_WITH(lspawn::DataParallel({c10::Device(c10::kCPU), c10::Device("cuda:0")}).setup(net),
                     Catch::Matchers::Contains("mix cpu and cuda:0"));
@@ -398,7 +398,7 @@ TEST_CASE("DataParallel: device and replica errors are clear", "[strategies][dp]
 }
 
 TEST_CASE("strategy backend: NCCL for a CUDA device when built with it, as torch - the user's choice and LSPAWN_BACKEND win",
-          "[strategies][backend]") {
+          "[unit][strategies][backend]") {
   const c10::Device cpu(c10::kCPU), cuda(c10::kCUDA, 0);
   // What a DDP user gets by default (docs/strategies.md#process-group).
   CHECK(lspawn::strategy_backend(lspawn::Backend::Default, cuda, true, nullptr) == lspawn::Backend::Nccl);
@@ -414,7 +414,7 @@ TEST_CASE("strategy backend: NCCL for a CUDA device when built with it, as torch
 }
 
 TEST_CASE("device sharing: one process per GPU for NCCL, other backends put several local ranks on one GPU",
-          "[strategies][backend]") {
+          "[unit][strategies][backend]") {
   using lspawn::Backend;
   using lspawn::DeviceSharing;
   // NCCL (torch's default for a CUDA model, or asked for) refuses two ranks on one GPU.
