@@ -13,6 +13,8 @@
 #include "daemon/daemon.hpp"
 #include "hang/status_command.hpp"
 #include "launcher/cli_options.hpp"
+#include "launcher/control_stdin.hpp"
+#include "launcher/fanout.hpp"
 #include "launcher/python_preload.hpp"
 #include "launcher/run.hpp"
 #include "launcher/say.hpp"
@@ -237,6 +239,17 @@ int run_cli(const std::vector<std::string>& args) {
   }
   if (!o.quiet) {
     for (const auto& note : o.notes) say(note);
+  }
+  if (!o.hostfile.empty() || !o.hosts_list.empty()) {
+    try {
+      return cli::run_on_hosts(o, args);
+    } catch (const std::exception& e) {
+      say(std::string("internal error: ") + e.what());
+      return exit_codes::kInternal;
+    }
+  }
+  if (o.control_stdin) {
+    if (auto code = cli::take_control_stdin()) return *code;
   }
   if (auto code = apply_launch_settings(o)) return *code;
   // Then torchrun's conventions: a gpu|cpu|auto count, the Python program, the log files.

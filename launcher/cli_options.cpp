@@ -80,6 +80,15 @@ bool parse_multinode_option(const std::string& name,
       usage(name + ": lspawn's own rendezvous replaces c10d and static; accepted values are c10d "
             "and static (" + name + " c10d), got '" + b + "'");
     }
+  } else if (name == "--hostfile") {
+    o.hostfile = take("FILE");
+    if (o.hostfile.empty()) usage(name + ": empty path (" + name + " FILE)");
+  } else if (name == "--hosts") {
+    o.hosts_list = take("HOST[:N],...");
+    if (o.hosts_list.empty()) usage(name + ": names no host (" + name + " A[:N],B[:N],...)");
+  } else if (name == "--rsh") {
+    o.rsh = take("CMD");
+    if (o.rsh.find_first_not_of(" \t") == std::string::npos) usage(name + ": empty command (" + name + " CMD, e.g. ssh)");
   } else if (name == "--node-timeout") {
     o.node_timeout_s = parse_seconds(name, take("SECONDS"));
     if (o.node_timeout_s < 0.1) usage(name + ": must be at least 0.1 s, got " + std::to_string(o.node_timeout_s));
@@ -326,6 +335,15 @@ options (--opt value and --opt=value are both accepted):
                                   lspawn that can bind it hosts it; node ranks are assigned when
                                   --node-rank is absent
   --rdzv-id ID                    same as --run-id
+  --hostfile FILE                 one command for many hosts (mpirun's hostfile: NAME [slots=N],
+                                  '#' comments): lspawn starts itself on every host through the
+                                  remote shell, node i on the i-th host (node 0 the first, the
+                                  master at its --master-port, default 29500), slots=N workers
+                                  each unless --nprocs; one run id and job secret (over the remote
+                                  shell's stdin); every host's output here; Ctrl-C stops them all
+  --hosts A[:N],B[:N],...         the same with the hosts on the command line ([IPV6]:N)
+  --rsh CMD                       the remote shell of --hostfile/--hosts (default $LSPAWN_RSH,
+                                  else ssh; e.g. 'ssh -p 2222')
   --rdzv-backend c10d|static      accepted for torchrun compatibility (lspawn's own rendezvous)
   --node-timeout SECONDS          a node silent this long (lspawn dead, link down) is lost: every
                                   node stops (default 30)
@@ -463,6 +481,9 @@ bool parse_run_option(const std::string& name, const NoValue& flag, const TakeVa
   } else if (name == "--warm") {
     flag();
     o.start_method = CliStartMethod::Warm;
+  } else if (name == "--control-stdin") {
+    flag();
+    o.control_stdin = true;
   } else if (name == "--grace-period") {
     o.grace_period_s = parse_seconds(name, take("SECONDS"));
   } else if (name == "--numa-binding") {
@@ -536,6 +557,7 @@ CliOptions parse_flags(const std::vector<std::string>& args) {
     }
     if (a.size() < 2 || a[0] != '-') break;  // the program
     if (a.compare(0, 2, "--") != 0) usage(a + ": unknown option (options are --name or --name=value)");
+    const size_t option_at = i;
     const OptionWord w = split_option(a);
     const std::string& name = w.name;
     const std::string& value = w.value;
@@ -553,9 +575,30 @@ CliOptions parse_flags(const std::vector<std::string>& args) {
       usage(name + ": unknown option (see lspawn --help)");
     }
     o.given.insert(name == "--nproc-per-node" ? "--nprocs" : name);
+    if (name == "--hostfile" || name == "--hosts" || name == "--rsh") {
+      for (size_t k = option_at; k <= i; ++k) o.host_option_args.push_back(k);
+    }
   }
   for (; i < args.size(); ++i) o.program.push_back(args[i]);
   return o;
+}
+
+// --hostfile/--hosts decide the nodes (fanout.hpp): what says otherwise is refused.
+void check_host_options(const CliOptions& o) {
+  const bool hosts = !o.hostfile.empty() || !o.hosts_list.empty();
+  if (!hosts) {
+    if (o.was_given("--rsh")) usage("--rsh: only with --hostfile FILE or --hosts A,B,... (the remote shell they start lspawn with)");
+    return;
+  }
+  const std::string which = o.hostfile.empty() ? "--hosts" : "--hostfile";
+  if (!o.hostfile.empty() && !o.hosts_list.empty()) usage("--hostfile and --hosts: give one of them");
+  for (const char* decided : {"--nnodes", "--node-rank", "--master-addr", "--rdzv-endpoint", "--standalone",
+                              "--control-stdin", "--local-addr"}) {
+    if (o.was_given(decided)) {
+      usage(std::string(decided) + ": " + which + " decides the nodes (node i is the i-th host, node 0 the first, " +
+            "the master its address): leave " + decided + " out");
+    }
+  }
 }
 
 // What the whole command line decides (parse_cli()'s second half).
@@ -577,6 +620,7 @@ void check_options(CliOptions& o) {
     usage("--node-rank: " + std::to_string(o.node_rank) + " must be less than --nnodes " +
           std::to_string(o.nnodes) + " (--node-rank R with 0 <= R < N)");
   }
+  check_host_options(o);
   if (o.tee && o.log_dir.empty() && !o.redirects && !o.tee_spec) {
     usage("--tee: needs --log-dir DIR (--log-dir DIR --tee), or a stream spec (--tee 3)");
   }
@@ -629,6 +673,8 @@ CliOptions parse_cli(const std::vector<std::string>& args, const EnvLookup& env)
   all.insert(all.end(), args.begin(), args.end());  // after: the command line wins
   try {
     o = parse_flags(all);
+    const size_t from_env_args = all.size() - args.size();
+    for (size_t& k : o.host_option_args) k -= from_env_args;  // indices into `args`
     check_options(o);
   } catch (const UsageError& e) {
     throw UsageError(std::string(e.what()) + " (with " + used + " from the environment)");

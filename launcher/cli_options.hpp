@@ -55,6 +55,14 @@ struct CliOptions : LaunchFlags {
   double node_timeout_s = 30.0;    // --node-timeout: a silent node is lost after this
   double rdzv_timeout_s = 600.0;   // --rdzv-timeout: every node must have joined by then
   double hang_timeout_s = 0;       // --hang-timeout SECONDS; 0: no watchdog (reports on SIGURG still)
+  // One command for many hosts (fanout.hpp, hosts.hpp; docs/multi-node.md).
+  std::string hostfile;            // --hostfile FILE (mpirun's format)
+  std::string hosts_list;          // --hosts A[:N],B[:N],...
+  std::string rsh;                 // --rsh CMD; empty: $LSPAWN_RSH, else ssh
+  std::vector<size_t> host_option_args;  // where those three are in the arguments parsed (their
+                                   // words and values): what the hosts' lspawns are not given
+  bool control_stdin = false;      // --control-stdin: set by the caller of --hostfile/--hosts on
+                                   // each host's lspawn (control_stdin.hpp); not for users
   bool help = false;               // --help / -h
   bool version = false;            // --version
   std::vector<std::string> program;  // program and its arguments (non-empty unless help/version)

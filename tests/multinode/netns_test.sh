@@ -17,6 +17,12 @@
 #      4 ranks across both hosts, all_reduce correct
 #   9. elastic --nnodes 1:2 with both: mn-b's link goes down: mn-a restarts alone (a world of
 #      2, all_reduce correct, exit 0); mn-b loses the coordinator (exit 123)
+#  10. IPv6: 1. with --master-addr an IPv6 address of mn-a (job secret included), and 2. with
+#      --rdzv-endpoint [ADDR]:PORT
+#  11. one command for both hosts, the caller here and the hosts reached through a remote shell
+#      (nsrsh.sh, as ssh): --hostfile (output of both, host prefixes, one secret), --hosts and
+#      SIGTERM (forwarded; the secret on no command line), the caller SIGKILLed (nothing left), an
+#      unreachable host (named, exit 255, the others stopped), a failing rank (one root cause)
 # After each: nothing left running in either namespace. The namespaces and veth names carry a
 # token unique to this run (parallel ctest runs do not clash); everything is removed on exit.
 # Needs root, iproute2, nsenter, unshare, timeout; exits 77 (skipped) without them.
@@ -32,6 +38,7 @@ done
 TOK=$(printf '%05x%03x' $(( $$ & 0xfffff )) $(( RANDOM & 0xfff )))
 A=lspmn-$TOK-a B=lspmn-$TOK-b VA=lv${TOK}a VB=lv${TOK}b   # veth names: 11 chars (< 16)
 NET=10.78.0
+NET6=fd78:${TOK:0:4}:${TOK:4:4}   # the IPv6 prefix of step 10 (fd78:<token>::/64)
 WORK=$(mktemp -d /tmp/lspawn-netns-XXXXXX)
 FAILS=0
 PASSES=0
@@ -233,6 +240,81 @@ check "elastic loss: mn-b names mn-a as lost" has $WORK/9b.err "root cause: node
 check "elastic loss: nothing left" nothing_left
 ip -n $B link set $VB up
 links_up
+
+echo "== [$(stamp)] 10. IPv6: --master-addr and --rdzv-endpoint [ADDR]:PORT on an IPv6-only address"
+# The veth pair gets unique-local IPv6 addresses as well (nodad: usable at once); every address a
+# node is told is one of them, so the nodes' channel, the store and gloo's connections run over IPv6.
+ip -n $A addr add $NET6::1/64 dev $VA nodad && ip -n $B addr add $NET6::2/64 dev $VB nodad
+(on b timeout 60 env LSPAWN_JOB_SECRET=$SECRET "$LSPAWN" "${COMMON[@]}" --node-rank 1 --master-addr $NET6::1 --master-port 29500 "$HELLO" \
+   >$WORK/10b.out 2>$WORK/10b.err) & pb=$!
+(on a timeout 60 env LSPAWN_JOB_SECRET=$SECRET "$LSPAWN" "${COMMON[@]}" --node-rank 0 --master-addr $NET6::1 --master-port 29500 "$HELLO" \
+   >$WORK/10a.out 2>$WORK/10a.err) & pa=$!
+wait $pa; ra=$?; wait $pb; rb=$?
+check "ipv6 static: both nodes exit 0 (a=$ra b=$rb)" test $ra = 0 -a $rb = 0
+check "ipv6 static: every rank's sum is right" eval 'has $WORK/10a.out "[mn-a rank 0] rank 0/4: allreduce sum = 10" && has $WORK/10b.out "[mn-b rank 3] rank 3/4: allreduce sum = 10"'
+check "ipv6 static: nothing refused, nothing left" eval '! grep -qE "not authenticated|refused" $WORK/10a.err $WORK/10b.err && nothing_left'
+(on b timeout 60 "$LSPAWN" "${COMMON[@]}" --rdzv-endpoint "[$NET6::1]:29400" --rdzv-id job10 "$HELLO" \
+   >$WORK/10rb.out 2>$WORK/10rb.err) & pb=$!
+sleep 0.2
+(on a timeout 60 "$LSPAWN" "${COMMON[@]}" --rdzv-endpoint "[$NET6::1]:29400" --rdzv-id job10 "$HELLO" \
+   >$WORK/10ra.out 2>$WORK/10ra.err) & pa=$!
+wait $pa; ra=$?; wait $pb; rb=$?
+check "ipv6 rdzv: both nodes exit 0 (a=$ra b=$rb)" test $ra = 0 -a $rb = 0
+check "ipv6 rdzv: mn-a (the endpoint's host) is node 0, mn-b node 1, sums right" eval 'has $WORK/10ra.out "[mn-a rank 0] rank 0/4: allreduce sum = 10" && has $WORK/10rb.out "[mn-b rank 3] rank 3/4: allreduce sum = 10"'
+check "ipv6 rdzv: nothing left" nothing_left
+
+echo "== [$(stamp)] 11. --hostfile: one command starts both hosts through a remote shell (nsrsh.sh)"
+# The caller runs here, in the test's own namespace; the hosts are reached only through the
+# remote shell, as with ssh. The job secret comes from the caller's environment in 11b so that
+# the test can look for it on every command line.
+NSRSH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/nsrsh.sh
+export NSRSH_HOSTS="$NET.1=$A=mn-a $NET.2=$B=mn-b"
+printf '# the two hosts of this test\n%s slots=2\n%s slots=2   # mn-b\n' $NET.1 $NET.2 >$WORK/hosts
+timeout 60 "$LSPAWN" --hostfile $WORK/hosts --rsh "$NSRSH" --grace-period 1 "$HELLO" >$WORK/11.out 2>$WORK/11.err
+r=$?
+check "hostfile: the caller exits 0 ($r)" test $r = 0
+check "hostfile: every rank's lines on the caller's console, with their host" eval 'has $WORK/11.out "[mn-a rank 0] rank 0/4: allreduce sum = 10" && has $WORK/11.out "[mn-a rank 1] rank 1/4: allreduce sum = 10" && has $WORK/11.out "[mn-b rank 2] rank 2/4: allreduce sum = 10" && has $WORK/11.out "[mn-b rank 3] rank 3/4: allreduce sum = 10"'
+check "hostfile: lspawn's own lines of each host carry the host" eval 'grep -q "^\[$NET.1\] lspawn: " $WORK/11.err && grep -q "^\[$NET.2\] lspawn: " $WORK/11.err'
+check "hostfile: one job secret on both hosts (no warning, nothing refused)" eval '! grep -qE "not authenticated|refused" $WORK/11.err $WORK/11.out'
+check "hostfile: nothing left" nothing_left
+
+echo "== [$(stamp)] 11b. --hosts: SIGTERM to the caller stops every host; the secret is on no command line"
+LSPAWN_JOB_SECRET=$SECRET "$LSPAWN" --hosts $NET.1:2,$NET.2:2 --rsh "$NSRSH" --grace-period 1 "$HELLO" --hang-rank 0 \
+  >$WORK/11b.out 2>$WORK/11b.err &
+pc=$!
+until_in $WORK/11b.err "hanging on purpose" 40 || fail "hosts: rank 0 never started hanging"
+printf '%s\n' "$SECRET" >$WORK/secret.pattern  # in a file: on grep's own command line it would match
+on_cmdline=$(grep -lFf $WORK/secret.pattern /proc/[0-9]*/cmdline 2>/dev/null | tr '\n' ' ')
+check "hosts: the job secret is on no process's command line (${on_cmdline:-none})" test -z "$on_cmdline"
+kill -TERM $pc
+wait $pc
+r=$?
+check "hosts: the caller exits 143 after SIGTERM ($r)" test $r = 143
+check "hosts: both hosts were stopped by the forwarded SIGTERM" eval 'grep -q "^\[$NET.1\] lspawn: .*SIGTERM" $WORK/11b.err && grep -q "^\[$NET.2\] lspawn: .*SIGTERM" $WORK/11b.err'
+check "hosts: nothing left" nothing_left
+
+echo "== [$(stamp)] 11c. --hostfile: the caller SIGKILLed: every host stops its workers"
+"$LSPAWN" --hostfile $WORK/hosts --rsh "$NSRSH" --grace-period 1 "$HELLO" --hang-rank 0 >$WORK/11c.out 2>$WORK/11c.err &
+pc=$!
+until_in $WORK/11c.err "hanging on purpose" 40 || fail "kill caller: rank 0 never started hanging"
+kill -KILL $pc
+wait $pc 2>/dev/null
+check "kill caller: nothing left on either host" nothing_left
+
+echo "== [$(stamp)] 11d. --hostfile with an unreachable third host: named, the others stopped"
+cp $WORK/hosts $WORK/hosts3 && echo "$NET.9 slots=2" >>$WORK/hosts3
+timeout 60 "$LSPAWN" --hostfile $WORK/hosts3 --rsh "$NSRSH" --grace-period 1 "$HELLO" >$WORK/11d.out 2>$WORK/11d.err
+r=$?
+check "unreachable: the caller exits 255 ($r)" test $r = 255
+check "unreachable: the host is named, with the remote shell's message" has $WORK/11d.err "lspawn: host $NET.9: the remote shell '$NSRSH' failed (exit 255) before lspawn ran there: ssh: connect to host $NET.9 port 22: No route to host; stopping the other hosts"
+check "unreachable: nothing left on the reachable hosts" nothing_left
+
+echo "== [$(stamp)] 11e. --hostfile: rank 3 on mn-b throws: one root cause, the caller exits 1"
+timeout 60 "$LSPAWN" --hostfile $WORK/hosts --rsh "$NSRSH" --grace-period 1 "$HELLO" --throw-rank 3 >$WORK/11e.out 2>$WORK/11e.err
+r=$?
+check "failure: the caller exits 1 ($r)" test $r = 1
+check "failure: both hosts name rank 3 on mn-b" eval 'grep -qE "^\[$NET.1\] lspawn: root cause: $R3" $WORK/11e.err && grep -qE "^\[$NET.2\] lspawn: root cause: $R3" $WORK/11e.err && has $WORK/11e.err "host mn-b"'
+check "failure: nothing left" nothing_left
 
 if [[ -n $COLLWORKER ]]; then
   echo "== [$(stamp)] 7. lspawn::Group across hosts: hierarchical all_reduce, broadcast, all_gather"
