@@ -32,7 +32,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankInput, rank, pid, host, exit
 namespace lspawn::node {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Cause, kind, restart_count, rank, node_rank, host, exit_code, time_us,
-                                                text)
+                                                text, before_rendezvous)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(JoinMsg, version, host, node_rank, nnodes, min_nnodes, nproc_per_node,
                                                 max_restarts, run_id, worker_addr, worker_port)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(JoinedMsg, joined)

@@ -65,6 +65,7 @@ struct Cause {
   int exit_code = 1;            // what every lspawn exits with
   int64_t time_us = 0;          // wall clock when it failed (the earliest failure wins)
   std::string text;             // the report, lines starting "lspawn: ", ending with '\n'
+  bool before_rendezvous = false;  // worker: it failed before it entered its rendezvous (status/phase.hpp)
 };
 
 struct JoinMsg {

@@ -872,6 +872,7 @@ void Group::on_start(const StartMsg& st) {
     info(first_line(st.cause.text) + "; the coordinator starts round " + std::to_string(st.restart_count) + " with " +
          std::to_string(assign_.nnodes) + " nodes");
   } else {
+    failed_attempts_.push_back(attempt_failed_text(round_, st.cause));
     info("attempt " + std::to_string(round_) + " failed (" + first_line(st.cause.text) +
          (st.cause.kind == "worker" ? " on node " + std::to_string(st.cause.node_rank) + " (" + st.cause.host + ")" : "") +
          (st.cause.kind == "node-lost" && elastic()
@@ -1005,7 +1006,10 @@ void Group::maybe_decide() {
     finish_with(*d.finish);
     return;
   }
-  if (d.counted) say_restart(d);
+  if (d.counted) {
+    failed_attempts_.push_back(attempt_failed_text(round_, *d.restart));
+    say_restart(d);
+  }
   restart_ = Restart{*d.restart, d.counted};
   enter(RoundEvent::Restart);
 }

@@ -113,6 +113,10 @@ class Group {
   int round() const { return round_; }
   // Rounds started after a failure, of --max-restarts (a round that admits a node is none).
   int restarts_used() const { return restarts_used_; }
+  // The attempts that failed and were restarted, in order, one line each: "attempt 0 failed
+  // (process 1 terminated with exit code 3 on node 1 (mn-b))" (a round that admitted a node is
+  // none). The job's end summary lists them (launcher/run.cpp).
+  const std::vector<std::string>& failed_attempts() const { return failed_attempts_; }
   bool elastic() const;  // --nnodes MIN:MAX with MIN < MAX
 
   // The channel's fds (POLLIN); the set shrinks when a node is lost. Re-read after events.
@@ -199,6 +203,7 @@ class Group {
   RoundState state_ = RoundState::Running;      // changed by enter() only
   int round_ = 0;
   int restarts_used_ = 0;
+  std::vector<std::string> failed_attempts_;  // failed_attempts()
   bool local_done_ = false;      // this node's workers of the round have all exited
   Restart restart_;              // Restarting: the round take_start() begins
   std::optional<int> start_;     // a round begun, for take_start() (once)

@@ -61,6 +61,18 @@ const Cause& root_cause(const std::vector<Cause>& causes) {
   return *best;
 }
 
+std::string attempt_failed_text(int round, const Cause& c) {
+  std::string first = c.text.substr(0, c.text.find('\n'));
+  for (const char* p : {"lspawn: ", "root cause: "}) {
+    if (first.rfind(p, 0) == 0) first = first.substr(std::string(p).size());
+  }
+  return "attempt " + std::to_string(round) + " failed (" + first +
+         (c.kind == "worker" && c.node_rank >= 0 && !c.host.empty()
+              ? " on node " + std::to_string(c.node_rank) + " (" + c.host + ")"
+              : std::string()) +
+         ")";
+}
+
 RoundDecision decide_round(const RoundFacts& f) {
   RoundDecision d;
   if (f.causes.empty()) {
@@ -79,7 +91,8 @@ RoundDecision decide_round(const RoundFacts& f) {
   const bool restarts_left = f.restarts_used < f.max_restarts;
   const bool final_code = best.kind == "worker" &&
                           std::find(f.no_restart_codes.begin(), f.no_restart_codes.end(), best.exit_code) != f.no_restart_codes.end();
-  const bool worker_restart = best.kind == "worker" && !f.any_lost && restarts_left && !final_code;
+  const bool before_rendezvous = best.kind == "worker" && best.before_rendezvous;
+  const bool worker_restart = best.kind == "worker" && !f.any_lost && restarts_left && !final_code && !before_rendezvous;
   // Elastic: a lost node is a failure like a worker's; the survivors go on if enough are left.
   const bool lost_restartable = f.elastic && best.kind == "node-lost" && !signal && restarts_left;
   if (worker_restart || (lost_restartable && f.next_nodes >= f.min_nnodes)) {
@@ -88,12 +101,19 @@ RoundDecision decide_round(const RoundFacts& f) {
     return d;
   }
   d.finish = failed_finish(best, f.round);
-  if (final_code && restarts_left && !f.any_lost) {
-    std::string codes;
-    for (int c : f.no_restart_codes) codes += (codes.empty() ? "" : ",") + std::to_string(c);
-    d.finish->cause.text += kNotRestartedLine + std::to_string(f.max_restarts - f.restarts_used) +
-                            " restart" + (f.max_restarts - f.restarts_used == 1 ? "" : "s") + " left): exit code " +
-                            std::to_string(best.exit_code) + " is one of --no-restart-exit-codes " + codes + "\n";
+  if ((final_code || before_rendezvous) && restarts_left && !f.any_lost) {
+    const int left = f.max_restarts - f.restarts_used;
+    std::string why;
+    if (final_code) {
+      std::string codes;
+      for (int c : f.no_restart_codes) codes += (codes.empty() ? "" : ",") + std::to_string(c);
+      why = "exit code " + std::to_string(best.exit_code) + " is one of --no-restart-exit-codes " + codes;
+    } else {
+      why = "rank " + std::to_string(best.rank) + " failed before it reached its rendezvous " +
+            "(init_process_group): the next attempt would fail the same way";
+    }
+    d.finish->cause.text += kNotRestartedLine + std::to_string(left) + " restart" + (left == 1 ? "" : "s") +
+                            " left): " + why + "\n";
   }
   if (lost_restartable) {
     d.finish->cause.text += "lspawn:   " + std::to_string(f.next_nodes) + " node" + (f.next_nodes == 1 ? "" : "s") +

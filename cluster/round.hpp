@@ -20,6 +20,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "cluster/node_channel.hpp"
@@ -67,8 +68,9 @@ struct RoundDecision {
 };
 
 // No failure: finish 0. A node joined (elastic): restart, not counted. A worker failure with
-// restarts left, no node lost and an exit code not among no_restart_codes: restart (one of those
-// codes: finish, the report saying why it was not retried). Elastic, a lost node with restarts left, no signal
+// restarts left, no node lost, an exit code not among no_restart_codes and not before its
+// rendezvous (Cause::before_rendezvous): restart (else finish, the report saying why it was not
+// retried). Elastic, a lost node with restarts left, no signal
 // and at least MIN nodes for the next round: restart on the survivors. Otherwise finish with the
 // root cause's exit code (elastic, too few nodes left: the report says so).
 RoundDecision decide_round(const RoundFacts& f);
@@ -76,6 +78,10 @@ RoundDecision decide_round(const RoundFacts& f);
 // How the line decide_round() adds to the root cause's report of an exit code it does not retry
 // begins; a one-node run, which prints its own supervisor's summary, prints that line after it.
 inline constexpr const char* kNotRestartedLine = "lspawn:   not restarted (";
+
+// "attempt 0 failed (process 1 terminated with exit code 3 on node 1 (mn-b))": one attempt's end
+// for the job's summary of its attempts (Group::failed_attempts()).
+std::string attempt_failed_text(int round, const Cause& c);
 
 // The job's end in `round` with root cause `c` (its exit code).
 FinishMsg failed_finish(const Cause& c, int round);

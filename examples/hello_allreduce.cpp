@@ -13,6 +13,8 @@
 //   --signal-rank R    rank R raises --signal S (default SIGSEGV)
 //   --hang-rank R      rank R sleeps forever (until the launcher stops it)
 //   --no-init          skip the process group: only print the environment (launcher tests)
+//   --before-init      the failure flags act before init_process_group(), not after it (a
+//                      failure before the rendezvous: lspawn does not restart it, docs/cli.md)
 //   --fail-on-attempt A  the failure flags act only on restart attempt A
 //                      (TORCHELASTIC_RESTART_COUNT, lspawn --max-restarts); default: every attempt
 #include <chrono>
@@ -43,6 +45,7 @@ struct Flags {
   int hang_rank = -1;
   bool no_init = false;
   int fail_attempt = -1;
+  bool before_init = false;
 };
 
 long number(const char* flag, const char* value) {
@@ -71,6 +74,7 @@ Flags parse(int argc, char** argv) {
     else if (a == "--signal") f.signal = static_cast<int>(take());
     else if (a == "--hang-rank") f.hang_rank = static_cast<int>(take());
     else if (a == "--no-init") f.no_init = true;
+    else if (a == "--before-init") f.before_init = true;
     else if (a == "--fail-on-attempt") f.fail_attempt = static_cast<int>(take());
     else throw std::invalid_argument("unknown flag '" + a + "' (see examples/hello_allreduce.cpp)");
   }
@@ -108,9 +112,10 @@ int hello(int argc, char** argv) {
     maybe_fail(f, env.rank);
     return 0;
   }
+  if (f.before_init) maybe_fail(f, lspawn::WorkerEnv::from_environment().rank);
   lspawn::World w = lspawn::init_process_group();
   const int r = w.rank(), n = w.size();
-  maybe_fail(f, r);
+  if (!f.before_init) maybe_fail(f, r);
 
   // all_reduce (sum): every rank contributes rank+1, so each element is N(N+1)/2.
   const double want = n * (n + 1) / 2.0;

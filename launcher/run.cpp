@@ -32,6 +32,7 @@
 #include "spawn/forkserver.hpp"
 #include "spawn/forkserver_hook.hpp"
 #include "status/layout.hpp"
+#include "status/phase.hpp"
 #include "supervisor/env_contract.hpp"
 #include "supervisor/exit_codes.hpp"
 #include "supervisor/job_secret.hpp"
@@ -797,6 +798,7 @@ node::Cause Run::local_cause() const {
     const WorkerResult& r = sup->result(*first);
     c.kind = "worker";
     c.rank = r.rank;
+    c.before_rendezvous = status::start_phase(status_dir, r.rank, r.pid) == status::StartPhase::BeforeRendezvous;
     c.exit_code = Supervisor::failure_exit_code(r);
     c.time_us = r.failure_time_us();
     c.text = sup->failure_report(r.rank) + attempt_text();
@@ -841,6 +843,14 @@ int Run::print_outcome() {
   const node::FinishMsg& fin = *group->finish();
   const std::string summary = outcome_summary(fin);
   if (!summary.empty()) write_stderr(summary);
+  // After restarts, which attempt failed how (#33), the last one included.
+  if (!group->failed_attempts().empty()) {
+    std::string line = "lspawn: attempts:";
+    for (const std::string& a : group->failed_attempts()) line += " " + a + ";";
+    line += " " + (fin.failed ? node::attempt_failed_text(fin.restart_count, fin.cause)
+                              : "attempt " + std::to_string(fin.restart_count) + " succeeded") + "\n";
+    write_stderr(line);
+  }
   const int code = multi ? fin.exit_code : hang && !sup->root_cause() ? exit_codes::kHang : sup->exit_code();
   if (!o.result_file.empty()) write_result_file(o.result_file, *sup, code, hang);
   return code;

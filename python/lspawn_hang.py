@@ -514,6 +514,42 @@ class _WhenImported:
         return spec
 
 
+def _mark_phase(directory, rank, phase):
+    """The restart policy's marker (status/phase.hpp): rank-<R>.<phase> in the status directory, holding this
+    process's pid, written atomically. Best effort: a marker is a hint, never a failure."""
+    path = os.path.join(directory, "rank-%d.%s" % (rank, phase))
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    try:
+        with open(tmp, "w") as f:
+            f.write("%d\n" % os.getpid())
+        os.rename(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+def _mark_rendezvous_on_init(directory, rank):
+    """Wraps torch.distributed.init_process_group: entering it writes the "rendezvous" marker, so that a failure
+    before it (an ImportError, a bad argument) is known to come before the rendezvous and is not restarted."""
+    import functools
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+    fn = getattr(c10d, "init_process_group", None)
+    if fn is None or getattr(fn, "_lspawn_phase", False):
+        return
+
+    @functools.wraps(fn)
+    def init_process_group(*args, **kwargs):
+        _mark_phase(directory, rank, "rendezvous")
+        return fn(*args, **kwargs)
+    init_process_group._lspawn_phase = True
+    c10d.init_process_group = init_process_group
+    if getattr(dist, "init_process_group", None) is fn:
+        dist.init_process_group = init_process_group
+
+
 def _when_imported(name, then):
     sys.meta_path.insert(0, _WhenImported(name, then))
 
@@ -556,7 +592,13 @@ def install():
         signal.pthread_sigmask(signal.SIG_BLOCK, [STACK_SIGNAL])
         record.set_stack_signal(STACK_SIGNAL)
         watch.answers_stacks = True
+    _mark_phase(directory, rank, "started")
+
     def record_collectives():
+        try:
+            _mark_rendezvous_on_init(directory, rank)
+        except Exception:  # the restart policy then treats this rank's failures as before
+            pass
         if "torch" in sys.modules and not watch.backends:
             watch.backends = watch._backends()
         if not watch.backends:

@@ -2,6 +2,7 @@
 #include "runtime/cuda_device.hpp"
 #include "runtime/torch_compat.hpp"
 
+#include "status/phase.hpp"
 #include "status/recorder.hpp"
 
 #include <cerrno>
@@ -37,6 +38,13 @@
 
 namespace lspawn {
 namespace {
+
+// The restart policy's "started" marker (status/phase.hpp), written when a worker that links this
+// file starts: a failure before init_process_group() is then known to come before the rendezvous.
+[[maybe_unused]] const bool kStartMarked = [] {
+  status::mark_phase("started");
+  return true;
+}();
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
@@ -245,6 +253,7 @@ bool have_nccl() {
 }
 
 World init_process_group(const InitOptions& options) {
+  status::mark_phase("rendezvous");  // from here on a failure is not the same in every attempt
   const auto t0 = Clock::now();
   World w;
   w.env = options.env ? *options.env : WorkerEnv::from_environment();

@@ -131,6 +131,46 @@ TEST_CASE("round decision: an exit code of --no-restart-exit-codes is not retrie
   CHECK(d.finish->cause.text.find("not restarted") == std::string::npos);
 }
 
+TEST_CASE("round decision: a worker that failed before its rendezvous is not restarted, and the report says why",
+          "[cluster][round]") {
+  Cause early = cause("worker", 100, 1);
+  early.rank = 5;
+  early.before_rendezvous = true;
+  RoundFacts f = facts({early});
+  RoundDecision d = decide_round(f);
+  REQUIRE(d.finish);
+  CHECK_FALSE(d.restart);
+  CHECK(d.finish->exit_code == 1);
+  CHECK(d.finish->cause.text.find("lspawn:   not restarted (3 restarts left): rank 5 failed before it reached its "
+                                  "rendezvous (init_process_group): the next attempt would fail the same way\n") !=
+        std::string::npos);
+  // The root cause decides: an earlier failure after the rendezvous is restarted.
+  Cause late = cause("worker", 50, 1);
+  f.causes = {early, late};
+  CHECK(decide_round(f).restart);
+  // Unknown (no marker: before_rendezvous false): restarted as before.
+  early.before_rendezvous = false;
+  f.causes = {early};
+  CHECK(decide_round(f).restart);
+  // No restart left: the usual finish, nothing about the rendezvous.
+  early.before_rendezvous = true;
+  f.causes = {early};
+  f.restarts_used = 3;
+  d = decide_round(f);
+  REQUIRE(d.finish);
+  CHECK(d.finish->cause.text.find("not restarted") == std::string::npos);
+}
+
+TEST_CASE("attempt_failed_text: one attempt's end for the job's summary", "[cluster][round]") {
+  Cause c = cause("worker", 1, 3, 1);
+  c.host = "mn-b";
+  c.text = "lspawn: root cause: process 3 terminated with exit code 3\nlspawn:   rank 3 of 4\n";
+  CHECK(attempt_failed_text(0, c) == "attempt 0 failed (process 3 terminated with exit code 3 on node 1 (mn-b))");
+  Cause lost = cause("node-lost", 1, 123, 1);
+  lost.text = "lspawn: root cause: node 1 (mn-b, 10.0.0.2) was lost\n";
+  CHECK(attempt_failed_text(2, lost) == "attempt 2 failed (node 1 (mn-b, 10.0.0.2) was lost)");
+}
+
 TEST_CASE("round decision: a lost node or a signal finishes a fixed job, whatever restarts are left", "[cluster][round]") {
   RoundFacts f = facts({cause("worker", 100, 5), cause("node-lost", 200, 123)});
   f.any_lost = true;

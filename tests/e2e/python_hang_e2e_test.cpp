@@ -186,3 +186,28 @@ TEST_CASE("python hang: Lightning DDP, a rank late in training_step: the others 
   CHECK(has(e, "stopped by the hang watchdog"));
   CHECK(alive_after(worker_pids(c.out()), 2s).empty());
 }
+
+// #33: the restart policy with Python workers. lspawn's sitecustomize (lspawn_hang) writes the
+// "started" marker and wraps torch.distributed.init_process_group to write "rendezvous"
+// (status/phase.hpp): an ImportError before it is not restarted, an exit after it is.
+TEST_CASE("python restarts: a rank failing before init_process_group is not restarted, one failing after it is",
+          "[e2e][python][restart]") {
+  Child before({lspawn_bin(), "--nprocs", "2", "--max-restarts", "2", "--grace-period", "2", kPython, LSPAWN_PY_RESTART,
+                "before"});
+  int st = before.wait(120s);
+  INFO(before.err());
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 1);
+  CHECK(has(before.err(), "ModuleNotFoundError: No module named 'lspawn_module_missing_on_purpose'"));
+  CHECK(has(before.err(), "lspawn:   not restarted (2 restarts left): rank 1 failed before it reached its rendezvous "
+                          "(init_process_group): the next attempt would fail the same way"));
+  CHECK(!has(before.err(), "restart 1 of 2"));
+  Child after({lspawn_bin(), "--nprocs", "2", "--max-restarts", "2", "--grace-period", "2", kPython, LSPAWN_PY_RESTART,
+               "after"});
+  st = after.wait(120s);
+  INFO(after.err());
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);
+  CHECK(has(after.err(), "restart 1 of 2"));
+  CHECK(has(after.out(), "rank 1: attempt 1 ok"));
+}

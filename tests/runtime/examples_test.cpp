@@ -163,6 +163,36 @@ TEST_CASE("lspawn --start-method forkserver: a rank that throws is the root caus
   CHECK_THAT(c.output(), Contains("std::runtime_error: rank 2 throws on purpose"));
 }
 
+// #33: a rank that fails before its rendezvous (before init_process_group(): a bad argument, a
+// missing file) fails the same way in every attempt: not restarted, and the report says why. One
+// that fails after it is restarted as --max-restarts says.
+TEST_CASE("lspawn --max-restarts: a rank failing before init_process_group is not restarted, one failing after it is",
+          "[examples][lspawn][restart]") {
+  TempDir dir;
+  ChildProcess before({LSPAWN_BIN, "--nprocs", "2", "--max-restarts", "2", "--grace-period", "2", LSPAWN_HELLO_ALLREDUCE,
+                       "--before-init", "--fail-rank", "1", "--exit-code", "3"},
+                      {{"LSPAWN_RDZV_TIMEOUT", "60"}}, dir.file("before"));
+  auto st = before.wait_or_kill(120s);
+  INFO("before: " << st.describe() << "\n" << before.output());
+  CHECK(st.code == 3);
+  CHECK_THAT(before.output(), Contains("root cause: process 1 terminated with exit code 3"));
+  CHECK_THAT(before.output(), Contains("lspawn:   not restarted (2 restarts left): rank 1 failed before it reached its "
+                                       "rendezvous (init_process_group): the next attempt would fail the same way"));
+  CHECK_THAT(before.output(), !Contains("restart 1 of 2"));
+  // The same exit after init_process_group, on attempt 0 only: restarted, and attempt 1 succeeds.
+  ChildProcess after({LSPAWN_BIN, "--nprocs", "2", "--max-restarts", "2", "--grace-period", "2", LSPAWN_HELLO_ALLREDUCE,
+                      "--fail-rank", "1", "--exit-code", "3", "--fail-on-attempt", "0"},
+                     {{"LSPAWN_RDZV_TIMEOUT", "60"}}, dir.file("after"));
+  st = after.wait_or_kill(120s);
+  INFO("after: " << st.describe() << "\n" << after.output());
+  CHECK(st.code == 0);
+  CHECK_THAT(after.output(), Contains("restart 1 of 2"));
+  CHECK_THAT(after.output(), !Contains("not restarted"));
+  // The end: which attempt failed how.
+  CHECK_THAT(after.output(), Contains("lspawn: attempts: attempt 0 failed (process 1 terminated with exit code 3 on node "
+                                      "0 (") && Contains("); attempt 1 succeeded\n"));
+}
+
 // #34, the command of the issue: rank 1 sleeps after init_process_group(), ranks 0 and 2 wait in
 // their first World::pg->allreduce (c10d's process group: runtime/recorded_backend.hpp records it).
 TEST_CASE("lspawn --hang-timeout 3 hello_allreduce --hang-rank 1: the report names the c10d all_reduce, exit 124",

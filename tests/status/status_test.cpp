@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "status/phase.hpp"
 #include "status/reader.hpp"
 #include "status/recorder.hpp"
 #include "status/stack_dump.hpp"
@@ -301,4 +302,29 @@ TEST_CASE("status record: a Writers::Many slot entered on one thread and complet
   REQUIRE_FALSE(last.torn);
   CHECK(last.groups.at(0).completed_seq == entered.load());
   CHECK_FALSE(last.groups.at(0).in_collective);
+}
+
+TEST_CASE("start phase: the markers a rank writes, tied to its pid (status/phase.hpp)", "[status][restart]") {
+  TempDir dir;
+  const int me = static_cast<int>(::getpid());
+  CHECK(start_phase(dir.path, 4, me) == StartPhase::Unknown);
+  // Outside lspawn (no LSPAWN_STATUS_DIR or RANK) nothing is written.
+  ::unsetenv("LSPAWN_STATUS_DIR");
+  mark_phase("started");
+  CHECK(start_phase(dir.path, 4, me) == StartPhase::Unknown);
+  ::setenv("LSPAWN_STATUS_DIR", dir.path.c_str(), 1);
+  ::setenv("RANK", "4", 1);
+  mark_phase("started");
+  CHECK(lspawn::test::read_file(dir.path + "/rank-4.started") == std::to_string(me) + "\n");
+  CHECK(start_phase(dir.path, 4, me) == StartPhase::BeforeRendezvous);
+  CHECK(start_phase(dir.path, 5, me) == StartPhase::Unknown);  // another rank's
+  CHECK(start_phase(dir.path, 4, me + 1) == StartPhase::Unknown);  // another process's (an older attempt's)
+  mark_phase("rendezvous");
+  CHECK(start_phase(dir.path, 4, me) == StartPhase::Rendezvous);
+  // A bad RANK writes nothing.
+  ::setenv("RANK", "x", 1);
+  mark_phase("started");
+  CHECK(start_phase(dir.path, 4, me) == StartPhase::Rendezvous);
+  ::unsetenv("RANK");
+  ::unsetenv("LSPAWN_STATUS_DIR");
 }
