@@ -10,6 +10,7 @@
 #include "cluster/launch_env.hpp"
 #include "launcher/torchrun_compat.hpp"
 #include "placement/cpu_list.hpp"
+#include "support/env_lookup.hpp"
 
 using lspawn::CliOptions;
 using lspawn::parse_cli;
@@ -467,14 +468,8 @@ TEST_CASE("parse_cli: --nnodes N:N is N - MIN:MAX is an elastic job, with --rdzv
 }
 
 TEST_CASE("parse_cli(args, env): torchrun's PET_* defaults - the command line wins, bad values name the variable", "[cli][torchrun]") {
-  using Env = std::map<std::string, std::string>;
-  auto lookup = [](Env m) {
-    return [m](const std::string& name) -> std::optional<std::string> {
-      auto it = m.find(name);
-      if (it == m.end()) return std::nullopt;
-      return it->second;
-    };
-  };
+  using Env = lspawn::test::EnvMap;
+  const auto lookup = lspawn::test::lookup_of;
   auto env_msg = [&](std::vector<std::string> args, const Env& env) -> std::string {
     try {
       parse_cli(args, lookup(env));

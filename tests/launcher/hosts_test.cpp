@@ -9,19 +9,14 @@
 
 #include "launcher/cli_options.hpp"
 #include "launcher/hosts.hpp"
+#include "support/env_lookup.hpp"
 
 using lspawn::UsageError;
 using namespace lspawn::hosts;
 using Catch::Matchers::Contains;
 
 namespace {
-lspawn::EnvLookup env_of(std::map<std::string, std::string> vars) {
-  return [vars](const std::string& k) -> std::optional<std::string> {
-    auto it = vars.find(k);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
-}
+const auto env_of = lspawn::test::lookup_of;
 std::vector<std::string> names(const std::vector<Host>& hs) {
   std::vector<std::string> n;
   for (const auto& h : hs) n.push_back(h.name);

@@ -1,5 +1,5 @@
 // Reads the captured cluster environments of tests/data/cluster-env/*.env (see its README) as
-// lookups, for table tests of environment detection (launcher and runtime).
+// lookups (support/env_lookup.hpp), for table tests of environment detection (launcher and runtime).
 #pragma once
 
 #include <fstream>
@@ -9,9 +9,9 @@
 #include <stdexcept>
 #include <string>
 
-namespace lspawn::test {
+#include "support/env_lookup.hpp"
 
-using EnvMap = std::map<std::string, std::string>;
+namespace lspawn::test {
 
 // The variables of task `task` in `file` (a name in tests/data/cluster-env): lines "N: NAME=value"
 // of srun --label output for task N, or plain "NAME=value" lines when task < 0.
@@ -30,14 +30,6 @@ inline EnvMap cluster_env(const std::string& file, int task = -1) {
   }
   if (m.empty()) throw std::runtime_error("no variables for task " + std::to_string(task) + " in " + path);
   return m;
-}
-
-inline std::function<std::optional<std::string>(const std::string&)> lookup_of(const EnvMap& m) {
-  return [m](const std::string& name) -> std::optional<std::string> {
-    auto it = m.find(name);
-    if (it == m.end()) return std::nullopt;
-    return it->second;
-  };
 }
 
 }  // namespace lspawn::test
