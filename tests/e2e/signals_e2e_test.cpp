@@ -126,3 +126,25 @@ TEST_CASE("SIGHUP - SIGQUIT - SIGINT to lspawn: forwarded and exit 128+N", "[e2e
     CHECK(c.err().find("root cause") == std::string::npos);
   }
 }
+
+// #33: Ctrl-C on the caller of --hosts stops every host. One host here, this machine, reached
+// through a remote shell that runs the command locally (fixtures/local_rsh.sh); the caller
+// forwards SIGINT on the host's control channel and that host's lspawn raises it on itself
+// (launcher/fanout.hpp, control_stdin.hpp). The multinode_netns test does the same across two
+// hosts with SIGTERM.
+TEST_CASE("lspawn --hosts: SIGINT (Ctrl-C) to the caller reaches every host's lspawn, which stops its workers",
+          "[e2e][signals][hosts][exec-only]") {
+  lspawn::test::ReservedPort port;
+  Child c({lspawn_bin(), "--hosts", "127.0.0.1:2", "--rsh", LSPAWN_LOCAL_RSH, "--master-port",
+           std::to_string(port.port()), "--grace-period", "5", "/bin/sh", "-c",
+           "trap 'echo got INT; exit 3' INT; echo ready $$; while :; do sleep 0.1; done"});
+  REQUIRE(c.wait_stdout_count("ready", 2, 20s));
+  c.signal(SIGINT);
+  const int st = c.wait(20s);
+  INFO(c.out() << c.err());
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 130);
+  CHECK(c.err().find("lspawn: SIGINT: forwarded to every host") != std::string::npos);
+  CHECK(c.err().find("[127.0.0.1] lspawn: received SIGINT; forwarding it to every worker") != std::string::npos);
+  CHECK(count(c.out(), "got INT") == 2);
+}
