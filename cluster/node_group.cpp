@@ -39,10 +39,6 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// 16 hex digits from getrandom(2) (the job secret's source; not std::random_device, whose
-// libstdc++ 12 calls glibc 2.36's arc4random and would raise the wheel's manylinux tag).
-std::string random_run_id() { return generate_job_secret().substr(0, 16); }
-
 // "3 s": a duration rounded to whole seconds, for what is said while the rendezvous goes on
 // (a countdown: supervisor/duration_text.hpp's elapsed_text would say "2.9 s").
 std::string whole_seconds(Clock::duration d) {

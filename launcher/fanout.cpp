@@ -18,6 +18,7 @@
 #include "launcher/hosts.hpp"
 #include "launcher/say.hpp"
 #include "supervisor/exit_codes.hpp"
+#include "supervisor/install_layout.hpp"
 #include "supervisor/job_secret.hpp"
 #include "supervisor/sys.hpp"
 
@@ -43,9 +44,9 @@ struct Remote {
 
 // What the caller is told to do, from its options.
 struct Plan {
-  std::vector<hosts::Host> hosts;
-  std::vector<std::string> rsh;
-  hosts::RemoteJob job;
+  std::vector<std::string> rsh;  // the remote shell's words
+  std::string rsh_path;          // rsh[0] as found on PATH
+  hosts::RemoteJob job;          // its hosts, what each runs
   std::string secret;
 };
 
@@ -55,10 +56,6 @@ std::string read_hostfile(const std::string& path) {
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
-}
-
-std::string random_run_id() {
-  return "hosts-" + generate_job_secret().substr(0, 12);  // 48 random bits, no secret's part shown
 }
 
 std::string cwd() {
@@ -79,28 +76,27 @@ std::vector<std::string> forwarded(const CliOptions& o, const std::vector<std::s
 
 Plan make_plan(const CliOptions& o, const std::vector<std::string>& args) {
   Plan p;
-  p.hosts = o.hostfile.empty() ? hosts::parse_hosts_list(o.hosts_list)
-                               : hosts::parse_hostfile(read_hostfile(o.hostfile), o.hostfile);
+  p.job.hosts = o.hostfile.empty() ? hosts::parse_hosts_list(o.hosts_list)
+                                   : hosts::parse_hostfile(read_hostfile(o.hostfile), o.hostfile);
   p.rsh = hosts::rsh_command(o.rsh, process_environment());
   int err = 0;
-  if (!sys::find_executable(p.rsh[0], &err)) {
+  const auto rsh_path = sys::find_executable(p.rsh[0], &err);
+  if (!rsh_path) {
     throw UsageError("the remote shell '" + p.rsh[0] + "' cannot be run here: " + std::strerror(err) +
                      " (--rsh CMD or LSPAWN_RSH chooses it; default ssh)");
   }
+  p.rsh_path = *rsh_path;
   const bool nprocs_given = o.was_given("--nprocs") || !o.nproc_spec.empty();
-  const int workers = hosts::workers_per_node(p.hosts, nprocs_given ? std::optional<int>(o.nproc_per_node) : std::nullopt);
+  const int workers =
+      hosts::workers_per_node(p.job.hosts, nprocs_given ? std::optional<int>(o.nproc_per_node) : std::nullopt);
   auto own = job_secret_from_environment();
   p.secret = own ? *own : generate_job_secret();
-  p.job.lspawn = [] {
-    char buf[4096];
-    const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-    return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("lspawn");
-  }();
+  p.job.lspawn = layout::program_path();
+  if (p.job.lspawn.empty()) p.job.lspawn = "lspawn";
   p.job.cwd = cwd();
-  p.job.hosts = p.hosts;
   p.job.master_port = o.was_given("--master-port") ? o.master_port : 29500;
   p.job.add_master_port = !o.was_given("--master-port");
-  p.job.run_id = o.run_id.empty() ? random_run_id() : o.run_id;
+  p.job.run_id = o.run_id.empty() ? "hosts-" + random_run_id() : o.run_id;
   p.job.add_run_id = o.run_id.empty();
   if (!nprocs_given) p.job.nprocs = workers;
   p.job.forwarded = forwarded(o, args);
@@ -116,8 +112,7 @@ void start(Remote& r, const Plan& p, int i) {
   std::vector<char*> a;
   for (auto& s : argv) a.push_back(s.data());
   a.push_back(nullptr);
-  int err = 0;
-  const std::string path = *sys::find_executable(p.rsh[0], &err);
+  const std::string& path = p.rsh_path;
   auto in = sys::make_pipe("remote shell stdin");
   auto out = sys::make_pipe("remote shell stdout");
   auto errp = sys::make_pipe("remote shell stderr");
@@ -219,6 +214,10 @@ class Fanout {
   void on_signal(int sig);
   void check_deadlines();
   int outcome() const;
+  // `s` seconds from now.
+  static Clock::time_point in(double s) {
+    return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  }
 
   Plan p_;
   const CliOptions& o_;
@@ -232,7 +231,6 @@ class Fanout {
 void Fanout::on_exit(Remote& r) {
   const int code = sys::shell_exit_code(*r.status);
   if (code == 0) return;
-  const auto grace = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.grace_period_s + 10));
   // ssh's own failure is 255; a shell that could not run lspawn there (not installed at this
   // path: 127) exits before lspawn said anything.
   if ((code == 255 || !r.lspawn_spoke) && !failed_shell_ && !signal_) {
@@ -241,10 +239,10 @@ void Fanout::on_exit(Remote& r) {
         ") before lspawn ran there" + (r.last_err_line.empty() ? std::string() : ": " + r.last_err_line) +
         "; stopping the other hosts");
     tell_all(rs_, "SIGTERM");
-    kill_at_ = Clock::now() + grace;
+    kill_at_ = in(o_.grace_period_s + 10);
   } else if (!stop_at_ && !signal_) {
     // Its job failed: every node stops by itself (the node group); a host that does not is told.
-    stop_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.node_timeout_s + 10));
+    stop_at_ = in(o_.node_timeout_s + 10);
   }
 }
 
@@ -272,7 +270,7 @@ void Fanout::on_signal(int sig) {
   signal_ = sig;
   say(sys::signal_name(sig) + ": forwarded to every host; a second one ends them at once");
   tell_all(rs_, sys::signal_name(sig));
-  kill_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.grace_period_s + 10));
+  kill_at_ = in(o_.grace_period_s + 10);
 }
 
 void Fanout::check_deadlines() {
@@ -281,7 +279,7 @@ void Fanout::check_deadlines() {
     stop_at_.reset();
     say("a host's job failed and some hosts are still running after --node-timeout + 10 s: stopping them");
     tell_all(rs_, "SIGTERM");
-    kill_at_ = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.grace_period_s + 10));
+    kill_at_ = in(o_.grace_period_s + 10);
   }
   if (kill_at_ && now >= *kill_at_) {
     kill_at_.reset();
@@ -308,16 +306,15 @@ int Fanout::run() {
   ::sigprocmask(SIG_BLOCK, &stop, &old);
   sys::Fd sfd(::signalfd(-1, &stop, SFD_CLOEXEC | SFD_NONBLOCK));
   if (!sfd) sys::throw_errno("signalfd", "the hosts' caller");
-  rs_.resize(p_.hosts.size());
+  rs_.resize(p_.job.hosts.size());
   for (size_t i = 0; i < rs_.size(); ++i) {
-    rs_[i].host = p_.hosts[i];
+    rs_[i].host = p_.job.hosts[i];
     try {
       start(rs_[i], p_, static_cast<int>(i));
     } catch (const sys::SysError& e) {
       say("host " + rs_[i].host.name + ": cannot start the remote shell: " + e.what() + "; stopping the other hosts");
       rs_.resize(i);
       tell_all(rs_, "SIGTERM");
-      failed_shell_ = nullptr;
       for (Remote& r : rs_) {
         int st = 0;
         sys::waitpid(r.pid, &st, 0, "remote shell");
@@ -373,10 +370,11 @@ int run_on_hosts(const CliOptions& o, const std::vector<std::string>& args) {
   }
   if (!o.quiet) {
     std::string names;
-    for (const auto& h : p.hosts) names += (names.empty() ? "" : ", ") + h.name;
-    say(std::string(o.hostfile.empty() ? "--hosts" : "--hostfile " + o.hostfile) + ": " + std::to_string(p.hosts.size()) +
-        " host" + (p.hosts.size() == 1 ? "" : "s") + " (" + names + ") through '" + p.rsh[0] + "', node 0 " +
-        p.hosts[0].name + ":" + std::to_string(p.job.master_port) + ", run id " + p.job.run_id);
+    const auto& hosts = p.job.hosts;
+    for (const auto& h : hosts) names += (names.empty() ? "" : ", ") + h.name;
+    say(std::string(o.hostfile.empty() ? "--hosts" : "--hostfile " + o.hostfile) + ": " + std::to_string(hosts.size()) +
+        " host" + (hosts.size() == 1 ? "" : "s") + " (" + names + ") through '" + p.rsh[0] + "', node 0 " +
+        hosts[0].name + ":" + std::to_string(p.job.master_port) + ", run id " + p.job.run_id);
   }
   return Fanout(std::move(p), o).run();
 }

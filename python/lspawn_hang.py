@@ -375,10 +375,7 @@ class _Watch:
             for entry in traceback.format_list(frames):
                 lines.extend(entry.rstrip("\n").split("\n")[:2])
         lines.append(STACK_END)
-        tmp = self.stack_path + ".tmp"
-        with open(tmp, "w") as f:
-            f.write("\n".join(lines) + "\n")
-        os.rename(tmp, self.stack_path)
+        _write_atomically(self.stack_path, "\n".join(lines) + "\n")
 
     def _run(self):
         deadline = time.monotonic() + POLL_S
@@ -514,20 +511,29 @@ class _WhenImported:
         return spec
 
 
-def _mark_phase(directory, rank, phase):
-    """The restart policy's marker (status/phase.hpp): rank-<R>.<phase> in the status directory, holding this
-    process's pid, written atomically. Best effort: a marker is a hint, never a failure."""
-    path = os.path.join(directory, "rank-%d.%s" % (rank, phase))
+def _write_atomically(path, text):
+    """`text` into `path` through a temporary file renamed over it: a reader (the launcher) sees the old file or
+    the new one, never a part. The temporary file does not outlive a failure, which is raised."""
     tmp = "%s.tmp.%d" % (path, os.getpid())
     try:
         with open(tmp, "w") as f:
-            f.write("%d\n" % os.getpid())
+            f.write(text)
         os.rename(tmp, path)
-    except OSError:
+    except BaseException:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        raise
+
+
+def _mark_phase(directory, rank, phase):
+    """The restart policy's marker (status/phase.hpp): rank-<R>.<phase> in the status directory, holding this
+    process's pid. Best effort: a marker is a hint, never a failure."""
+    try:
+        _write_atomically(os.path.join(directory, "rank-%d.%s" % (rank, phase)), "%d\n" % os.getpid())
+    except OSError:
+        pass
 
 
 def _mark_rendezvous_on_init(directory, rank):

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "supervisor/env_contract.hpp"
+#include "supervisor/install_layout.hpp"
 #include "spawn/errors.hpp"
 #include "spawn/forkserver.hpp"
 #include "spawn/registry.hpp"
@@ -74,9 +74,8 @@ void init(int argc, char** argv, const StartupOptions& opts) {
   }
   ProgramImage& img = image();
   if (img.initialized) return;
-  char exe[PATH_MAX];
-  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
-  img.exe = n > 0 ? std::string(exe, static_cast<size_t>(n)) : (argc > 0 ? argv[0] : "");
+  img.exe = layout::program_path();
+  if (img.exe.empty() && argc > 0) img.exe = argv[0];
   for (int i = 0; i < argc; ++i) img.args.emplace_back(argv[i]);
   if (img.args.empty()) img.args.push_back(img.exe);
   for (auto& a : img.args) img.argv.push_back(a.data());

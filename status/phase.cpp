@@ -1,17 +1,13 @@
 #include "status/phase.hpp"
+#include "status/reader.hpp"
 
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 
 #include <unistd.h>
 
 namespace lspawn::status {
 namespace {
-
-std::string marker_path(const std::string& dir, int rank, const char* phase) {
-  return dir + "/rank-" + std::to_string(rank) + "." + phase;
-}
 
 // The pid a marker holds, 0 when it is missing or unreadable.
 int marker_pid(const std::string& path) {
@@ -23,13 +19,9 @@ int marker_pid(const std::string& path) {
 }  // namespace
 
 void mark_phase(const char* phase) {
-  const char* dir = std::getenv("LSPAWN_STATUS_DIR");
-  const char* rank_text = std::getenv("RANK");
-  if (!dir || !*dir || !rank_text || !*rank_text) return;
-  char* end = nullptr;
-  const long rank = std::strtol(rank_text, &end, 10);
-  if (*end != '\0' || rank < 0) return;
-  const std::string path = marker_path(dir, static_cast<int>(rank), phase);
+  const auto place = rank_place_from_environment();
+  if (!place) return;
+  const std::string path = rank_file(place->dir, place->rank, phase);
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   if (FILE* f = std::fopen(tmp.c_str(), "we")) {
     const bool ok = std::fprintf(f, "%d\n", static_cast<int>(::getpid())) > 0;
@@ -39,8 +31,8 @@ void mark_phase(const char* phase) {
 }
 
 StartPhase start_phase(const std::string& dir, int rank, int pid) {
-  if (pid > 0 && marker_pid(marker_path(dir, rank, "rendezvous")) == pid) return StartPhase::Rendezvous;
-  if (pid > 0 && marker_pid(marker_path(dir, rank, "started")) == pid) return StartPhase::BeforeRendezvous;
+  if (pid > 0 && marker_pid(rank_file(dir, rank, "rendezvous")) == pid) return StartPhase::Rendezvous;
+  if (pid > 0 && marker_pid(rank_file(dir, rank, "started")) == pid) return StartPhase::BeforeRendezvous;
   return StartPhase::Unknown;
 }
 

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <thread>
@@ -35,8 +36,21 @@ const GroupSlot* slots_of(const void* m) {
 
 }  // namespace
 
-std::string record_path(const std::string& dir, int rank) { return dir + "/rank-" + std::to_string(rank) + ".status"; }
-std::string stack_path(const std::string& dir, int rank) { return dir + "/rank-" + std::to_string(rank) + ".stack"; }
+std::string rank_file(const std::string& dir, int rank, const std::string& kind) {
+  return dir + "/rank-" + std::to_string(rank) + "." + kind;
+}
+std::string record_path(const std::string& dir, int rank) { return rank_file(dir, rank, "status"); }
+std::string stack_path(const std::string& dir, int rank) { return rank_file(dir, rank, "stack"); }
+
+std::optional<RankPlace> rank_place_from_environment() {
+  const char* dir = std::getenv(kDirEnv);
+  const char* rank = std::getenv("RANK");
+  if (!dir || !*dir || !rank || !*rank) return std::nullopt;
+  char* end = nullptr;
+  const long r = std::strtol(rank, &end, 10);
+  if (*end || r < 0) return std::nullopt;
+  return RankPlace{dir, static_cast<int>(r)};
+}
 
 RecordReader::~RecordReader() {
   if (map_) ::munmap(const_cast<void*>(map_), len_);

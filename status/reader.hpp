@@ -58,8 +58,18 @@ class RecordReader {
   std::size_t len_ = 0;
 };
 
-// Path of rank `rank`'s record / stack file in `dir`.
+// Path of rank `rank`'s file `rank-<rank>.<kind>` in `dir` ("status", "stack", the start-phase
+// markers of status/phase.hpp); its record / stack file.
+std::string rank_file(const std::string& dir, int rank, const std::string& kind);
 std::string record_path(const std::string& dir, int rank);
 std::string stack_path(const std::string& dir, int rank);
+
+// This process's status directory and rank, from LSPAWN_STATUS_DIR and RANK (set by lspawn for
+// each worker); nullopt when either is unset or RANK is not a rank.
+struct RankPlace {
+  std::string dir;
+  int rank = -1;
+};
+std::optional<RankPlace> rank_place_from_environment();
 
 }  // namespace lspawn::status

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "status/reader.hpp"
 #include "status/stack_dump.hpp"
 
 namespace lspawn::status {
@@ -117,7 +118,7 @@ std::unique_ptr<Recorder> Recorder::create(const std::string& dir, int rank) {
   auto r = std::make_unique<Recorder>();
   r->dir_ = dir;
   r->rank_ = rank;
-  r->path_ = dir + "/rank-" + std::to_string(rank) + ".status";
+  r->path_ = record_path(dir, rank);
   const std::string tmp = r->path_ + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) fail("open", tmp);
@@ -172,20 +173,16 @@ Recorder& Recorder::process() {
   if (owner == me) return current ? *current : disabled;
   owner = me;
   current.release();  // a forked child: the parent's mapping is the parent's record; leave it mapped
-  const char* dir = std::getenv(kDirEnv);
-  const char* rank = std::getenv("RANK");
-  if (!dir || !*dir || !rank || !*rank) return disabled;
-  char* end = nullptr;
-  const long r = std::strtol(rank, &end, 10);
-  if (*end || r < 0) return disabled;
+  const auto place = rank_place_from_environment();
+  if (!place) return disabled;
   try {
-    current = create(dir, static_cast<int>(r));
+    current = create(place->dir, place->rank);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "lspawn: rank %ld: no status record (hang diagnosis is off for this rank): %s\n", r, e.what());
+    std::fprintf(stderr, "lspawn: rank %d: no status record (hang diagnosis is off for this rank): %s\n", place->rank,
+                 e.what());
     return disabled;
   }
-  const std::string stack_path = std::string(dir) + "/rank-" + std::to_string(r) + ".stack";
-  if (install_stack_dump(stack_path)) current->set_stack_signal(kStackSignal);
+  if (install_stack_dump(stack_path(place->dir, place->rank))) current->set_stack_signal(kStackSignal);
   return *current;
 }
 

@@ -118,11 +118,15 @@ const char* file_name(Helper h) {
   return "";
 }
 
-std::string program_dir() {
+std::string program_path() {
   char exe[PATH_MAX];
   const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return "";
-  std::string path(exe, static_cast<size_t>(n));
+  return n > 0 ? std::string(exe, static_cast<size_t>(n)) : std::string();
+}
+
+std::string program_dir() {
+  const std::string path = program_path();
+  if (path.empty()) return "";
   const auto slash = path.rfind('/');
   return slash == std::string::npos || slash == 0 ? "/" : path.substr(0, slash);
 }

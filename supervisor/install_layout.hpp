@@ -36,6 +36,9 @@ const char* file_name(Helper h);
 // "; "-separated, for an error that says where it looked.
 std::string find(Helper h, std::string* looked = nullptr);
 
+// The running program (/proc/self/exe), "" when it cannot be read.
+std::string program_path();
+
 // The folder of the running program (/proc/self/exe's), "" when it cannot be read.
 std::string program_dir();
 

@@ -32,6 +32,8 @@ std::string generate_job_secret() {
   return out;
 }
 
+std::string random_run_id() { return generate_job_secret().substr(0, 16); }
+
 std::optional<std::string> job_secret_from_environment() {
   const char* v = std::getenv(env::kLspawnJobSecret);
   if (v == nullptr || *v == '\0') return std::nullopt;

@@ -11,6 +11,10 @@ namespace lspawn {
 // 32 random bytes from getrandom(2), as 64 lower-case hex digits. Throws sys::SysError.
 std::string generate_job_secret();
 
+// A run id nobody gave: 16 hex digits from getrandom(2), as the secret's (not std::random_device,
+// whose libstdc++ 12 calls glibc 2.36's arc4random and would raise the wheel's manylinux tag).
+std::string random_run_id();
+
 // The secret given to lspawn itself in LSPAWN_JOB_SECRET (a multi-node job must use the same on
 // every node), or nullopt when unset or empty. Throws std::invalid_argument when it is shorter
 // than 16 characters (the message does not contain it).

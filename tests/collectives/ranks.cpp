@@ -10,6 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "spawn/threads.hpp"
 #include "support/child.hpp"
 #include "support/ports.hpp"
 #include "support/temp_dir.hpp"
@@ -63,7 +64,7 @@ RunResult run_ranks(const Worker& worker, int n, const std::string& scenario, co
   const ReservedPort port;
   const char* exec_ranks = std::getenv("LSPAWN_TEST_EXEC_RANKS");
   const bool fork_ranks = worker.main != nullptr && !(exec_ranks && std::string(exec_ranks) == "1") &&
-                          ChildProcess::single_threaded();
+                          count_threads() == 1;
   auto gate = sys::make_pipe("run_ranks start gate");
   const TempDir dir("lspawn-collectives-test-");
   std::vector<ChildProcess> ranks;

@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <iostream>
 #include <stdexcept>
 #include <thread>
@@ -15,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "spawn/threads.hpp"
 #include "support/files.hpp"
 #include "support/text.hpp"
 
@@ -121,28 +121,14 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::map<
   pid_ = start(argv, child_environment(env, inherit), files.in.get(), files.out.get(), files.out.get());
 }
 
-bool ChildProcess::single_threaded() {
-  std::error_code ec;
-  int n = 0;
-  for (auto it = std::filesystem::directory_iterator("/proc/self/task", ec); !ec && it != std::filesystem::directory_iterator();
-       it.increment(ec))
-    ++n;
-  return !ec && n == 1;
-}
-
 ChildProcess::ChildProcess(const std::function<int()>& body, const std::map<std::string, std::string>& env,
                            const std::string& output_path, Inherit inherit)
     : output_path_(output_path) {
-  if (!single_threaded())
+  if (count_threads() != 1)
     throw std::logic_error("ChildProcess: a forked body needs a single-threaded test process (/proc/self/task lists more)");
   const StdFiles files = std_files(output_path);
-  // What the child's environment becomes, computed before the fork (the child only sets it).
-  std::vector<std::string> drop;
-  for (char** e = environ; e && *e; ++e) {
-    const std::string kv = *e;
-    const std::string name = kv.substr(0, kv.find('='));
-    if (inherit == Inherit::all_but_contract && is_contract_var(name)) drop.push_back(name);
-  }
+  // The child's environment, as for a program, computed before the fork (the child only installs it).
+  std::vector<std::string> envs = child_environment(env, inherit);
   // Nothing buffered here may be written again by the child.
   std::cout.flush();
   std::cerr.flush();
@@ -162,8 +148,8 @@ ChildProcess::ChildProcess(const std::function<int()>& body, const std::map<std:
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  for (const auto& name : drop) ::unsetenv(name.c_str());
-  for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+  ::clearenv();
+  for (std::string& kv : envs) ::putenv(kv.data());  // envs lives until _exit
   int rc = 70;
   try {
     rc = body();

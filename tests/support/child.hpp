@@ -54,11 +54,10 @@ class ChildProcess {
   // back to default, ignored ones kept), a clean mask, stdin /dev/null, stdout and stderr into
   // `output_path`. Only from a process with a single thread (a lock held by another thread at
   // the fork would stay held in the child): throws std::logic_error otherwise, so a caller that
-  // may have threads (a ThreadSanitizer build has its own) asks single_threaded() first.
+  // may have threads (a ThreadSanitizer build has its own) asks count_threads() == 1 first
+  // (spawn/threads.hpp).
   ChildProcess(const std::function<int()>& body, const std::map<std::string, std::string>& env,
                const std::string& output_path, Inherit inherit = Inherit::all_but_contract);
-  // Whether this process has one thread (/proc/self/task), so the constructor above may fork.
-  static bool single_threaded();
   ~ChildProcess();  // SIGKILLs and reaps a child still running
   ChildProcess(ChildProcess&& other) noexcept;
   ChildProcess(const ChildProcess&) = delete;
