@@ -39,7 +39,7 @@ std::optional<std::vector<std::string>> read_stack(const std::string& path) {
 }  // namespace
 
 HangWatch::HangWatch(HangWatchOptions opts)
-    : opts_(std::move(opts)), last_progress_(Clock::now()), started_(last_progress_) {
+    : opts_(std::move(opts)), last_progress_(Clock::now()), last_poll_(last_progress_), started_(last_progress_) {
   started_us_ = status::now_us();
 }
 
@@ -70,13 +70,16 @@ void HangWatch::note_unseen_ranks(Clock::time_point now, const std::vector<Worke
   }
 }
 
+// Every time here is counted from the last poll(), never from now: a caller whose loop wakes
+// more often than kCollectPoll (a coordinator reading thousands of nodes' status messages) would
+// otherwise push a relative deadline ahead of itself on every turn and never poll.
 Clock::time_point HangWatch::next_deadline() const {
-  const auto now = Clock::now();
-  if (stack_job_) return now + kCollectPoll;
-  if (pending_ || requested_) return std::min(now + kCollectPoll, pending_ ? pending_->deadline : now + kCollectPoll);
+  if (requested_) return last_poll_;  // due at once
+  if (stack_job_) return std::min(last_poll_ + kCollectPoll, stack_job_->deadline);
+  if (pending_) return std::min(last_poll_ + kCollectPoll, pending_->deadline);
   if (opts_.timeout.count() <= 0 || fired_) return Clock::time_point::max();
   const auto step = std::min<std::chrono::milliseconds>(kMaxPoll, std::max<std::chrono::milliseconds>(opts_.timeout / 4, std::chrono::milliseconds(10)));
-  return std::min(now + step, last_progress_ + opts_.timeout);
+  return std::min(last_poll_ + step, last_progress_ + opts_.timeout);
 }
 
 std::vector<RankInput> HangWatch::collect_inputs(const std::vector<WorkerResult>& workers) {
@@ -111,6 +114,7 @@ void HangWatch::open_records(const std::vector<WorkerResult>& workers) {
 }
 
 bool HangWatch::poll(Clock::time_point now, const std::vector<WorkerResult>& workers) {
+  last_poll_ = now;
   if (stack_job_) finish_stack_job(now >= stack_job_->deadline);
   if (pending_) {
     if (stacks_ready() || now >= pending_->deadline) {

@@ -56,7 +56,8 @@ class HangWatch {
  public:
   explicit HangWatch(HangWatchOptions opts);
 
-  // When poll() wants to run next.
+  // When poll() wants to run next: a time after the last poll(), or that poll's time itself
+  // (due now: a report was requested), however often the caller wakes in between.
   Clock::time_point next_deadline() const;
   // Reads the records; starts or finishes a report. `workers`: the supervisor's results (pid,
   // exit) by rank. Returns true once, when a hang report was printed (the caller stops the job).
@@ -102,6 +103,7 @@ class HangWatch {
   std::int64_t started_us_ = 0;
   bool requested_ = false;
   bool fired_ = false;
+  Clock::time_point last_poll_;           // the last poll()'s `now` (next_deadline() counts from it)
   Clock::time_point started_;             // the watch's start: no record at all by started_ + ...
   std::optional<Clock::time_point> first_record_;  // when the first rank's record was seen
   bool unseen_said_ = false;

@@ -363,6 +363,49 @@ TEST_CASE("HangWatch, coordinator: a launcher that never sends the stacks is nam
   CHECK(printed[0].find("its node's lspawn sent no answer within 0.2 s") != std::string::npos);
 }
 
+// launcher/run.cpp's loop: next_deadline() read before each wait, poll() only once it is due;
+// the waits end every few ms (a coordinator's thousands of nodes' status messages). A deadline
+// counted from each call's "now" moved ahead on every turn and the report on request was never
+// made (bench/scale: 38 s at 256 nodes, until a wait happened to be longer than 20 ms).
+TEST_CASE("HangWatch: a report on request is made by a caller that wakes more often than the watch polls", "[hang]") {
+  TempDir dir;
+  auto r0 = status::Recorder::create(dir.path, 0);
+  auto s0 = r0->add_group("world", 0, 2);
+  s0.enter("all_reduce", 1, 4);
+  std::vector<std::string> printed;
+  std::vector<int> asked_node;
+  HangWatchOptions o;
+  o.dir = dir.path;
+  o.stack_wait = std::chrono::milliseconds(2000);
+  o.print = [&](const std::string& t) { printed.push_back(t); };
+  o.ask_remote_stacks = [&](int node, const std::vector<int>&) { asked_node.push_back(node); };
+  HangWatch watch(o);
+  watch.set_remote(1, {remote_rank(1, false, 0, 1)});  // rank 1 is behind: its stack is asked
+  std::vector<WorkerResult> one(1);
+  one[0].rank = 0;
+  one[0].pid = ::getpid();
+  watch.request_report();
+  const auto end = Clock::now() + std::chrono::seconds(1);
+  while (printed.empty() && Clock::now() < end) {
+    const auto due = watch.next_deadline();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // woken by something else
+    if (Clock::now() < due) continue;
+    watch.poll(Clock::now(), one);
+    if (asked_node.size() == 1 && printed.empty()) {
+      RankInput answer;
+      answer.rank = 1;
+      answer.stack = {"/w(main+0x1c) [0x55]"};
+      watch.add_remote_stacks({answer});
+    }
+  }
+  REQUIRE(asked_node == std::vector<int>{1});
+  REQUIRE(printed.size() == 1);
+  CHECK(printed[0].find("(on request)") != std::string::npos);
+  CHECK(printed[0].find("/w(main+0x1c) [0x55]") != std::string::npos);
+  // With nothing pending and no --hang-timeout, the watch wants no wake-up at all.
+  CHECK(watch.next_deadline() == Clock::time_point::max());
+}
+
 TEST_CASE("HangWatch, member: the coordinator's stack request is answered for its ranks, and names the ones it "
           "does not have",
           "[hang]") {

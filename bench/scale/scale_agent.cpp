@@ -1,0 +1,602 @@
+// lspawn_scale_agent: one real lspawn coordinator and K-1 simulated member nodes, on loopback
+// (docs/scale.md). The members are not lspawn processes: one process holds K-1 connections and
+// speaks the node protocol through the same code a member lspawn uses (cluster/node_channel's
+// Link, Message and body_of: the same frames, byte for byte). A member's behaviour is the real
+// one's where the coordinator can see it: its join (and the retry with 20 ms..500 ms back-off
+// when the coordinator closes it), a status message with its ranks' records every second (the
+// heartbeat; kStatusRefresh in launcher/run.cpp), the answer to "stacks?", and "done" at once
+// when told to stop (its workers stop instantly).
+//
+// Phases, each printed as JSON lines {"bench":"nodes","tool":"lspawn","K":K,"metric":..,"value":..}:
+//   formation   the last join sent → every member has its assignment (formation_s); also the
+//               first connect → the last assignment (formation_total_s) and retries
+//   steady      --steady S seconds of heartbeats: the coordinator's CPU (% of one core) and RSS,
+//               and its RSS growth per node over the RSS it had before anyone joined
+//   report      SIGURG to the coordinator → the last line of its status report (report_s),
+//               the report's size in bytes and lines
+//   fan-out     one member's connection reset (its lspawn SIGKILLed) → every other member told to
+//               stop (fanout_s) → every member told the job finished (finish_s); the coordinator's
+//               exit code (123: a node was lost)
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cluster/node_channel.hpp"
+#include "supervisor/port.hpp"
+#include "supervisor/sys.hpp"
+
+namespace {
+
+using namespace lspawn;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+struct Options {
+  std::string lspawn;
+  int nodes = 16;  // K: the job's nodes, the coordinator included
+  int nproc = 1;
+  double steady_s = 5;
+  int node_timeout_s = 30;
+  bool report = true;
+  bool fanout = true;
+  std::string tool = "lspawn";
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::cerr << "lspawn_scale_agent: " << why
+            << "\nusage: lspawn_scale_agent --lspawn PATH --nodes K [--nproc P] [--steady SECONDS] "
+               "[--node-timeout SECONDS] [--no-report] [--no-fanout]\n";
+  std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--lspawn") {
+      o.lspawn = value();
+    } else if (a == "--nodes") {
+      o.nodes = std::stoi(value());
+    } else if (a == "--nproc") {
+      o.nproc = std::stoi(value());
+    } else if (a == "--steady") {
+      o.steady_s = std::stod(value());
+    } else if (a == "--node-timeout") {
+      o.node_timeout_s = std::stoi(value());
+    } else if (a == "--no-report") {
+      o.report = false;
+    } else if (a == "--no-fanout") {
+      o.fanout = false;
+    } else {
+      usage("unknown argument " + a);
+    }
+  }
+  if (o.lspawn.empty()) usage("--lspawn is required");
+  if (o.nodes < 2) usage("--nodes must be at least 2");
+  return o;
+}
+
+// The open-file limit this run needs: a connection per member here, and as many on the
+// coordinator (which inherits it). Root may raise the hard limit (up to fs.nr_open).
+void raise_file_limit(int needed) {
+  rlimit r{};
+  getrlimit(RLIMIT_NOFILE, &r);
+  const rlim_t want = static_cast<rlim_t>(needed);
+  if (r.rlim_cur >= want) return;
+  if (r.rlim_max < want) {
+    const rlim_t old_max = r.rlim_max;
+    r.rlim_max = want;
+    r.rlim_cur = want;
+    if (setrlimit(RLIMIT_NOFILE, &r) != 0) {
+      throw std::runtime_error("the open-file limit " + std::to_string(old_max) + " is below the " +
+                               std::to_string(needed) + " this run needs, and raising it failed: " +
+                               std::strerror(errno));
+    }
+    std::cerr << "lspawn_scale_agent: raised the open-file limit (hard) from " << old_max << " to " << want << "\n";
+    return;
+  }
+  r.rlim_cur = want;
+  setrlimit(RLIMIT_NOFILE, &r);
+}
+
+// /proc/PID/stat's utime + stime of the process (its threads; not its children), in seconds.
+double process_cpu_s(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const auto close = s.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream in(s.substr(close + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && in >> field; ++i) {
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+double process_rss_mb(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(f, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  }
+  return 0;
+}
+
+// The coordinator: a real lspawn, node 0 of a static job; its workers sleep until stopped.
+struct Coordinator {
+  pid_t pid = -1;
+  sys::Fd err;  // its stderr (and stdout), read by the loop
+
+  void start(const Options& o, int port) {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe2: ") + std::strerror(errno));
+    std::vector<std::string> args{o.lspawn,           "--nnodes",       std::to_string(o.nodes),
+                                  "--node-rank",      "0",              "--master-addr",
+                                  "127.0.0.1",        "--master-port",  std::to_string(port),
+                                  "--nprocs",         std::to_string(o.nproc), "--node-timeout",
+                                  std::to_string(o.node_timeout_s), "--rdzv-timeout", "600",
+                                  "/bin/sleep",       "3600"};
+    pid = fork();
+    if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+    if (pid == 0) {
+      dup2(p[1], 1);
+      dup2(p[1], 2);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      std::fprintf(stderr, "exec %s: %s\n", argv[0], std::strerror(errno));
+      _exit(127);
+    }
+    ::close(p[1]);
+    err = sys::Fd(p[0]);
+    sys::set_nonblocking(err.get(), "the coordinator's output");
+  }
+};
+
+struct Line {
+  Clock::time_point at;
+  std::string text;
+};
+
+// One simulated member node.
+struct Member {
+  int index = 0;  // 0..K-2; its host name is sim-<index+1>
+  std::unique_ptr<node::Link> link;
+  bool joined = false, assigned = false, stopped = false, finished = false;
+  int retries = 0;
+  milliseconds backoff{20};
+  Clock::time_point retry_at{};
+  Clock::time_point join_sent{}, assigned_at{}, stopped_at{}, finished_at{};
+  int node_rank = -1;
+  int round = 0;
+  node::Body status;  // encoded once: its ranks' records do not change
+};
+
+class Agent {
+ public:
+  explicit Agent(Options o) : o_(std::move(o)) {}
+  int run();
+
+ private:
+  void emit(const std::string& metric, double value, const std::string& note = "") const;
+  void connect(Member& m);
+  void drop(Member& m, const std::string& why);
+  void on_member_readable(Member& m);
+  void on_message(Member& m, const node::Message& msg);
+  void read_coordinator();
+  void loop_once(Clock::time_point until);
+  void send_status_due(Clock::time_point now);
+  node::Body status_of(const Member& m) const;
+  template <class Pred>
+  bool run_until(Pred done, double limit_s, const std::string& what);
+  int count(bool Member::*flag) const {
+    int n = 0;
+    for (auto& m : members_) n += m.*flag;
+    return n;
+  }
+
+  Options o_;
+  Coordinator coord_;
+  int port_ = 0;
+  sys::Fd epoll_;
+  std::vector<Member> members_;
+  std::string partial_;           // the coordinator's unfinished output line
+  std::vector<Line> lines_;       // its output, timestamped
+  size_t next_slot_ = 0;          // status sends: members are spread over 100 slots of 10 ms
+  Clock::time_point next_slot_at_{};
+  int64_t t0_us_ = now_us();
+  bool coordinator_exited_ = false;
+  int coordinator_status_ = 0;
+};
+
+constexpr uint64_t kCoordinatorTag = ~0ull;
+
+void Agent::emit(const std::string& metric, double value, const std::string& note) const {
+  std::printf("{\"bench\": \"nodes\", \"tool\": \"%s\", \"K\": %d, \"nproc\": %d, \"metric\": \"%s\", \"value\": %.6g%s%s%s}\n",
+              o_.tool.c_str(), o_.nodes, o_.nproc, metric.c_str(), value, note.empty() ? "" : ", \"note\": \"",
+              note.c_str(), note.empty() ? "" : "\"");
+  std::fflush(stdout);
+}
+
+// A member's records: every rank waits in all_reduce #5 on the world group, except the job's last
+// rank, which has not entered it (the report's "behind" rank, whose stack is asked for).
+node::Body Agent::status_of(const Member& m) const {
+  node::StatusMsg st;
+  const int world = o_.nodes * o_.nproc;
+  for (int l = 0; l < o_.nproc; ++l) {
+    RankInput in;
+    in.rank = (m.index + 1) * o_.nproc + l;
+    in.pid = 100000 + in.rank;
+    in.host = "sim-" + std::to_string(m.index + 1);
+    in.started_us = t0_us_;
+    status::RankView v;
+    v.rank = in.rank;
+    v.pid = in.pid;
+    v.opened_us = t0_us_;
+    status::GroupView g;
+    g.name = "world";
+    g.group_rank = in.rank;
+    g.group_size = world;
+    const bool behind = in.rank == world - 1;
+    g.in_collective = !behind;
+    g.seq = behind ? 4 : 5;
+    g.op = "all_reduce";
+    g.bytes = 16;
+    g.since_us = t0_us_;
+    g.completed_seq = 4;
+    g.completed_op = "all_reduce";
+    g.completed_us = t0_us_;
+    g.version = 9;
+    v.groups.push_back(g);
+    in.record = v;
+    st.ranks.push_back(in);
+  }
+  return node::body_of(st);
+}
+
+void Agent::connect(Member& m) {
+  int err = 0;
+  sys::Fd fd = sys::tcp_connect("127.0.0.1", port_, milliseconds(5000), &err);
+  if (!fd) {
+    m.retry_at = Clock::now() + m.backoff;
+    m.backoff = std::min(m.backoff * 2, milliseconds(500));
+    ++m.retries;
+    return;
+  }
+  sys::set_nonblocking(fd.get(), "member");
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = static_cast<uint64_t>(m.index);
+  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd.get(), &ev) != 0) throw std::runtime_error("epoll_ctl add");
+  m.link = std::make_unique<node::Link>(std::move(fd), "the coordinator");
+  node::JoinMsg j;
+  j.host = "sim-" + std::to_string(m.index + 1);
+  j.node_rank = m.index + 1;
+  j.nnodes = o_.nodes;
+  j.nproc_per_node = o_.nproc;
+  m.join_sent = Clock::now();
+  m.retry_at = {};
+  m.link->send("join", j);
+}
+
+void Agent::drop(Member& m, const std::string& why) {
+  if (!m.link) return;
+  epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, m.link->fd(), nullptr);
+  m.link.reset();
+  if (m.joined) throw std::runtime_error("member sim-" + std::to_string(m.index + 1) + " lost the coordinator: " + why);
+  // Closed before its join was answered (the coordinator's bound on unjoined connections): a
+  // real member tries again after its back-off.
+  m.retry_at = Clock::now() + m.backoff;
+  m.backoff = std::min(m.backoff * 2, milliseconds(500));
+  ++m.retries;
+}
+
+void Agent::on_message(Member& m, const node::Message& msg) {
+  const auto now = Clock::now();
+  if (msg.type == "joined") {
+    m.joined = true;
+  } else if (msg.type == "assign") {
+    const auto a = msg.as<node::AssignMsg>();
+    if (a.nnodes != o_.nodes || static_cast<int>(a.hosts.size()) != o_.nodes) {
+      throw std::runtime_error("sim-" + std::to_string(m.index + 1) + ": an assignment for " + std::to_string(a.nnodes) +
+                               " nodes, expected " + std::to_string(o_.nodes));
+    }
+    m.joined = m.assigned = true;
+    m.assigned_at = now;
+    m.node_rank = a.node_rank;
+  } else if (msg.type == "reject") {
+    throw std::runtime_error("sim-" + std::to_string(m.index + 1) + " rejected: " + msg.as<node::RejectMsg>().reason);
+  } else if (msg.type == "stop") {
+    const auto s = msg.as<node::StopMsg>();
+    if (!m.stopped) {
+      m.stopped = true;
+      m.stopped_at = now;
+      node::DoneMsg d;
+      d.restart_count = s.restart_count;
+      m.link->send("done", d);
+    }
+  } else if (msg.type == "finish") {
+    m.finished = true;
+    m.finished_at = now;
+  } else if (msg.type == "stacks?") {
+    const auto ask = msg.as<node::StackAskMsg>();
+    if (std::getenv("LSPAWN_SCALE_SHOW_REPORT")) std::cerr << "  stacks? to sim-" << m.index + 1 << " at " << now.time_since_epoch().count() / 1e9 << "\n";
+    node::StacksMsg r;
+    r.restart_count = ask.restart_count;
+    for (int rank : ask.ranks) {
+      RankInput in;
+      in.rank = rank;
+      in.stack = {"#0 0x7f0000001000 in nanosleep () from libc.so.6",
+                  "#1 0x55d000002000 in train_step() at train.cpp:42", "#2 0x55d000003000 in main () at train.cpp:90"};
+      r.ranks.push_back(in);
+    }
+    m.link->send("stacks", r);
+  }
+}
+
+void Agent::on_member_readable(Member& m) {
+  if (!m.link) return;
+  try {
+    for (auto& msg : m.link->read()) on_message(m, msg);
+    if (m.link && m.link->pending()) m.link->flush();
+  } catch (const node::LinkError& e) {
+    if (m.finished) {  // the coordinator exits after the finish: expected
+      epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, m.link->fd(), nullptr);
+      m.link.reset();
+      return;
+    }
+    drop(m, e.what());
+  }
+}
+
+void Agent::read_coordinator() {
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(coord_.err.get(), buf, sizeof buf);
+    if (n <= 0) {
+      if (n == 0) {
+        epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, coord_.err.get(), nullptr);
+        coord_.err.reset();
+      }
+      return;
+    }
+    const auto now = Clock::now();
+    partial_.append(buf, static_cast<size_t>(n));
+    size_t start = 0;
+    for (size_t nl; (nl = partial_.find('\n', start)) != std::string::npos; start = nl + 1) {
+      lines_.push_back({now, partial_.substr(start, nl - start)});
+    }
+    partial_.erase(0, start);
+  }
+}
+
+// Every 10 ms, one slot of members (1/100 of them) sends its status: each member once a second,
+// spread over the second as independent nodes' clocks are.
+void Agent::send_status_due(Clock::time_point now) {
+  while (now >= next_slot_at_) {
+    for (size_t i = next_slot_; i < members_.size(); i += 100) {
+      Member& m = members_[i];
+      if (!m.link || !m.assigned || m.stopped) continue;
+      try {
+        m.link->send("status", m.status);
+      } catch (const node::LinkError& e) {
+        drop(m, e.what());
+      }
+    }
+    next_slot_ = (next_slot_ + 1) % 100;
+    next_slot_at_ += milliseconds(10);
+  }
+}
+
+void Agent::loop_once(Clock::time_point until) {
+  const auto now = Clock::now();
+  auto wake = std::min(until, next_slot_at_);
+  for (auto& m : members_) {
+    if (!m.link && m.retry_at != Clock::time_point{}) {
+      if (m.retry_at <= now) {
+        connect(m);
+      } else {
+        wake = std::min(wake, m.retry_at);
+      }
+    }
+  }
+  const int timeout = static_cast<int>(
+      std::max<int64_t>(0, std::chrono::duration_cast<milliseconds>(wake - Clock::now()).count() + 1));
+  epoll_event evs[512];
+  const int n = epoll_wait(epoll_.get(), evs, 512, timeout);
+  for (int i = 0; i < n; ++i) {
+    if (evs[i].data.u64 == kCoordinatorTag) {
+      read_coordinator();
+    } else {
+      on_member_readable(members_[evs[i].data.u64]);
+    }
+  }
+  send_status_due(Clock::now());
+  if (!coordinator_exited_) {
+    int st = 0;
+    if (waitpid(coord_.pid, &st, WNOHANG) == coord_.pid) {
+      coordinator_exited_ = true;
+      coordinator_status_ = st;
+    }
+  }
+}
+
+template <class Pred>
+bool Agent::run_until(Pred done, double limit_s, const std::string& what) {
+  const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit_s));
+  while (!done()) {
+    if (Clock::now() >= end) {
+      if (what.empty()) return true;  // a wait for its own sake
+      std::cerr << "lspawn_scale_agent: K=" << o_.nodes << ": " << what << " did not happen within " << limit_s << " s\n";
+      return false;
+    }
+    if (coordinator_exited_ && what != "the coordinator's exit") {
+      std::cerr << "lspawn_scale_agent: K=" << o_.nodes << ": the coordinator exited ("
+                << sys::describe_wait_status(coordinator_status_) << ") while waiting for " << what << "\n";
+      return false;
+    }
+    loop_once(std::min(end, Clock::now() + milliseconds(50)));
+  }
+  return true;
+}
+
+int Agent::run() {
+  raise_file_limit(o_.nodes * 2 + 256);
+  signal(SIGPIPE, SIG_IGN);
+  PortReservation port("127.0.0.1", 0);
+  port_ = port.port();
+  epoll_ = sys::Fd(epoll_create1(EPOLL_CLOEXEC));
+  coord_.start(o_, port_);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kCoordinatorTag;
+  epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, coord_.err.get(), &ev);
+  members_.resize(static_cast<size_t>(o_.nodes - 1));
+  for (size_t i = 0; i < members_.size(); ++i) {
+    members_[i].index = static_cast<int>(i);
+    members_[i].status = status_of(members_[i]);
+  }
+  auto dump = [&] {
+    for (auto& l : lines_) std::cerr << "  coordinator: " << l.text << "\n";
+    if (coord_.pid > 0 && !coordinator_exited_) {
+      ::kill(coord_.pid, SIGKILL);
+      waitpid(coord_.pid, nullptr, 0);
+    }
+    return 1;
+  };
+  // The coordinator listens once it says it waits for the others.
+  auto said = [&](const std::string& what) {
+    for (auto& l : lines_)
+      if (l.text.find(what) != std::string::npos) return true;
+    return false;
+  };
+  if (!run_until([&] { return said("rendezvous: waiting for"); }, 30, "the coordinator's rendezvous")) return dump();
+  const double rss_before_mb = process_rss_mb(coord_.pid);
+
+  // Formation: every member connects and joins at once (a job's nodes start together).
+  const auto first_connect = Clock::now();
+  for (auto& m : members_) connect(m);
+  if (!run_until([&] { return count(&Member::assigned) == static_cast<int>(members_.size()); }, 300, "the formation"))
+    return dump();
+  Clock::time_point last_join{}, last_assign{};
+  int retries = 0;
+  for (auto& m : members_) {
+    last_join = std::max(last_join, m.join_sent);
+    last_assign = std::max(last_assign, m.assigned_at);
+    retries += m.retries;
+  }
+  emit("formation_s", seconds_between(last_join, last_assign));
+  emit("formation_total_s", seconds_between(first_connect, last_assign));
+  emit("join_retries", retries);
+  next_slot_at_ = Clock::now();
+
+  // Steady state: the coordinator's CPU and memory while every member heartbeats.
+  if (o_.steady_s > 0) {
+    run_until([] { return false; }, 1.0, "");  // settle: every member's first status arrives
+    const double cpu0 = process_cpu_s(coord_.pid);
+    const auto s0 = Clock::now();
+    run_until([] { return false; }, o_.steady_s, "");
+    const double wall = seconds_between(s0, Clock::now());
+    const double cpu = process_cpu_s(coord_.pid) - cpu0;
+    const double rss_mb = process_rss_mb(coord_.pid);
+    if (coordinator_exited_) return dump();
+    emit("steady_cpu_pct", 100.0 * cpu / wall);
+    emit("steady_rss_mb", rss_mb);
+    emit("rss_per_node_kb", 1024.0 * (rss_mb - rss_before_mb) / static_cast<double>(members_.size()));
+  }
+
+  // The report on request: SIGURG → its last line (its lines stop coming for 1 s).
+  if (o_.report) {
+    const size_t from = lines_.size();
+    const auto t = Clock::now();
+    ::kill(coord_.pid, SIGURG);
+    if (std::getenv("LSPAWN_SCALE_SHOW_REPORT")) std::cerr << "  SIGURG at " << t.time_since_epoch().count() / 1e9 << "\n";
+    auto quiet_since = [&] { return lines_.size() > from ? Clock::now() - lines_.back().at : Clock::duration::zero(); };
+    run_until([&] { return quiet_since() > std::chrono::seconds(1); }, 60, "the status report");
+    size_t bytes = 0;
+    for (size_t i = from; i < lines_.size(); ++i) bytes += lines_[i].text.size() + 1;
+    if (lines_.size() > from) {
+      emit("report_s", seconds_between(t, lines_.back().at));
+      emit("report_bytes", static_cast<double>(bytes));
+      emit("report_lines", static_cast<double>(lines_.size() - from));
+      if (std::getenv("LSPAWN_SCALE_SHOW_REPORT")) {
+        for (size_t i = from; i < lines_.size(); ++i)
+          std::cerr << "  +" << seconds_between(t, lines_[i].at) << " s " << lines_[i].text << "\n";
+      }
+    }
+  }
+
+  // Fan-out: one member's lspawn dies (its connection is reset) → every other member is told to
+  // stop → and the job's finish.
+  if (o_.fanout) {
+    Member& victim = members_.back();
+    linger l{1, 0};  // close() sends a reset, as the kernel does for a SIGKILLed process's socket
+    setsockopt(victim.link->fd(), SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, victim.link->fd(), nullptr);
+    const auto t = Clock::now();
+    victim.link.reset();
+    victim.stopped = victim.finished = true;
+    const int others = static_cast<int>(members_.size()) - 1;
+    if (!run_until([&] { return count(&Member::stopped) - 1 == others; }, 120, "every member's stop")) return dump();
+    Clock::time_point last_stop{};
+    for (auto& m : members_)
+      if (&m != &victim) last_stop = std::max(last_stop, m.stopped_at);
+    emit("fanout_s", seconds_between(t, last_stop));
+    if (!run_until([&] { return count(&Member::finished) - 1 == others; }, 120, "every member's finish")) return dump();
+    Clock::time_point last_finish{};
+    for (auto& m : members_)
+      if (&m != &victim) last_finish = std::max(last_finish, m.finished_at);
+    emit("finish_s", seconds_between(t, last_finish));
+    run_until([&] { return coordinator_exited_; }, 60, "the coordinator's exit");
+    emit("coordinator_exit", coordinator_exited_ ? sys::shell_exit_code(coordinator_status_) : -1);
+  } else {
+    ::kill(coord_.pid, SIGTERM);
+    run_until([&] { return coordinator_exited_; }, 60, "the coordinator's exit");
+  }
+  if (!coordinator_exited_) return dump();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    Agent a(parse(argc, argv));
+    return a.run();
+  } catch (const std::exception& e) {
+    std::cerr << "lspawn_scale_agent: " << e.what() << "\n";
+    return 1;
+  }
+}
