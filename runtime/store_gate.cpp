@@ -12,8 +12,10 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
+#include <arpa/inet.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "supervisor/sys.hpp"
@@ -48,17 +50,33 @@ std::uint64_t little_endian(const std::uint8_t* p, std::size_t n) {
   return v;
 }
 
-// One client: first its head is read and checked, then bytes are relayed both ways. `out[0]` is
-// pending client → store, `out[1]` store → client.
+// One client: first its head is read and checked (Head), then the store server is connected
+// (Connecting: a non-blocking connect, so that a full accept queue on the server stalls this
+// client only), then bytes are relayed both ways (Relaying). `out[0]` is pending client → store,
+// `out[1]` store → client.
+enum class Phase { Head, Connecting, Relaying };
+
 struct Conn {
   sys::Fd client;
   sys::Fd store;
   std::string peer;
   std::vector<std::uint8_t> head;
-  Clock::time_point first_byte{};
+  Clock::time_point first_byte{};     // Head: when its first byte came (the half-sent deadline)
+  Clock::time_point connect_start{};  // Connecting: when the connect began
   std::string out[2];
-  bool relaying = false;
+  Phase phase = Phase::Head;
+  bool closed = false;                     // done with: removed after the current batch of events
+  std::uint32_t client_mask = 0, store_mask = 0;  // what epoll watches on each fd now
+  std::list<Conn>::iterator self;          // its place in Loop::conns
+  std::optional<std::list<Conn*>::iterator> timed;  // its place in Loop::heads or Loop::connecting
 };
+
+// epoll's user data: the wake and listening fds are 0 and 1; a connection's fd is its Conn's
+// address, plus 1 for its store side (a Conn is aligned to more than 2).
+constexpr std::uint64_t kWakeTag = 0, kListenTag = 1;
+std::uint64_t tag(const Conn& c, bool store_side) {
+  return reinterpret_cast<std::uintptr_t>(&c) | static_cast<std::uintptr_t>(store_side);
+}
 
 }  // namespace
 
@@ -80,13 +98,26 @@ HeadVerdict check_store_head(StoreProtocol protocol, const std::uint8_t* head, s
 struct StoreGate::Loop {
   sys::Fd listen;
   sys::Fd wake;  // eventfd: the destructor's "stop"
+  sys::Fd epoll;
   std::uint16_t store_port;
+  sockaddr_in store_addr{};  // 127.0.0.1:store_port
   StoreProtocol protocol;
   std::string where;
   std::function<void(const std::string&)> log;
   std::list<Conn> conns;
+  // Connections with a deadline, oldest first: both deadlines are a fixed time after the event
+  // that puts a connection here, so appending keeps each list in deadline order.
+  std::list<Conn*> heads;       // Head with part of a header: first_byte + kStoreReceiveTimeout
+  std::list<Conn*> connecting;  // Connecting: connect_start + kStoreConnectTimeout
+  std::vector<Conn*> closing;   // closed during the current batch of events
+  // accept() failed (EMFILE and the like): the listening socket is left out of the wait until
+  // then, rather than waking the loop at once, again and again.
+  std::optional<Clock::time_point> listen_paused_until;
   std::atomic<int> refused{0};
   std::thread thread;
+
+  static constexpr std::chrono::milliseconds kStoreConnectTimeout{5000};
+  static constexpr std::chrono::milliseconds kAcceptPause{100};
 
   void say(const std::string& line) {
     if (log) {
@@ -99,6 +130,51 @@ struct StoreGate::Loop {
   void refuse(Conn& c, const std::string& why) {
     refused.fetch_add(1, std::memory_order_relaxed);
     say("store at " + where + ": refused a connection from " + c.peer + ": " + why);
+  }
+
+  // epoll_ctl(op) of `fd` for `events`, tagged `data`.
+  void watch(int op, int fd, std::uint32_t events, std::uint64_t data) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u64 = data;
+    if (::epoll_ctl(epoll.get(), op, fd, &ev) != 0) sys::throw_errno("epoll_ctl", "store gate " + where);
+  }
+
+  // Brings what epoll watches on `c`'s fds in line with its phase and pending bytes.
+  void rearm(Conn& c) {
+    std::uint32_t client = 0, store = 0;
+    switch (c.phase) {
+      case Phase::Head:
+        client = EPOLLIN;
+        break;
+      case Phase::Connecting:
+        store = EPOLLOUT;
+        break;
+      case Phase::Relaying:
+        // Each direction: read its source while nothing is pending, else wait to write.
+        if (c.out[0].empty()) client |= EPOLLIN; else store |= EPOLLOUT;
+        if (c.out[1].empty()) store |= EPOLLIN; else client |= EPOLLOUT;
+        break;
+    }
+    if (client != c.client_mask) {
+      watch(EPOLL_CTL_MOD, c.client.get(), client, tag(c, false));
+      c.client_mask = client;
+    }
+    if (c.store && store != c.store_mask) {
+      watch(EPOLL_CTL_MOD, c.store.get(), store, tag(c, true));
+      c.store_mask = store;
+    }
+  }
+
+  void close_conn(Conn& c) {
+    if (c.closed) return;
+    c.closed = true;
+    closing.push_back(&c);
+  }
+
+  void untime(Conn& c, std::list<Conn*>& list) {
+    if (c.timed) list.erase(*c.timed);
+    c.timed.reset();
   }
 
   // Reads what the client sent so far into its head; false when the connection is done with.
@@ -115,7 +191,10 @@ struct StoreGate::Loop {
       }
       return false;
     }
-    if (c.head.empty()) c.first_byte = Clock::now();
+    if (c.head.empty()) {
+      c.first_byte = Clock::now();
+      c.timed = heads.insert(heads.end(), &c);
+    }
     c.head.insert(c.head.end(), buf, buf + r);
     switch (check_store_head(protocol, c.head.data(), c.head.size())) {
       case HeadVerdict::NeedMore:
@@ -127,18 +206,50 @@ struct StoreGate::Loop {
       case HeadVerdict::Accept:
         break;
     }
-    int err = 0;
-    c.store = sys::tcp_connect("127.0.0.1", store_port, std::chrono::seconds(5), &err);
-    if (!c.store) {
-      say("store at " + where + ": cannot reach the store server on 127.0.0.1:" + std::to_string(store_port) +
-          " for " + c.peer + ": " + std::strerror(err));
-      return false;
-    }
+    untime(c, heads);
+    return start_connect(c);
+  }
+
+  // The head is a store request: connect to the server (non-blocking) and hold the head as the
+  // first bytes for it. False when the connect failed at once.
+  bool start_connect(Conn& c) {
     const int one = 1;  // requests are small writes: no Nagle delay on the extra hop
     ::setsockopt(c.client.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    ::setsockopt(c.store.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     c.out[0].assign(c.head.begin(), c.head.end());
-    c.relaying = true;
+    c.store = sys::Fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!c.store) return cannot_reach(c, errno);
+    ::setsockopt(c.store.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    int rc;
+    do {
+      rc = ::connect(c.store.get(), reinterpret_cast<const sockaddr*>(&store_addr), sizeof store_addr);
+    } while (rc != 0 && errno == EINTR);
+    if (rc != 0 && errno != EINPROGRESS) return cannot_reach(c, errno);
+    watch(EPOLL_CTL_ADD, c.store.get(), 0, tag(c, true));
+    c.store_mask = 0;
+    if (rc == 0) {
+      c.phase = Phase::Relaying;
+    } else {
+      c.phase = Phase::Connecting;
+      c.connect_start = Clock::now();
+      c.timed = connecting.insert(connecting.end(), &c);
+    }
+    return true;
+  }
+
+  bool cannot_reach(Conn& c, int err) {
+    say("store at " + where + ": cannot reach the store server on 127.0.0.1:" + std::to_string(store_port) +
+        " for " + c.peer + ": " + std::strerror(err));
+    return false;
+  }
+
+  // Connecting and the store's fd is writable: connected, or failed (SO_ERROR).
+  bool finish_connect(Conn& c) {
+    int so = 0;
+    socklen_t len = sizeof so;
+    ::getsockopt(c.store.get(), SOL_SOCKET, SO_ERROR, &so, &len);
+    untime(c, connecting);
+    if (so != 0) return cannot_reach(c, so);
+    c.phase = Phase::Relaying;
     return true;
   }
 
@@ -158,84 +269,100 @@ struct StoreGate::Loop {
     return true;
   }
 
+  // One event on one of `c`'s fds; false when the connection is done with.
+  bool on_event(Conn& c, bool store_side, std::uint32_t revents) {
+    switch (c.phase) {
+      case Phase::Head:
+        return read_head(c);
+      case Phase::Connecting:
+        return !store_side || finish_connect(c);
+      case Phase::Relaying:
+        break;
+    }
+    const bool in = revents & (EPOLLIN | EPOLLHUP | EPOLLERR);
+    const bool out = revents & EPOLLOUT;
+    if (!store_side) {
+      return pump(c.client.get(), c.store.get(), c.out[0], in, false) &&
+             pump(c.store.get(), c.client.get(), c.out[1], false, out);
+    }
+    return pump(c.store.get(), c.client.get(), c.out[1], in, false) &&
+           pump(c.client.get(), c.store.get(), c.out[0], false, out);
+  }
+
+  // Connections past their deadline (half-sent heads, connects to the server), oldest first; the
+  // time until the next deadline (-1: none).
+  int expire(Clock::time_point now) {
+    while (!heads.empty() && now - heads.front()->first_byte >= kStoreReceiveTimeout) {
+      Conn& c = *heads.front();
+      untime(c, heads);
+      refuse(c, "sent " + byte_count(c.head.size()) + " of a request (" + hex_bytes(c.head.data(), c.head.size()) +
+                    "), then nothing for " + std::to_string(kStoreReceiveTimeout.count()) + " ms");
+      close_conn(c);
+    }
+    while (!connecting.empty() && now - connecting.front()->connect_start >= kStoreConnectTimeout) {
+      Conn& c = *connecting.front();
+      untime(c, connecting);
+      cannot_reach(c, ETIMEDOUT);
+      close_conn(c);
+    }
+    std::optional<Clock::time_point> next;
+    auto earliest = [&](Clock::time_point t) { next = std::min(next.value_or(t), t); };
+    if (!heads.empty()) earliest(heads.front()->first_byte + kStoreReceiveTimeout);
+    if (!connecting.empty()) earliest(connecting.front()->connect_start + kStoreConnectTimeout);
+    if (listen_paused_until) earliest(*listen_paused_until);
+    if (!next) return -1;
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(*next - now).count();
+    return static_cast<int>(std::max<long long>(0, left));
+  }
+
+  void remove_closed() {
+    for (Conn* c : closing) {
+      untime(*c, c->phase == Phase::Head ? heads : connecting);
+      conns.erase(c->self);  // closing its fds takes them out of the epoll set
+    }
+    closing.clear();
+  }
+
   void run() {
-    std::vector<pollfd> fds;
-    std::vector<Conn*> owner;  // fds[i] belongs to owner[i] (null: wake / listen)
+    watch(EPOLL_CTL_ADD, wake.get(), EPOLLIN, kWakeTag);
+    watch(EPOLL_CTL_ADD, listen.get(), EPOLLIN, kListenTag);
+    std::vector<epoll_event> events(256);
     for (;;) {
-      fds.clear();
-      owner.clear();
-      fds.push_back({wake.get(), POLLIN, 0});
-      fds.push_back({listen.get(), POLLIN, 0});
-      owner.assign(2, nullptr);
-      std::optional<Clock::time_point> next;  // the earliest half-sent head's deadline
-      for (auto& c : conns) {
-        if (!c.relaying) {
-          fds.push_back({c.client.get(), POLLIN, 0});
-          owner.push_back(&c);
-          if (!c.head.empty()) next = std::min(next.value_or(Clock::time_point::max()), c.first_byte + kStoreReceiveTimeout);
+      const auto now = Clock::now();
+      if (listen_paused_until && now >= *listen_paused_until) {
+        listen_paused_until.reset();
+        watch(EPOLL_CTL_MOD, listen.get(), EPOLLIN, kListenTag);
+      }
+      const int timeout_ms = expire(now);
+      remove_closed();
+      const int n = ::epoll_wait(epoll.get(), events.data(), static_cast<int>(events.size()), timeout_ms);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        say("store at " + where + ": epoll_wait failed: " + std::strerror(errno) + "; the gate stops");
+        return;
+      }
+      for (int i = 0; i < n; ++i) {
+        const std::uint64_t t = events[i].data.u64;
+        if (t == kWakeTag) {
+          stop();
+          return;
+        }
+        if (t == kListenTag) {
+          accept_all();
           continue;
         }
-        // Each direction: read its source while nothing is pending, else wait to write.
-        short client_ev = 0, store_ev = 0;
-        if (c.out[0].empty()) client_ev |= POLLIN; else store_ev |= POLLOUT;
-        if (c.out[1].empty()) store_ev |= POLLIN; else client_ev |= POLLOUT;
-        fds.push_back({c.client.get(), client_ev, 0});
-        owner.push_back(&c);
-        fds.push_back({c.store.get(), store_ev, 0});
-        owner.push_back(&c);
-      }
-      int timeout_ms = -1;
-      if (next) {
-        const auto left = std::chrono::ceil<std::chrono::milliseconds>(*next - Clock::now()).count();
-        timeout_ms = static_cast<int>(std::max<long long>(0, left));
-      }
-      if (::poll(fds.data(), fds.size(), timeout_ms) < 0) {
-        if (errno == EINTR) continue;
-        say("store at " + where + ": poll failed: " + std::strerror(errno) + "; the gate stops");
-        return;
-      }
-      if (fds[0].revents) {
-        stop();
-        return;
-      }
-      if (fds[1].revents & POLLIN) accept_all();
-      std::vector<Conn*> done;
-      for (std::size_t i = 2; i < fds.size(); ++i) {
-        Conn& c = *owner[i];
-        if (!fds[i].revents || std::find(done.begin(), done.end(), &c) != done.end()) continue;
+        Conn& c = *reinterpret_cast<Conn*>(t & ~std::uint64_t{1});
+        if (c.closed) continue;  // an earlier event of this batch ended it
         bool alive = true;
         try {
-          if (!c.relaying) {
-            alive = read_head(c);
-          } else {
-            const bool is_client = fds[i].fd == c.client.get();
-            const bool in = fds[i].revents & (POLLIN | POLLHUP | POLLERR);
-            const bool out = fds[i].revents & POLLOUT;
-            if (is_client) {
-              alive = pump(c.client.get(), c.store.get(), c.out[0], in, false) &&
-                      pump(c.store.get(), c.client.get(), c.out[1], false, out);
-            } else {
-              alive = pump(c.store.get(), c.client.get(), c.out[1], in, false) &&
-                      pump(c.client.get(), c.store.get(), c.out[0], false, out);
-            }
-          }
+          alive = on_event(c, t & 1, events[i].events);
+          if (alive) rearm(c);
         } catch (const std::exception&) {
           alive = false;  // reset by either end: the connection ends, as a direct one would
         }
-        if (!alive) done.push_back(&c);
+        if (!alive) close_conn(c);
       }
-      // Half-sent heads past their time.
-      const auto later = Clock::now();
-      for (auto& c : conns) {
-        if (!c.relaying && !c.head.empty() && later - c.first_byte >= kStoreReceiveTimeout &&
-            std::find(done.begin(), done.end(), &c) == done.end()) {
-          refuse(c, "sent " + byte_count(c.head.size()) + " of a request (" +
-                        hex_bytes(c.head.data(), c.head.size()) + "), then nothing for " +
-                        std::to_string(kStoreReceiveTimeout.count()) + " ms");
-          done.push_back(&c);
-        }
-      }
-      conns.remove_if([&](const Conn& c) { return std::find(done.begin(), done.end(), &c) != done.end(); });
+      remove_closed();
     }
   }
 
@@ -246,7 +373,7 @@ struct StoreGate::Loop {
   void stop() {
     accept_all();
     for (auto& c : conns) {
-      if (c.relaying) continue;
+      if (c.phase != Phase::Head || c.closed) continue;
       std::uint8_t buf[kHeadBytes];
       ssize_t r = 1;
       while (r > 0 && c.head.size() < kHeadBytes) {
@@ -274,14 +401,25 @@ struct StoreGate::Loop {
       try {
         fd = sys::tcp_accept(listen.get(), "store gate " + where, &peer);
       } catch (const sys::SysError& e) {
-        say("store at " + where + ": " + e.what());  // EMFILE and the like: try again later
+        // EMFILE and the like: said once per pause; the clients wait in the backlog meanwhile.
+        say("store at " + where + ": " + e.what() + "; accepting again in " +
+            std::to_string(kAcceptPause.count()) + " ms");
+        if (!listen_paused_until) watch(EPOLL_CTL_MOD, listen.get(), 0, kListenTag);
+        listen_paused_until = Clock::now() + kAcceptPause;
         return;
       }
       if (!fd) return;
-      Conn c;
+      Conn& c = conns.emplace_back();
+      c.self = std::prev(conns.end());
       c.peer = std::move(peer);
       c.client = std::move(fd);
-      conns.push_back(std::move(c));
+      c.client_mask = EPOLLIN;
+      try {
+        watch(EPOLL_CTL_ADD, c.client.get(), EPOLLIN, tag(c, false));
+      } catch (const sys::SysError& e) {
+        say("store at " + where + ": " + e.what() + " (" + c.peer + " dropped)");
+        conns.pop_back();
+      }
     }
   }
 };
@@ -295,7 +433,13 @@ StoreGate::StoreGate(int listen_fd, std::uint16_t store_port, StoreProtocol prot
   const int w = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (w < 0) sys::throw_errno("eventfd", "store gate " + where);
   loop_->wake = sys::Fd(w);
+  const int ep = ::epoll_create1(EPOLL_CLOEXEC);
+  if (ep < 0) sys::throw_errno("epoll_create1", "store gate " + where);
+  loop_->epoll = sys::Fd(ep);
   loop_->store_port = store_port;
+  loop_->store_addr.sin_family = AF_INET;
+  loop_->store_addr.sin_port = htons(store_port);
+  loop_->store_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   loop_->protocol = protocol;
   loop_->where = std::move(where);
   loop_->log = std::move(log);

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -140,6 +141,100 @@ TEST_CASE("store gate: a store that goes away closes its relayed clients", "[sto
   hosted.reset();  // rank 0 leaves: the gate, then the server
   client->setTimeout(2s);
   CHECK_THROWS(client->get("x"));
+}
+
+// The gate serves every connection from one thread (epoll): many clients at once are all relayed,
+// while one of them holds half a request open.
+TEST_CASE("store gate: many clients at once are all relayed while one holds half a request", "[store_gate]") {
+  auto hosted = lspawn::host_store("127.0.0.1", 0, 10s, "127.0.0.1");
+  const int half = lspawn::test::connect_to(hosted->public_port());
+  REQUIRE(half >= 0);
+  const unsigned char partial[] = {0x00};
+  REQUIRE(::send(half, partial, sizeof partial, MSG_NOSIGNAL) == 1);
+  constexpr int kClients = 64;
+  std::vector<std::thread> ranks;
+  std::vector<std::vector<uint8_t>> got(kClients);
+  std::mutex mu;
+  std::vector<std::string> errors;
+  for (int r = 0; r < kClients; ++r) {
+    ranks.emplace_back([&, r] {
+      try {
+        auto c = lspawn::connect_store("127.0.0.1", hosted->public_port(), 10s);
+        c->set("rank_" + std::to_string(r), std::vector<uint8_t>(60, static_cast<uint8_t>(r)));
+        c->add("count", 1);
+        got[r] = c->get("rank_" + std::to_string((r + 1) % kClients));  // waits for its peer
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> l(mu);
+        errors.push_back("rank " + std::to_string(r) + ": " + e.what());
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  INFO((errors.empty() ? std::string() : errors.front()));
+  CHECK(errors.empty());
+  for (int r = 0; r < kClients; ++r) CHECK(got[r] == std::vector<uint8_t>(60, static_cast<uint8_t>((r + 1) % kClients)));
+  CHECK(hosted->add("count", 0) == kClients);
+  // The half request is refused on its own deadline (kStoreReceiveTimeout), not by the others.
+  REQUIRE(eventually([&] { return hosted->refused() == 1; }, 5s));
+  ::close(half);
+}
+
+// The gate connects to the server without blocking its thread: a server whose accept queue is full
+// stalls the client that waits for it, and nobody else (the gate still refuses garbage meanwhile).
+TEST_CASE("store gate: a server that does not accept stalls only the client waiting for it", "[store_gate]") {
+  // A "server" that listens with a backlog of 0 and never accepts, its queue filled: further SYNs
+  // to it are dropped, so a connect to it stays in progress.
+  const int stalled = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(stalled >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(stalled, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(stalled, 0) == 0);
+  const auto stalled_port = static_cast<std::uint16_t>(lspawn::sys::local_port(stalled));
+  std::vector<int> fillers;
+  for (int i = 0; i < 8; ++i) {
+    const int f = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    a.sin_port = htons(stalled_port);
+    ::connect(f, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    fillers.push_back(f);
+  }
+  std::mutex mu;
+  std::vector<std::string> log;
+  auto logged = [&](const std::string& what) {
+    std::lock_guard<std::mutex> l(mu);
+    for (const auto& line : log) {
+      if (line.find(what) != std::string::npos) return true;
+    }
+    return false;
+  };
+  {
+    lspawn::StoreGate gate(lspawn::listen_socket("127.0.0.1", 0), stalled_port, lspawn::compat::store_protocol(),
+                           "gate-under-test", [&](const std::string& line) {
+                             std::lock_guard<std::mutex> l(mu);
+                             log.push_back(line);
+                           });
+    // A: a valid first request; the gate's connect to the stalled server stays in progress.
+    const int waiting = lspawn::test::connect_to(gate.port());
+    REQUIRE(waiting >= 0);
+    const std::vector<std::uint8_t> valid =
+        lspawn::compat::store_protocol() == StoreProtocol::Validated ? std::vector<std::uint8_t>{0x00, 0xce, 0xf7, 0x85, 0x3c}
+                                                                       : legacy_set(40);
+    REQUIRE(::send(waiting, valid.data(), valid.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(valid.size()));
+    std::this_thread::sleep_for(100ms);  // let the gate start that connect (it would block here)
+    // B: garbage, refused while A still waits: the gate's thread is not inside A's connect.
+    const int probe = lspawn::test::connect_to(gate.port());
+    REQUIRE(probe >= 0);
+    const char get[] = "GET / HTTP/1.0\r\n\r\n";
+    REQUIRE(::send(probe, get, sizeof get - 1, MSG_NOSIGNAL) > 0);
+    REQUIRE(eventually([&] { return logged("not a c10d store request"); }, 4s));
+    CHECK_FALSE(logged("cannot reach the store server"));  // A: still connecting (its limit is 5 s)
+    CHECK(gate.refused() == 1);
+    ::close(waiting);
+    ::close(probe);
+  }
+  for (int f : fillers) ::close(f);
+  ::close(stalled);
 }
 
 TEST_CASE("store server: the libuv server's refusal of a handed-over socket (torch 2.4) switches to the legacy server, "
