@@ -18,6 +18,12 @@ has. This script builds nothing.
                           gate's time at W=1024 / at W=256 <= 8 (linear is 4)
                         ratios of one run, never an absolute time.
 
+As root, each bench runs in a mount namespace of its own (unshare -m) whose /etc/resolv.conf names
+only 127.0.0.1 (--keep-dns: not): LibTorch 2.x's TCPStore makes a reverse DNS query (PTR) for the
+peer of each connection, at both ends, and a resolver that drops one costs glibc's 5 s timeout; on
+the machine these numbers come from, W=64 took 10 s instead of 0.13 s. With no resolver the query
+fails at once (port unreachable). 1.13 makes no such query.
+
 As root, when W needs more connections per destination than the ephemeral port range holds, the
 range is widened to 1024-65535 for the run (net.ipv4.ip_local_port_range, said on stdout) and put
 back afterwards.
@@ -25,6 +31,7 @@ back afterwards.
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -45,6 +52,7 @@ def parse():
     p.add_argument("--peers", default="8")
     p.add_argument("--json")
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--keep-dns", action="store_true", help="use the machine's resolver (see above)")
     p.add_argument("--timeout", type=int, default=600, help="per measurement, seconds")
     a = p.parse_args()
     default = "256,1024" if a.quick else "64,256,1024,4096,16384"
@@ -87,12 +95,13 @@ def main():
     rows = []
     try:
         with tempfile.TemporaryDirectory(prefix="lspawn-store-bench-") as tmp:
+            wrap = no_resolver(tmp) if not a.keep_dns and os.geteuid() == 0 else []
             for w in a.worlds:
                 for i, (path, label) in enumerate(benches):
                     part = os.path.join(tmp, f"{i}-{w}.jsonl")
                     cmd = [path, "--worlds", str(w), "--repeat", str(a.repeat), "--clients", str(a.clients),
                            "--peers", a.peers, "--timeout", str(a.timeout), "--json", part]
-                    r = subprocess.run(cmd, capture_output=True, text=True)
+                    r = subprocess.run(wrap + cmd, capture_output=True, text=True)
                     new = [json.loads(l) for l in open(part)] if os.path.exists(part) else []
                     for row in new:
                         row["label"] = label or row["torch"]
@@ -111,6 +120,24 @@ def main():
         for row in rows:
             f.write(json.dumps(row) + "\n")
     return report(a, rows, out)
+
+
+def no_resolver(tmp):
+    """The command prefix that runs a bench with /etc/resolv.conf naming only 127.0.0.1."""
+    if not shutil.which("unshare"):
+        print("# no unshare: the machine's resolver stays (2.x's reverse DNS queries, see --help)")
+        return []
+    conf = os.path.join(tmp, "resolv.conf")
+    with open(conf, "w") as f:
+        f.write("nameserver 127.0.0.1\n")
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount --bind {conf} /etc/resolv.conf"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        print(f"# cannot bind-mount a resolv.conf in a mount namespace ({probe.stderr.strip()}): "
+              "the machine's resolver stays")
+        return []
+    print("# each bench runs with /etc/resolv.conf = nameserver 127.0.0.1 (unshare -m; --keep-dns: not)")
+    return ["unshare", "-m", "sh", "-c", f'mount --bind {conf} /etc/resolv.conf && exec "$@"', "bench"]
 
 
 def medians(rows):

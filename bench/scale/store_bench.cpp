@@ -223,6 +223,18 @@ Measurement measure(const std::string& mode, long world, const Options& opt) {
   m.mode = mode;
   m.world = world;
   const int clients = static_cast<int>(std::min<long>(opt.clients, world));
+  // Descriptors the hosting process needs: 1 per client connection on TCPStore's server; behind
+  // the gate 3 per connection that speaks (client, store side, server) and 1 per silent one
+  // (1.13's watch-key connection, which the gate never relays).
+  const bool legacy = lspawn::compat::store_protocol() == lspawn::StoreProtocol::Legacy;
+  const long fds = world * (mode == "gate" ? (legacy ? 4 : 3) : (legacy ? 2 : 1)) + 64;
+  rlimit rl{};
+  ::getrlimit(RLIMIT_NOFILE, &rl);
+  if (static_cast<rlim_t>(fds) > rl.rlim_cur) {
+    m.error = "needs about " + std::to_string(fds) + " descriptors in the store's process, RLIMIT_NOFILE is " +
+              std::to_string(rl.rlim_cur) + " (raising it needs CAP_SYS_RESOURCE)";
+    return m;
+  }
   const auto timeout = std::chrono::milliseconds(opt.timeout_s * 1000L);
   int go[2], back[2];
   if (::pipe2(go, O_CLOEXEC) != 0 || ::pipe2(back, O_CLOEXEC) != 0) {
@@ -461,7 +473,7 @@ int main(int argc, char** argv) {
   // The table: W as rows, each mode's median init time, ops/s and server CPU as columns.
   std::printf("\n%7s", "W");
   for (const auto& mode : opt.modes) {
-    const std::string head = tool_name(mode) + (mode == "gate" ? "(" + backend[mode] + ")" : "");
+    const std::string head = tool_name(mode) + (mode == "gate" && !backend[mode].empty() ? "(" + backend[mode] + ")" : "");
     std::printf(" | %-30s", head.c_str());
   }
   if (std::find(opt.modes.begin(), opt.modes.end(), "gate") != opt.modes.end()) std::printf(" | gate/same server");
