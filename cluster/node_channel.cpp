@@ -67,6 +67,38 @@ T Message::as() const {
   }
 }
 
+namespace {
+// A CBOR map's header for `n` pairs (RFC 8949 §3.1: major type 5).
+std::string cbor_map_header(size_t n) {
+  std::string h;
+  if (n < 24) {
+    h.push_back(static_cast<char>(0xa0 | n));
+  } else {
+    h.push_back(static_cast<char>(0xb8));  // one byte of count follows (an AssignMsg has a dozen)
+    h.push_back(static_cast<char>(n));
+  }
+  return h;
+}
+size_t cbor_map_header_size(uint8_t first) { return (first & 0x1f) < 24 ? 1 : 2; }
+}  // namespace
+
+AssignBodies::AssignBodies(const AssignMsg& common) {
+  nlohmann::json j = common;
+  j.erase("node_rank");
+  fields_ = j.size();
+  const std::vector<uint8_t> cbor = nlohmann::json::to_cbor(j);
+  shared_.assign(cbor.begin() + static_cast<long>(cbor_map_header_size(cbor[0])), cbor.end());
+}
+
+Body AssignBodies::for_node(int node_rank) const {
+  const std::vector<uint8_t> pair = nlohmann::json::to_cbor(nlohmann::json{{"node_rank", node_rank}});
+  Body b;
+  b.cbor = cbor_map_header(fields_ + 1);
+  b.cbor.append(pair.begin() + 1, pair.end());  // a map of one: its header is one byte
+  b.cbor += shared_;
+  return b;
+}
+
 // The message types, instantiated here (the only place that sees their encoding).
 #define LSPAWN_NODE_MESSAGE(T)            \
   template Body body_of<T>(const T&);     \
@@ -145,6 +177,9 @@ void Link::flush() {
     out_.erase(0, static_cast<size_t>(n));
     last_out_ = sys::Clock::now();
   }
+  // A large message (an assignment names every host: 40 KB at 4,096 nodes) leaves no capacity
+  // behind: a coordinator holds a link per node, and that would be O(nodes) bytes per node.
+  if (out_.capacity() > kKeptBuffer) std::string().swap(out_);
 }
 
 std::vector<Message> Link::read() {
@@ -164,6 +199,9 @@ std::vector<Message> Link::read() {
       break;
     }
     in_.append(buf, static_cast<size_t>(n));
+    // Less than asked for: the socket is empty now (a read more would only say so; an EOF that
+    // follows wakes the caller again).
+    if (static_cast<size_t>(n) < sizeof buf) break;
     if (in_.size() > kMaxFrame + 4 + sizeof buf) break;  // parse before reading more
   }
   size_t pos = 0;
@@ -188,6 +226,7 @@ std::vector<Message> Link::read() {
     pos += 4 + len;
   }
   in_.erase(0, pos);
+  if (in_.empty() && in_.capacity() > kKeptBuffer) std::string().swap(in_);
   if (!msgs.empty()) last_in_ = sys::Clock::now();
   // At EOF, the messages before it first (a "finish" then the peer's exit); the next read()
   // sees the EOF again and throws.

@@ -5,9 +5,11 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <list>
 #include <map>
 #include <sstream>
 #include <thread>
+#include <unordered_map>
 
 #include <poll.h>
 
@@ -80,27 +82,17 @@ bool not_our_frames(const LinkError& e) {
 // hold the coordinator's fds for the whole job.
 constexpr int kMaxUnjoined = 64;
 
-// Accepts every connection waiting on `listener` (the rendezvous endpoint `ep`): `add` gets its
-// link ("node at IP") and its "IP:PORT". `unjoined`: the connections that have not joined yet;
-// beyond kMaxUnjoined new ones are closed at once, said the first time (`*said`).
-void accept_nodes(int listener, const std::string& ep, milliseconds node_timeout, int unjoined,
-                  bool* said, const std::function<void(const std::string&)>& info,
+// Accepts up to `max` of the connections waiting on `listener` (the rendezvous endpoint `ep`):
+// `add` gets each one's link ("node at IP") and its "IP:PORT".
+void accept_nodes(int listener, const std::string& ep, milliseconds node_timeout, int max,
                   const std::function<void(std::unique_ptr<Link>, std::string)>& add) {
-  while (sys::Fd fd = sys::tcp_accept(listener, "rendezvous on " + ep)) {
+  for (int i = 0; i < max; ++i) {
+    sys::Fd fd = sys::tcp_accept(listener, "rendezvous on " + ep);
+    if (!fd) return;
     std::string endpoint = sys::peer_endpoint(fd.get());
-    if (unjoined >= kMaxUnjoined) {
-      if (!*said) {
-        info("rendezvous on " + ep + ": closed connection from " + endpoint + ": " + std::to_string(unjoined) +
-             " connections have not sent a join message yet, the most there may be (further ones are closed "
-             "without a word)");
-        *said = true;
-      }
-      continue;  // fd closes here
-    }
     sys::tcp_set_liveness(fd.get(), node_timeout, "rendezvous on " + ep);
     const std::string peer = sys::peer_ip(fd.get());
     add(std::make_unique<Link>(std::move(fd), "node at " + peer), std::move(endpoint));
-    ++unjoined;
   }
 }
 
@@ -222,9 +214,16 @@ void Group::info(const std::string& line) const {
   if (opts_.info) opts_.info(line);
 }
 
-milliseconds Group::heartbeat_interval() const {
-  return std::clamp(opts_.node_timeout / 4, milliseconds(20), milliseconds(1000));
+milliseconds heartbeat_interval(int nnodes, milliseconds node_timeout) {
+  const milliseconds budget = std::max(milliseconds(1000), milliseconds(nnodes));
+  return std::max(std::min(budget, node_timeout / 4), milliseconds(20));
 }
+
+milliseconds status_interval(int nnodes) { return std::max(milliseconds(250), milliseconds(nnodes)); }
+
+milliseconds Group::heartbeat_interval() const { return node::heartbeat_interval(assign_.nnodes, opts_.node_timeout); }
+
+milliseconds Group::status_interval() const { return node::status_interval(assign_.nnodes); }
 
 bool Group::enter(RoundEvent e) {
   const std::optional<RoundState> next = next_round_state(state_, e);
@@ -343,7 +342,10 @@ std::unique_ptr<Group> Group::form(const GroupOptions& o, int solo_master_port) 
     if (!o.static_mode || o.node_rank == 0) {
       int err = 0;
       sys::Fd listener = sys::tcp_listen(o.endpoint_addr, o.endpoint_port, &err);
-      if (listener) return form_coordinator(o, std::move(listener), tries.t0);
+      if (listener) {
+        sys::raise_listen_backlog(listener.get(), "rendezvous on " + tries.ep);
+        return form_coordinator(o, std::move(listener), tries.t0);
+      }
       if (o.static_mode) {
         throw PortError(tries.ep + (err == EADDRINUSE ? " is already in use" : " is not an address of this host") +
                             " (bind: " + std::strerror(err) + "); node 0 listens there for the other nodes",
@@ -389,6 +391,7 @@ struct Group::Gathering {
     std::string endpoint;  // "IP:PORT" of the peer, for what is said about a stranger
     Clock::time_point accepted_at;
   };
+  using PendingList = std::list<Pending>;  // in accept order; an element stays where it is
 
   Group& g;
   const GroupOptions& o;
@@ -398,19 +401,18 @@ struct Group::Gathering {
   const bool elastic;
   sys::Fd listener;
   Formation formation;
-  std::vector<Pending> pending;
-  bool full_said = false;  // kMaxUnjoined was reached (said once)
+  PendingList pending;
+  std::unordered_map<int, PendingList::iterator> by_fd;  // the pending connections by fd
+  std::vector<PendingList::iterator> unjoined;  // accepted, no join yet: at most kMaxUnjoined
+  int joined_members = 0;                       // pending connections that have joined
+  bool accepting = false;                       // the listener is in g.poller_
 
   Gathering(Group& group, const GroupOptions& opts, sys::Fd l, Clock::time_point start)
       : g(group), o(opts), ep(endpoint_of(opts)), t0(start), deadline(start + opts.rdzv_timeout),
         elastic(is_elastic(opts.min_nnodes, opts.nnodes)), listener(std::move(l)),
         formation(opts.nnodes, opts.min_nnodes, opts.last_call, deadline) {}
 
-  int joined() const {
-    int n = 1;
-    for (auto& p : pending) n += p.join.has_value();
-    return n;
-  }
+  int joined() const { return 1 + joined_members; }
   [[noreturn]] void reject_all(const std::string& reason) {
     for (auto& p : pending) {
       try {
@@ -423,7 +425,9 @@ struct Group::Gathering {
   void say_waiting() const;
   void until_formed();
   void poll_once();
+  void accept_some();
   bool read_pending(Pending& p);  // false: drop it
+  void drop(PendingList::iterator it);
   void settle_unjoined();
   std::vector<int> node_ranks();
   void fill_assignment(const std::vector<int>& rank, const std::string& own_addr, PortReservation own_port);
@@ -462,26 +466,59 @@ void Group::Gathering::until_formed() {
   }
 }
 
+// One wake-up: what is ready among the listener and the pending connections (g.poller_: the cost
+// is the ready ones', not every connection's), then the unjoined ones past their time. While
+// kMaxUnjoined connections have sent no join, the listener is not watched: the next ones wait in
+// the kernel's backlog (a thousand nodes connecting at once all get in, none is turned away).
 void Group::Gathering::poll_once() {
-  std::vector<pollfd> pfds{{listener.get(), POLLIN, 0}};
+  const bool room = static_cast<int>(unjoined.size()) < kMaxUnjoined;
+  if (room != accepting) {
+    if (room) {
+      g.poller_.add(listener.get());
+    } else {
+      g.poller_.remove(listener.get());
+    }
+    accepting = room;
+  }
   auto wake = formation.next_due();
-  for (auto& p : pending) {
-    pfds.push_back({p.link->fd(), POLLIN, 0});
-    if (!p.join) wake = std::min(wake, join_due(p.accepted_at, o.node_timeout) + milliseconds(1));
+  for (auto it : unjoined) wake = std::min(wake, join_due(it->accepted_at, o.node_timeout) + milliseconds(1));
+  const auto now = Clock::now();
+  const auto timeout = wake > now ? std::chrono::ceil<milliseconds>(wake - now) : milliseconds(0);
+  for (int fd : g.poller_.ready(std::min(timeout, milliseconds(86400000)))) {
+    if (fd == listener.get()) {
+      accept_some();
+      continue;
+    }
+    auto found = by_fd.find(fd);
+    if (found == by_fd.end()) continue;  // dropped meanwhile
+    if (!read_pending(*found->second)) drop(found->second);
   }
-  poll_fds(pfds, wake);
-  if (pfds[0].revents) {
-    const int unjoined = static_cast<int>(pending.size()) - (joined() - 1);
-    accept_nodes(listener.get(), ep, o.node_timeout, unjoined, &full_said, [this](const std::string& l) { g.info(l); },
-                 [this](std::unique_ptr<Link> link, std::string endpoint) {
-                   pending.push_back({std::move(link), {}, {}, std::move(endpoint), Clock::now()});
-                 });
+  for (size_t i = 0; i < unjoined.size(); ++i) {
+    if (Clock::now() <= join_due(unjoined[i]->accepted_at, o.node_timeout)) continue;
+    g.info(join_overdue(ep, unjoined[i]->endpoint, o.node_timeout));
+    drop(unjoined[i--]);
   }
-  for (size_t i = 0; i < pending.size(); ++i) {
-    if (read_pending(pending[i])) continue;
-    pending.erase(pending.begin() + static_cast<long>(i));
-    --i;
+}
+
+void Group::Gathering::accept_some() {
+  const int room = kMaxUnjoined - static_cast<int>(unjoined.size());
+  accept_nodes(listener.get(), ep, o.node_timeout, room, [this](std::unique_ptr<Link> link, std::string endpoint) {
+    const int fd = link->fd();
+    auto it = pending.insert(pending.end(), Pending{std::move(link), {}, {}, std::move(endpoint), Clock::now()});
+    by_fd.emplace(fd, it);
+    unjoined.push_back(it);
+    g.poller_.add(fd);
+  });
+}
+
+void Group::Gathering::drop(PendingList::iterator it) {
+  if (it->join) --joined_members;
+  unjoined.erase(std::remove(unjoined.begin(), unjoined.end(), it), unjoined.end());
+  if (it->link) {
+    g.poller_.remove(it->link->fd());
+    by_fd.erase(it->link->fd());
   }
+  pending.erase(it);
 }
 
 // What came on a pending connection: its join, checked against this job and answered at once.
@@ -495,6 +532,8 @@ bool Group::Gathering::read_pending(Pending& p) {
         reject_all("rendezvous on " + ep + ": " + p.link->peer() + " (" + j.host + ") " + why);
       }
       p.join = j;
+      ++joined_members;
+      unjoined.erase(std::find_if(unjoined.begin(), unjoined.end(), [&](auto it) { return &*it == &p; }));
       p.link->set_peer(j.host + " (" + sys::peer_ip(p.link->fd()) + ")");
       p.link->send("joined", JoinedMsg{joined()});
     }
@@ -515,10 +554,6 @@ bool Group::Gathering::read_pending(Pending& p) {
     }
     return false;
   }
-  if (!p.join && Clock::now() > join_due(p.accepted_at, o.node_timeout)) {
-    g.info(join_overdue(ep, p.endpoint, o.node_timeout));
-    return false;
-  }
   return true;
 }
 
@@ -526,23 +561,29 @@ bool Group::Gathering::read_pending(Pending& p) {
 // formed without them. The endpoint stays open for an elastic job's later nodes; a fixed job's
 // later lspawns get "connection refused".
 void Group::Gathering::settle_unjoined() {
-  for (size_t i = 0; i < pending.size(); ++i) {
-    if (pending[i].join) continue;
-    if (elastic) {
-      g.joiners_.push_back(std::make_unique<Joiner>(
-          Joiner{std::move(pending[i].link), {}, pending[i].endpoint, pending[i].accepted_at}));
+  for (auto it = pending.begin(); it != pending.end();) {
+    auto next = std::next(it);
+    if (it->join) {
+      it = next;
+      continue;
+    }
+    if (elastic) {  // it stays in g.poller_, as a joiner
+      by_fd.erase(it->link->fd());
+      g.joiners_.push_back(std::make_unique<Joiner>(Joiner{std::move(it->link), {}, it->endpoint, it->accepted_at}));
     } else {
       try {
-        pending[i].link->send("reject", RejectMsg{"the job on " + ep + " has formed without this node"});
+        it->link->send("reject", RejectMsg{"the job on " + ep + " has formed without this node"});
       } catch (const LinkError&) {
       }
     }
-    pending.erase(pending.begin() + static_cast<long>(i));
-    --i;
+    drop(it);
+    it = next;
   }
   if (elastic) {
+    if (!accepting) g.poller_.add(listener.get());
     g.listener_ = std::move(listener);
   } else {
+    if (accepting) g.poller_.remove(listener.get());
     listener.reset();
   }
 }
@@ -575,50 +616,54 @@ void Group::Gathering::fill_assignment(const std::vector<int>& rank, const std::
   if (a.run_id.empty()) a.run_id = random_run_id();
   a.hosts.assign(static_cast<size_t>(formed_nodes), "");
   a.hosts[static_cast<size_t>(rank[0])] = o.host;
-  for (size_t i = 0; i < pending.size(); ++i) a.hosts[static_cast<size_t>(rank[i + 1])] = pending[i].join->host;
+  size_t i = 1;
+  for (auto& p : pending) a.hosts[static_cast<size_t>(rank[i++])] = p.join->host;
   if (rank[0] == 0) {
     a.master_addr = own_addr;
     a.master_port = own_port.port();
     g.master_port_.emplace(std::move(own_port));
   } else {
-    for (size_t i = 0; i < pending.size(); ++i) {
-      if (rank[i + 1] != 0) continue;
-      if (pending[i].join->worker_port == 0) {
-        reject_all("rendezvous on " + ep + ": node 0 (" + pending[i].link->peer() + ") reserved no port for the workers");
+    i = 1;
+    for (auto& p : pending) {
+      if (rank[i++] != 0) continue;
+      if (p.join->worker_port == 0) {
+        reject_all("rendezvous on " + ep + ": node 0 (" + p.link->peer() + ") reserved no port for the workers");
       }
-      a.master_addr = pending[i].join->worker_addr;
-      a.master_port = pending[i].join->worker_port;
+      a.master_addr = p.join->worker_addr;
+      a.master_port = p.join->worker_port;
     }
   }
   a.coordinator = rank[0];
 }
 
-// Each member its assignment; one whose connection broke meanwhile is lost at once.
+// Each member its assignment (the hosts list encoded once for all: AssignBodies); one whose
+// connection broke meanwhile is lost at once.
 void Group::Gathering::send_assignments(const std::vector<int>& rank) {
-  for (size_t i = 0; i < pending.size(); ++i) {
+  const AssignBodies bodies(g.assign_);
+  std::vector<std::pair<Node*, std::string>> broken;
+  size_t i = 1;
+  for (auto& p : pending) {
     auto n = std::make_unique<Node>();
-    n->node_rank = rank[i + 1];
-    n->host = pending[i].join->host;
-    n->addr = sys::peer_ip(pending[i].link->fd());
-    n->link = std::move(pending[i].link);
+    n->node_rank = rank[i++];
+    n->host = p.join->host;
+    n->addr = sys::peer_ip(p.link->fd());
+    n->link = std::move(p.link);
     n->link->set_peer("node " + std::to_string(n->node_rank) + " (" + n->host + ", " + n->addr + ")");
-    AssignMsg a = g.assign_;
-    a.node_rank = n->node_rank;
+    g.by_fd_[n->link->fd()] = n.get();  // watched since its accept
     try {
-      n->link->send("assign", a);
-    } catch (const LinkError&) {
-      n->link.reset();
+      n->link->send("assign", bodies.for_node(n->node_rank));
+    } catch (const LinkError& e) {
+      broken.emplace_back(n.get(), e.what());
     }
     g.nodes_.push_back(std::move(n));
   }
+  pending.clear();
+  by_fd.clear();
+  unjoined.clear();
+  g.flush_soon_ = true;  // an assignment names every host: the socket may not take it at once
   g.assign_.node_rank = rank[0];
-  for (auto& n : g.nodes_) {
-    if (!n->link) {
-      g.lost(*n, "connection closed during the rendezvous");
-    } else {
-      n->link->touch();
-    }
-  }
+  for (auto& n : g.nodes_) n->link->touch();
+  for (auto& [n, why] : broken) g.lost(*n, "its connection broke during the rendezvous (" + why + ")");
 }
 
 std::unique_ptr<Group> Group::form_coordinator(const GroupOptions& o, sys::Fd listener, Clock::time_point t0) {
@@ -686,6 +731,7 @@ std::unique_ptr<Group> Group::form_member(const GroupOptions& o, Joining joining
   node->host = g->assign_.hosts[static_cast<size_t>(coord_rank)];
   node->link->set_peer("the coordinator (" + node->host + ", " + ep + ")");
   node->link->touch();
+  g->watch(*node);
   for (auto& m : queue) g->handle(*node, m);
   g->nodes_.push_back(std::move(node));
   g->info("rendezvous: node " + std::to_string(g->assign_.node_rank) + " of " + std::to_string(g->assign_.nnodes) +
@@ -694,15 +740,6 @@ std::unique_ptr<Group> Group::form_member(const GroupOptions& o, Joining joining
 }
 
 // ---- The job's rounds ------------------------------------------------------------------------
-
-std::vector<int> Group::fds() const {
-  std::vector<int> out;
-  for (auto& n : nodes_)
-    if (n->link) out.push_back(n->link->fd());
-  if (listener_) out.push_back(listener_.get());
-  for (auto& j : joiners_) out.push_back(j->link->fd());
-  return out;
-}
 
 bool Group::elastic() const { return is_elastic(opts_.min_nnodes, opts_.nnodes); }
 
@@ -714,12 +751,23 @@ int Group::nodes_alive() const {
   return n;
 }
 
+// A formed elastic job's endpoint stays watched: connections beyond kMaxUnjoined without a join
+// are closed at once (said the first time), so strangers cannot hold the coordinator's fds.
 void Group::accept_joiners() {
   const int unjoined = static_cast<int>(joiners_.size()) - waiting_joiners();
-  accept_nodes(listener_.get(), endpoint_, opts_.node_timeout, unjoined, &unjoined_full_said_,
-               [this](const std::string& l) { info(l); }, [this](std::unique_ptr<Link> link, std::string endpoint) {
+  accept_nodes(listener_.get(), endpoint_, opts_.node_timeout, std::max(kMaxUnjoined - unjoined, 0),
+               [this](std::unique_ptr<Link> link, std::string endpoint) {
+                 poller_.add(link->fd());
                  joiners_.push_back(std::make_unique<Joiner>(Joiner{std::move(link), {}, std::move(endpoint), Clock::now()}));
                });
+  while (sys::Fd fd = sys::tcp_accept(listener_.get(), "rendezvous on " + endpoint_)) {
+    if (unjoined_full_said_) continue;  // fd closes here
+    info("rendezvous on " + endpoint_ + ": closed connection from " + sys::peer_endpoint(fd.get()) + ": " +
+         std::to_string(kMaxUnjoined) +
+         " connections have not sent a join message yet, the most there may be (further ones are closed "
+         "without a word)");
+    unjoined_full_said_ = true;
+  }
 }
 
 int Group::waiting_joiners() const {
@@ -776,7 +824,7 @@ void Group::on_joiner_readable(size_t i) {
     } else if (not_our_frames(e)) {
       info("rendezvous on " + endpoint_ + ": rejected connection from " + jn.endpoint + ": " + e.what());
     }
-    joiners_.erase(joiners_.begin() + static_cast<long>(i));
+    drop_joiner(i);
     return;
   } catch (const BadMessage& e) {
     turned_away = "connection from " + jn.endpoint + ": bad join message (" + e.what() + ")";
@@ -787,33 +835,54 @@ void Group::on_joiner_readable(size_t i) {
     jn.link->send("reject", RejectMsg{"rendezvous on " + endpoint_ + ": " + turned_away});
   } catch (const LinkError&) {
   }
+  drop_joiner(i);
+}
+
+void Group::drop_joiner(size_t i) {
+  poller_.remove(joiners_[i]->link->fd());
   joiners_.erase(joiners_.begin() + static_cast<long>(i));
 }
 
-void Group::on_readable(int fd) {
-  if (listener_ && fd == listener_.get()) {
-    accept_joiners();
-    return;
-  }
-  for (size_t i = 0; i < joiners_.size(); ++i) {
-    if (joiners_[i]->link->fd() == fd) {
+void Group::watch(Node& n) {
+  poller_.add(n.link->fd());
+  by_fd_[n.link->fd()] = &n;
+}
+
+void Group::drop_link(Node& n) {
+  if (!n.link) return;
+  poller_.remove(n.link->fd());
+  by_fd_.erase(n.link->fd());
+  n.link.reset();
+}
+
+void Group::on_readable() {
+  for (int fd : poller_.ready(milliseconds(0), kReadyPerCall)) {
+    if (listener_ && fd == listener_.get()) {
+      accept_joiners();
+      continue;
+    }
+    if (auto it = by_fd_.find(fd); it != by_fd_.end()) {
+      read_node(*it->second);
+      continue;
+    }
+    for (size_t i = 0; i < joiners_.size(); ++i) {  // a few at most (kMaxUnjoined)
+      if (joiners_[i]->link->fd() != fd) continue;
       on_joiner_readable(i);
-      return;
+      break;
     }
   }
-  for (auto& n : nodes_) {
-    if (!n->link || n->link->fd() != fd) continue;
-    try {
-      for (auto& m : n->link->read()) {
-        handle(*n, m);
-        if (!n->link) return;
-      }
-    } catch (const LinkError& e) {
-      lost(*n, e.what());
-    } catch (const BadMessage& e) {
-      lost(*n, std::string("bad message: ") + e.what());
+}
+
+void Group::read_node(Node& n) {
+  try {
+    for (auto& m : n.link->read()) {
+      handle(n, m);
+      if (!n.link) return;
     }
-    return;
+  } catch (const LinkError& e) {
+    lost(n, e.what());
+  } catch (const BadMessage& e) {
+    lost(n, std::string("bad message: ") + e.what());
   }
 }
 
@@ -885,7 +954,7 @@ void Group::on_start(const StartMsg& st) {
 void Group::lost(Node& n, const std::string& why) {
   if (!n.link) return;
   const std::string peer = n.link->peer();
-  n.link.reset();
+  drop_link(n);
   if (finish_) return;  // the job is over; the peer may simply have exited
   Cause c;
   c.kind = "node-lost";
@@ -916,6 +985,7 @@ void Group::send_hang_message(int node_rank, const std::string& type, const Body
     if (n->node_rank != node_rank || !n->link) continue;
     try {
       n->link->send(type, body);
+      flush_soon_ = flush_soon_ || n->link->pending();
     } catch (const LinkError& e) {
       lost(*n, e.what());
     }
@@ -928,6 +998,7 @@ void Group::broadcast(const std::string& type, const Body& body) {
     if (!n->link) continue;
     try {
       n->link->send(type, body);
+      flush_soon_ = flush_soon_ || n->link->pending();
     } catch (const LinkError& e) {
       lost(*n, e.what());
     }
@@ -1073,6 +1144,7 @@ std::vector<Group::Node*> Group::renumber_elastic() {
     n->host = joiners_[i]->join->host;
     n->addr = sys::peer_ip(joiners_[i]->link->fd());
     n->link = std::move(joiners_[i]->link);
+    by_fd_[n->link->fd()] = n.get();  // watched since its accept
     fresh.push_back(n.get());
     nodes_.push_back(std::move(n));
     joiners_.erase(joiners_.begin() + static_cast<long>(i));
@@ -1096,16 +1168,16 @@ std::vector<Group::Node*> Group::renumber_elastic() {
 // admitted ones (their assignment starts them).
 void Group::send_round(const Cause& cause, const std::vector<Node*>& fresh) {
   if (elastic()) {
+    const AssignBodies bodies(assign_);
     for (auto& n : nodes_) {
-      AssignMsg a = assign_;
-      a.node_rank = n->node_rank;
       try {
-        n->link->send("assign", a);
+        n->link->send("assign", bodies.for_node(n->node_rank));
       } catch (const LinkError&) {
         // Noticed below (the next send) or by tick().
       }
     }
   }
+  flush_soon_ = true;  // the assignments name every host: a socket may not take one at once
   StartMsg st;
   st.restart_count = round_;
   st.restarts_used = restarts_used_;
@@ -1128,14 +1200,21 @@ std::optional<int> Group::take_start() {
   return s;
 }
 
+// The channel's housekeeping over every node, once per sweep: kSweepsPerHeartbeat sweeps per
+// heartbeat interval, and one 10 ms after a write the socket did not take whole. Between sweeps
+// tick() and next_wakeup() cost nothing, so a coordinator woken by thousands of nodes' messages
+// does not walk every node on each wake-up. A node's silence is therefore noticed up to a
+// quarter of the heartbeat interval after --node-timeout (at most 250 ms).
 void Group::tick() {
   const auto now = Clock::now();
+  if (now < next_sweep_ && !(flush_soon_ && now >= flush_at_)) return;
   for (size_t i = 0; i < joiners_.size(); ++i) {
     if (joiners_[i]->join || now <= join_due(joiners_[i]->accepted_at, opts_.node_timeout)) continue;
     info(join_overdue(endpoint_, joiners_[i]->endpoint, opts_.node_timeout));
-    joiners_.erase(joiners_.begin() + static_cast<long>(i));
+    drop_joiner(i);
     --i;
   }
+  bool pending = false;
   for (auto& n : nodes_) {
     if (!n->link) continue;
     if (now - n->link->last_in() > opts_.node_timeout && now >= n->busy_until) {
@@ -1148,42 +1227,28 @@ void Group::tick() {
       } else if (n->link->pending()) {
         n->link->flush();
       }
+      pending = pending || n->link->pending();
     } catch (const LinkError& e) {
       lost(*n, e.what());
     }
   }
+  flush_soon_ = pending;
+  flush_at_ = now + kFlushRetry;
+  next_sweep_ = now + heartbeat_interval() / kSweepsPerHeartbeat;
 }
 
 Clock::time_point Group::next_wakeup() const {
-  auto t = Clock::time_point::max();
-  for (auto& j : joiners_) {
-    if (!j->join) t = std::min(t, join_due(j->accepted_at, opts_.node_timeout) + milliseconds(1));
-  }
-  for (auto& n : nodes_) {
-    if (!n->link) continue;
-    t = std::min({t, n->link->last_out() + heartbeat_interval(),
-                  std::max(n->link->last_in() + opts_.node_timeout, n->busy_until)});
-    if (n->link->pending()) t = std::min(t, Clock::now() + milliseconds(10));
-  }
-  return t;
+  if (nodes_.empty() && joiners_.empty()) return Clock::time_point::max();
+  return flush_soon_ ? std::min(next_sweep_, flush_at_) : next_sweep_;
 }
 
 bool Group::wait(Clock::time_point deadline, int extra_fd) {
-  std::vector<pollfd> pfds;
-  for (int fd : fds()) pfds.push_back({fd, POLLIN, 0});
+  std::vector<pollfd> pfds{{poller_.fd(), POLLIN, 0}};
   if (extra_fd >= 0) pfds.push_back({extra_fd, POLLIN, 0});
   poll_fds(pfds, std::min(deadline, next_wakeup()));
-  bool extra = false;
-  for (auto& p : pfds) {
-    if (!p.revents) continue;
-    if (p.fd == extra_fd) {
-      extra = true;
-    } else {
-      on_readable(p.fd);
-    }
-  }
+  if (pfds[0].revents) on_readable();
   tick();
-  return extra;
+  return extra_fd >= 0 && pfds[1].revents;
 }
 
 void Group::announce_busy(milliseconds limit) {
@@ -1201,7 +1266,7 @@ void Group::flush_for(milliseconds limit) {
       try {
         n->link->flush();
       } catch (const LinkError&) {
-        n->link.reset();
+        drop_link(*n);
         continue;
       }
       pending = pending || n->link->pending();

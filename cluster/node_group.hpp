@@ -54,11 +54,13 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
 #include "cluster/node_channel.hpp"
 #include "cluster/round.hpp"
+#include "supervisor/epoll.hpp"
 #include "supervisor/port.hpp"
 
 namespace lspawn::node {
@@ -98,6 +100,17 @@ class RendezvousError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// How often a node of a job of `nnodes` nodes sends a heartbeat when nothing else went out:
+// min(max(1 s, 1 ms per node), node_timeout / 4), at least 20 ms. Up to 1,000 nodes that is every
+// second (node_timeout / 4 if shorter); beyond, the coordinator, which sends one to every node and
+// hears one from every node, keeps to about 1,000 a second each way (bench/scale: a heartbeat
+// costs it ~40 µs of CPU on loopback, where it also pays the receiver's side; docs/scale.md).
+std::chrono::milliseconds heartbeat_interval(int nnodes, std::chrono::milliseconds node_timeout);
+// How often a member sends its ranks' status records to the coordinator while they change:
+// every max(250 ms, 1 ms per node) at most, for the same budget; unchanged, once per
+// max(1 s, heartbeat interval).
+std::chrono::milliseconds status_interval(int nnodes);
+
 class Group {
  public:
   // Blocks until the job's nodes have met (throws RendezvousError, or PortError when the
@@ -118,12 +131,19 @@ class Group {
   // none). The job's end summary lists them (launcher/run.cpp).
   const std::vector<std::string>& failed_attempts() const { return failed_attempts_; }
   bool elastic() const;  // --nnodes MIN:MAX with MIN < MAX
+  // heartbeat_interval() and status_interval() above, for this round's node count.
+  std::chrono::milliseconds heartbeat_interval() const;
+  std::chrono::milliseconds status_interval() const;
 
-  // The channel's fds (POLLIN); the set shrinks when a node is lost. Re-read after events.
-  std::vector<int> fds() const;
-  // Handles what came on `fd` (unknown fds are ignored).
-  void on_readable(int fd);
-  // Heartbeats, node timeouts, pending writes. Call at least at next_wakeup().
+  // The one fd to watch for the channel (POLLIN), the same for the whole job: an epoll set,
+  // readable while any node's link (or an elastic job's endpoint) has input, so a wake-up costs
+  // the same with 4 nodes or 4,096.
+  int fd() const { return poller_.fd(); }
+  // Handles what is ready on the channel (up to kReadyPerCall links; the rest stay readable).
+  void on_readable();
+  // Heartbeats, node timeouts, pending writes: a sweep over every node when one is due (a
+  // quarter of the heartbeat interval; 10 ms after a partial write), else nothing. Call at least
+  // at next_wakeup().
   void tick();
   Clock::time_point next_wakeup() const;
   // Polls the channel's fds and `extra_fd` (>= 0) until one is readable or `deadline`; handles
@@ -162,12 +182,19 @@ class Group {
     Cause cause;
     bool counted = true;  // a restart of --max-restarts (false: a node is admitted)
   };
+  static constexpr int kSweepsPerHeartbeat = 4;
+  static constexpr std::chrono::milliseconds kFlushRetry{10};
+  static constexpr int kReadyPerCall = 512;
   Group() = default;
   static std::unique_ptr<Group> form_solo(const GroupOptions& o, int master_port);
   static std::unique_ptr<Group> form_coordinator(const GroupOptions& o, sys::Fd listener, Clock::time_point t0);
   static std::unique_ptr<Group> form_member(const GroupOptions& o, Joining joining, Clock::time_point t0);
   // The round state's one way to change (round.hpp's table); false: the event is not acted on.
   bool enter(RoundEvent e);
+  void watch(Node& n);      // its link into poller_ and by_fd_
+  void drop_link(Node& n);  // out of both, and closed
+  void drop_joiner(size_t i);
+  void read_node(Node& n);
   void handle(Node& n, const Message& m);
   void handle_member_message(const Message& m);
   void on_stop(const StopMsg& s);
@@ -189,13 +216,15 @@ class Group {
   std::string nnodes_text() const;
   void broadcast(const std::string& type, const Body& body);
   void info(const std::string& line) const;
-  std::chrono::milliseconds heartbeat_interval() const;
+
 
   GroupOptions opts_;
   bool coordinator_ = true;
   AssignMsg assign_;
   std::optional<PortReservation> master_port_;  // node 0: the workers' store port, held
+  sys::Epoll poller_{"control channel"};       // every link and the elastic endpoint (fd())
   std::vector<std::unique_ptr<Node>> nodes_;    // coordinator: one per member; member: the coordinator
+  std::unordered_map<int, Node*> by_fd_;        // the nodes with a link, by its fd
   sys::Fd listener_;                            // elastic coordinator: the rendezvous endpoint
   std::string endpoint_;                        // "HOST:PORT" of the rendezvous
   std::vector<std::unique_ptr<Joiner>> joiners_;  // elastic coordinator: nodes waiting to join
@@ -210,6 +239,9 @@ class Group {
   std::optional<FinishMsg> finish_;  // Finished: the job's end
   std::vector<Cause> causes_;    // coordinator: this round's failures
   std::optional<Cause> lost_coordinator_;  // member
+  Clock::time_point next_sweep_{};         // tick()'s next sweep over every node
+  bool flush_soon_ = false;                // a link holds bytes its socket did not take
+  Clock::time_point flush_at_{};
 };
 
 }  // namespace lspawn::node

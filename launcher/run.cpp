@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -45,10 +46,6 @@ namespace {
 
 // How long an exec'd forkserver may take to load and initialise the program.
 constexpr std::chrono::seconds kForkserverReadyTimeout{120};
-// A member sends its ranks' records to the coordinator when they changed (at most every
-// kStatusEvery) and at least every kStatusRefresh.
-constexpr auto kStatusEvery = std::chrono::milliseconds(250);
-constexpr auto kStatusRefresh = std::chrono::milliseconds(1000);
 
 // Removes the private run directory on every way out of run_job.
 struct RunDir {
@@ -279,6 +276,7 @@ struct Run {
   std::optional<Supervisor> sup;
   Clock::time_point next_status{}, status_sent{};  // send_status()
   node::Body last_status;
+  std::map<int, node::Body> remote_status;  // coordinator: each node's last status, as it came
 
   // The workers' commands (this round's), and the forkserver that forks them (when one does).
   std::vector<ExecSpec> specs;
@@ -286,7 +284,7 @@ struct Run {
   std::optional<ForkedWorkers> forked;
 
   // The rounds (drive_rounds()).
-  std::vector<int> watched;  // the group's fds watched by the supervisor's loop
+  int watched = -1;  // the group's fd, watched by the supervisor's loop
   int round = 0;             // group->round() when this round began
   bool hang = false;         // the hang watchdog stopped this node's workers (this round)
   int restarts_before = 0;   // restarts_used() when the last round began
@@ -616,6 +614,7 @@ int Run::drive_rounds() {
     if (!drive_round()) return print_outcome();
     hang = false;
     hang_watch->clear_remote();
+    remote_status.clear();
   }
 }
 
@@ -700,7 +699,6 @@ bool Run::drive_round() {
     report_local_events();
     const std::optional<int> next_round = group->take_start();
     if (group->finish() || next_round) return next_round.has_value();
-    sync_watches();
     if (!sup->finished()) {
       step_workers();
     } else if (group->wait(Clock::time_point::max(), sup->signal_fd())) {
@@ -757,25 +755,28 @@ void Run::take_signals_while_waiting() {
   }
 }
 
-// The channel's fds are events of the supervisor's loop (re-synced: a lost node's goes).
+// The channel is one event of the supervisor's loop: the group's fd (an epoll set over every node's link).
 void Run::sync_watches() {
-  for (int fd : watched) sup->unwatch_fd(fd);
-  watched = group->fds();
-  for (int fd : watched) sup->watch_fd(fd, POLLIN, [this, fd](short) { group->on_readable(fd); });
+  if (watched >= 0) sup->unwatch_fd(watched);
+  watched = group->fd();
+  sup->watch_fd(watched, POLLIN, [this](short) { group->on_readable(); });
 }
 
-// A member sends its ranks' records to the coordinator (kStatusEvery, kStatusRefresh).
+// A member sends its ranks' records to the coordinator when they changed, at most every
+// status_interval() (node_group.hpp: 250 ms, longer beyond 250 nodes), and unchanged at least
+// every max(1 s, heartbeat interval).
 void Run::send_status() {
   if (!multi || group->coordinator()) return;
   const auto now = Clock::now();
   if (now < next_status) return;
-  next_status = now + kStatusEvery;
+  next_status = now + group->status_interval();
   node::StatusMsg st;
   st.restart_count = round;
   st.ranks = hang_watch->collect_inputs(sup->results());
   for (auto& in : st.ranks) in.host = host;
   node::Body j = node::body_of(st);
-  if (j == last_status && now - status_sent < kStatusRefresh) return;
+  if (j == last_status && now - status_sent < std::max<Clock::duration>(std::chrono::seconds(1), group->heartbeat_interval()))
+    return;
   group->send_hang_message(group->assignment().coordinator, "status", j);
   last_status = std::move(j);
   status_sent = now;
@@ -884,8 +885,14 @@ void Run::on_hang_message(int from, const node::Message& m) {
   if (!sup) return;
   try {
     if (m.type == "status") {
+      // Unchanged records (a member resends them every heartbeat interval) are not decoded again:
+      // at thousands of nodes, that decoding was most of the coordinator's own work.
+      auto last = remote_status.find(from);
+      if (last != remote_status.end() && last->second == m.body) return;
       auto st = m.as<node::StatusMsg>();
-      if (group->coordinator() && st.restart_count == group->round()) hang_watch->set_remote(from, std::move(st.ranks));
+      if (!group->coordinator() || st.restart_count != group->round()) return;
+      hang_watch->set_remote(from, std::move(st.ranks));
+      remote_status[from] = m.body;
     } else if (m.type == "stacks?") {
       const auto ask = m.as<node::StackAskMsg>();
       if (ask.restart_count != group->round()) return;

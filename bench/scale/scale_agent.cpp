@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "cluster/node_channel.hpp"
+#include "cluster/node_group.hpp"
 #include "supervisor/port.hpp"
 #include "supervisor/sys.hpp"
 
@@ -65,13 +66,14 @@ struct Options {
   int node_timeout_s = 30;
   bool report = true;
   bool fanout = true;
+  bool changing = false;  // the ranks' records change (training): status every status_interval
   std::string tool = "lspawn";
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::cerr << "lspawn_scale_agent: " << why
             << "\nusage: lspawn_scale_agent --lspawn PATH --nodes K [--nproc P] [--steady SECONDS] "
-               "[--node-timeout SECONDS] [--no-report] [--no-fanout]\n";
+               "[--node-timeout SECONDS] [--changing] [--no-report] [--no-fanout]\n";
   std::exit(2);
 }
 
@@ -97,6 +99,8 @@ Options parse(int argc, char** argv) {
       o.report = false;
     } else if (a == "--no-fanout") {
       o.fanout = false;
+    } else if (a == "--changing") {
+      o.changing = true;
     } else {
       usage("unknown argument " + a);
     }
@@ -201,24 +205,29 @@ struct Member {
   Clock::time_point join_sent{}, assigned_at{}, stopped_at{}, finished_at{};
   int node_rank = -1;
   int round = 0;
-  node::Body status;  // encoded once: its ranks' records do not change
+  node::Body status;  // encoded once, unless --changing
+  uint64_t version = 9;
 };
 
 class Agent {
  public:
   explicit Agent(Options o) : o_(std::move(o)) {}
   int run();
+  // After a failure: the coordinator's output, and the coordinator SIGKILLed (never left behind).
+  int abandon();
 
  private:
   void emit(const std::string& metric, double value, const std::string& note = "") const;
   void connect(Member& m);
   void drop(Member& m, const std::string& why);
   void on_member_readable(Member& m);
+  bool stamp_assignment(Member& m);
   void on_message(Member& m, const node::Message& msg);
   void read_coordinator();
   void loop_once(Clock::time_point until);
   void send_status_due(Clock::time_point now);
   node::Body status_of(const Member& m) const;
+  milliseconds status_period() const;
   template <class Pred>
   bool run_until(Pred done, double limit_s, const std::string& what);
   int count(bool Member::*flag) const {
@@ -235,8 +244,10 @@ class Agent {
   std::string partial_;           // the coordinator's unfinished output line
   std::vector<Line> lines_;       // its output, timestamped
   size_t next_slot_ = 0;          // status sends: members are spread over 100 slots of 10 ms
-  Clock::time_point next_slot_at_{};
+  Clock::time_point next_slot_at_ = Clock::time_point::max();  // set once the job has formed
   int64_t t0_us_ = now_us();
+  bool forming_ = false;  // stamp_assignment() before any decoding
+  Clock::time_point ready_at_{};  // when the current batch of events was returned
   bool coordinator_exited_ = false;
   int coordinator_status_ = 0;
 };
@@ -278,7 +289,7 @@ node::Body Agent::status_of(const Member& m) const {
     g.completed_seq = 4;
     g.completed_op = "all_reduce";
     g.completed_us = t0_us_;
-    g.version = 9;
+    g.version = m.version;
     v.groups.push_back(g);
     in.record = v;
     st.ranks.push_back(in);
@@ -323,8 +334,10 @@ void Agent::drop(Member& m, const std::string& why) {
   ++m.retries;
 }
 
+// Arrival times are the batch's (ready_at_): the messages were there when epoll_wait returned,
+// and handling the batch's earlier ones must not count.
 void Agent::on_message(Member& m, const node::Message& msg) {
-  const auto now = Clock::now();
+  const auto now = ready_at_;
   if (msg.type == "joined") {
     m.joined = true;
   } else if (msg.type == "assign") {
@@ -366,8 +379,41 @@ void Agent::on_message(Member& m, const node::Message& msg) {
   }
 }
 
+// While the job forms, a member's assignment is stamped when its frame has arrived whole, before
+// anything decodes it: one process decoding K assignments of K hosts each (O(K^2), seconds at
+// 4,096) would otherwise delay the last stamps by its own work, which K real members do in
+// parallel. The frames are recognised by their first bytes (node_channel.cpp's encode(): a map of
+// two, "t" and the type), "joined" consumed, the assignment left in the socket for Link::read()
+// once every member has one; the member's fd leaves the epoll set meanwhile. False: not a frame
+// this can stamp (a "reject"?): read it the usual way.
+bool Agent::stamp_assignment(Member& m) {
+  static std::string buf(2 << 20, '\0');
+  for (;;) {
+    const ssize_t n = ::recv(m.link->fd(), buf.data(), buf.size(), MSG_PEEK);
+    if (n < 4) return n < 0 || n == 0 ? n < 0 : true;  // nothing yet (EAGAIN), or EOF: read it
+    uint32_t len = 0;
+    for (int k = 0; k < 4; ++k) len = (len << 8) | static_cast<uint8_t>(buf[static_cast<size_t>(k)]);
+    if (static_cast<size_t>(n) < 4 + len) return true;  // the rest is on its way
+    auto is = [&](const std::string& type) {
+      const std::string head = std::string("\xa2\x61t", 3) + static_cast<char>(0x60 | type.size()) + type;
+      return len >= head.size() && buf.compare(4, head.size(), head) == 0;
+    };
+    if (is("joined")) {
+      ::recv(m.link->fd(), buf.data(), 4 + len, 0);  // consumed: Link never sees it
+      m.joined = true;
+      continue;
+    }
+    if (!is("assign")) return false;
+    m.joined = m.assigned = true;
+    m.assigned_at = ready_at_;
+    epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, m.link->fd(), nullptr);
+    return true;
+  }
+}
+
 void Agent::on_member_readable(Member& m) {
   if (!m.link) return;
+  if (forming_ && !m.assigned && stamp_assignment(m)) return;
   try {
     for (auto& msg : m.link->read()) on_message(m, msg);
     if (m.link && m.link->pending()) m.link->flush();
@@ -402,21 +448,32 @@ void Agent::read_coordinator() {
   }
 }
 
-// Every 10 ms, one slot of members (1/100 of them) sends its status: each member once a second,
-// spread over the second as independent nodes' clocks are.
+// A real member's cadence (launcher/run.cpp's send_status, with node_group.hpp's intervals):
+// unchanged records once per max(1 s, heartbeat interval); changing ones every status_interval.
+milliseconds Agent::status_period() const {
+  if (o_.changing) return node::status_interval(o_.nodes);
+  return std::max(milliseconds(1000), node::heartbeat_interval(o_.nodes, std::chrono::seconds(o_.node_timeout_s)));
+}
+
+// The period is cut in 100 slots; each slot's members (1/100 of them) send their status at its
+// start, so sends are spread over the period as independent nodes' clocks are.
 void Agent::send_status_due(Clock::time_point now) {
   while (now >= next_slot_at_) {
     for (size_t i = next_slot_; i < members_.size(); i += 100) {
       Member& m = members_[i];
       if (!m.link || !m.assigned || m.stopped) continue;
       try {
+        if (o_.changing) {
+          ++m.version;
+          m.status = status_of(m);
+        }
         m.link->send("status", m.status);
       } catch (const node::LinkError& e) {
         drop(m, e.what());
       }
     }
     next_slot_ = (next_slot_ + 1) % 100;
-    next_slot_at_ += milliseconds(10);
+    next_slot_at_ += status_period() / 100;
   }
 }
 
@@ -436,6 +493,7 @@ void Agent::loop_once(Clock::time_point until) {
       std::max<int64_t>(0, std::chrono::duration_cast<milliseconds>(wake - Clock::now()).count() + 1));
   epoll_event evs[512];
   const int n = epoll_wait(epoll_.get(), evs, 512, timeout);
+  ready_at_ = Clock::now();
   for (int i = 0; i < n; ++i) {
     if (evs[i].data.u64 == kCoordinatorTag) {
       read_coordinator();
@@ -472,6 +530,16 @@ bool Agent::run_until(Pred done, double limit_s, const std::string& what) {
   return true;
 }
 
+int Agent::abandon() {
+  for (auto& l : lines_) std::cerr << "  coordinator: " << l.text << "\n";
+  if (coord_.pid > 0 && !coordinator_exited_) {
+    ::kill(coord_.pid, SIGKILL);
+    waitpid(coord_.pid, nullptr, 0);
+    coordinator_exited_ = true;
+  }
+  return 1;
+}
+
 int Agent::run() {
   raise_file_limit(o_.nodes * 2 + 256);
   signal(SIGPIPE, SIG_IGN);
@@ -488,14 +556,7 @@ int Agent::run() {
     members_[i].index = static_cast<int>(i);
     members_[i].status = status_of(members_[i]);
   }
-  auto dump = [&] {
-    for (auto& l : lines_) std::cerr << "  coordinator: " << l.text << "\n";
-    if (coord_.pid > 0 && !coordinator_exited_) {
-      ::kill(coord_.pid, SIGKILL);
-      waitpid(coord_.pid, nullptr, 0);
-    }
-    return 1;
-  };
+  auto dump = [&] { return abandon(); };
   // The coordinator listens once it says it waits for the others.
   auto said = [&](const std::string& what) {
     for (auto& l : lines_)
@@ -507,9 +568,28 @@ int Agent::run() {
 
   // Formation: every member connects and joins at once (a job's nodes start together).
   const auto first_connect = Clock::now();
+  forming_ = true;
   for (auto& m : members_) connect(m);
   if (!run_until([&] { return count(&Member::assigned) == static_cast<int>(members_.size()); }, 300, "the formation"))
     return dump();
+  forming_ = false;
+  for (auto& m : members_) {  // the assignments, decoded now (checked in on_message)
+    m.assigned = false;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = static_cast<uint64_t>(m.index);
+    epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, m.link->fd(), &ev);
+  }
+  const auto stamped = [&] {
+    std::vector<Clock::time_point> at;
+    for (auto& m : members_) at.push_back(m.assigned_at);
+    return at;
+  }();
+  if (!run_until([&] { return count(&Member::assigned) == static_cast<int>(members_.size()); }, 300,
+                 "the assignments' decoding"))
+    return dump();
+  for (size_t i = 0; i < members_.size(); ++i) members_[i].assigned_at = stamped[i];
+  next_slot_at_ = Clock::now();
   Clock::time_point last_join{}, last_assign{};
   int retries = 0;
   for (auto& m : members_) {
@@ -520,21 +600,35 @@ int Agent::run() {
   emit("formation_s", seconds_between(last_join, last_assign));
   emit("formation_total_s", seconds_between(first_connect, last_assign));
   emit("join_retries", retries);
-  next_slot_at_ = Clock::now();
+  for (auto& l : lines_) {  // "rendezvous: 4096 nodes joined after 1.2 s"
+    const auto at = l.text.find(" nodes joined after ");
+    if (at != std::string::npos) emit("coordinator_formed_s", std::atof(l.text.c_str() + at + 20));
+  }
 
-  // Steady state: the coordinator's CPU and memory while every member heartbeats.
+  // Steady state: the coordinator's CPU and memory while every member heartbeats (its records
+  // unchanged: a status per heartbeat interval), then while every member's records change (a
+  // job in training: a status every status_interval).
   if (o_.steady_s > 0) {
     run_until([] { return false; }, 1.0, "");  // settle: every member's first status arrives
-    const double cpu0 = process_cpu_s(coord_.pid);
-    const auto s0 = Clock::now();
-    run_until([] { return false; }, o_.steady_s, "");
-    const double wall = seconds_between(s0, Clock::now());
-    const double cpu = process_cpu_s(coord_.pid) - cpu0;
+    auto measure = [&](const std::string& name) {
+      const double cpu0 = process_cpu_s(coord_.pid);
+      const auto s0 = Clock::now();
+      run_until([] { return false; }, o_.steady_s, "");
+      const double wall = seconds_between(s0, Clock::now());
+      if (coordinator_exited_) return false;
+      emit(name + "_cpu_pct", 100.0 * (process_cpu_s(coord_.pid) - cpu0) / wall);
+      return true;
+    };
+    const bool changing = o_.changing;
+    o_.changing = false;
+    if (!measure("steady")) return dump();
     const double rss_mb = process_rss_mb(coord_.pid);
-    if (coordinator_exited_) return dump();
-    emit("steady_cpu_pct", 100.0 * cpu / wall);
     emit("steady_rss_mb", rss_mb);
     emit("rss_per_node_kb", 1024.0 * (rss_mb - rss_before_mb) / static_cast<double>(members_.size()));
+    if (changing) {
+      o_.changing = true;
+      if (!measure("changing")) return dump();
+    }
   }
 
   // The report on request: SIGURG → its last line (its lines stop coming for 1 s).
@@ -592,11 +686,12 @@ int Agent::run() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  Agent a(parse(argc, argv));
   try {
-    Agent a(parse(argc, argv));
     return a.run();
   } catch (const std::exception& e) {
     std::cerr << "lspawn_scale_agent: " << e.what() << "\n";
+    a.abandon();
     return 1;
   }
 }
