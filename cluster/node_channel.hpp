@@ -241,6 +241,8 @@ class Link {
   // it)"), a socket error, or a bad frame ("bad frame: ...").
   std::vector<Message> read();
 
+  // The capacity its buffers hold now: at most 2 x kKeptBuffer once its messages are through.
+  size_t buffered_capacity() const { return in_.capacity() + out_.capacity(); }
   // Restarts the heartbeat clocks (when the job has formed: the wait for the last node to join
   // is not silence).
   void touch() { last_in_ = last_out_ = sys::Clock::now(); }

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cluster/node_channel.hpp"
+#include "cluster/node_group.hpp"
 
 using namespace lspawn;
 using namespace lspawn::node;
@@ -162,4 +163,76 @@ TEST_CASE("node channel: a node's status records round-trip (hang diagnosis acro
   msgs = p.link->read();
   REQUIRE(msgs.size() == 1);
   CHECK_THROWS_AS(msgs[0].as<StatusMsg>(), BadMessage);
+}
+
+// A coordinator of K nodes assigns each its node rank and every node's host: encoded per node,
+// that was O(K^2) (bench/scale: seconds at 4,096 nodes). AssignBodies encodes the rest once.
+TEST_CASE("node channel: AssignBodies' bodies decode as the assignment with each node's rank", "[node_channel]") {
+  AssignMsg a;
+  a.nnodes = 300;
+  a.nproc_per_node = 8;
+  a.max_restarts = 2;
+  a.run_id = "r1";
+  a.master_addr = "10.0.0.1";
+  a.master_port = 29500;
+  for (int i = 0; i < a.nnodes; ++i) a.hosts.push_back("node-" + std::to_string(i));
+  a.coordinator = 0;
+  a.restart_count = 1;
+  a.restarts_used = 1;
+  const AssignBodies bodies(a);
+  for (int r : {0, 1, 23, 24, 255, 256, 299}) {  // CBOR's one-byte, two-byte and three-byte integers
+    Pair p;
+    p.link->send("assign", bodies.for_node(r));
+    Pair back;
+    char buf[65536];
+    const ssize_t n = ::read(p.raw.get(), buf, sizeof buf);
+    REQUIRE(n > 0);
+    back.put(std::string(buf, static_cast<size_t>(n)));
+    auto msgs = back.link->read();
+    REQUIRE(msgs.size() == 1);
+    const AssignMsg got = msgs[0].as<AssignMsg>();
+    CHECK(got.node_rank == r);
+    CHECK(got.nnodes == a.nnodes);
+    CHECK(got.hosts == a.hosts);
+    CHECK(got.run_id == a.run_id);
+    CHECK(got.master_port == a.master_port);
+    CHECK(got.restarts_used == 1);
+    AssignMsg same = a;
+    same.node_rank = r;
+    CHECK(nlohmann::json::from_cbor(bodies.for_node(r).cbor) == nlohmann::json::from_cbor(body_of(same).cbor));
+  }
+}
+
+// A coordinator holds a link per node: one large message (an assignment of 4,096 hosts) must not
+// leave its size behind in every link's buffers.
+TEST_CASE("node channel: a link keeps no large buffer once a large message is through", "[node_channel]") {
+  Pair p;
+  RejectMsg big;
+  big.reason = std::string(200000, 'x');
+  p.put(encode("reject", big));
+  auto msgs = p.link->read();
+  while (msgs.empty()) msgs = p.link->read();
+  CHECK(msgs[0].as<RejectMsg>().reason.size() == 200000);
+  p.link->send("reject", big);  // more than a socketpair takes at once: the rest stays queued
+  std::string drained;
+  char buf[65536];
+  while (p.link->pending()) {
+    const ssize_t n = ::read(p.raw.get(), buf, sizeof buf);
+    if (n > 0) drained.append(buf, static_cast<size_t>(n));
+    p.link->flush();
+  }
+  CHECK(p.link->buffered_capacity() <= 2 * Link::kKeptBuffer);
+}
+
+TEST_CASE("node group: heartbeats every second up to 1,000 nodes, ~1,000 a second beyond, within the node timeout",
+          "[node_group]") {
+  using std::chrono::milliseconds;
+  CHECK(heartbeat_interval(2, milliseconds(30000)) == milliseconds(1000));
+  CHECK(heartbeat_interval(1000, milliseconds(30000)) == milliseconds(1000));
+  CHECK(heartbeat_interval(4096, milliseconds(30000)) == milliseconds(4096));
+  CHECK(heartbeat_interval(100000, milliseconds(30000)) == milliseconds(7500));  // node timeout / 4
+  CHECK(heartbeat_interval(2, milliseconds(2000)) == milliseconds(500));
+  CHECK(heartbeat_interval(2, milliseconds(40)) == milliseconds(20));
+  CHECK(status_interval(2) == milliseconds(250));
+  CHECK(status_interval(4096) == milliseconds(4096));
 }
