@@ -15,6 +15,7 @@ has. This script builds nothing.
   --json PATH           the benches' JSON lines, all of them (default: a temporary file)
   --quick               W = 256 and 1024, then the growth checks below; exit 1 when one fails:
                           gate / TCPStore (the same server behind the gate) at W=1024 <= 1.5
+                          (<= 2.0 where that server is libuv's, 2.x)
                           gate's time at W=1024 / at W=256 <= 8 (linear is 4)
                         ratios of one run, never an absolute time.
 
@@ -39,7 +40,12 @@ import tempfile
 import time
 
 PORT_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
-QUICK_RATIO = 1.5   # gate / TCPStore at the larger quick W
+# gate / TCPStore at the larger quick W, by the server behind the gate. The legacy server does
+# O(W) work per wake itself (poll() over every socket), so an O(1) relay in front of it hides in
+# that: 0.9-1.0 at W=1024 on 1.13 (the O(W) gate: 2.3-3.4). The libuv server does O(1) work per
+# request, so the relay's own (twice the socket calls per request) shows: 1.1-1.8 on 2 loaded cores
+# (the O(W) gate: 2.9). docs/scale-store.md.
+QUICK_RATIO = {"legacy": 1.5, "libuv": 2.0}
 QUICK_GROWTH = 8.0  # gate's time at 4W / at W
 
 
@@ -107,8 +113,14 @@ def main():
                         row["label"] = label or row["torch"]
                     rows += new
                     name = label or (new[0]["torch"] if new else path)
-                    for line in r.stderr.splitlines():
-                        print(f"# {name}: {line}", flush=True)
+                    # c10d 2.x warns once per connection whose peer has no name (no resolver).
+                    noname = "hostname of the client socket cannot be retrieved"
+                    lines = r.stderr.splitlines()
+                    for line in lines:
+                        if noname not in line:
+                            print(f"# {name}: {line}", flush=True)
+                    if any(noname in line for line in lines):
+                        print(f"# {name}: c10d: \"The {noname}\" x{sum(noname in l for l in lines)}")
                     if r.returncode != 0 and not new:
                         print(f"# {name}: W={w}: exit {r.returncode}: {r.stdout[-600:]}", flush=True)
     finally:
@@ -211,10 +223,11 @@ def quick_checks(a, m, servers, labs):
             bad.append(f"{lab}: a measurement failed (above)")
             continue
         growth = g_hi / g_lo
-        print(f"check {lab}: gate/TCPStore at W={hi}: {rat:.2f} (limit {QUICK_RATIO}); "
-              f"gate W={hi} / W={lo}: {growth:.2f} (limit {QUICK_GROWTH}, linear {hi / lo:.0f})")
-        if rat > QUICK_RATIO:
-            bad.append(f"{lab}: the gate takes {rat:.2f}x TCPStore's time at W={hi} (limit {QUICK_RATIO})")
+        limit = QUICK_RATIO.get(servers.get((lab, "lspawn-gate")), 1.5)
+        print(f"check {lab}: gate/TCPStore at W={hi}: {rat:.2f} (limit {limit}); "
+              f"gate W={hi} / W={lo}: {growth:.2f} (limit {QUICK_GROWTH * (hi / lo) / 4:.1f}, linear {hi / lo:.0f})")
+        if rat > limit:
+            bad.append(f"{lab}: the gate takes {rat:.2f}x TCPStore's time at W={hi} (limit {limit})")
         if growth > QUICK_GROWTH * (hi / lo) / 4:
             bad.append(f"{lab}: the gate's time grows {growth:.2f}x from W={lo} to W={hi} "
                        f"(limit {QUICK_GROWTH * (hi / lo) / 4:.1f}, linear {hi / lo:.0f})")
