@@ -18,6 +18,9 @@ draws the plots.
   --ks 16,64,...       default 16,64,256,1024,4096 (--quick: 16,64,128)
   --steady S           seconds of each steady-state window (default 10; --quick 2)
   --repeat R           runs per (lspawn, K); the table shows medians (default 1)
+  --real 16,64,...     also run K real lspawn processes (the coordinator first, then K-1 members
+                       started at once, workers /bin/true): the coordinator's "K nodes joined
+                       after" and the whole job's wall time, a check of the simulation
   --torchrun           also run bench/scale/torchrun_rdzv.py (torch 2.15's venv, .deps/torch2) at
                        the same K, with --torchrun-cap seconds per K (default 120)
   --json PATH          every measurement as JSON lines (default: a temporary file)
@@ -63,6 +66,10 @@ METRICS = [
     ("fanout_s", "node lost → every other node told to stop", "s"),
     ("finish_s", "node lost → every node told the job ended", "s"),
     ("loss_detect_s", "node lost → the others see it (torchrun)", "s"),
+    ("coordinator_formed_s", "the coordinator's rendezvous (its start → every node assigned)", "s"),
+    ("start_all_s", "real lspawns: starting all K processes", "s"),
+    ("run_s", "real lspawns: the whole job (start → every lspawn exited)", "s"),
+    ("failed_nodes", "real lspawns: lspawns that exited non-zero", ""),
 ]
 
 
@@ -78,6 +85,48 @@ def run_agent(agent, lspawn, label, k, steady, out):
     if p.returncode != 0:
         sys.stderr.write(p.stderr)
         print(f"  {label} K={k}: the agent failed (exit {p.returncode})", flush=True)
+    for r in rows:
+        out.write(json.dumps(r) + "\n")
+    out.flush()
+    return rows
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:  # the coordinator binds it right after (SO_REUSEADDR)
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_real(lspawn, k, out):
+    """K real lspawns on loopback: static rendezvous, one /bin/true worker each."""
+    import re
+    import resource
+    import time
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    port = free_port()
+    common = ["--nnodes", str(k), "--master-addr", "127.0.0.1", "--master-port", str(port), "--nprocs", "1",
+              "--rdzv-timeout", "300"]
+    t0 = time.monotonic()
+    coord = subprocess.Popen([lspawn, "--node-rank", "0"] + common + ["/bin/true"],  # says "K nodes joined after"
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    members = [subprocess.Popen([lspawn, "--node-rank", str(i), "--quiet"] + common + ["/bin/true"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(1, k)]
+    started = time.monotonic() - t0
+    codes = [m.wait(timeout=600) for m in members]
+    err = coord.communicate(timeout=600)[1]
+    wall = time.monotonic() - t0
+    bad = sum(1 for c in codes + [coord.returncode] if c != 0)
+    formed = re.search(r"(\d+) nodes joined after ([0-9.]+) s", err)
+    rows = [{"bench": "nodes", "tool": "lspawn, real members", "K": k, "metric": "start_all_s", "value": started},
+            {"bench": "nodes", "tool": "lspawn, real members", "K": k, "metric": "run_s", "value": wall},
+            {"bench": "nodes", "tool": "lspawn, real members", "K": k, "metric": "failed_nodes", "value": bad}]
+    if formed:
+        rows.append({"bench": "nodes", "tool": "lspawn, real members", "K": k, "metric": "coordinator_formed_s",
+                     "value": float(formed.group(2))})
+    if bad:
+        print(f"  real K={k}: {bad} lspawn(s) exited non-zero; the coordinator said:\n{err}", flush=True)
     for r in rows:
         out.write(json.dumps(r) + "\n")
     out.flush()
@@ -218,6 +267,7 @@ def main():
     ap.add_argument("--ks")
     ap.add_argument("--steady", type=float)
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--real")
     ap.add_argument("--torchrun", action="store_true")
     ap.add_argument("--torchrun-cap", type=float, default=120)
     ap.add_argument("--json")
@@ -243,12 +293,18 @@ def main():
                 for path, label in lspawns:  # side by side: each K's runs follow each other
                     print(f"  {label} K={k}", flush=True)
                     rows += run_agent(agent, path, label, k, steady, out)
+        for k in [int(x) for x in a.real.split(",")] if a.real else []:
+            print(f"  real lspawns K={k}", flush=True)
+            rows += run_real(lspawns[0][0], k, out)
         if a.torchrun:
             tr = run_torchrun(ks, a.torchrun_cap, json_path)
             for r in tr:
                 out.write(json.dumps(r) + "\n")
             rows += tr
-    tools = [label for _, label in lspawns] + (["torchrun 2.15"] if a.torchrun else [])
+    tools = [label for _, label in lspawns] + (["lspawn, real members"] if a.real else []) + \
+        (["torchrun 2.15"] if a.torchrun else [])
+    if a.real:
+        ks = sorted(set(ks) | {int(x) for x in a.real.split(",")})
     med = medians(rows)
     print(table(med, tools, ks))
     if a.plots:
