@@ -275,10 +275,13 @@ struct StoreGate::Loop {
       case Phase::Head:
         return read_head(c);
       case Phase::Connecting:
-        return !store_side || finish_connect(c);
+        // The client's fd is watched for nothing now, but epoll reports a reset or hang-up anyway
+        // (level-triggered: again on every wait until the connection is closed).
+        return store_side ? finish_connect(c) : !(revents & (EPOLLERR | EPOLLHUP));
       case Phase::Relaying:
         break;
     }
+    if (revents & EPOLLERR) return false;  // reset: reported on every wait, whatever is watched
     const bool in = revents & (EPOLLIN | EPOLLHUP | EPOLLERR);
     const bool out = revents & EPOLLOUT;
     if (!store_side) {
