@@ -35,7 +35,8 @@ draws the plots.
                          CPU with changing records at 128 <= 16 x max(CPU at 16, 0.5 %) + 1 %
                            of a core (linear is 8x),
                          fan-out at 128 <= 3 x 8 x max(fan-out at 16, 5 ms),
-                         report at 128 <= 10 x max(report at 16, 50 ms).
+                         report at 128 <= 10 x max(report at 16, 200 ms) (the starved report
+                           of 52ce1fe took 19.6 s at 128 nodes).
 
 The agent raises its open-file limit to what K needs (2 per node, the coordinator inherits it); a
 hard limit below that is raised as root, and said.
@@ -253,8 +254,8 @@ def quick_checks(med, tool):
     if f16 is not None and f128 is not None and f128 > 3 * 8 * max(f16, 0.005):
         problems.append(f"fan-out {f128 * 1e3:.1f} ms at K=128 > 24 x {max(f16, 0.005) * 1e3:.1f} ms at K=16")
     r16, r128 = v("report_s", 16), v("report_s", 128)
-    if r16 is not None and r128 is not None and r128 > 10 * max(r16, 0.05):
-        problems.append(f"report {r128:.2f} s at K=128 > 10 x {max(r16, 0.05):.2f} s at K=16")
+    if r16 is not None and r128 is not None and r128 > 10 * max(r16, 0.2):
+        problems.append(f"report {r128:.2f} s at K=128 > 10 x {max(r16, 0.2):.2f} s at K=16")
     return problems
 
 

@@ -371,8 +371,8 @@ void Agent::on_message(Member& m, const node::Message& msg) {
     for (int rank : ask.ranks) {
       RankInput in;
       in.rank = rank;
-      in.stack = {"#0 0x7f0000001000 in nanosleep () from libc.so.6",
-                  "#1 0x55d000002000 in train_step() at train.cpp:42", "#2 0x55d000003000 in main () at train.cpp:90"};
+      in.stack = {"0x7f0000001000 in nanosleep () from libc.so.6", "0x55d000002000 in train_step() at train.cpp:42",
+                  "0x55d000003000 in main () at train.cpp:90"};
       r.ranks.push_back(in);
     }
     m.link->send("stacks", r);
@@ -631,22 +631,33 @@ int Agent::run() {
     }
   }
 
-  // The report on request: SIGURG → its last line (its lines stop coming for 1 s).
+  // The report on request: SIGURG → its last line, the last frame of the stack this agent sent
+  // for the job's rank that is behind ("main () at train.cpp:90"; anything else the coordinator
+  // says meanwhile is not counted).
   if (o_.report) {
     const size_t from = lines_.size();
     const auto t = Clock::now();
     ::kill(coord_.pid, SIGURG);
     if (std::getenv("LSPAWN_SCALE_SHOW_REPORT")) std::cerr << "  SIGURG at " << t.time_since_epoch().count() / 1e9 << "\n";
-    auto quiet_since = [&] { return lines_.size() > from ? Clock::now() - lines_.back().at : Clock::duration::zero(); };
-    run_until([&] { return quiet_since() > std::chrono::seconds(1); }, 60, "the status report");
-    size_t bytes = 0;
-    for (size_t i = from; i < lines_.size(); ++i) bytes += lines_[i].text.size() + 1;
-    if (lines_.size() > from) {
-      emit("report_s", seconds_between(t, lines_.back().at));
+    size_t last = 0;  // the report's last line
+    auto ended = [&] {
+      for (size_t i = std::max(from, last); i < lines_.size(); ++i) {
+        if (lines_[i].text.find("main () at train.cpp:90") != std::string::npos) last = i + 1;
+      }
+      return last > 0;
+    };
+    if (!run_until(ended, 60, "the status report's last line")) return dump();
+    size_t bytes = 0, first = lines_.size();
+    for (size_t i = from; i < last; ++i) {
+      if (lines_[i].text.find("status of ") != std::string::npos && first == lines_.size()) first = i;
+      if (i >= first) bytes += lines_[i].text.size() + 1;
+    }
+    {
+      emit("report_s", seconds_between(t, lines_[last - 1].at));
       emit("report_bytes", static_cast<double>(bytes));
-      emit("report_lines", static_cast<double>(lines_.size() - from));
+      emit("report_lines", static_cast<double>(last - first));
       if (std::getenv("LSPAWN_SCALE_SHOW_REPORT")) {
-        for (size_t i = from; i < lines_.size(); ++i)
+        for (size_t i = from; i < last; ++i)
           std::cerr << "  +" << seconds_between(t, lines_[i].at) << " s " << lines_[i].text << "\n";
       }
     }
