@@ -13,6 +13,17 @@
 //   add / check / wait / deleteKey: on key_name(k) (counters are not sealed; nobody without the
 //     secret can name them).
 //   getNumKeys: the store's.
+//   multiGet / multiSet / append / hasExtendedApi (c10d::Store's extended API, LibTorch 2.x;
+//     runtime/store_extended_api.hpp): hasExtendedApi() is the store's, so that gloo batches its
+//     reads of the peers' addresses (GLOO_ENABLE_STORE_V2_API=1; docs/scale-gloo-mesh.md).
+//     multiGet: the watch below for each key, then one store multiGet of the key_names; each
+//     value opened as get() opens it — a refused or empty one is waited for, for that key alone,
+//     exactly as get() waits. multiSet: each value sealed, one store multiSet. append: a
+//     compareSet loop on the sealed whole (read, open, add, seal, swap): no byte ever reaches a
+//     reader unsealed, at O(size) per call (the store's own append would put unsealed bytes after
+//     a sealed record); a refused record is reported and the append throws. As with c10d's own
+//     fallback (Store::append), two appends racing from the same value with the same bytes may
+//     count once: compareSet does not say whether it swapped. Neither lspawn nor gloo appends.
 //
 // Refusals (each reported once through `report`, naming the key, the reporting rank and what the
 // record claims: its host/pid or the addresses it points to):
@@ -33,6 +44,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -60,6 +72,12 @@ class AuthenticatedStore final : public compat::ForwardingStore<AuthenticatedSto
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
   const std::chrono::milliseconds& getTimeout() const noexcept override;
   void setTimeout(const std::chrono::milliseconds& timeout) override;
+  // c10d::Store's extended API where it exists (2.x), without `override` so that this compiles
+  // on 1.13 too, where they are plain members nothing calls (hasExtendedApi() is false there).
+  bool hasExtendedApi() const;
+  std::vector<std::vector<uint8_t>> multiGet(const std::vector<std::string>& keys);
+  void multiSet(const std::vector<std::string>& keys, const std::vector<std::vector<uint8_t>>& values);
+  void append(const std::string& key, const std::vector<uint8_t>& value);
   // 2.x's clone() (compat::ForwardingStore): the same view over a clone of the store.
   c10::intrusive_ptr<c10d::Store> clone_over(c10::intrusive_ptr<c10d::Store> inner) const {
     return c10::make_intrusive<AuthenticatedStore>(std::move(inner), auth_, who_, report_);
@@ -74,6 +92,9 @@ class AuthenticatedStore final : public compat::ForwardingStore<AuthenticatedSto
   std::vector<std::string> names(const std::vector<std::string>& keys) const;
   void refuse(const std::string& key, const std::string& why, const std::vector<uint8_t>& value);
   void look_for_strangers(const std::string& key);
+  // The value inside `sealed` (the record under `name`) when it opens; else refuses it and waits
+  // for a valid one as get() does (until the store's timeout, then throws).
+  std::vector<uint8_t> open_or_wait(const std::string& key, const std::string& name, std::vector<uint8_t> sealed);
 
   RecordAuth auth_;
   std::string who_;

@@ -23,6 +23,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "runtime/authenticated_store.hpp"
+#include "runtime/gloo_connect_store.hpp"
 #include "runtime/gloo_loop_ticker.hpp"
 #include "runtime/rendezvous.hpp"
 #include "runtime/recorded_backend.hpp"
@@ -117,18 +118,6 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const InitOptions& option
     throw ProcessGroupError(who + ": cannot create the gloo device for '" + host + "': " + e.what());
   }
 }
-
-// The store ProcessGroupGloo connects through. gloo's connectFullMesh reads each peer's pair
-// addresses with wait(key) then get(key), and parses what get() returns without looking: an empty
-// value crashed it (SIGSEGV in gloo::transport::tcp::Rank::Rank). TCPStore::get() returns one
-// when its wait is woken without the key — LibTorch 2.x's libuv store server does that whenever a
-// compareSet() finds the key missing, whoever sent it. Here get() only returns once the key is
-// set (get_when_set, runtime/rendezvous.hpp), until the store's timeout.
-class GlooConnectStore final : public compat::ForwardingStore<GlooConnectStore> {
- public:
-  explicit GlooConnectStore(c10::intrusive_ptr<c10d::Store> store) : ForwardingStore(std::move(store)) {}
-  std::vector<uint8_t> get(const std::string& key) override { return get_when_set(*inner_, key); }
-};
 
 // ProcessGroupGloo whose devices' loops tick fast (GlooLoopTicker) while it connects, until
 // pause_ticking() (init_process_group: after its first barrier), and again while it is destroyed;
