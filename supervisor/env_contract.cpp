@@ -101,6 +101,12 @@ std::vector<std::string> without_run_variables(const std::vector<std::string>& e
   return out;
 }
 
+namespace {
+// Read by gloo (LibTorch 2.x), not by torch's Python: set for the workers unless the environment
+// has it (docs/env-contract.md).
+constexpr const char* kGlooStoreV2Api = "GLOO_ENABLE_STORE_V2_API";
+}  // namespace
+
 std::vector<std::string> worker_environment(const JobEnv& job, const WorkerPlace& place,
                                             const std::vector<std::string>& base_in) {
   const std::vector<std::string> base = base_in.empty() ? current_environment() : base_in;
@@ -141,6 +147,11 @@ std::vector<std::string> worker_environment(const JobEnv& job, const WorkerPlace
   if (!has_var(base, kNcclAsyncErrorHandling) && !has_var(base, kNcclAsyncErrorHandlingOld)) {
     put(kNcclAsyncErrorHandling, "1");
   }
+  // gloo's full-mesh connect reads its peers' addresses 128 at a time (one multiGet) instead of
+  // one by one, where the store has c10d's extended API (TCPStore, and lspawn's own store
+  // wrappers: runtime/store_extended_api.hpp). gloo reads it from LibTorch 2.x on; torchrun does
+  // not set it. docs/scale-gloo-mesh.md: 4,097 -> 1,057 store requests per rank at 1,024 ranks.
+  if (!has_var(base, kGlooStoreV2Api)) put(kGlooStoreV2Api, "1");
 
   std::vector<std::string> out;
   out.reserve(base.size() + set.size());

@@ -62,6 +62,14 @@ TEST_CASE("worker_environment: TORCH_NCCL_ASYNC_ERROR_HANDLING is 1 unless the l
   CHECK(m["NCCL_ASYNC_ERROR_HANDLING"] == "0");
 }
 
+TEST_CASE("worker_environment: GLOO_ENABLE_STORE_V2_API is 1 (gloo's batched connect) unless the launcher's environment says",
+          "[env]") {
+  env::JobEnv job;
+  const env::WorkerPlace one{0, 1, 0, 1};
+  CHECK(as_map(env::worker_environment(job, one, {"A=1"}))["GLOO_ENABLE_STORE_V2_API"] == "1");
+  CHECK(as_map(env::worker_environment(job, one, {"GLOO_ENABLE_STORE_V2_API=0"}))["GLOO_ENABLE_STORE_V2_API"] == "0");
+}
+
 TEST_CASE("worker_environment: --virtual-local-rank - LOCAL_RANK=0 and the worker's one device, as torchrun picks it",
           "[env]") {
   env::JobEnv job;
