@@ -102,8 +102,8 @@ std::vector<std::string> without_run_variables(const std::vector<std::string>& e
 }
 
 namespace {
-// Read by gloo (LibTorch 2.x), not by torch's Python: set for the workers unless the environment
-// has it (docs/env-contract.md).
+// Read by gloo where it has the batched connect (LibTorch 2.15; not 2.4.1's or 1.13's), not by
+// torch's Python: set for the workers unless the environment has it (docs/env-contract.md).
 constexpr const char* kGlooStoreV2Api = "GLOO_ENABLE_STORE_V2_API";
 }  // namespace
 
@@ -149,8 +149,8 @@ std::vector<std::string> worker_environment(const JobEnv& job, const WorkerPlace
   }
   // gloo's full-mesh connect reads its peers' addresses 128 at a time (one multiGet) instead of
   // one by one, where the store has c10d's extended API (TCPStore, and lspawn's own store
-  // wrappers: runtime/store_extended_api.hpp). gloo reads it from LibTorch 2.x on; torchrun does
-  // not set it. docs/scale-gloo-mesh.md: 4,097 -> 1,057 store requests per rank at 1,024 ranks.
+  // wrappers: runtime/store_extended_api.hpp). The gloo of LibTorch 2.15 reads it (2.4.1's and
+  // 1.13's do not); torchrun does not set it. docs/scale-gloo-mesh.md: 4,097 -> 1,057 store requests per rank at 1,024 ranks.
   if (!has_var(base, kGlooStoreV2Api)) put(kGlooStoreV2Api, "1");
 
   std::vector<std::string> out;
