@@ -82,14 +82,22 @@ bool not_our_frames(const LinkError& e) {
 // hold the coordinator's fds for the whole job.
 constexpr int kMaxUnjoined = 64;
 
-// Accepts up to `max` of the connections waiting on `listener` (the rendezvous endpoint `ep`):
-// `add` gets each one's link ("node at IP") and its "IP:PORT".
+// Accepts the connections waiting on `listener` (the rendezvous endpoint `ep`): `add` gets the
+// first `max` ones' links ("node at IP") and "IP:PORT". Beyond `max`: with `beyond` null, the
+// rest stay in the kernel's backlog; else each is accepted, given to `beyond` ("IP:PORT") and
+// closed.
 void accept_nodes(int listener, const std::string& ep, milliseconds node_timeout, int max,
-                  const std::function<void(std::unique_ptr<Link>, std::string)>& add) {
-  for (int i = 0; i < max; ++i) {
+                  const std::function<void(std::unique_ptr<Link>, std::string)>& add,
+                  const std::function<void(const std::string&)>& beyond = {}) {
+  for (int i = 0;; ++i) {
+    if (i >= max && !beyond) return;
     sys::Fd fd = sys::tcp_accept(listener, "rendezvous on " + ep);
     if (!fd) return;
     std::string endpoint = sys::peer_endpoint(fd.get());
+    if (i >= max) {
+      beyond(endpoint);
+      continue;  // fd closes here
+    }
     sys::tcp_set_liveness(fd.get(), node_timeout, "rendezvous on " + ep);
     const std::string peer = sys::peer_ip(fd.get());
     add(std::make_unique<Link>(std::move(fd), "node at " + peer), std::move(endpoint));
@@ -755,19 +763,19 @@ int Group::nodes_alive() const {
 // are closed at once (said the first time), so strangers cannot hold the coordinator's fds.
 void Group::accept_joiners() {
   const int unjoined = static_cast<int>(joiners_.size()) - waiting_joiners();
-  accept_nodes(listener_.get(), endpoint_, opts_.node_timeout, std::max(kMaxUnjoined - unjoined, 0),
-               [this](std::unique_ptr<Link> link, std::string endpoint) {
-                 poller_.add(link->fd());
-                 joiners_.push_back(std::make_unique<Joiner>(Joiner{std::move(link), {}, std::move(endpoint), Clock::now()}));
-               });
-  while (sys::Fd fd = sys::tcp_accept(listener_.get(), "rendezvous on " + endpoint_)) {
-    if (unjoined_full_said_) continue;  // fd closes here
-    info("rendezvous on " + endpoint_ + ": closed connection from " + sys::peer_endpoint(fd.get()) + ": " +
-         std::to_string(kMaxUnjoined) +
-         " connections have not sent a join message yet, the most there may be (further ones are closed "
-         "without a word)");
-    unjoined_full_said_ = true;
-  }
+  accept_nodes(
+      listener_.get(), endpoint_, opts_.node_timeout, std::max(kMaxUnjoined - unjoined, 0),
+      [this](std::unique_ptr<Link> link, std::string endpoint) {
+        poller_.add(link->fd());
+        joiners_.push_back(std::make_unique<Joiner>(Joiner{std::move(link), {}, std::move(endpoint), Clock::now()}));
+      },
+      [this](const std::string& endpoint) {
+        if (unjoined_full_said_) return;
+        info("rendezvous on " + endpoint_ + ": closed connection from " + endpoint + ": " + std::to_string(kMaxUnjoined) +
+             " connections have not sent a join message yet, the most there may be (further ones are closed "
+             "without a word)");
+        unjoined_full_said_ = true;
+      });
 }
 
 int Group::waiting_joiners() const {
