@@ -8,7 +8,7 @@
 # Exported names, one per part (docs/architecture.md): lspawn::proto, lspawn::placement, lspawn::status,
 # lspawn::supervisor, lspawn::hang, lspawn::spawn, lspawn::forkserver_hook, lspawn::cluster,
 # lspawn::daemon, lspawn::launcher (the command line; it links every torch-free part, as the
-# lspawn::launcher of 0.1 did), lspawn::runtime, lspawn::spawn_torch, lspawn::collectives_shm,
+# lspawn::launcher of 0.1 did), lspawn::runtime, lspawn::spawn_torch, lspawn::shm (0.2's lspawn::collectives_shm), lspawn::engine,
 # lspawn::collectives, lspawn::strategies, lspawn::lspawn (the CLI binary).
 # Included by the top-level CMakeLists.txt after every part was added.
 include(CMakePackageConfigHelpers)
@@ -19,7 +19,7 @@ set(LSPAWN_INSTALL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/lspawn)
 set(_lspawn_exported)
 foreach(_t lspawn_gloo_headers lspawn_proto lspawn_placement lspawn_status lspawn_supervisor lspawn_hang lspawn_spawn lspawn_forkserver_hook
            lspawn_cluster lspawn_daemon lspawn_launcher lspawn_runtime lspawn_spawn_torch
-           lspawn_collectives_shm lspawn_collectives lspawn_strategies)
+           lspawn_shm lspawn_engine lspawn_collectives lspawn_strategies)
   if(TARGET ${_t})
     string(REGEX REPLACE "^lspawn_" "" _name ${_t})
     set_target_properties(${_t} PROPERTIES EXPORT_NAME ${_name})
@@ -52,6 +52,8 @@ endforeach()
 # working until 0.3: at the old path, a header that says where it went and includes it.
 set(_lspawn_moved_headers
   launcher/sys.hpp supervisor/sys.hpp
+  collectives/shm/communicator.hpp shm/communicator.hpp
+  collectives/shm/reduce_kernels.hpp shm/reduce_kernels.hpp
   launcher/fd_frame.hpp supervisor/fd_frame.hpp
   launcher/guardian.hpp supervisor/guardian.hpp
   launcher/guardian_loop.hpp supervisor/guardian_loop.hpp

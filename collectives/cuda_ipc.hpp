@@ -1,5 +1,5 @@
 // CudaIpc: collectives on CUDA tensors among the ranks of one node, device to device through
-// CUDA IPC, with the shm communicator (collectives/shm/communicator.hpp) as the control plane.
+// CUDA IPC, with the shm communicator (shm/communicator.hpp) as the control plane.
 //
 //   Each rank keeps one scratch buffer of device memory (cudaMalloc, grown when a larger tensor
 //   comes) and exports it (cudaIpcGetMemHandle). A collective: copy the input into the scratch,
@@ -31,7 +31,7 @@
 #pragma once
 
 #include "collectives/reduce_op.hpp"
-#include "collectives/shm/communicator.hpp"
+#include "shm/communicator.hpp"
 
 #include <ATen/core/Tensor.h>
 

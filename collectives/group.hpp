@@ -42,7 +42,7 @@ class BackendRecord;  // runtime/recorded_backend.hpp
 class CudaIpc;      // collectives/cuda_ipc.hpp
 class Hierarchy;    // collectives/hierarchy.hpp
 namespace shm {
-class Communicator;  // collectives/shm/communicator.hpp
+class Communicator;  // shm/communicator.hpp
 }
 
 struct World;  // runtime/process_group.hpp

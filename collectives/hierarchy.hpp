@@ -21,12 +21,12 @@
 // first writer wins: "rank 3 died (node 1, host mn-b), seen by rank 2: …". Every rank whose op then
 // fails — a leader whose gloo peer closed its connection, a member whose leader left — reads that
 // note (waiting up to `note_wait` for it) and reports the rank that died first, not its own
-// neighbour: fail() throws shm::Error (collectives/shm/communicator.hpp) naming that rank. From
+// neighbour: fail() throws shm::Error (shm/communicator.hpp) naming that rank. From
 // then on the hierarchy is broken: each op starts with check_usable(), which throws that failure
 // again at once.
 #pragma once
 
-#include "collectives/shm/communicator.hpp"
+#include "shm/communicator.hpp"
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>

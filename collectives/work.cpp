@@ -2,7 +2,7 @@
 
 #include "collectives/error.hpp"
 #include "collectives/group.hpp"
-#include "collectives/shm/communicator.hpp"
+#include "shm/communicator.hpp"
 
 #include <algorithm>
 #include <sstream>

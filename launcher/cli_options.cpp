@@ -353,6 +353,12 @@ options (--opt value and --opt=value are both accepted):
                                   wait where and which are behind, with their stacks, and stop the
                                   job with exit code 124. The report on demand: kill -URG <lspawn
                                   pid>, or lspawn status <lspawn pid>. See docs/hang-diagnosis.md
+  --cpu-backend lspawn|gloo       lspawn: Python workers' torch.distributed groups on gloo
+                                  (init_process_group("gloo"), Lightning's and the HF Trainer's
+                                  CPU default) run on lspawn's backend for CPU tensors: shared
+                                  memory within a host, gloo for the rest. Needs the lspawn
+                                  package in the workers' Python (docs/python-backend.md).
+                                  Default gloo: the script's own choice, unchanged
   --standalone                    one node, rendezvous on a free local port (no Slurm/PyTorchJob
                                   detection); not with --rdzv-endpoint or --nnodes > 1
   -m, --module                    program is a Python module: PYTHON -u -m program [args], where
@@ -495,6 +501,13 @@ bool parse_run_option(const std::string& name, const NoValue& flag, const TakeVa
     o.omp_threads = parse_int(name, take("N"), 1, 4096, "N", "an integer number of threads >= 1");
   } else if (name == "--hang-timeout") {
     o.hang_timeout_s = parse_seconds(name, take("SECONDS"));
+  } else if (name == "--cpu-backend") {
+    const std::string value = take("lspawn|gloo");
+    if (value != "lspawn" && value != "gloo") {
+      usage(name + ": '" + value + "' is not a backend (lspawn: the workers' gloo groups use lspawn's shared-memory "
+            "backend for CPU tensors; gloo: unchanged, the default)");
+    }
+    o.cpu_backend_lspawn = value == "lspawn";
   } else if (name == "--log-dir") {
     o.log_dir = take("DIR");
     if (o.log_dir.empty()) usage(name + ": empty directory (" + name + " DIR)");

@@ -55,6 +55,8 @@ struct CliOptions : LaunchFlags {
   double node_timeout_s = 30.0;    // --node-timeout: a silent node is lost after this
   double rdzv_timeout_s = 600.0;   // --rdzv-timeout: every node must have joined by then
   double hang_timeout_s = 0;       // --hang-timeout SECONDS; 0: no watchdog (reports on SIGURG still)
+  bool cpu_backend_lspawn = false; // --cpu-backend lspawn: Python workers' gloo groups run on lspawn's
+                                   // torch.distributed backend for CPU tensors (docs/python-backend.md)
   // One command for many hosts (fanout.hpp, hosts.hpp; docs/multi-node.md).
   std::string hostfile;            // --hostfile FILE (mpirun's format)
   std::string hosts_list;          // --hosts A[:N],B[:N],...

@@ -477,6 +477,17 @@ void Run::read_environment() {
   // A Python program started by exec gets lspawn_hang through its sitecustomize (python_site.hpp);
   // --preload's server installs it itself, and a forkserver is the program's own.
   if (!use_forkserver) python_site = python_site::decide(o.program, base_env);
+  if (o.cpu_backend_lspawn) {
+    // Read by lspawn's sitecustomize (exec) and --preload's bootstrap in each Python worker.
+    set_env(base_env, "LSPAWN_CPU_BACKEND", "lspawn");
+    if (!use_forkserver && !(python_site.python && !python_site.site_dir.empty())) {
+      throw UsageError(std::string("--cpu-backend lspawn applies to Python workers started with lspawn's site hook or ") +
+                       "--preload; " + (python_site.python ? python_site.off_why : "the program is not a Python interpreter") +
+                       " (docs/python-backend.md)");
+    }
+    say("--cpu-backend lspawn: the workers' torch.distributed gloo groups use lspawn's backend for CPU tensors "
+        "(shared memory within a host; docs/python-backend.md)");
+  }
   if (python_site.python && python_site.site_dir.empty() && o.hang_timeout_s > 0) {
     say(std::string("--hang-timeout cannot see these Python workers: ") + python_site.off_why +
         ", so they write no status record (docs/hang-diagnosis.md, \"Python workers\")");

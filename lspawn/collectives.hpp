@@ -14,7 +14,7 @@
 //   - CollectiveError, CollectiveTimeout, CollectiveMismatch: failures naming the op, the group
 //     and the ranks concerned.
 // The shared-memory communicator, the hierarchical levels and CUDA IPC behind a Group are lspawn's
-// implementation (collectives/shm/, collectives/hierarchy.hpp, collectives/cuda_ipc.hpp), not
+// implementation (shm/, collectives/hierarchy.hpp, collectives/cuda_ipc.hpp), not
 // part of this face. Link lspawn::collectives. Documentation: docs/collectives.md.
 #pragma once
 

@@ -48,7 +48,7 @@ import threading
 import time
 import traceback
 
-__all__ = ["install", "installed"]
+__all__ = ["install", "installed", "claim_slot"]
 
 # status/layout.hpp, kVersion 1: FileHeader (88 bytes), then kMaxGroups GroupSlots (176 bytes each).
 _MAGIC = b"LSPSTAT\0"
@@ -658,3 +658,18 @@ def _main(argv):
 
 if __name__ == "__main__":
     sys.exit(_main(sys.argv[1:]))
+
+
+def claim_slot(name, group_rank, group_size):
+    """Claims a slot of this rank's record for a group whose operations native code records itself (the
+    torch.distributed backend `lspawn`: shm/engine.h's lspawn_status_enter/complete) and returns its address in
+    this process, or 0 when nothing records here (install() was not called, or the slots ran out). The watch
+    thread never writes that slot; the record stays mapped until the process ends."""
+    if not installed():
+        return 0
+    record = _installed.record
+    i = record.add_group(name, group_rank, group_size)
+    if i is None:
+        return 0
+    import ctypes
+    return ctypes.addressof(ctypes.c_char.from_buffer(record._map, _HEADER_BYTES + i * _SLOT_BYTES))

@@ -16,6 +16,7 @@ want=(
   python3-sklearn                        # examples/digits_ddp: the digits data set
   libjemalloc2                           # tests/e2e: --preload accepts jemalloc's background thread
   python3-venv binutils                  # tests/wheel: the wheel in a fresh venv; strings(1)
+  python3-dev pybind11-dev               # the torch.distributed backend's shim for Debian's Python torch 1.13
 )
 [[ "${1:-}" == "--bench" ]] && want+=(hyperfine python3-matplotlib)
 

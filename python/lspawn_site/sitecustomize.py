@@ -57,6 +57,10 @@ def _lspawn_site():
         except Exception as e:  # the script runs regardless
             sys.stderr.write("lspawn: the hang diagnosis is off in this worker (%s: %s)\n" % (type(e).__name__, e))
 
+    # lspawn --cpu-backend lspawn: the script's gloo groups on lspawn's backend (lspawn/distributed/_override.py).
+    if os.environ.get("LSPAWN_CPU_BACKEND") == "lspawn":
+        _cpu_backend(os.path.dirname(here))
+
     # The sitecustomize this one shadows, if there is one.
     me = sys.modules.pop("sitecustomize", None)
     try:
@@ -70,6 +74,25 @@ def _lspawn_site():
         sys.stderr.write("lspawn: this interpreter's sitecustomize failed: %s: %s\n" % (type(e).__name__, e))
         if me is not None:
             sys.modules["sitecustomize"] = me
+
+
+def _cpu_backend(parent):
+    """parent: the wheel's lspawn package (.../site-packages/lspawn) or a build tree's python/ folder."""
+    try:
+        import importlib.util
+
+        for path, root in ((os.path.join(parent, "distributed", "_override.py"), os.path.dirname(parent)),
+                           (os.path.join(parent, "lspawn", "distributed", "_override.py"), parent)):
+            if os.path.isfile(path):
+                spec = importlib.util.spec_from_file_location("_lspawn_override", path)
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+                module.install(root)
+                return
+        sys.stderr.write("lspawn: --cpu-backend lspawn is off in this worker (no lspawn/distributed/_override.py "
+                         "beside %s)\n" % parent)
+    except Exception as e:  # the script runs regardless
+        sys.stderr.write("lspawn: --cpu-backend lspawn is off in this worker (%s: %s)\n" % (type(e).__name__, e))
 
 
 _lspawn_site()

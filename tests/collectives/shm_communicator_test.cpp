@@ -1,6 +1,6 @@
 // shm::Communicator and its kernels, ranks as threads of this process (pure protocol logic; the
 // process-level behaviour, peer death included, is in collectives_test.cpp).
-#include "collectives/shm/communicator.hpp"
+#include "shm/communicator.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -15,7 +15,7 @@
 #include "tests/collectives/worker.hpp"
 
 #include "collectives/cuda_ipc.hpp"
-#include "collectives/shm/communicator.hpp"
+#include "shm/communicator.hpp"
 #include "collectives/object.hpp"
 #include "collectives/ops.hpp"
 #include "collectives/strategy_ops.hpp"

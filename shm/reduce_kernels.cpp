@@ -1,7 +1,6 @@
-#include "collectives/shm/reduce_kernels.hpp"
+#include "shm/reduce_kernels.hpp"
 
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
+#include "shm/half.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -170,8 +169,8 @@ void reduce_into(void* dst, const void* const* srcs, int nsrc, std::size_t count
   switch (t) {
     case ElemType::Float32: return arith<float>(dst, srcs, nsrc, count, op);
     case ElemType::Float64: return arith<double>(dst, srcs, nsrc, count, op);
-    case ElemType::Float16: return half<c10::Half>(dst, srcs, nsrc, count, op);
-    case ElemType::BFloat16: return half<c10::BFloat16>(dst, srcs, nsrc, count, op);
+    case ElemType::Float16: return half<Float16>(dst, srcs, nsrc, count, op);
+    case ElemType::BFloat16: return half<BFloat16>(dst, srcs, nsrc, count, op);
     case ElemType::Int8: return integral<std::int8_t>(dst, srcs, nsrc, count, op);
     case ElemType::UInt8: return integral<std::uint8_t>(dst, srcs, nsrc, count, op);
     case ElemType::Int32: return integral<std::int32_t>(dst, srcs, nsrc, count, op);

@@ -33,7 +33,7 @@
 //   2 rounds each, whatever the size.
 #pragma once
 
-#include "collectives/shm/reduce_kernels.hpp"
+#include "shm/reduce_kernels.hpp"
 
 #include <chrono>
 #include <cstddef>

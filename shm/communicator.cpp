@@ -1,4 +1,4 @@
-#include "collectives/shm/communicator.hpp"
+#include "shm/communicator.hpp"
 
 #include <fcntl.h>
 #include <linux/futex.h>

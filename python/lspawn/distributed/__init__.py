@@ -1,0 +1,171 @@
+"""The torch.distributed backend `lspawn`: lspawn's shared-memory collectives under torch.distributed.
+
+    import lspawn.distributed            # registers the backend (importing it twice is harmless)
+    dist.init_process_group("cpu:lspawn,cuda:nccl")     # torch 2.x; torch 1.13: "lspawn"
+
+Every collective on CPU tensors of ranks that share one host runs on lspawn's engine (the
+shared-memory communicator of the C++ runtime, liblspawn_engine.so); point-to-point work, groups
+that span hosts and what the engine does not reduce (complex numbers, int16, ...) go to a gloo
+backend of the same group, so results are gloo's wherever lspawn's are not. A rank that dies
+mid-collective makes the others fail within milliseconds with an error naming it. Under lspawn
+the backend's operations enter the rank's status record (`lspawn status`, `--hang-timeout`).
+docs/python-backend.md has the whole story.
+
+The backend is compiled per torch release (a shim, built against that release's c10d); the one
+for the installed torch is picked at import by torch's version, its C++ ABI and this Python. A
+torch without one gets an error naming the command that builds it: `python -m lspawn.distributed
+build`. Importing this module imports torch; `import lspawn` and `lspawn.spawn()` do not.
+"""
+import ctypes
+import glob
+import importlib.machinery
+import importlib.util
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+from . import _build
+
+__all__ = ["BACKEND", "register", "ShimMissingError", "transport", "supported_releases"]
+
+BACKEND = "lspawn"
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_shim = None
+_transports = {}  # id(backend object) -> "shm" | "gloo"
+
+
+class ShimMissingError(ImportError):
+    """No build of the backend matches the installed torch (or this Python)."""
+
+
+def _shim_dirs():
+    dirs = []
+    if os.environ.get("LSPAWN_BACKEND_SHIM_DIR"):
+        dirs.append(os.environ["LSPAWN_BACKEND_SHIM_DIR"])
+    dirs.append(_build.default_out_dir())
+    dirs.append(os.path.join(_HERE, "_shims"))
+    seen = []
+    for d in dirs:
+        if d not in seen:
+            seen.append(d)
+    return seen
+
+
+def supported_releases():
+    """The torch releases (and Pythons) this install has a shim for, as 'torch 2.15.0 (cpython-311...)'."""
+    out = []
+    for d in _shim_dirs():
+        for path in sorted(glob.glob(os.path.join(d, "_lspawn_backend-torch*.so"))):
+            name = os.path.basename(path)[len("_lspawn_backend-torch"):-3]
+            release, abi, soabi = name.split("-", 2)
+            out.append("torch %s (%s, %s)" % (release, abi.replace("cxx11abi", "CXX11 ABI "), soabi))
+    return out
+
+
+def _engine_path():
+    env = os.environ.get("LSPAWN_ENGINE")
+    candidates = [env] if env else []
+    candidates.append(os.path.join(os.path.dirname(_HERE), "lib", "liblspawn_engine.so"))
+    for c in candidates:
+        if c and os.path.isfile(c):
+            return c
+    raise ShimMissingError("lspawn: the backend's engine is missing: looked for %s (a damaged install? reinstall "
+                           "lspawn; in a build tree set LSPAWN_ENGINE=<build>/shm/liblspawn_engine.so)"
+                           % " and ".join(c for c in candidates if c))
+
+
+def _load():
+    global _shim
+    if _shim is not None:
+        return _shim
+    ctypes.CDLL(_engine_path(), mode=ctypes.RTLD_GLOBAL)  # the shim's engine_* symbols
+    name = _build.shim_filename()
+    for d in _shim_dirs():
+        path = os.path.join(d, name)
+        if os.path.isfile(path):
+            loader = importlib.machinery.ExtensionFileLoader("lspawn.distributed._lspawn_backend", path)
+            spec = importlib.util.spec_from_file_location("lspawn.distributed._lspawn_backend", path, loader=loader)
+            module = importlib.util.module_from_spec(spec)
+            loader.exec_module(module)
+            if module.engine_abi() != module.ENGINE_ABI:
+                raise ShimMissingError("lspawn: %s was built for engine ABI %d, the engine is %d: rebuild it with "
+                                       "`%s -m lspawn.distributed build`" % (path, module.ENGINE_ABI,
+                                                                             module.engine_abi(), sys.executable))
+            _shim = module
+            return module
+    have = supported_releases()
+    raise ShimMissingError(
+        "lspawn: the torch.distributed backend 'lspawn' has no build for torch %s (C++ ABI %d, %s): this install "
+        "has %s. Build one against the installed torch (needs a C++ compiler and Python's headers, ~30 s):\n"
+        "    %s -m lspawn.distributed build\n(looked for %s in %s)" % (
+            torch.__version__, int(bool(torch._C._GLIBCXX_USE_CXX11_ABI)), _build.shim_filename().split("-", 3)[3][:-3],
+            ", ".join(have) if have else "none", sys.executable, name, ", ".join(_shim_dirs())))
+
+
+def _claim_status_slot(name, group_rank, group_size):
+    """A slot of this rank's status record for the group (lspawn_hang, when it records here), or 0."""
+    for module_name in ("lspawn_hang", "lspawn.lspawn_hang"):
+        hang = sys.modules.get(module_name)
+        if hang is not None and getattr(hang, "installed", lambda: False)() and hasattr(hang, "claim_slot"):
+            return hang.claim_slot(name, group_rank, group_size)
+    return 0
+
+
+def _use_engine():
+    value = os.environ.get("LSPAWN_BACKEND_SHM", "1")
+    if value not in ("0", "1"):
+        raise ValueError("lspawn: LSPAWN_BACKEND_SHM=%r: expected 1 (shared memory within a host, the default) or 0 "
+                         "(every operation through gloo)" % value)
+    return value == "1"
+
+
+def _gloo(store, rank, size, timeout):
+    """The gloo backend of the same group: point to point, other hosts, the rest."""
+    return dist.ProcessGroupGloo(dist.PrefixStore("lspawn-gloo/", store), rank, size, timeout)
+
+
+def _create(opts, backend_options=None):
+    """Backend.register_backend's creator (extended API): torch 1.13 and 2.x."""
+    shim = _load()
+    rank, size, timeout = opts.group_rank, opts.group_size, opts.timeout
+    ranks = list(getattr(opts, "global_ranks_in_group", None) or range(size))
+    group_id = str(getattr(opts, "group_id", "") or "0")
+    fallback = _gloo(opts.store, rank, size, timeout)
+    label = "world" if group_id in ("0", "default_pg") else "pg" + group_id
+    slot = _claim_status_slot("lspawn:" + label, rank, size)
+    backend, how = shim.create(opts.store, rank, size, int(timeout.total_seconds() * 1000), [int(r) for r in ranks],
+                               group_id, fallback, int(slot), _use_engine())
+    _transports[id(backend)] = how
+    return backend
+
+
+def transport(group=None):
+    """'shm' when the group's collectives run on lspawn's engine, 'gloo' when they all go to gloo
+    (a group spanning hosts, LSPAWN_BACKEND_SHM=0); None when the group has no lspawn backend."""
+    pg = group or dist.distributed_c10d._get_default_group()
+    candidates = [pg]
+    get_backend = getattr(pg, "_get_backend", None)
+    if get_backend is not None:
+        try:
+            candidates.append(get_backend(torch.device("cpu")))
+        except RuntimeError:
+            pass
+    for c in candidates:
+        if id(c) in _transports:
+            return _transports[id(c)]
+    return None
+
+
+def register():
+    """Registers the backend `lspawn` with torch.distributed, once (a second call does nothing)."""
+    if BACKEND.upper() in dist.Backend._plugins:
+        return
+    try:
+        dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["cpu", "cuda"])
+    except TypeError:  # torch 1.13: no `devices`
+        dist.Backend.register_backend(BACKEND, _create, extended_api=True)
+
+
+register()

@@ -1,0 +1,110 @@
+"""Builds the shim of the torch.distributed backend `lspawn` for the torch that is installed.
+
+    python -m lspawn.distributed build [--out DIR]
+
+The shim (_shim.cpp, beside this file) is one C++ file compiled against this torch's own headers
+with the settings its extensions need, read from torch itself as torch.utils.cpp_extension reads
+them: the C++ ABI flag (pip torch <= 2.6: _GLIBCXX_USE_CXX11_ABI=0, >= 2.7: 1; pytorch#143780) and
+pybind11's compiler, standard library and ABI (PYBIND11_COMPILER_TYPE/STDLIB/BUILD_ABI: with other
+values pybind11 does not recognise torch's c10d classes, pytorch#102832). It links torch's
+libraries and leaves the engine's C symbols (shm/engine.h) to be resolved at load, from the
+liblspawn_engine.so that lspawn.distributed loads first.
+
+Needs a C++ compiler ($CXX, else c++) and Python's headers (Debian: python3-dev). ~20-40 s.
+"""
+import os
+import shlex
+import subprocess
+import sys
+import sysconfig
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+def torch_release(version):
+    """'2.15.0+cu132' -> '2.15.0' (a CPU and a CUDA build of a release share c10d's ABI)."""
+    return version.split("+", 1)[0]
+
+
+def shim_filename(torch_module=None):
+    """The file name the shim of this interpreter and torch has, e.g.
+    _lspawn_backend-torch2.15.0-cxx11abi1-cpython-311-x86_64-linux-gnu.so."""
+    import torch
+    torch_module = torch_module or torch
+    abi = int(bool(torch_module._C._GLIBCXX_USE_CXX11_ABI))
+    soabi = sysconfig.get_config_var("SOABI") or "py%d%d" % sys.version_info[:2]
+    return "_lspawn_backend-torch%s-cxx11abi%d-%s.so" % (torch_release(torch_module.__version__), abi, soabi)
+
+
+def default_out_dir():
+    """Where a shim built on this machine goes unless --out says: $LSPAWN_BACKEND_SHIM_DIR, else
+    $XDG_CACHE_HOME/lspawn/shims (~/.cache/lspawn/shims)."""
+    env = os.environ.get("LSPAWN_BACKEND_SHIM_DIR")
+    if env:
+        return env
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "lspawn", "shims")
+
+
+def _engine_header_dir():
+    for d in (HERE, os.path.normpath(os.path.join(HERE, "..", "..", "..", "shm"))):
+        if os.path.isfile(os.path.join(d, "engine.h")):
+            return d
+    raise BuildError("lspawn: engine.h is missing: looked in %s and the source tree's shm/ (a damaged install? "
+                     "reinstall lspawn)" % HERE)
+
+
+def command(out_path):
+    """The compiler's argv for this torch."""
+    import torch
+    import torch.utils.cpp_extension as ext
+    major = int(torch_release(torch.__version__).split(".")[0])
+    cxx = os.environ.get("CXX", "c++")
+    args = shlex.split(cxx) + ["-shared", "-fPIC", "-O2", "-g0", "-fvisibility=hidden",
+                               "-std=c++20" if major >= 2 else "-std=c++17", "-w"]
+    args.append("-D_GLIBCXX_USE_CXX11_ABI=%d" % int(bool(torch._C._GLIBCXX_USE_CXX11_ABI)))
+    for name in ("COMPILER_TYPE", "STDLIB", "BUILD_ABI"):
+        value = getattr(torch._C, "_PYBIND11_" + name, None)
+        if value is not None:
+            args.append('-DPYBIND11_%s="%s"' % (name, value))
+    args += ["-DLSPAWN_TORCH2=%d" % int(major >= 2), "-DTORCH_EXTENSION_NAME=_lspawn_backend",
+             "-DTORCH_API_INCLUDE_EXTENSION_H"]
+    for inc in ext.include_paths() + [sysconfig.get_paths()["include"], _engine_header_dir()]:
+        args += ["-isystem" if inc != _engine_header_dir() else "-I", inc]
+    args += [os.path.join(HERE, "_shim.cpp"), "-o", out_path]
+    for lib in ext.library_paths():
+        args += ["-L", lib]
+    args += ["-lc10", "-ltorch_cpu", "-ltorch_python", "-Wl,--as-needed"]
+    return args
+
+
+def build(out_dir=None, verbose=False):
+    """Compiles the shim into out_dir (default_out_dir()) and returns its path. Raises BuildError
+    with the compiler's output when it fails."""
+    out_dir = out_dir or default_out_dir()
+    os.makedirs(out_dir, exist_ok=True)
+    final = os.path.join(out_dir, shim_filename())
+    tmp = "%s.tmp.%d" % (final, os.getpid())
+    argv = command(tmp)
+    if verbose:
+        print(" ".join(shlex.quote(a) for a in argv), file=sys.stderr)
+    if not os.path.isfile(sysconfig.get_paths()["include"] + "/Python.h"):
+        raise BuildError("lspawn: cannot build the backend's shim: Python's headers are missing (%s/Python.h; "
+                         "Debian: apt-get install python3-dev)" % sysconfig.get_paths()["include"])
+    try:
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    except FileNotFoundError:
+        raise BuildError("lspawn: cannot build the backend's shim: no C++ compiler %r (set CXX)" % argv[0]) from None
+    if proc.returncode != 0:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise BuildError("lspawn: building the backend's shim failed (exit %d):\n%s\n%s" % (
+            proc.returncode, " ".join(shlex.quote(a) for a in argv), proc.stdout[-8000:]))
+    os.replace(tmp, final)
+    return final

@@ -1,0 +1,683 @@
+// The torch.distributed backend `lspawn`, for one torch release: a c10d Backend (torch 2.x) or
+// ProcessGroup (torch 1.13) whose collectives on tensors of one host go through lspawn's engine
+// (liblspawn_engine.so, shm/engine.h: the shared-memory communicator), and whose other work
+// goes to a gloo backend of the same group (docs/python-backend.md, "What runs where").
+//
+// Built per torch release, against its headers, C++ ABI and pybind11 settings, by
+// lspawn/distributed/_build.py (`python -m lspawn.distributed build`); the wheel ships the builds
+// of the releases CI tests. The engine's C symbols are resolved at load from the engine that
+// lspawn.distributed loads first (RTLD_GLOBAL), so no C++ type crosses between them.
+//
+// Every operation is either carried by the engine (synchronously, in the calling thread: the
+// Work it returns is complete, its future holds the outputs), handed whole to the gloo backend,
+// or refused with an error naming the operation and the backend to use instead. Never a partial
+// or wrong result.
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#if LSPAWN_TORCH2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
+#include <torch/csrc/utils/pybind.h>
+
+#include <ATen/core/ivalue.h>
+
+#include <sys/stat.h>
+
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine.h"
+
+namespace lspawn_backend {
+
+#if LSPAWN_TORCH2
+using Base = c10d::Backend;
+#else
+using Base = c10d::ProcessGroup;
+#endif
+using c10d::Work;
+using WorkPtr = c10::intrusive_ptr<Work>;
+
+// A Work that is complete when returned: the engine ran the op in the caller's thread.
+class DoneWork final : public Work {
+ public:
+  DoneWork(c10d::OpType type, std::vector<at::Tensor> outputs)
+      : Work(-1, type), outputs_(std::move(outputs)),
+        future_(c10::make_intrusive<c10::ivalue::Future>(list_type())) {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+  bool isCompleted() override { return true; }
+  bool isSuccess() const override { return true; }
+  bool wait(std::chrono::milliseconds /*timeout*/) override { return true; }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  static const c10::TypePtr& list_type() {
+    static const c10::TypePtr t = c10::ListType::create(c10::TensorType::get());
+    return t;
+  }
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+[[noreturn]] void fail(const std::string& what) {
+#if LSPAWN_TORCH2
+  C10_THROW_ERROR(DistBackendError, what);
+#else
+  TORCH_CHECK(false, what);
+#endif
+}
+
+// The engine's element type for a dtype, or -1.
+int engine_type(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return LSPAWN_ENGINE_FLOAT32;
+    case at::kDouble: return LSPAWN_ENGINE_FLOAT64;
+    case at::kHalf: return LSPAWN_ENGINE_FLOAT16;
+    case at::kBFloat16: return LSPAWN_ENGINE_BFLOAT16;
+    case at::kChar: return LSPAWN_ENGINE_INT8;
+    case at::kByte: return LSPAWN_ENGINE_UINT8;
+    case at::kInt: return LSPAWN_ENGINE_INT32;
+    case at::kLong: return LSPAWN_ENGINE_INT64;
+    case at::kBool: return LSPAWN_ENGINE_BOOL;
+    default: return -1;
+  }
+}
+
+const char* op_name(c10d::ReduceOp::RedOpType op) {
+  switch (op) {
+    case c10d::ReduceOp::SUM: return "SUM";
+    case c10d::ReduceOp::AVG: return "AVG";
+    case c10d::ReduceOp::PRODUCT: return "PRODUCT";
+    case c10d::ReduceOp::MIN: return "MIN";
+    case c10d::ReduceOp::MAX: return "MAX";
+    case c10d::ReduceOp::BAND: return "BAND";
+    case c10d::ReduceOp::BOR: return "BOR";
+    case c10d::ReduceOp::BXOR: return "BXOR";
+    case c10d::ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
+    default: return "?";
+  }
+}
+
+// A tensor as the engine sees it: CPU, contiguous, dense. `buf` is the tensor itself when it
+// already is, else a copy whose result goes back with finish().
+struct Staged {
+  at::Tensor user;
+  at::Tensor buf;
+  bool copy_back = false;
+  void finish() {
+    if (copy_back) user.copy_(buf);
+  }
+};
+
+Staged stage(const at::Tensor& t) {
+  if (t.device().is_cpu() && t.is_contiguous()) return {t, t, false};
+  return {t, t.to(at::kCPU).contiguous(), true};
+}
+
+bool dense(const at::Tensor& t) { return t.layout() == c10::kStrided && !t.is_complex(); }
+bool dense(const std::vector<at::Tensor>& ts) {
+  for (const auto& t : ts)
+    if (!dense(t)) return false;
+  return true;
+}
+
+std::size_t nbytes(const at::Tensor& t) { return static_cast<std::size_t>(t.numel()) * t.element_size(); }
+
+class LspawnBackend final : public Base {
+ public:
+  LspawnBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout,
+                std::vector<int> global_ranks, const std::string& group_id, c10::intrusive_ptr<Base> fallback,
+                std::uintptr_t status_slot, bool use_engine)
+      : Base(rank, size), store_(store), timeout_(timeout), global_ranks_(std::move(global_ranks)),
+        group_id_(group_id), fallback_(std::move(fallback)), slot_(reinterpret_cast<void*>(status_slot)) {
+    if (global_ranks_.size() != static_cast<std::size_t>(size)) {
+      global_ranks_.resize(size);
+      for (int r = 0; r < size; ++r) global_ranks_[r] = r;
+    }
+    if (use_engine && one_host()) connect();
+  }
+  ~LspawnBackend() override {
+    if (engine_) lspawn_engine_destroy(engine_);
+  }
+
+  const std::string getBackendName() const override { return "lspawn"; }
+  // "shm" when the engine carries this group's collectives, "gloo" when every op goes to gloo.
+  std::string transport() const { return engine_ ? "shm" : "gloo"; }
+
+  WorkPtr allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override {
+    int etype = 0, eop = 0;
+    bool avg = false;
+    if (tensors.size() != 1 || !reducible(tensors[0], opts.reduceOp, "all_reduce", etype, eop, avg))
+      return to_fallback("all_reduce", tensors, [&] { return fallback_->allreduce(tensors, opts); });
+    return run("all_reduce", nbytes(tensors[0]), c10d::OpType::ALLREDUCE, tensors, [&] {
+      reduce_in_place(tensors[0], etype, eop, avg);
+    });
+  }
+
+  WorkPtr allreduce_coalesced(std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override {
+    int etype = 0, eop = 0;
+    bool avg = false;
+    std::size_t bytes = 0;
+    for (auto& t : tensors) {
+      if (!reducible(t, opts.reduceOp, "all_reduce_coalesced", etype, eop, avg))
+        return to_fallback("all_reduce_coalesced", tensors, [&] { return fallback_->allreduce_coalesced(tensors, opts); });
+      bytes += nbytes(t);
+    }
+    return run("all_reduce_coalesced", bytes, c10d::OpType::ALLREDUCE_COALESCED, tensors, [&] {
+      for (auto& t : tensors) {
+        int ty = engine_type(t.scalar_type());
+        reduce_in_place(t, ty, eop, avg);
+      }
+    });
+  }
+
+  WorkPtr broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override {
+    if (!engine_ || tensors.size() != 1 || opts.rootTensor != 0 || !dense(tensors[0]))
+      return to_fallback("broadcast", tensors, [&] { return fallback_->broadcast(tensors, opts); });
+    check_root(opts.rootRank, "broadcast");
+    return run("broadcast", nbytes(tensors[0]), c10d::OpType::BROADCAST, tensors, [&] {
+      Staged s = stage(tensors[0]);
+      check(lspawn_engine_broadcast(engine_, s.buf.data_ptr(), nbytes(s.buf), static_cast<int>(opts.rootRank), &err_));
+      s.finish();
+    });
+  }
+
+  WorkPtr reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override {
+    int etype = 0, eop = 0;
+    bool avg = false;
+    if (tensors.size() != 1 || opts.rootTensor != 0 || !reducible(tensors[0], opts.reduceOp, "reduce", etype, eop, avg))
+      return to_fallback("reduce", tensors, [&] { return fallback_->reduce(tensors, opts); });
+    check_root(opts.rootRank, "reduce");
+    return run("reduce", nbytes(tensors[0]), c10d::OpType::REDUCE, tensors, [&] {
+      if (getRank() == opts.rootRank) {
+        reduce_in_place(tensors[0], etype, eop, avg);
+      } else {  // the input of a rank that is not the root stays as it was
+        at::Tensor scratch = tensors[0].to(at::kCPU).clone(at::MemoryFormat::Contiguous);
+        reduce_in_place(scratch, etype, eop, avg);
+      }
+    });
+  }
+
+  WorkPtr allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                    const c10d::AllgatherOptions& opts) override {
+    if (!engine_ || inputs.size() != 1 || outputs.size() != 1 || !dense(inputs[0]) || !same_as(outputs[0], inputs[0]))
+      return to_fallback("all_gather", inputs, [&] { return fallback_->allgather(outputs, inputs, opts); });
+    return run("all_gather", nbytes(inputs[0]), c10d::OpType::ALLGATHER, outputs[0], [&] {
+      at::Tensor flat = gather_flat(inputs[0]);
+      spread(flat, outputs[0]);
+    });
+  }
+
+  WorkPtr _allgather_base(at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) override {
+    if (!engine_ || !dense(input) || !dense(output) || output.scalar_type() != input.scalar_type() ||
+        output.numel() != input.numel() * getSize())
+      return to_fallback("all_gather_into_tensor", {input}, [&] { return fallback_->_allgather_base(output, input, opts); });
+    std::vector<at::Tensor> out{output};
+    return run("all_gather_into_tensor", nbytes(input), c10d::OpType::_ALLGATHER_BASE, out, [&] {
+      Staged in = stage(input);
+      Staged o = stage(output);
+      check(lspawn_engine_all_gather(engine_, in.buf.data_ptr(), nbytes(in.buf), o.buf.data_ptr(), &err_));
+      o.finish();
+    });
+  }
+
+  WorkPtr allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                              const c10d::AllgatherOptions& opts) override {
+    // outputs[r][i]: rank r's inputs[i].
+    bool ok = engine_ && dense(inputs) && outputs.size() == static_cast<std::size_t>(getSize());
+    for (std::size_t r = 0; ok && r < outputs.size(); ++r) {
+      ok = outputs[r].size() == inputs.size();
+      for (std::size_t i = 0; ok && i < inputs.size(); ++i)
+        ok = outputs[r][i].numel() == inputs[i].numel() && outputs[r][i].scalar_type() == inputs[i].scalar_type();
+    }
+    if (!ok) return to_fallback("all_gather_coalesced", inputs, [&] { return fallback_->allgather_coalesced(outputs, inputs, opts); });
+    std::size_t bytes = 0;
+    for (auto& t : inputs) bytes += nbytes(t);
+    std::vector<at::Tensor> all;
+    for (auto& list : outputs) all.insert(all.end(), list.begin(), list.end());
+    return run("all_gather_coalesced", bytes, c10d::OpType::ALLGATHER_COALESCED, all, [&] {
+      for (std::size_t i = 0; i < inputs.size(); ++i) {
+        at::Tensor flat = gather_flat(inputs[i]);
+        for (int r = 0; r < getSize(); ++r) outputs[r][i].copy_(chunk(flat, r, inputs[i]));
+      }
+    });
+  }
+
+#if LSPAWN_TORCH2
+  WorkPtr allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllgatherOptions& opts) override {
+    bool ok = engine_ && outputs.size() == inputs.size() && dense(inputs) && dense(outputs);
+    for (std::size_t i = 0; ok && i < inputs.size(); ++i)
+      ok = outputs[i].numel() == inputs[i].numel() * getSize() && outputs[i].scalar_type() == inputs[i].scalar_type();
+    if (!ok)
+      return to_fallback("all_gather_into_tensor_coalesced", inputs,
+                         [&] { return fallback_->allgather_into_tensor_coalesced(outputs, inputs, opts); });
+    std::size_t bytes = 0;
+    for (auto& t : inputs) bytes += nbytes(t);
+    return run("all_gather_into_tensor_coalesced", bytes, c10d::OpType::COALESCED, outputs, [&] {
+      for (std::size_t i = 0; i < inputs.size(); ++i) {
+        Staged in = stage(inputs[i]);
+        Staged o = stage(outputs[i]);
+        check(lspawn_engine_all_gather(engine_, in.buf.data_ptr(), nbytes(in.buf), o.buf.data_ptr(), &err_));
+        o.finish();
+      }
+    });
+  }
+#endif
+
+  WorkPtr gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                 const c10d::GatherOptions& opts) override {
+    const bool root = getRank() == opts.rootRank;
+    bool ok = engine_ && inputs.size() == 1 && dense(inputs[0]);
+    if (ok && root) ok = outputs.size() == 1 && same_as(outputs[0], inputs[0]);
+    if (!ok) return to_fallback("gather", inputs, [&] { return fallback_->gather(outputs, inputs, opts); });
+    check_root(opts.rootRank, "gather");
+    std::vector<at::Tensor> result = root ? outputs[0] : std::vector<at::Tensor>{};
+    return run("gather", nbytes(inputs[0]), c10d::OpType::GATHER, result, [&] {
+      at::Tensor flat = gather_flat(inputs[0]);
+      if (root) spread(flat, outputs[0]);
+    });
+  }
+
+  WorkPtr scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                  const c10d::ScatterOptions& opts) override {
+    const bool root = getRank() == opts.rootRank;
+    bool ok = engine_ && outputs.size() == 1 && dense(outputs[0]);
+    if (ok && root) ok = inputs.size() == 1 && same_as(inputs[0], outputs[0]);
+    if (!ok) return to_fallback("scatter", outputs, [&] { return fallback_->scatter(outputs, inputs, opts); });
+    check_root(opts.rootRank, "scatter");
+    return run("scatter", nbytes(outputs[0]), c10d::OpType::SCATTER, outputs, [&] {
+      // The root's pieces, end to end, broadcast; each rank keeps its own.
+      at::Tensor flat = root ? at::cat(flatten_all(inputs[0]))
+                             : at::empty({outputs[0].numel() * getSize()}, outputs[0].options().device(at::kCPU));
+      check(lspawn_engine_broadcast(engine_, flat.data_ptr(), nbytes(flat), static_cast<int>(opts.rootRank), &err_));
+      outputs[0].copy_(chunk(flat, getRank(), outputs[0]));
+    });
+  }
+
+  WorkPtr reduce_scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                         const c10d::ReduceScatterOptions& opts) override {
+    int etype = 0, eop = 0;
+    bool avg = false;
+    bool ok = outputs.size() == 1 && inputs.size() == 1 && same_as(inputs[0], outputs[0]) &&
+              reducible(outputs[0], opts.reduceOp, "reduce_scatter", etype, eop, avg);
+    if (!ok) return to_fallback("reduce_scatter", outputs, [&] { return fallback_->reduce_scatter(outputs, inputs, opts); });
+    return run("reduce_scatter", nbytes(outputs[0]) * getSize(), c10d::OpType::REDUCE_SCATTER, outputs, [&] {
+      at::Tensor flat = at::cat(flatten_all(inputs[0]));
+      reduce_in_place(flat, etype, eop, avg);
+      outputs[0].copy_(chunk(flat, getRank(), outputs[0]));
+    });
+  }
+
+  WorkPtr _reduce_scatter_base(at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override {
+    int etype = 0, eop = 0;
+    bool avg = false;
+    bool ok = input.scalar_type() == output.scalar_type() && input.numel() == output.numel() * getSize() &&
+              reducible(input, opts.reduceOp, "reduce_scatter_tensor", etype, eop, avg);
+    if (!ok)
+      return to_fallback("reduce_scatter_tensor", {input}, [&] { return fallback_->_reduce_scatter_base(output, input, opts); });
+    std::vector<at::Tensor> out{output};
+    return run("reduce_scatter_tensor", nbytes(input), c10d::OpType::_REDUCE_SCATTER_BASE, out, [&] {
+      at::Tensor flat = input.to(at::kCPU).flatten().clone();
+      reduce_in_place(flat, etype, eop, avg);
+      output.copy_(chunk(flat, getRank(), output));
+    });
+  }
+
+#if LSPAWN_TORCH2
+  WorkPtr reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::ReduceScatterOptions& opts) override {
+    if (outputs.size() != inputs.size()) fail("lspawn backend: reduce_scatter_tensor_coalesced: as many outputs as inputs");
+    std::vector<WorkPtr> works;
+    for (std::size_t i = 0; i < inputs.size(); ++i) works.push_back(_reduce_scatter_base(outputs[i], inputs[i], opts));
+    for (auto& w : works) w->wait();
+    return c10::make_intrusive<DoneWork>(c10d::OpType::COALESCED, outputs);
+  }
+#endif
+
+  WorkPtr alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
+                        std::vector<int64_t>& input_splits, const c10d::AllToAllOptions& opts) override {
+    if (!engine_ || !dense(input) || !dense(output) || input.scalar_type() != output.scalar_type())
+      return to_fallback("all_to_all_single", {input}, [&] {
+        return fallback_->alltoall_base(output, input, output_splits, input_splits, opts);
+      });
+    const int n = getSize();
+    auto rows = [n](const at::Tensor& t, const std::vector<int64_t>& splits, const char* which) {
+      const int64_t dim0 = t.dim() == 0 ? 1 : t.size(0);
+      std::vector<int64_t> s = splits;
+      if (s.empty()) {
+        if (dim0 % n != 0)
+          fail(std::string("lspawn backend: all_to_all_single: the ") + which + " tensor's first dimension (" +
+               std::to_string(dim0) + ") does not split evenly among " + std::to_string(n) + " ranks");
+        s.assign(n, dim0 / n);
+      }
+      if (static_cast<int>(s.size()) != n)
+        fail(std::string("lspawn backend: all_to_all_single: ") + std::to_string(s.size()) + " " + which +
+             " split sizes for " + std::to_string(n) + " ranks");
+      return s;
+    };
+    const std::vector<int64_t> in_rows = rows(input, input_splits, "input");
+    const std::vector<int64_t> out_rows = rows(output, output_splits, "output");
+    const int64_t in_row_bytes = input.dim() == 0 ? nbytes(input) : nbytes(input) / std::max<int64_t>(1, input.size(0));
+    const int64_t out_row_bytes =
+        output.dim() == 0 ? nbytes(output) : nbytes(output) / std::max<int64_t>(1, output.size(0));
+    std::vector<int64_t> in_bytes(n), out_bytes(n);
+    for (int r = 0; r < n; ++r) {
+      in_bytes[r] = in_rows[r] * in_row_bytes;
+      out_bytes[r] = out_rows[r] * out_row_bytes;
+    }
+    std::vector<at::Tensor> out{output};
+    return run("all_to_all_single", nbytes(input), c10d::OpType::ALLTOALL_BASE, out, [&] {
+      Staged in = stage(input);
+      Staged o = stage(output);
+      exchange(static_cast<const unsigned char*>(in.buf.data_ptr()), in_bytes,
+               static_cast<unsigned char*>(o.buf.data_ptr()), out_bytes, "all_to_all_single");
+      o.finish();
+    });
+  }
+
+  WorkPtr alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                   const c10d::AllToAllOptions& opts) override {
+    const int n = getSize();
+    if (!engine_ || static_cast<int>(inputs.size()) != n || static_cast<int>(outputs.size()) != n || !dense(inputs) ||
+        !dense(outputs))
+      return to_fallback("all_to_all", inputs, [&] { return fallback_->alltoall(outputs, inputs, opts); });
+    std::vector<int64_t> in_bytes(n), out_bytes(n);
+    std::size_t total = 0;
+    for (int r = 0; r < n; ++r) {
+      in_bytes[r] = nbytes(inputs[r]);
+      out_bytes[r] = nbytes(outputs[r]);
+      total += in_bytes[r];
+    }
+    return run("all_to_all", total, c10d::OpType::ALLTOALL, outputs, [&] {
+      at::Tensor packed = at::empty({static_cast<int64_t>(total)}, at::TensorOptions().dtype(at::kByte));
+      std::size_t off = 0;
+      for (int r = 0; r < n; ++r) {
+        at::Tensor c = inputs[r].to(at::kCPU).contiguous();
+        std::memcpy(packed.data_ptr<uint8_t>() + off, c.data_ptr(), nbytes(c));
+        off += nbytes(c);
+      }
+      std::size_t out_total = 0;
+      for (int r = 0; r < n; ++r) out_total += out_bytes[r];
+      at::Tensor unpacked = at::empty({static_cast<int64_t>(out_total)}, at::TensorOptions().dtype(at::kByte));
+      exchange(packed.data_ptr<uint8_t>(), in_bytes, unpacked.data_ptr<uint8_t>(), out_bytes, "all_to_all");
+      off = 0;
+      for (int r = 0; r < n; ++r) {
+        at::Tensor src = unpacked.narrow(0, off, out_bytes[r]);
+        outputs[r].copy_(at::from_blob(src.data_ptr(), outputs[r].sizes(),
+                                       at::TensorOptions().dtype(outputs[r].scalar_type())));
+        off += out_bytes[r];
+      }
+    });
+  }
+
+  WorkPtr barrier(const c10d::BarrierOptions& opts) override {
+    if (!engine_) return to_fallback("barrier", {}, [&] { return fallback_->barrier(opts); });
+    return run("barrier", 0, c10d::OpType::BARRIER, {}, [&] { check(lspawn_engine_barrier(engine_, &err_)); });
+  }
+
+  // Point to point: gloo's, recorded.
+  WorkPtr send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
+    return to_fallback("send", tensors, [&] { return fallback_->send(tensors, dst, tag); });
+  }
+  WorkPtr recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
+    return to_fallback("recv", tensors, [&] { return fallback_->recv(tensors, src, tag); });
+  }
+  WorkPtr recvAnysource(std::vector<at::Tensor>& tensors, int tag) override {
+    return to_fallback("recv", tensors, [&] { return fallback_->recvAnysource(tensors, tag); });
+  }
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override {
+    fallback_->monitoredBarrier(opts, wait_all_ranks);
+  }
+  void setSequenceNumberForGroup() override { fallback_->setSequenceNumberForGroup(); }
+  uint64_t getSequenceNumberForGroup() override { return fallback_->getSequenceNumberForGroup(); }
+
+ private:
+  // True when all ranks of the group share this host's shared memory: the same boot and the same
+  // /dev/shm (device, inode). Asked through gloo: one all_gather of 3 numbers.
+  bool one_host() {
+    std::string boot;
+    std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+    struct stat st {};
+    if (::stat("/dev/shm", &st) != 0) return false;
+    const int64_t mine[3] = {static_cast<int64_t>(std::hash<std::string>{}(boot)), static_cast<int64_t>(st.st_dev),
+                             static_cast<int64_t>(st.st_ino)};
+    at::Tensor in = at::from_blob(const_cast<int64_t*>(mine), {3}, at::TensorOptions().dtype(at::kLong)).clone();
+    std::vector<at::Tensor> ins{in};
+    std::vector<std::vector<at::Tensor>> outs(1);
+    for (int r = 0; r < getSize(); ++r) outs[0].push_back(at::empty({3}, at::TensorOptions().dtype(at::kLong)));
+    fallback_->allgather(outs, ins)->wait();
+    for (auto& o : outs[0])
+      if (!at::equal(o, in)) return false;
+    return true;
+  }
+
+  void connect() {
+    struct Ctx {
+      c10d::Store* store;
+      std::string prefix;
+    } ctx{store_.get(), "lspawn/shm/"};
+    auto set = [](void* c, const char* key, const void* value, size_t len, lspawn_engine_error* err) -> int {
+      auto* x = static_cast<Ctx*>(c);
+      try {
+        const auto* p = static_cast<const uint8_t*>(value);
+        x->store->set(x->prefix + key, std::vector<uint8_t>(p, p + len));
+        return 0;
+      } catch (const std::exception& e) {
+        std::snprintf(err->message, sizeof err->message, "store set %s: %s", key, e.what());
+        return -1;
+      }
+    };
+    auto get = [](void* c, const char* key, void* buf, size_t cap, lspawn_engine_error* err) -> long {
+      auto* x = static_cast<Ctx*>(c);
+      try {
+        std::vector<uint8_t> v = x->store->get(x->prefix + key);
+        std::memcpy(buf, v.data(), std::min(cap, v.size()));
+        return static_cast<long>(v.size());
+      } catch (const std::exception& e) {
+        std::snprintf(err->message, sizeof err->message, "store get %s: %s", key, e.what());
+        return -1;
+      }
+    };
+    std::string label = "lspawn-pg" + group_id_;
+    for (char& c : label)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') c = '_';
+    engine_ = lspawn_engine_create(getRank(), getSize(), label.c_str(), timeout_.count(), global_ranks_.data(), set, get,
+                                   &ctx, &err_);
+    if (!engine_) fail(std::string("lspawn backend: could not set up shared memory for group '") + group_id_ +
+                       "' (rank " + std::to_string(global_ranks_[getRank()]) + "): " + err_.message);
+  }
+
+  // Whether the engine can reduce `t` with `op`; refuses (throws) what no backend here would do right.
+  bool reducible(const at::Tensor& t, const c10d::ReduceOp& op, const char* what, int& etype, int& eop, bool& avg) {
+    avg = false;
+    switch (op.op_) {
+      case c10d::ReduceOp::SUM: eop = LSPAWN_ENGINE_SUM; break;
+      case c10d::ReduceOp::PRODUCT: eop = LSPAWN_ENGINE_PRODUCT; break;
+      case c10d::ReduceOp::MIN: eop = LSPAWN_ENGINE_MIN; break;
+      case c10d::ReduceOp::MAX: eop = LSPAWN_ENGINE_MAX; break;
+      case c10d::ReduceOp::BAND: eop = LSPAWN_ENGINE_BAND; break;
+      case c10d::ReduceOp::BOR: eop = LSPAWN_ENGINE_BOR; break;
+      case c10d::ReduceOp::BXOR: eop = LSPAWN_ENGINE_BXOR; break;
+      case c10d::ReduceOp::AVG:
+        eop = LSPAWN_ENGINE_SUM;
+        avg = true;
+        if (!at::isFloatingType(t.scalar_type()))
+          fail(std::string("lspawn backend: ") + what + " with ReduceOp.AVG on " + std::string(c10::toString(t.scalar_type())) +
+               " tensors is not supported (an integer mean is not exact): use ReduceOp.SUM and divide, or a "
+               "floating-point tensor");
+        break;
+      default:
+        fail(std::string("lspawn backend: ") + what + " with ReduceOp." + op_name(op.op_) +
+             " is not supported by lspawn or gloo: use the nccl backend for CUDA tensors, or ReduceOp.SUM after "
+             "scaling the input");
+    }
+    if (!engine_ || !dense(t)) return false;
+    etype = engine_type(t.scalar_type());
+    if (etype < 0 || !lspawn_engine_supports(etype, eop)) {
+      if (avg) fail(std::string("lspawn backend: ") + what + " with ReduceOp.AVG on " +
+                    std::string(c10::toString(t.scalar_type())) + " tensors is not supported: use ReduceOp.SUM and divide");
+      return false;  // gloo's (or gloo's refusal)
+    }
+    return true;
+  }
+
+  void reduce_in_place(at::Tensor& t, int etype, int eop, bool avg) {
+    Staged s = stage(t);
+    check(lspawn_engine_all_reduce(engine_, s.buf.data_ptr(), static_cast<size_t>(s.buf.numel()), etype, eop, &err_));
+    if (avg) s.buf.div_(getSize());
+    s.finish();
+  }
+
+  // Every rank's `input`, end to end (size * numel), CPU.
+  at::Tensor gather_flat(const at::Tensor& input) {
+    Staged in = stage(input);
+    at::Tensor flat = at::empty({in.buf.numel() * getSize()}, in.buf.options());
+    check(lspawn_engine_all_gather(engine_, in.buf.data_ptr(), nbytes(in.buf), flat.data_ptr(), &err_));
+    return flat;
+  }
+  at::Tensor chunk(const at::Tensor& flat, int r, const at::Tensor& like) {
+    return flat.narrow(0, static_cast<int64_t>(r) * like.numel(), like.numel()).view(like.sizes());
+  }
+  void spread(const at::Tensor& flat, std::vector<at::Tensor>& outputs) {
+    for (int r = 0; r < getSize(); ++r) outputs[r].copy_(chunk(flat, r, outputs[r]));
+  }
+  static std::vector<at::Tensor> flatten_all(const std::vector<at::Tensor>& ts) {
+    std::vector<at::Tensor> out;
+    out.reserve(ts.size());
+    for (const auto& t : ts) out.push_back(t.to(at::kCPU).flatten());
+    return out;
+  }
+  bool same_as(const std::vector<at::Tensor>& list, const at::Tensor& like) const {
+    if (static_cast<int>(list.size()) != getSize()) return false;
+    for (const auto& t : list)
+      if (!dense(t) || t.numel() != like.numel() || t.scalar_type() != like.scalar_type()) return false;
+    return true;
+  }
+
+  // Personalised exchange: in_bytes[r] bytes of `in` (end to end, by destination) go to rank r;
+  // out_bytes[r] bytes from rank r land in `out` (end to end, by source). One all_gather of the
+  // size tables, one of every rank's input padded to the largest.
+  void exchange(const unsigned char* in, const std::vector<int64_t>& in_bytes, unsigned char* out,
+                const std::vector<int64_t>& out_bytes, const char* what) {
+    const int n = getSize();
+    std::vector<int64_t> table(static_cast<std::size_t>(n) * n);
+    check(lspawn_engine_all_gather(engine_, in_bytes.data(), n * sizeof(int64_t), table.data(), &err_));
+    int64_t widest = 0;
+    for (int r = 0; r < n; ++r) {
+      int64_t sum = 0;
+      for (int d = 0; d < n; ++d) sum += table[r * n + d];
+      widest = std::max(widest, sum);
+    }
+    for (int r = 0; r < n; ++r)
+      if (table[r * n + getRank()] != out_bytes[r])
+        fail(std::string("lspawn backend: ") + what + ": rank " + std::to_string(global_ranks_[r]) + " sends " +
+             std::to_string(table[r * n + getRank()]) + " bytes to rank " + std::to_string(global_ranks_[getRank()]) +
+             ", which expects " + std::to_string(out_bytes[r]));
+    std::vector<unsigned char> mine(static_cast<std::size_t>(widest)), all(static_cast<std::size_t>(widest) * n);
+    int64_t sent = 0;
+    for (int d = 0; d < n; ++d) sent += in_bytes[d];
+    if (sent) std::memcpy(mine.data(), in, sent);
+    check(lspawn_engine_all_gather(engine_, mine.data(), widest, all.data(), &err_));
+    int64_t off_out = 0;
+    for (int r = 0; r < n; ++r) {
+      int64_t off_in = 0;
+      for (int d = 0; d < getRank(); ++d) off_in += table[r * n + d];
+      if (out_bytes[r]) std::memcpy(out + off_out, all.data() + r * widest + off_in, out_bytes[r]);
+      off_out += out_bytes[r];
+    }
+  }
+
+  void check_root(int64_t root, const char* what) {
+    if (root < 0 || root >= getSize())
+      fail(std::string("lspawn backend: ") + what + ": root " + std::to_string(root) + " is not a rank of this group of " +
+           std::to_string(getSize()));
+  }
+
+  void check(int rc) {
+    if (rc == LSPAWN_ENGINE_OK) return;
+    std::string msg = std::string("lspawn backend (group '") + group_id_ + "', rank " +
+                      std::to_string(global_ranks_[getRank()]) + "): " + err_.message;
+    fail(msg);
+  }
+
+  // Runs an op on the engine, bracketed in the status record; the Work is complete.
+  template <typename F>
+  WorkPtr run(const char* what, std::size_t bytes, c10d::OpType type, const std::vector<at::Tensor>& outputs, F&& f) {
+    const uint64_t seq = ++seq_;
+    lspawn_status_enter(slot_, what, seq, bytes);
+    try {
+      f();
+    } catch (...) {
+      lspawn_status_complete(slot_, seq);
+      throw;
+    }
+    lspawn_status_complete(slot_, seq);
+    return c10::make_intrusive<DoneWork>(type, outputs);
+  }
+
+  // Hands an op to gloo, recorded until its future completes.
+  template <typename F>
+  WorkPtr to_fallback(const char* what, const std::vector<at::Tensor>& tensors, F&& f) {
+    std::size_t bytes = 0;
+    for (const auto& t : tensors) bytes += nbytes(t);
+    const uint64_t seq = ++seq_;
+    lspawn_status_enter(slot_, what, seq, bytes);
+    WorkPtr w;
+    try {
+      w = f();
+    } catch (...) {
+      lspawn_status_complete(slot_, seq);
+      throw;
+    }
+    if (slot_) {
+      void* slot = slot_;
+      w->getFuture()->addCallback([slot, seq](c10::ivalue::Future&) { lspawn_status_complete(slot, seq); });
+    }
+    return w;
+  }
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::chrono::milliseconds timeout_;
+  std::vector<int> global_ranks_;
+  std::string group_id_;
+  c10::intrusive_ptr<Base> fallback_;
+  void* slot_ = nullptr;
+  lspawn_engine* engine_ = nullptr;
+  lspawn_engine_error err_{};
+  uint64_t seq_ = 0;
+};
+
+}  // namespace lspawn_backend
+
+PYBIND11_MODULE(_lspawn_backend, m) {
+  namespace py = pybind11;
+  m.attr("ENGINE_ABI") = LSPAWN_ENGINE_ABI;
+  m.def("engine_abi", [] { return lspawn_engine_abi(); });
+  m.def(
+      "create",
+      [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, int64_t timeout_ms,
+         std::vector<int> global_ranks, const std::string& group_id,
+         const c10::intrusive_ptr<lspawn_backend::Base>& fallback, std::uintptr_t status_slot, bool use_engine) {
+        c10::intrusive_ptr<lspawn_backend::LspawnBackend> b;
+        {
+          py::gil_scoped_release nogil;  // the store and gloo wait for the other ranks
+          b = c10::make_intrusive<lspawn_backend::LspawnBackend>(store, rank, size, std::chrono::milliseconds(timeout_ms),
+                                                                 std::move(global_ranks), group_id, fallback,
+                                                                 status_slot, use_engine);
+        }
+        std::string transport = b->transport();
+        return py::make_tuple(c10::intrusive_ptr<lspawn_backend::Base>(std::move(b)), transport);
+      },
+      py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_ms"), py::arg("global_ranks"),
+      py::arg("group_id"), py::arg("fallback"), py::arg("status_slot"), py::arg("use_engine"));
+}
