@@ -428,6 +428,13 @@ class _Wrapped:
         pg = group if group is not None else c10d._get_default_group()
         entry = self.slots.get(id(pg))
         if entry is None:
+            try:
+                native = "lspawn" in str(c10d.get_backend(pg)).lower()
+            except Exception:
+                native = False
+            if native:  # the backend `lspawn` records its ops itself (lspawn.distributed, claim_slot)
+                entry = self.slots[id(pg)] = [None, 0, 0, "", pg]
+                return entry
             if pg is c10d._get_default_group():
                 label = "world"
             else:

@@ -272,8 +272,13 @@ def _cpu_backend():
     try:
         import importlib.util
         here = os.path.dirname(os.path.abspath(__file__))
-        for path, root in ((os.path.join(here, "distributed", "_override.py"), os.path.dirname(here)),
-                           (os.path.join(here, "lspawn", "distributed", "_override.py"), here)):
+        places = [(os.path.join(here, "distributed", "_override.py"), os.path.dirname(here)),
+                  (os.path.join(here, "lspawn", "distributed", "_override.py"), here)]
+        found = importlib.util.find_spec("lspawn")  # the lspawn package on the worker's own path
+        if found is not None and found.submodule_search_locations:
+            pkg = list(found.submodule_search_locations)[0]
+            places.append((os.path.join(pkg, "distributed", "_override.py"), os.path.dirname(pkg)))
+        for path, root in places:
             if os.path.isfile(path):
                 spec = importlib.util.spec_from_file_location("_lspawn_override", path)
                 module = importlib.util.module_from_spec(spec)

@@ -1,0 +1,58 @@
+"""A rank of the lspawn backend that dies mid-collective: the others fail within seconds, naming it.
+
+3 ranks; rank 1 exits (code 7) instead of joining a 16 MiB all_reduce. Ranks 0 and 2 must raise from the
+all_reduce within 10 s (the group's timeout is 60 s: only the engine's peer check can be this fast), with an
+error that names rank 1 and says it died. Then the same with a rank stopped by SIGKILL in the middle of a
+stream of all_reduces.
+"""
+import os
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+
+def worker():
+    import torch
+    dist = harness.init()
+    rank = dist.get_rank()
+    mode = sys.argv[sys.argv.index("--worker") + 1]
+    t = torch.ones(4 << 20)
+    dist.all_reduce(t)  # everybody is in
+    if rank == 1:
+        if mode == "exit":
+            os._exit(7)
+        for _ in range(3):
+            dist.all_reduce(t)
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    try:
+        for _ in range(1000):
+            dist.all_reduce(t)
+    except RuntimeError as e:
+        took = time.monotonic() - start
+        text = str(e)
+        print("rank %d: failed after %.2f s: %s" % (rank, took, text.splitlines()[0][:300]))
+        ok = took < 10 and "rank 1" in text and ("died" in text or "dead" in text or "exited" in text)
+        sys.exit(0 if ok else 3)
+    print("rank %d: no error although rank 1 is gone" % rank)
+    sys.exit(4)
+
+
+def main():
+    for mode, code in (("exit", 7), ("kill", -signal.SIGKILL)):
+        start = time.monotonic()
+        results = harness.run_ranks(os.path.abspath(__file__), 3, [mode], timeout=60, expect={0: 0, 1: code, 2: 0})
+        for r, c, out in results:
+            if r != 1:
+                print("%s: %s" % (mode, out.strip().splitlines()[-1]))
+        print("%s: whole run %.1f s" % (mode, time.monotonic() - start))
+
+
+if __name__ == "__main__":
+    if "--worker" in sys.argv:
+        worker()
+    else:
+        main()

@@ -1,0 +1,101 @@
+"""The backend's refusals: an op it does not do, a torch it has no build for, a bad setting.
+
+- all_reduce with ReduceOp.AVG on an int64 tensor: refused, naming the op, the reduction and what to use.
+- ReduceOp.PREMUL_SUM (torch 2.x): refused, naming the op and the backend to use (nccl).
+- LSPAWN_BACKEND_SHM=2: refused, naming the variable and its values.
+- No shim for this torch (an empty shim folder, a cache elsewhere, no package shims): init_process_group fails
+  with an error that names the torch release, the releases this install has, and the command that builds one;
+  then that very command (`python -m lspawn.distributed build --out DIR`) is run, and the backend works.
+  The build takes 20-50 s; LSPAWN_TEST_SKIP_BUILD=1 skips that last part.
+- Registering twice is harmless.
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+
+def worker():
+    import torch
+    mode = sys.argv[sys.argv.index("--worker") + 1]
+    if mode == "shm-env":
+        os.environ["LSPAWN_BACKEND_SHM"] = "2"
+        try:
+            harness.init()
+        except Exception as e:
+            print("refused: %s" % e)
+            sys.exit(0 if "LSPAWN_BACKEND_SHM" in str(e) and "'2'" in str(e) else 3)
+        sys.exit(4)
+    if mode == "noshim":
+        try:
+            harness.init()
+        except Exception as e:
+            print("refused: %s" % e)
+            sys.exit(0 if "python -m lspawn.distributed build" in str(e).replace(sys.executable, "python")
+                     and torch.__version__ in str(e) else 3)
+        sys.exit(4)
+    dist = harness.init()
+    import lspawn.distributed as ld
+    ld.register()
+    ld.register()  # harmless
+    failures = []
+    try:
+        dist.all_reduce(torch.ones(4, dtype=torch.int64), op=dist.ReduceOp.AVG)
+        failures.append("AVG on int64 was not refused")
+    except RuntimeError as e:
+        text = str(e)
+        print("AVG int64: %s" % text.splitlines()[0])
+        if not ("all_reduce" in text and "AVG" in text and "SUM" in text):
+            failures.append("AVG's error does not name the op and the alternative: %s" % text)
+    maker = getattr(dist, "_make_nccl_premul_sum", None)
+    if maker is not None:
+        try:
+            dist.all_reduce(torch.ones(4), op=maker(2.0))
+            failures.append("PREMUL_SUM was not refused")
+        except RuntimeError as e:
+            text = str(e)
+            print("PREMUL_SUM: %s" % text.splitlines()[0])
+            if not ("all_reduce" in text and "PREMUL_SUM" in text and "nccl" in text):
+                failures.append("PREMUL_SUM's error does not name the op and the backend to use: %s" % text)
+    t = torch.ones(4)
+    dist.all_reduce(t)  # still works after the refusals
+    if not torch.equal(t, torch.full((4,), float(dist.get_world_size()))):
+        failures.append("all_reduce after the refusals: %s" % t.tolist())
+    if failures:
+        print("\n".join(failures))
+        sys.exit(1)
+    print("refusals right")
+
+
+def main():
+    here = os.path.abspath(__file__)
+    harness.run_ranks(here, 2, ["ops"])
+    harness.run_ranks(here, 2, ["shm-env"])
+    with tempfile.TemporaryDirectory() as tmp:
+        empty = os.path.join(tmp, "empty")
+        os.mkdir(empty)
+        env = {"LSPAWN_BACKEND_SHIM_DIR": empty, "XDG_CACHE_HOME": os.path.join(tmp, "cache")}
+        results = harness.run_ranks(here, 2, ["noshim"], env=env)
+        print(results[0][2].strip()[:600])
+        if os.environ.get("LSPAWN_TEST_SKIP_BUILD") == "1":
+            return
+        out = os.path.join(tmp, "built")
+        proc = subprocess.run([sys.executable, "-m", "lspawn.distributed", "build", "--out", out],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ, **env))
+        if proc.returncode != 0:
+            raise SystemExit("FAILED: the build command failed:\n" + proc.stdout[-4000:])
+        print("built %s" % proc.stdout.strip().splitlines()[-1])
+        env["LSPAWN_BACKEND_SHIM_DIR"] = out
+        harness.run_ranks(here, 2, ["ops"], env=env)
+        print("the freshly built shim works")
+
+
+if __name__ == "__main__":
+    if "--worker" in sys.argv:
+        worker()
+    else:
+        main()
