@@ -6,6 +6,11 @@
 #     lspawn_site/sitecustomize.py             ... for Python workers in exec mode (launcher/python_site.hpp)
 #     libexec/lspawn-guardian                  the guardian
 #     lib/liblspawn_preload.so                 --preload's fork loop
+#     lib/liblspawn_engine.so                  the torch.distributed backend's engine (shm/engine.h)
+#     distributed/                             the backend `lspawn`: its Python, the shim's source
+#       _shim.cpp, engine.h, _shims/*.so       (_shim.cpp) and header, and the shims built here for
+#                                              the Pythons of LSPAWN_WHEEL_SHIM_PYTHONS (one per
+#                                              torch release and Python; docs/python-backend.md)
 # The binary finds the package from its own path (supervisor/install_layout.hpp); the package
 # finds the binary through its RECORD (python/lspawn/_paths.py). What ships is stripped
 # (pyproject.toml: install.strip) and links libstdc++ statically, so the shared libraries it
@@ -14,14 +19,34 @@
 # drops libstdc++'s std::random_device (pulled in by its COW-string instantiations, unused),
 # which calls glibc 2.36's arc4random: with it the tag is manylinux_2_36, without manylinux_2_34
 # (__libc_start_main@GLIBC_2.34: any program linked on glibc >= 2.34).
-foreach(_t lspawn lspawn-guardian lspawn_preload)
+foreach(_t lspawn lspawn-guardian lspawn_preload lspawn_engine)
   target_link_options(${_t} PRIVATE -static-libstdc++ "LINKER:--gc-sections")
 endforeach()
 install(TARGETS lspawn RUNTIME DESTINATION ${SKBUILD_SCRIPTS_DIR})
 install(TARGETS lspawn-guardian RUNTIME DESTINATION lspawn/libexec)
-install(TARGETS lspawn_preload LIBRARY DESTINATION lspawn/lib)
+install(TARGETS lspawn_preload lspawn_engine LIBRARY DESTINATION lspawn/lib)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/lspawn/ DESTINATION lspawn
-  FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
+  FILES_MATCHING PATTERN "*.py" PATTERN "*.cpp" PATTERN "__pycache__" EXCLUDE PATTERN "_shims" EXCLUDE)
+install(FILES ${PROJECT_SOURCE_DIR}/shm/engine.h DESTINATION lspawn/distributed)
+# The backend's shims the wheel ships: one per Python (with its torch) named here, built by the
+# command users run for a torch without one (python -m lspawn.distributed build), against this
+# source tree's python/. scripts/build-wheel.sh names the Pythons with torch it finds.
+set(LSPAWN_WHEEL_SHIM_PYTHONS "" CACHE STRING "Pythons with torch whose torch.distributed backend shim the wheel ships")
+if(LSPAWN_WHEEL_SHIM_PYTHONS)
+  set(_shims ${PROJECT_BINARY_DIR}/shims)
+  set(_cxx ${CMAKE_CXX_COMPILER})
+  if(LSPAWN_CCACHE)
+    set(_cxx "${LSPAWN_CCACHE} ${CMAKE_CXX_COMPILER}")
+  endif()
+  set(_cmds)
+  foreach(_py ${LSPAWN_WHEEL_SHIM_PYTHONS})
+    list(APPEND _cmds COMMAND ${CMAKE_COMMAND} -E env "PYTHONPATH=${PROJECT_SOURCE_DIR}/python" "CXX=${_cxx}"
+      ${_py} -m lspawn.distributed build --out ${_shims})
+  endforeach()
+  add_custom_target(lspawn_wheel_shims ALL ${_cmds}
+    COMMENT "the torch.distributed backend's shims for ${LSPAWN_WHEEL_SHIM_PYTHONS}" VERBATIM)
+  install(DIRECTORY ${_shims}/ DESTINATION lspawn/distributed/_shims FILES_MATCHING PATTERN "*.so")
+endif()
 install(FILES ${PROJECT_SOURCE_DIR}/python/lspawn_preload.py ${PROJECT_SOURCE_DIR}/python/lspawn_hang.py
   DESTINATION lspawn)
 install(FILES ${PROJECT_SOURCE_DIR}/python/lspawn_site/sitecustomize.py DESTINATION lspawn/lspawn_site)

@@ -21,15 +21,29 @@ trap 'rm -rf "$raw"' EXIT
 # The sdist first, then the wheel from it: what `pip install <sdist>` builds is what ships.
 "$tools/bin/python" -m build --sdist --outdir "$raw" "$root" >&2
 sdist=$(ls "$raw"/lspawn-*.tar.gz)
-"$tools/bin/python" -m build --wheel --outdir "$raw" "$sdist" >&2
+# The torch.distributed backend's shims the wheel ships (docs/python-backend.md): one per Python with a
+# torch here (Debian's 1.13, the 2.x venv of scripts/setup-torch2.sh when it exists), or
+# LSPAWN_WHEEL_SHIM_PYTHONS (';'-separated; empty: none, the launcher alone).
+if [[ -z ${LSPAWN_WHEEL_SHIM_PYTHONS+x} ]]; then
+  shim_pythons=()
+  for p in /usr/bin/python3 "$root/.deps/torch2/bin/python"; do
+    [[ -x $p ]] && "$p" -c 'import torch' 2>/dev/null && shim_pythons+=("$p")
+  done
+  LSPAWN_WHEEL_SHIM_PYTHONS=$(IFS=';'; echo "${shim_pythons[*]}")
+fi
+echo "build-wheel: the backend's shims for: ${LSPAWN_WHEEL_SHIM_PYTHONS:-none}" >&2
+"$tools/bin/python" -m build --wheel --outdir "$raw" \
+  --config-setting=cmake.define.LSPAWN_WHEEL_SHIM_PYTHONS="$LSPAWN_WHEEL_SHIM_PYTHONS" "$sdist" >&2
 wheel=$(ls "$raw"/lspawn-*.whl)
 echo "build-wheel: $(basename "$wheel"): $(du -k "$wheel" | cut -f1) KiB" >&2
 "$tools/bin/auditwheel" show "$wheel" >&2
 # auditwheel repair: the wheel already needs nothing but glibc (libstdc++ and libgcc are linked
 # statically, cmake/wheel.cmake), so repair grafts nothing and only gives the manylinux tag that
-# the glibc symbols it uses earn.
+# the glibc symbols it uses earn. The backend's shims link the user's own torch (libc10,
+# libtorch_cpu, libtorch_python; loaded by `import torch` before a shim is): never grafted.
 rm -f "$out"/lspawn-*.whl "$out"/lspawn-*.tar.gz
-PATH=$tools/bin:$PATH "$tools/bin/auditwheel" repair --only-plat "$wheel" -w "$out" >&2 ||
-  PATH=$tools/bin:$PATH "$tools/bin/auditwheel" repair "$wheel" -w "$out" >&2
+exclude=(--exclude 'libc10.so*' --exclude 'libtorch_cpu.so*' --exclude 'libtorch_python.so*' --exclude 'libtorch.so*')
+PATH=$tools/bin:$PATH "$tools/bin/auditwheel" repair "${exclude[@]}" --only-plat "$wheel" -w "$out" >&2 ||
+  PATH=$tools/bin:$PATH "$tools/bin/auditwheel" repair "${exclude[@]}" "$wheel" -w "$out" >&2
 cp "$sdist" "$out/"
 ls "$out"/lspawn-*.whl

@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -20,7 +21,6 @@
 #include <cstring>
 #include <fstream>
 #include <new>
-#include <random>
 #include <sstream>
 #include <thread>
 
@@ -33,6 +33,24 @@
 
 namespace lspawn::shm {
 namespace {
+
+// 64 random bits from the kernel (getrandom(2), glibc 2.25), not std::random_device: in a
+// libstdc++ linked statically (the wheel's engine) that calls glibc 2.36's arc4random.
+std::uint64_t random_u64() {
+  std::uint64_t v = 0;
+  char* p = reinterpret_cast<char*>(&v);
+  std::size_t got = 0;
+  while (got < sizeof v) {
+    const ssize_t n = ::getrandom(p + got, sizeof v - got, 0);
+    if (n > 0) {
+      got += static_cast<std::size_t>(n);
+    } else if (errno != EINTR) {
+      v ^= static_cast<std::uint64_t>(::getpid()) << 32 ^ static_cast<std::uint64_t>(::time(nullptr));
+      break;
+    }
+  }
+  return v;
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -180,9 +198,8 @@ Communicator::Communicator(int rank, int size, const Rendezvous& rendezvous, Com
   if (rank == 0) {
     std::string label;
     for (char c : options_.label) label += (std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
-    std::random_device rd;
     std::ostringstream n;
-    n << "/lspawn-" << label.substr(0, 64) << "-" << getpid() << "-" << std::hex << rd() << rd();
+    n << "/lspawn-" << label.substr(0, 64) << "-" << getpid() << "-" << std::hex << random_u64();
     name = n.str();
     fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) throw Error(Error::Kind::System, {}, "shm: " + errno_text("shm_open", errno) + " (" + name + ")");
@@ -261,8 +278,7 @@ Communicator::Communicator(int rank, int size, const Rendezvous& rendezvous, Com
 // Every rank runs them (also with single copy off: it then just reports "no").
 void Communicator::probe_single_copy() {
   InfoLine* mine = LSPAWN_SEG_INFO(seg_, size_, rank_);
-  std::random_device rd;
-  canary_ = (static_cast<std::uint64_t>(rd()) << 32) | rd() | 1;
+  canary_ = random_u64() | 1;
   mine->canary_addr = reinterpret_cast<std::uint64_t>(&canary_);
   mine->canary_value = canary_;
   Desc d;

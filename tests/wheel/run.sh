@@ -26,7 +26,7 @@ ok "wheel $(basename "$wheel") ($size_kb KiB)"
 
 # What the tests run, copied away from the checkout (nothing of it on any path from here on).
 mkdir -p "$work/job"
-cp "$root"/tests/wheel/{spawn_cases.py,spawn_fns.py,hello.py,hang.py} "$work/job/"
+cp "$root"/tests/wheel/{spawn_cases.py,spawn_fns.py,hello.py,hang.py,backend_hello.py} "$work/job/"
 venv=$work/venv
 /usr/bin/python3 -m venv --system-site-packages "$venv"
 (cd "$work" && find venv | sort) >"$work/before.txt"
@@ -115,6 +115,28 @@ set -e
 mv "$work/saved-guardian" "$pkg/libexec/lspawn-guardian"
 ((rc != 0)) && grep -q "$pkg/libexec/lspawn-guardian" <<<"$out" || fail "lspawn.spawn without its guardian: exit $rc: $out"
 ok "lspawn.spawn() without its guardian names the file"
+
+# The torch.distributed backend `lspawn` as the wheel ships it (docs/python-backend.md): the shim built for
+# this Python's torch (Debian's 1.13) and the engine, nothing built here. Under lspawn, explicitly and through
+# --cpu-backend lspawn with a script that says gloo.
+out=$(run lspawn --nprocs 2 "$py" backend_hello.py lspawn 2>&1) || fail "backend lspawn: $out"
+grep -q "rank 0 of 2: sum 3 on shm" <<<"$out" && grep -q "rank 1 of 2: sum 3 on shm" <<<"$out" || fail "backend lspawn: $out"
+ok "init_process_group(\"lspawn\") from the wheel's shim: shm"
+out=$(run lspawn --cpu-backend lspawn --nprocs 2 "$py" backend_hello.py gloo 2>&1) || fail "--cpu-backend lspawn: $out"
+[[ $(grep -c "sum 3 on shm" <<<"$out") == 2 ]] || fail "--cpu-backend lspawn: $out"
+ok "lspawn --cpu-backend lspawn: an init_process_group(\"gloo\") script on shm"
+# torch 2.15 (the 2.x line's venv of scripts/setup-torch2.sh, when there): the wheel installed into a folder
+# of its own, under torchrun's own launcher, "cpu:lspawn,cuda:nccl".
+t2=$root/.deps/torch2/bin
+if [[ -x $t2/python ]] && "$t2/python" -c 'import torch' 2>/dev/null; then
+  "$t2/python" -m pip install -q --no-index --no-deps --disable-pip-version-check --target "$work/t2" "$wheel"
+  out=$(run env PYTHONPATH="$work/t2" "$t2/torchrun" --standalone --nproc-per-node 2 backend_hello.py "cpu:lspawn,cuda:nccl" 2>&1) ||
+    fail "torchrun, cpu:lspawn,cuda:nccl: $out"
+  [[ $(grep -c "sum 3 on shm" <<<"$out") == 2 ]] || fail "torchrun, cpu:lspawn,cuda:nccl: $out"
+  ok "torch 2.15 under torchrun: init_process_group(\"cpu:lspawn,cuda:nccl\") from the wheel's shim: shm"
+else
+  echo "wheel test: torch 2.15's venv is absent (.deps/torch2): its torchrun check is skipped"
+fi
 
 # pip uninstall leaves nothing behind (the package's __pycache__ included).
 run "$venv/bin/pip" uninstall -y -q lspawn

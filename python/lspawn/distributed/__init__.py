@@ -76,11 +76,25 @@ def _engine_path():
                            % " and ".join(c for c in candidates if c))
 
 
+_TORCH_LIBS = ("libc10.so", "libtorch_cpu.so", "libtorch_python.so", "libtorch.so")
+
+
+def _torch_symbols_global():
+    """Puts the torch libraries this process loaded (import torch: local to torch._C) in the global scope, so
+    that the shim, which names none of them (_build.py), resolves its c10/c10d symbols from this very torch."""
+    with open("/proc/self/maps") as f:
+        paths = {line.split(None, 5)[5].strip() for line in f if line.count(" ") >= 5 and "/" in line}
+    for path in sorted(paths):
+        if os.path.basename(path).startswith(_TORCH_LIBS) and os.path.isfile(path):
+            ctypes.CDLL(path, mode=os.RTLD_NOLOAD | ctypes.RTLD_GLOBAL)
+
+
 def _load():
     global _shim
     if _shim is not None:
         return _shim
     ctypes.CDLL(_engine_path(), mode=ctypes.RTLD_GLOBAL)  # the shim's engine_* symbols
+    _torch_symbols_global()
     name = _build.shim_filename()
     for d in _shim_dirs():
         path = os.path.join(d, name)

@@ -6,9 +6,9 @@ The shim (_shim.cpp, beside this file) is one C++ file compiled against this tor
 with the settings its extensions need, read from torch itself as torch.utils.cpp_extension reads
 them: the C++ ABI flag (pip torch <= 2.6: _GLIBCXX_USE_CXX11_ABI=0, >= 2.7: 1; pytorch#143780) and
 pybind11's compiler, standard library and ABI (PYBIND11_COMPILER_TYPE/STDLIB/BUILD_ABI: with other
-values pybind11 does not recognise torch's c10d classes, pytorch#102832). It links torch's
-libraries and leaves the engine's C symbols (shm/engine.h) to be resolved at load, from the
-liblspawn_engine.so that lspawn.distributed loads first.
+values pybind11 does not recognise torch's c10d classes, pytorch#102832). It names no library of
+torch's or lspawn's: their symbols (the engine's C symbols, shm/engine.h) resolve at load from the
+torch the process imported and the liblspawn_engine.so that lspawn.distributed loads first.
 
 Needs a C++ compiler ($CXX, else c++) and Python's headers (Debian: python3-dev). ~20-40 s.
 """
@@ -75,10 +75,11 @@ def command(out_path):
              "-DTORCH_API_INCLUDE_EXTENSION_H"]
     for inc in ext.include_paths() + [sysconfig.get_paths()["include"], _engine_header_dir()]:
         args += ["-isystem" if inc != _engine_header_dir() else "-I", inc]
+    # No -lc10 -ltorch_cpu: the shim names no torch library (a wheel's shim would otherwise tie
+    # auditwheel's tag to whatever libtorch the build machine has); its torch symbols resolve at
+    # load from the torch the process imported, which lspawn.distributed puts in the global scope
+    # first (_load()), as the engine's.
     args += [os.path.join(HERE, "_shim.cpp"), "-o", out_path]
-    for lib in ext.library_paths():
-        args += ["-L", lib]
-    args += ["-lc10", "-ltorch_cpu", "-ltorch_python", "-Wl,--as-needed"]
     return args
 
 
