@@ -40,7 +40,9 @@ if(LSPAWN_WHEEL_SHIM_PYTHONS)
   endif()
   set(_cmds)
   foreach(_py ${LSPAWN_WHEEL_SHIM_PYTHONS})
+    # CCACHE_BASEDIR: the sdist is unpacked at a new temporary path for each build.
     list(APPEND _cmds COMMAND ${CMAKE_COMMAND} -E env "PYTHONPATH=${PROJECT_SOURCE_DIR}/python" "CXX=${_cxx}"
+      CCACHE_BASEDIR=${PROJECT_SOURCE_DIR} CCACHE_NOHASHDIR=1
       ${_py} -m lspawn.distributed build --out ${_shims})
   endforeach()
   add_custom_target(lspawn_wheel_shims ALL ${_cmds}

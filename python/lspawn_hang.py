@@ -48,7 +48,7 @@ import threading
 import time
 import traceback
 
-__all__ = ["install", "installed", "claim_slot"]
+__all__ = ["install", "installed", "claim_slot", "install_cpu_backend"]
 
 # status/layout.hpp, kVersion 1: FileHeader (88 bytes), then kMaxGroups GroupSlots (176 bytes each).
 _MAGIC = b"LSPSTAT\0"
@@ -680,3 +680,31 @@ def claim_slot(name, group_rank, group_size):
         return 0
     import ctypes
     return ctypes.addressof(ctypes.c_char.from_buffer(record._map, _HEADER_BYTES + i * _SLOT_BYTES))
+
+
+def install_cpu_backend(here):
+    """`lspawn --cpu-backend lspawn` (LSPAWN_CPU_BACKEND=lspawn) in this worker: runs lspawn/distributed/_override.py,
+    found beside `here` (the wheel's package folder, or a build tree's python/ folder) or in the lspawn package on the
+    worker's own path. Never stops the script: a failure is said on stderr and its gloo groups stay gloo."""
+    if os.environ.get("LSPAWN_CPU_BACKEND") != "lspawn":
+        return
+    try:
+        import importlib.util
+        places = [(os.path.join(here, "distributed", "_override.py"), os.path.dirname(here)),
+                  (os.path.join(here, "lspawn", "distributed", "_override.py"), here)]
+        found = importlib.util.find_spec("lspawn")
+        if found is not None and found.submodule_search_locations:
+            pkg = list(found.submodule_search_locations)[0]
+            places.append((os.path.join(pkg, "distributed", "_override.py"), os.path.dirname(pkg)))
+        for path, root in places:
+            if os.path.isfile(path):
+                spec = importlib.util.spec_from_file_location("_lspawn_override", path)
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+                module.install(root)
+                return
+        print("lspawn: --cpu-backend lspawn is off in this worker (no lspawn/distributed/_override.py beside %s)"
+              % here, file=sys.stderr, flush=True)
+    except Exception as e:
+        print("lspawn: --cpu-backend lspawn is off in this worker (%s: %s)" % (type(e).__name__, e), file=sys.stderr,
+              flush=True)

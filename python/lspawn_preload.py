@@ -262,34 +262,11 @@ def _worker_setup():
         lspawn_hang.install()
     except Exception as e:
         print("lspawn: hang diagnosis is off in this worker: %s" % e, file=sys.stderr, flush=True)
-    if os.environ.get("LSPAWN_CPU_BACKEND") == "lspawn":  # lspawn --cpu-backend lspawn
-        _cpu_backend()
+    try:  # lspawn --cpu-backend lspawn
+        lspawn_hang.install_cpu_backend(os.path.dirname(os.path.abspath(__file__)))
+    except NameError:  # lspawn_hang did not import (said above)
+        pass
     return argv
-
-
-def _cpu_backend():
-    """lspawn/distributed/_override.py, from the wheel's package (this file's folder) or a build tree's python/."""
-    try:
-        import importlib.util
-        here = os.path.dirname(os.path.abspath(__file__))
-        places = [(os.path.join(here, "distributed", "_override.py"), os.path.dirname(here)),
-                  (os.path.join(here, "lspawn", "distributed", "_override.py"), here)]
-        found = importlib.util.find_spec("lspawn")  # the lspawn package on the worker's own path
-        if found is not None and found.submodule_search_locations:
-            pkg = list(found.submodule_search_locations)[0]
-            places.append((os.path.join(pkg, "distributed", "_override.py"), os.path.dirname(pkg)))
-        for path, root in places:
-            if os.path.isfile(path):
-                spec = importlib.util.spec_from_file_location("_lspawn_override", path)
-                module = importlib.util.module_from_spec(spec)
-                spec.loader.exec_module(module)
-                module.install(root)
-                return
-        print("lspawn: --cpu-backend lspawn is off in this worker (no lspawn/distributed/_override.py beside %s)"
-              % here, file=sys.stderr, flush=True)
-    except Exception as e:
-        print("lspawn: --cpu-backend lspawn is off in this worker (%s: %s)" % (type(e).__name__, e), file=sys.stderr,
-              flush=True)
 
 
 def _is_runner_frame(tb):

@@ -59,7 +59,11 @@ def _lspawn_site():
 
     # lspawn --cpu-backend lspawn: the script's gloo groups on lspawn's backend (lspawn/distributed/_override.py).
     if os.environ.get("LSPAWN_CPU_BACKEND") == "lspawn":
-        _cpu_backend(os.path.dirname(here))
+        hang = sys.modules.get("lspawn_hang")
+        if hang is not None:
+            hang.install_cpu_backend(os.path.dirname(here))
+        else:
+            sys.stderr.write("lspawn: --cpu-backend lspawn is off in this worker (lspawn_hang is not loaded)\n")
 
     # The sitecustomize this one shadows, if there is one.
     me = sys.modules.pop("sitecustomize", None)
@@ -74,30 +78,6 @@ def _lspawn_site():
         sys.stderr.write("lspawn: this interpreter's sitecustomize failed: %s: %s\n" % (type(e).__name__, e))
         if me is not None:
             sys.modules["sitecustomize"] = me
-
-
-def _cpu_backend(parent):
-    """parent: the wheel's lspawn package (.../site-packages/lspawn) or a build tree's python/ folder."""
-    try:
-        import importlib.util
-
-        places = [(os.path.join(parent, "distributed", "_override.py"), os.path.dirname(parent)),
-                  (os.path.join(parent, "lspawn", "distributed", "_override.py"), parent)]
-        found = importlib.util.find_spec("lspawn")  # the lspawn package on the worker's own path
-        if found is not None and found.submodule_search_locations:
-            pkg = list(found.submodule_search_locations)[0]
-            places.append((os.path.join(pkg, "distributed", "_override.py"), os.path.dirname(pkg)))
-        for path, root in places:
-            if os.path.isfile(path):
-                spec = importlib.util.spec_from_file_location("_lspawn_override", path)
-                module = importlib.util.module_from_spec(spec)
-                spec.loader.exec_module(module)
-                module.install(root)
-                return
-        sys.stderr.write("lspawn: --cpu-backend lspawn is off in this worker (no lspawn/distributed/_override.py "
-                         "beside %s)\n" % parent)
-    except Exception as e:  # the script runs regardless
-        sys.stderr.write("lspawn: --cpu-backend lspawn is off in this worker (%s: %s)\n" % (type(e).__name__, e))
 
 
 _lspawn_site()

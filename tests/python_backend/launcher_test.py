@@ -2,7 +2,7 @@
 
 - `lspawn --cpu-backend lspawn --nprocs 2 python3 plain.py`: a script that only says
   init_process_group("gloo") runs its CPU collectives on lspawn's engine (transport shm on every rank); the job
-  says so at start. Without the option the same script stays on gloo (lspawn.distributed is never imported).
+  says so at start. The same with --preload torch. Without the option the same script stays on gloo (lspawn.distributed is never imported).
 - `--cpu-backend nccl`: a usage error naming the option and the values (exit 2), nothing started.
 - `lspawn --hang-timeout 3`: rank 1 sleeps instead of joining an all_reduce on the lspawn backend; the report
   names the op and the backend's group (lspawn:world) and the job exits 124.
@@ -61,6 +61,9 @@ def main():
         check(p.stdout.count("transport shm") == 2, "--cpu-backend lspawn: not every rank ran on shm", p)
         check("--cpu-backend lspawn" in p.stdout, "--cpu-backend lspawn: the job did not say so at start", p)
         print("--cpu-backend lspawn: both ranks on shm")
+        p = lspawn(["--preload", "torch", "--cpu-backend", "lspawn", "--nprocs", "2"], PLAIN, tmp)
+        check(p.returncode == 0 and p.stdout.count("transport shm") == 2, "--preload torch --cpu-backend lspawn: not shm", p)
+        print("--preload torch --cpu-backend lspawn: both ranks on shm")
         p = lspawn(["--nprocs", "2"], PLAIN, tmp)
         check(p.returncode == 0 and p.stdout.count("transport gloo-unchanged") == 2, "without the option: not gloo", p)
         print("without it: gloo, lspawn.distributed not imported")
