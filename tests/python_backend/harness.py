@@ -27,15 +27,16 @@ def client_store():
                          False, datetime.timedelta(seconds=120))
 
 
-def run_ranks(script, n, extra_args=(), timeout=180, env=None, expect=None):
+def run_ranks(script, n, extra_args=(), timeout=180, env=None, expect=None, rank_env=None):
     """Starts n ranks of `script --worker`; returns [(rank, exit code, output)]. expect: {rank: code} that
-    must hold (default: every rank 0)."""
+    must hold (default: every rank 0). rank_env(rank): more environment for that rank."""
     server = store_server()
     procs = []
     base = dict(os.environ, **(env or {}))
     for rank in range(n):
         e = dict(base, RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(n),
                  LSPAWN_TEST_STORE_PORT=str(server.port), OMP_NUM_THREADS="1")
+        e.update(rank_env(rank) if rank_env else {})
         procs.append(subprocess.Popen([sys.executable, script, "--worker"] + list(extra_args), env=e,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                       start_new_session=True))

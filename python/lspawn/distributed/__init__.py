@@ -135,9 +135,32 @@ def _use_engine():
     return value == "1"
 
 
-def _gloo(store, rank, size, timeout):
-    """The gloo backend of the same group: point to point, other hosts, the rest."""
-    return dist.ProcessGroupGloo(dist.PrefixStore("lspawn-gloo/", store), rank, size, timeout)
+def _host_key():
+    """Three numbers equal on two ranks exactly when they share shared memory: this boot (boot_id) and this
+    /dev/shm (device, inode; a container has its own). LSPAWN_BACKEND_HOST_KEY=<text> replaces them (tests:
+    hosts simulated on one machine; docs/python-backend.md)."""
+    import hashlib
+    override = os.environ.get("LSPAWN_BACKEND_HOST_KEY")
+    if override:
+        return [int(hashlib.sha1(override.encode()).hexdigest()[:15], 16), 0, 0]
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        boot = int(hashlib.sha1(f.read().strip().encode()).hexdigest()[:15], 16)
+    st = os.stat("/dev/shm")
+    return [boot, int(st.st_dev) & (2 ** 62 - 1), int(st.st_ino) & (2 ** 62 - 1)]
+
+
+def _hosts(fallback, size):
+    """Every rank's host key, through the group's gloo (one all_gather of 3 numbers)."""
+    mine = torch.tensor(_host_key(), dtype=torch.int64)
+    outs = [torch.empty(3, dtype=torch.int64) for _ in range(size)]
+    fallback.allgather([outs], [mine]).wait()
+    return [tuple(t.tolist()) for t in outs]
+
+
+def _gloo(store, rank, size, timeout, prefix="lspawn-gloo/"):
+    """A gloo backend over the group's store: the group's (point to point, other hosts, the rest), or the hosts'
+    leaders'."""
+    return dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), rank, size, timeout)
 
 
 def _create(opts, backend_options=None):
@@ -147,10 +170,23 @@ def _create(opts, backend_options=None):
     ranks = list(getattr(opts, "global_ranks_in_group", None) or range(size))
     group_id = str(getattr(opts, "group_id", "") or "0")
     fallback = _gloo(opts.store, rank, size, timeout)
+    local, host_index, leaders = [], 0, None
+    if _use_engine():
+        keys = _hosts(fallback, size)
+        order = []  # hosts in the order of their lowest rank
+        for k in keys:
+            if k not in order:
+                order.append(k)
+        host_index = order.index(keys[rank])
+        local = [r for r in range(size) if keys[r] == keys[rank]]
+        if len(order) > 1:
+            heads = [keys.index(k) for k in order]
+            if rank in heads:
+                leaders = _gloo(opts.store, heads.index(rank), len(heads), timeout, "lspawn-leaders/")
     label = "world" if group_id in ("0", "default_pg") else "pg" + group_id
     slot = _claim_status_slot("lspawn:" + label, rank, size)
     backend, how = shim.create(opts.store, rank, size, int(timeout.total_seconds() * 1000), [int(r) for r in ranks],
-                               group_id, fallback, int(slot), _use_engine())
+                               group_id, fallback, int(slot), local, host_index, leaders)
     _transports[id(backend)] = how
     return backend
 

@@ -24,10 +24,8 @@
 
 #include <ATen/core/ivalue.h>
 
-#include <sys/stat.h>
-
+#include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -134,24 +132,33 @@ std::size_t nbytes(const at::Tensor& t) { return static_cast<std::size_t>(t.nume
 
 class LspawnBackend final : public Base {
  public:
+  // local_ranks: the group ranks that share this host's shared memory, this one among them (ascending; empty:
+  // no engine, everything through gloo). leaders: the gloo backend of the lowest rank of every host, on those
+  // ranks only, when the group spans hosts (null on the others, and on one host).
   LspawnBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout,
                 std::vector<int> global_ranks, const std::string& group_id, c10::intrusive_ptr<Base> fallback,
-                std::uintptr_t status_slot, bool use_engine)
+                std::uintptr_t status_slot, std::vector<int> local_ranks, int host_index,
+                c10::intrusive_ptr<Base> leaders)
       : Base(rank, size), store_(store), timeout_(timeout), global_ranks_(std::move(global_ranks)),
-        group_id_(group_id), fallback_(std::move(fallback)), slot_(reinterpret_cast<void*>(status_slot)) {
+        group_id_(group_id), fallback_(std::move(fallback)), leaders_(std::move(leaders)),
+        slot_(reinterpret_cast<void*>(status_slot)), local_ranks_(std::move(local_ranks)) {
     if (global_ranks_.size() != static_cast<std::size_t>(size)) {
       global_ranks_.resize(size);
       for (int r = 0; r < size; ++r) global_ranks_[r] = r;
     }
-    if (use_engine && one_host()) connect();
+    spans_hosts_ = !local_ranks_.empty() && static_cast<int>(local_ranks_.size()) != size;
+    if (!local_ranks_.empty()) connect(host_index);
   }
   ~LspawnBackend() override {
     if (engine_) lspawn_engine_destroy(engine_);
   }
 
   const std::string getBackendName() const override { return "lspawn"; }
-  // "shm" when the engine carries this group's collectives, "gloo" when every op goes to gloo.
-  std::string transport() const { return engine_ ? "shm" : "gloo"; }
+  // "shm" when the engine carries this group's collectives (one host), "shm+gloo" when all_reduce runs
+  // on shm within each host and gloo between hosts, "gloo" when every op goes to gloo.
+  // The engine carries every rank of the group (one host): the ops other than reductions run on it.
+  bool whole() const { return engine_ && !spans_hosts_; }
+  std::string transport() const { return engine_ ? (spans_hosts_ ? "shm+gloo" : "shm") : "gloo"; }
 
   WorkPtr allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override {
     int etype = 0, eop = 0;
@@ -181,7 +188,7 @@ class LspawnBackend final : public Base {
   }
 
   WorkPtr broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override {
-    if (!engine_ || tensors.size() != 1 || opts.rootTensor != 0 || !dense(tensors[0]))
+    if (!whole() || tensors.size() != 1 || opts.rootTensor != 0 || !dense(tensors[0]))
       return to_fallback("broadcast", tensors, [&] { return fallback_->broadcast(tensors, opts); });
     check_root(opts.rootRank, "broadcast");
     return run("broadcast", nbytes(tensors[0]), c10d::OpType::BROADCAST, tensors, [&] {
@@ -209,7 +216,7 @@ class LspawnBackend final : public Base {
 
   WorkPtr allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                     const c10d::AllgatherOptions& opts) override {
-    if (!engine_ || inputs.size() != 1 || outputs.size() != 1 || !dense(inputs[0]) || !same_as(outputs[0], inputs[0]))
+    if (!whole() || inputs.size() != 1 || outputs.size() != 1 || !dense(inputs[0]) || !same_as(outputs[0], inputs[0]))
       return to_fallback("all_gather", inputs, [&] { return fallback_->allgather(outputs, inputs, opts); });
     return run("all_gather", nbytes(inputs[0]), c10d::OpType::ALLGATHER, outputs[0], [&] {
       at::Tensor flat = gather_flat(inputs[0]);
@@ -218,8 +225,20 @@ class LspawnBackend final : public Base {
   }
 
   WorkPtr _allgather_base(at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) override {
-    if (!engine_ || !dense(input) || !dense(output) || output.scalar_type() != input.scalar_type() ||
+    if (!dense(input) || !dense(output) || output.scalar_type() != input.scalar_type() ||
         output.numel() != input.numel() * getSize())
+      return to_fallback("all_gather_into_tensor", {input}, [&] { return fallback_->_allgather_base(output, input, opts); });
+    if (!whole() && output.is_contiguous()) {
+      // gloo's all_gather into views of the output (torch 1.13's gloo has no _allgather_base).
+      return to_fallback("all_gather_into_tensor", {input}, [&] {
+        std::vector<std::vector<at::Tensor>> outs(1);
+        at::Tensor flat = output.view({-1});
+        for (int r = 0; r < getSize(); ++r) outs[0].push_back(flat.narrow(0, r * input.numel(), input.numel()).view(input.sizes()));
+        std::vector<at::Tensor> ins{input};
+        return fallback_->allgather(outs, ins, opts);
+      });
+    }
+    if (!whole())
       return to_fallback("all_gather_into_tensor", {input}, [&] { return fallback_->_allgather_base(output, input, opts); });
     std::vector<at::Tensor> out{output};
     return run("all_gather_into_tensor", nbytes(input), c10d::OpType::_ALLGATHER_BASE, out, [&] {
@@ -233,7 +252,7 @@ class LspawnBackend final : public Base {
   WorkPtr allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                               const c10d::AllgatherOptions& opts) override {
     // outputs[r][i]: rank r's inputs[i].
-    bool ok = engine_ && dense(inputs) && outputs.size() == static_cast<std::size_t>(getSize());
+    bool ok = whole() && dense(inputs) && outputs.size() == static_cast<std::size_t>(getSize());
     for (std::size_t r = 0; ok && r < outputs.size(); ++r) {
       ok = outputs[r].size() == inputs.size();
       for (std::size_t i = 0; ok && i < inputs.size(); ++i)
@@ -255,7 +274,7 @@ class LspawnBackend final : public Base {
 #if LSPAWN_TORCH2
   WorkPtr allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                           const c10d::AllgatherOptions& opts) override {
-    bool ok = engine_ && outputs.size() == inputs.size() && dense(inputs) && dense(outputs);
+    bool ok = whole() && outputs.size() == inputs.size() && dense(inputs) && dense(outputs);
     for (std::size_t i = 0; ok && i < inputs.size(); ++i)
       ok = outputs[i].numel() == inputs[i].numel() * getSize() && outputs[i].scalar_type() == inputs[i].scalar_type();
     if (!ok)
@@ -277,7 +296,7 @@ class LspawnBackend final : public Base {
   WorkPtr gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                  const c10d::GatherOptions& opts) override {
     const bool root = getRank() == opts.rootRank;
-    bool ok = engine_ && inputs.size() == 1 && dense(inputs[0]);
+    bool ok = whole() && inputs.size() == 1 && dense(inputs[0]);
     if (ok && root) ok = outputs.size() == 1 && same_as(outputs[0], inputs[0]);
     if (!ok) return to_fallback("gather", inputs, [&] { return fallback_->gather(outputs, inputs, opts); });
     check_root(opts.rootRank, "gather");
@@ -291,7 +310,7 @@ class LspawnBackend final : public Base {
   WorkPtr scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
                   const c10d::ScatterOptions& opts) override {
     const bool root = getRank() == opts.rootRank;
-    bool ok = engine_ && outputs.size() == 1 && dense(outputs[0]);
+    bool ok = whole() && outputs.size() == 1 && dense(outputs[0]);
     if (ok && root) ok = inputs.size() == 1 && same_as(inputs[0], outputs[0]);
     if (!ok) return to_fallback("scatter", outputs, [&] { return fallback_->scatter(outputs, inputs, opts); });
     check_root(opts.rootRank, "scatter");
@@ -346,7 +365,7 @@ class LspawnBackend final : public Base {
 
   WorkPtr alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
                         std::vector<int64_t>& input_splits, const c10d::AllToAllOptions& opts) override {
-    if (!engine_ || !dense(input) || !dense(output) || input.scalar_type() != output.scalar_type())
+    if (!whole() || !dense(input) || !dense(output) || input.scalar_type() != output.scalar_type())
       return to_fallback("all_to_all_single", {input}, [&] {
         return fallback_->alltoall_base(output, input, output_splits, input_splits, opts);
       });
@@ -388,9 +407,38 @@ class LspawnBackend final : public Base {
   WorkPtr alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                    const c10d::AllToAllOptions& opts) override {
     const int n = getSize();
-    if (!engine_ || static_cast<int>(inputs.size()) != n || static_cast<int>(outputs.size()) != n || !dense(inputs) ||
-        !dense(outputs))
+    if (static_cast<int>(inputs.size()) != n || static_cast<int>(outputs.size()) != n || !dense(inputs) || !dense(outputs))
       return to_fallback("all_to_all", inputs, [&] { return fallback_->alltoall(outputs, inputs, opts); });
+    if (!whole()) {
+      // gloo's all_to_all_single over the bytes, packed and unpacked here (torch 1.13's gloo has no all_to_all).
+      return to_fallback("all_to_all", inputs, [&] {
+        std::vector<int64_t> in_splits(n), out_splits(n);
+        int64_t in_total = 0, out_total = 0;
+        for (int r = 0; r < n; ++r) {
+          in_total += in_splits[r] = static_cast<int64_t>(nbytes(inputs[r]));
+          out_total += out_splits[r] = static_cast<int64_t>(nbytes(outputs[r]));
+        }
+        const auto bytes = at::TensorOptions().dtype(at::kByte);
+        at::Tensor packed = at::empty({in_total}, bytes);
+        at::Tensor unpacked = at::empty({out_total}, bytes);
+        int64_t off = 0;
+        for (int r = 0; r < n; ++r) {
+          at::Tensor c = inputs[r].to(at::kCPU).contiguous();
+          if (in_splits[r]) std::memcpy(packed.data_ptr<uint8_t>() + off, c.data_ptr(), in_splits[r]);
+          off += in_splits[r];
+        }
+        std::vector<int64_t> out_counts = out_splits, in_counts = in_splits;  // gloo may move from them
+        fallback_->alltoall_base(unpacked, packed, out_counts, in_counts, opts)->wait();
+        off = 0;
+        for (int r = 0; r < n; ++r) {
+          at::Tensor c = at::empty(outputs[r].sizes(), outputs[r].options().device(at::kCPU));
+          if (out_splits[r]) std::memcpy(c.data_ptr(), unpacked.data_ptr<uint8_t>() + off, out_splits[r]);
+          outputs[r].copy_(c);
+          off += out_splits[r];
+        }
+        return WorkPtr(c10::make_intrusive<DoneWork>(c10d::OpType::ALLTOALL, outputs));
+      });
+    }
     std::vector<int64_t> in_bytes(n), out_bytes(n);
     std::size_t total = 0;
     for (int r = 0; r < n; ++r) {
@@ -421,7 +469,7 @@ class LspawnBackend final : public Base {
   }
 
   WorkPtr barrier(const c10d::BarrierOptions& opts) override {
-    if (!engine_) return to_fallback("barrier", {}, [&] { return fallback_->barrier(opts); });
+    if (!whole()) return to_fallback("barrier", {}, [&] { return fallback_->barrier(opts); });
     return run("barrier", 0, c10d::OpType::BARRIER, {}, [&] { check(lspawn_engine_barrier(engine_, &err_)); });
   }
 
@@ -442,30 +490,11 @@ class LspawnBackend final : public Base {
   uint64_t getSequenceNumberForGroup() override { return fallback_->getSequenceNumberForGroup(); }
 
  private:
-  // True when all ranks of the group share this host's shared memory: the same boot and the same
-  // /dev/shm (device, inode). Asked through gloo: one all_gather of 3 numbers.
-  bool one_host() {
-    std::string boot;
-    std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-    struct stat st {};
-    if (::stat("/dev/shm", &st) != 0) return false;
-    const int64_t mine[3] = {static_cast<int64_t>(std::hash<std::string>{}(boot)), static_cast<int64_t>(st.st_dev),
-                             static_cast<int64_t>(st.st_ino)};
-    at::Tensor in = at::from_blob(const_cast<int64_t*>(mine), {3}, at::TensorOptions().dtype(at::kLong)).clone();
-    std::vector<at::Tensor> ins{in};
-    std::vector<std::vector<at::Tensor>> outs(1);
-    for (int r = 0; r < getSize(); ++r) outs[0].push_back(at::empty({3}, at::TensorOptions().dtype(at::kLong)));
-    fallback_->allgather(outs, ins)->wait();
-    for (auto& o : outs[0])
-      if (!at::equal(o, in)) return false;
-    return true;
-  }
-
-  void connect() {
+  void connect(int host_index) {
     struct Ctx {
       c10d::Store* store;
       std::string prefix;
-    } ctx{store_.get(), "lspawn/shm/"};
+    } ctx{store_.get(), "lspawn/shm/" + std::to_string(host_index) + "/"};
     auto set = [](void* c, const char* key, const void* value, size_t len, lspawn_engine_error* err) -> int {
       auto* x = static_cast<Ctx*>(c);
       try {
@@ -491,8 +520,12 @@ class LspawnBackend final : public Base {
     std::string label = "lspawn-pg" + group_id_;
     for (char& c : label)
       if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') c = '_';
-    engine_ = lspawn_engine_create(getRank(), getSize(), label.c_str(), timeout_.count(), global_ranks_.data(), set, get,
-                                   &ctx, &err_);
+    const auto me = std::find(local_ranks_.begin(), local_ranks_.end(), getRank());
+    if (me == local_ranks_.end()) fail("lspawn backend: this rank is not among its host's ranks (a bug)");
+    std::vector<int> shown;
+    for (int r : local_ranks_) shown.push_back(global_ranks_[r]);
+    engine_ = lspawn_engine_create(static_cast<int>(me - local_ranks_.begin()), static_cast<int>(local_ranks_.size()),
+                                   label.c_str(), timeout_.count(), shown.data(), set, get, &ctx, &err_);
     if (!engine_) fail(std::string("lspawn backend: could not set up shared memory for group '") + group_id_ +
                        "' (rank " + std::to_string(global_ranks_[getRank()]) + "): " + err_.message);
   }
@@ -531,11 +564,46 @@ class LspawnBackend final : public Base {
     return true;
   }
 
+  // All ranks' `t` reduced into every rank's `t`: on shm, or (spanning hosts) on shm within the host, then
+  // gloo among the hosts' leaders, then a shm broadcast from the leader (local rank 0).
   void reduce_in_place(at::Tensor& t, int etype, int eop, bool avg) {
     Staged s = stage(t);
     check(lspawn_engine_all_reduce(engine_, s.buf.data_ptr(), static_cast<size_t>(s.buf.numel()), etype, eop, &err_));
+    if (spans_hosts_) {
+      if (leaders_) {
+        // gloo (1.13) has no bfloat16 or bool: bfloat16 goes as float32 (each host's partial result is exact
+        // in it; rounded once on the way back), bool as 0/1 bytes (sum/max: or, product/min: and).
+        at::Tensor x = s.buf;
+        int op = eop;
+        if (x.scalar_type() == at::kBFloat16) {
+          x = x.to(at::kFloat);
+        } else if (x.scalar_type() == at::kBool) {
+          x = x.to(at::kByte);
+          if (op == LSPAWN_ENGINE_SUM) op = LSPAWN_ENGINE_MAX;
+          if (op == LSPAWN_ENGINE_PRODUCT) op = LSPAWN_ENGINE_MIN;
+        }
+        std::vector<at::Tensor> one{x};
+        c10d::AllreduceOptions o;
+        o.reduceOp = leader_op(op);
+        o.timeout = timeout_;
+        leaders_->allreduce(one, o)->wait();
+        if (!x.is_same(s.buf)) s.buf.copy_(x);
+      }
+      check(lspawn_engine_broadcast(engine_, s.buf.data_ptr(), nbytes(s.buf), 0, &err_));
+    }
     if (avg) s.buf.div_(getSize());
     s.finish();
+  }
+  static c10d::ReduceOp leader_op(int eop) {
+    switch (eop) {
+      case LSPAWN_ENGINE_PRODUCT: return c10d::ReduceOp::PRODUCT;
+      case LSPAWN_ENGINE_MIN: return c10d::ReduceOp::MIN;
+      case LSPAWN_ENGINE_MAX: return c10d::ReduceOp::MAX;
+      case LSPAWN_ENGINE_BAND: return c10d::ReduceOp::BAND;
+      case LSPAWN_ENGINE_BOR: return c10d::ReduceOp::BOR;
+      case LSPAWN_ENGINE_BXOR: return c10d::ReduceOp::BXOR;
+      default: return c10d::ReduceOp::SUM;
+    }
   }
 
   // Every rank's `input`, end to end (size * numel), CPU.
@@ -651,7 +719,10 @@ class LspawnBackend final : public Base {
   std::vector<int> global_ranks_;
   std::string group_id_;
   c10::intrusive_ptr<Base> fallback_;
+  c10::intrusive_ptr<Base> leaders_;  // the hosts' leaders, when the group spans hosts and this rank leads
   void* slot_ = nullptr;
+  std::vector<int> local_ranks_;      // the group ranks on this host (empty: no engine)
+  bool spans_hosts_ = false;
   lspawn_engine* engine_ = nullptr;
   lspawn_engine_error err_{};
   uint64_t seq_ = 0;
@@ -667,17 +738,22 @@ PYBIND11_MODULE(_lspawn_backend, m) {
       "create",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, int64_t timeout_ms,
          std::vector<int> global_ranks, const std::string& group_id,
-         const c10::intrusive_ptr<lspawn_backend::Base>& fallback, std::uintptr_t status_slot, bool use_engine) {
+         const c10::intrusive_ptr<lspawn_backend::Base>& fallback, std::uintptr_t status_slot,
+         std::vector<int> local_ranks, int host_index, const py::object& leaders_or_none) {
+        c10::intrusive_ptr<lspawn_backend::Base> leaders;
+        if (!leaders_or_none.is_none()) leaders = leaders_or_none.cast<c10::intrusive_ptr<lspawn_backend::Base>>();
         c10::intrusive_ptr<lspawn_backend::LspawnBackend> b;
         {
           py::gil_scoped_release nogil;  // the store and gloo wait for the other ranks
           b = c10::make_intrusive<lspawn_backend::LspawnBackend>(store, rank, size, std::chrono::milliseconds(timeout_ms),
                                                                  std::move(global_ranks), group_id, fallback,
-                                                                 status_slot, use_engine);
+                                                                 status_slot, std::move(local_ranks), host_index,
+                                                                 leaders);
         }
         std::string transport = b->transport();
         return py::make_tuple(c10::intrusive_ptr<lspawn_backend::Base>(std::move(b)), transport);
       },
       py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_ms"), py::arg("global_ranks"),
-      py::arg("group_id"), py::arg("fallback"), py::arg("status_slot"), py::arg("use_engine"));
+      py::arg("group_id"), py::arg("fallback"), py::arg("status_slot"), py::arg("local_ranks"),
+      py::arg("host_index"), py::arg("leaders"));
 }
