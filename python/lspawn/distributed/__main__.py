@@ -10,12 +10,13 @@ def main(argv=None):
     b = sub.add_parser("build", help="build the torch.distributed backend's shim against the installed torch")
     b.add_argument("--out", help="folder for the shim (default: $LSPAWN_BACKEND_SHIM_DIR or ~/.cache/lspawn/shims)")
     b.add_argument("-v", "--verbose", action="store_true", help="print the compiler's command line")
+    b.add_argument("--torch-dir", help="build against this unpacked torch/ folder instead of the imported torch")
     sub.add_parser("check", help="load the shim for the installed torch and say which it is")
     args = parser.parse_args(argv)
     from . import _build
     if args.command == "build":
         try:
-            path = _build.build(args.out, args.verbose)
+            path = _build.build(args.out, args.verbose, args.torch_dir)
         except _build.BuildError as e:
             print(e, file=sys.stderr)
             return 1

@@ -1,6 +1,7 @@
 """Builds the shim of the torch.distributed backend `lspawn` for the torch that is installed.
 
     python -m lspawn.distributed build [--out DIR]
+    python path/to/lspawn/distributed/_build.py --torch-dir SITE/torch [--out DIR]   (no `import torch`)
 
 The shim (_shim.cpp, beside this file) is one C++ file compiled against this torch's own headers
 with the settings its extensions need, read from torch itself as torch.utils.cpp_extension reads
@@ -11,7 +12,13 @@ torch's or lspawn's: their symbols (the engine's C symbols, shm/engine.h) resolv
 torch the process imported and the liblspawn_engine.so that lspawn.distributed loads first.
 
 Needs a C++ compiler ($CXX, else c++) and Python's headers (Debian: python3-dev). ~20-40 s.
+
+With --torch-dir, the torch is an unpacked torch/ folder (a pip wheel's) that this Python need not be able to
+import (another CUDA, no GPU libraries): its release comes from its version.py, the ABI flag from its
+TorchConfig.cmake and pybind11's settings from the strings of its libtorch_python.so. That is how a shim is
+built, or checked to compile, for a torch that cannot run here.
 """
+import re
 import os
 import shlex
 import subprocess
@@ -30,14 +37,54 @@ def torch_release(version):
     return version.split("+", 1)[0]
 
 
-def shim_filename(torch_module=None):
+class TorchInfo:
+    """What a shim is built against: release, C++ ABI flag, pybind11 settings, include folders."""
+
+    def __init__(self, version, cxx11_abi, pybind, includes):
+        self.version, self.cxx11_abi, self.pybind, self.includes = version, cxx11_abi, pybind, includes
+
+    @staticmethod
+    def imported():
+        import torch
+        import torch.utils.cpp_extension as ext
+        pybind = {}
+        for name in ("COMPILER_TYPE", "STDLIB", "BUILD_ABI"):
+            value = getattr(torch._C, "_PYBIND11_" + name, None)
+            if value is not None:
+                pybind[name] = value
+        return TorchInfo(torch.__version__, int(bool(torch._C._GLIBCXX_USE_CXX11_ABI)), pybind, ext.include_paths())
+
+    @staticmethod
+    def from_dir(torch_dir):
+        def read(rel, mode="r"):
+            path = os.path.join(torch_dir, rel)
+            try:
+                with open(path, mode) as f:
+                    return f.read()
+            except OSError as e:
+                raise BuildError("lspawn: --torch-dir %s: cannot read %s (%s): not a torch folder?" % (torch_dir, rel, e))
+        m = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", read("version.py"))
+        abi = re.search(r"_GLIBCXX_USE_CXX11_ABI=([01])", read("share/cmake/Torch/TorchConfig.cmake"))
+        if not m or not abi:
+            raise BuildError("lspawn: --torch-dir %s: no __version__ in version.py or no _GLIBCXX_USE_CXX11_ABI in "
+                             "TorchConfig.cmake" % torch_dir)
+        lib = read("lib/libtorch_python.so", "rb")
+        pybind = {}
+        for name, pattern in (("COMPILER_TYPE", rb"\x00(_gcc|_clang|_icc)\x00"), ("STDLIB", rb"\x00(_libstdcpp|_libcpp)\x00"),
+                              ("BUILD_ABI", rb"\x00(_cxxabi10\d\d)\x00")):
+            hit = re.search(pattern, lib)
+            if hit:
+                pybind[name] = hit.group(1).decode()
+        inc = os.path.join(torch_dir, "include")
+        return TorchInfo(m.group(1), int(abi.group(1)), pybind, [inc, os.path.join(inc, "torch", "csrc", "api", "include")])
+
+
+def shim_filename(info=None):
     """The file name the shim of this interpreter and torch has, e.g.
     _lspawn_backend-torch2.15.0-cxx11abi1-cpython-311-x86_64-linux-gnu.so."""
-    import torch
-    torch_module = torch_module or torch
-    abi = int(bool(torch_module._C._GLIBCXX_USE_CXX11_ABI))
+    info = info or TorchInfo.imported()
     soabi = sysconfig.get_config_var("SOABI") or "py%d%d" % sys.version_info[:2]
-    return "_lspawn_backend-torch%s-cxx11abi%d-%s.so" % (torch_release(torch_module.__version__), abi, soabi)
+    return "_lspawn_backend-torch%s-cxx11abi%d-%s.so" % (torch_release(info.version), info.cxx11_abi, soabi)
 
 
 def default_out_dir():
@@ -58,23 +105,21 @@ def _engine_header_dir():
                      "reinstall lspawn)" % HERE)
 
 
-def command(out_path):
+def command(out_path, info=None):
     """The compiler's argv for this torch."""
-    import torch
-    import torch.utils.cpp_extension as ext
-    major = int(torch_release(torch.__version__).split(".")[0])
+    info = info or TorchInfo.imported()
+    major = int(torch_release(info.version).split(".")[0])
     cxx = os.environ.get("CXX", "c++")
     args = shlex.split(cxx) + ["-shared", "-fPIC", "-O2", "-g0", "-fvisibility=hidden",
                                "-std=c++20" if major >= 2 else "-std=c++17", "-w"]
-    args.append("-D_GLIBCXX_USE_CXX11_ABI=%d" % int(bool(torch._C._GLIBCXX_USE_CXX11_ABI)))
-    for name in ("COMPILER_TYPE", "STDLIB", "BUILD_ABI"):
-        value = getattr(torch._C, "_PYBIND11_" + name, None)
-        if value is not None:
-            args.append('-DPYBIND11_%s="%s"' % (name, value))
+    args.append("-D_GLIBCXX_USE_CXX11_ABI=%d" % info.cxx11_abi)
+    for name, value in sorted(info.pybind.items()):
+        args.append('-DPYBIND11_%s="%s"' % (name, value))
     args += ["-DLSPAWN_TORCH2=%d" % int(major >= 2), "-DTORCH_EXTENSION_NAME=_lspawn_backend",
              "-DTORCH_API_INCLUDE_EXTENSION_H"]
-    for inc in ext.include_paths() + [sysconfig.get_paths()["include"], _engine_header_dir()]:
-        args += ["-isystem" if inc != _engine_header_dir() else "-I", inc]
+    for inc in info.includes + [sysconfig.get_paths()["include"]]:
+        args += ["-isystem", inc]
+    args += ["-I", _engine_header_dir()]
     # No -lc10 -ltorch_cpu: the shim names no torch library (a wheel's shim would otherwise tie
     # auditwheel's tag to whatever libtorch the build machine has); its torch symbols resolve at
     # load from the torch the process imported, which lspawn.distributed puts in the global scope
@@ -83,14 +128,15 @@ def command(out_path):
     return args
 
 
-def build(out_dir=None, verbose=False):
+def build(out_dir=None, verbose=False, torch_dir=None):
     """Compiles the shim into out_dir (default_out_dir()) and returns its path. Raises BuildError
-    with the compiler's output when it fails."""
+    with the compiler's output when it fails. torch_dir: an unpacked torch/ folder instead of `import torch`."""
+    info = TorchInfo.from_dir(torch_dir) if torch_dir else TorchInfo.imported()
     out_dir = out_dir or default_out_dir()
     os.makedirs(out_dir, exist_ok=True)
-    final = os.path.join(out_dir, shim_filename())
+    final = os.path.join(out_dir, shim_filename(info))
     tmp = "%s.tmp.%d" % (final, os.getpid())
-    argv = command(tmp)
+    argv = command(tmp, info)
     if verbose:
         print(" ".join(shlex.quote(a) for a in argv), file=sys.stderr)
     if not os.path.isfile(sysconfig.get_paths()["include"] + "/Python.h"):
@@ -109,3 +155,17 @@ def build(out_dir=None, verbose=False):
             proc.returncode, " ".join(shlex.quote(a) for a in argv), proc.stdout[-8000:]))
     os.replace(tmp, final)
     return final
+
+
+if __name__ == "__main__":  # python .../_build.py --torch-dir DIR [--out DIR] [-v]: no `import torch`
+    import argparse
+    parser = argparse.ArgumentParser(prog="_build.py")
+    parser.add_argument("--torch-dir", required=True, help="an unpacked torch/ folder (a pip wheel's)")
+    parser.add_argument("--out", help="folder for the shim (default: $LSPAWN_BACKEND_SHIM_DIR or ~/.cache/lspawn/shims)")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    a = parser.parse_args()
+    try:
+        print(build(a.out, a.verbose, a.torch_dir))
+    except BuildError as e:
+        print(e, file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,232 @@
+"""Collectives through torch.distributed: the `lspawn` backend against gloo (and Open MPI, and the engine from C).
+
+For each backend (lspawn, gloo) and each N (2, 4) the parent starts N ranks of this Python on one host, joined
+through a TCPStore on port 0 (tests/python_backend/harness.py's approach), and each rank times all_reduce (sum,
+float32), all_gather (all_gather_into_tensor; _all_gather_base on torch 1.x) and broadcast (root 0) at 4 B, 1 KiB,
+16 KiB, 256 KiB, 4 MiB, 16 MiB and 64 MiB: 3 warm-ups, an iteration count sized from the fastest of 5 more to
+last about --budget-ms (max over ranks, 5..2000), a barrier, then the median of rank 0's per-iteration times.
+
+The parent prints one markdown table: op | N | size | gloo | lspawn | Open MPI (all_reduce; from --mpi-json,
+written by mpi_allreduce.c) | lspawn/gloo, and a second for all_reduce <= 16 KiB: lspawn through Python against
+the engine alone from C (--engine-json, written by engine_bench.c). bench/python_backend/run.sh runs it all.
+
+    python allreduce_bench.py [--nprocs 2,4] [--backends lspawn,gloo] [--ops all_reduce,all_gather,broadcast]
+                              [--budget-ms 300] [--mpi-json F] [--engine-json F] [--json OUT]
+Env: PYTHONPATH with the source tree's python/, LSPAWN_ENGINE, LSPAWN_BACKEND_SHIM_DIR (as for the tests).
+"""
+import argparse
+import datetime
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+SIZES = [4, 1 << 10, 16 << 10, 256 << 10, 4 << 20, 16 << 20, 64 << 20]
+OPS = ["all_reduce", "all_gather", "broadcast"]
+
+
+def human(b):
+    for unit, k in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= k:
+            return "%d %s" % (b // k, unit)
+    return "%d B" % b
+
+
+# ------------------------------------------------------------------ worker
+
+def worker(args):
+    import statistics
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    backend = os.environ["BENCH_BACKEND"]
+    major = int(torch.__version__.split(".")[0])
+    if backend == "lspawn":
+        import lspawn.distributed
+        name = "cpu:lspawn" if major >= 2 else "lspawn"
+    else:
+        name = "gloo"
+    store = dist.TCPStore("127.0.0.1", int(os.environ["BENCH_STORE_PORT"]), n + 1, False,
+                          datetime.timedelta(seconds=120))
+    dist.init_process_group(name, store=dist.PrefixStore("bench/", store), rank=rank, world_size=n,
+                            timeout=datetime.timedelta(seconds=120))
+    transport = lspawn.distributed.transport() if backend == "lspawn" else "gloo"
+    gather = getattr(dist, "all_gather_into_tensor", None) or dist._all_gather_base
+    ops = args.ops.split(",")
+    sizes = [int(s) for s in args.sizes.split(",")]
+    for op in ops:
+        for nbytes in sizes:
+            count = max(1, nbytes // 4)
+            x = torch.full((count,), float(rank + 1), dtype=torch.float32)
+            out = torch.empty(count * n, dtype=torch.float32) if op == "all_gather" else None
+            if op == "all_reduce":
+                run = lambda: dist.all_reduce(x)  # noqa: E731
+            elif op == "all_gather":
+                run = lambda: gather(out, x)  # noqa: E731
+            else:
+                run = lambda: dist.broadcast(x, src=0)  # noqa: E731
+            for _ in range(3):
+                run()
+            dist.barrier()
+            fastest = 1e9
+            for _ in range(5):
+                t = time.perf_counter()
+                run()
+                fastest = min(fastest, time.perf_counter() - t)
+            iters = torch.tensor([min(2000.0, max(5.0, args.budget_ms / 1e3 / max(fastest, 1e-7)))],
+                                 dtype=torch.float64)
+            dist.all_reduce(iters, op=dist.ReduceOp.MAX)
+            iters = int(iters.item())
+            times = []
+            dist.barrier()
+            for _ in range(iters):
+                t = time.perf_counter()
+                run()
+                times.append(time.perf_counter() - t)
+            check = None
+            # all_reduce and broadcast run in place (values grow): timed, not checked
+            if op == "all_gather":
+                check = bool(out[count * (n - 1)].item() == float(n))
+            if rank == 0:
+                print(json.dumps({"impl": backend, "transport": transport, "op": op, "nprocs": n, "bytes": count * 4,
+                                  "iters": iters, "median_us": statistics.median(times) * 1e6,
+                                  "check": check}), flush=True)
+            del x, out
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------ parent
+
+def run_ranks(backend, n, args, timeout):
+    import torch.distributed as dist
+    server = dist.TCPStore("127.0.0.1", 0, 1, True, datetime.timedelta(seconds=120), wait_for_workers=False)
+    procs = []
+    for rank in range(n):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(n),
+                   BENCH_STORE_PORT=str(server.port), BENCH_BACKEND=backend, OMP_NUM_THREADS="1",
+                   MKL_NUM_THREADS="1")
+        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", "--ops", args.ops,
+                                       "--sizes", args.sizes, "--budget-ms", str(args.budget_ms)],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      start_new_session=True))
+    deadline = time.monotonic() + timeout
+    outs = []
+    failed = False
+    for rank, p in enumerate(procs):
+        try:
+            out, _ = p.communicate(timeout=max(1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                try:
+                    os.killpg(q.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            out, _ = p.communicate()
+            out += "\n[bench] rank %d still running after %d s: killed every rank" % (rank, timeout)
+        if p.returncode != 0:
+            failed = True
+        outs.append(out)
+    rows = []
+    for line in outs[0].splitlines():
+        if line.startswith("{"):
+            rows.append(json.loads(line))
+    if failed:
+        for rank, out in enumerate(outs):
+            tail = "\n".join(out.strip().splitlines()[-15:])
+            print("---- %s N=%d rank %d (exit %s) ----\n%s" % (backend, n, rank, procs[rank].returncode, tail),
+                  file=sys.stderr)
+    return rows, failed
+
+
+def load_jsonl(path):
+    rows = []
+    if path and os.path.exists(path):
+        with open(path) as f:
+            rows = [json.loads(line) for line in f if line.startswith("{")]
+    return rows
+
+
+def fmt(v):
+    if v is None:
+        return "n/a"
+    return "%.1f" % v if v < 1000 else "%.0f" % v
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--worker", action="store_true")
+    ap.add_argument("--nprocs", default="2,4")
+    ap.add_argument("--backends", default="lspawn,gloo")
+    ap.add_argument("--ops", default=",".join(OPS))
+    ap.add_argument("--sizes", default=",".join(str(s) for s in SIZES))
+    ap.add_argument("--budget-ms", type=float, default=300)
+    ap.add_argument("--timeout", type=float, default=240, help="per (backend, N) run, seconds")
+    ap.add_argument("--mpi-json", help="JSON lines from mpi_allreduce.c")
+    ap.add_argument("--engine-json", help="JSON lines from engine_bench.c")
+    ap.add_argument("--json", help="write every row here")
+    args = ap.parse_args()
+    if args.worker:
+        return worker(args)
+
+    rows, problems = [], []
+    for n in [int(x) for x in args.nprocs.split(",")]:
+        for backend in args.backends.split(","):
+            t0 = time.monotonic()
+            got, failed = run_ranks(backend, n, args, args.timeout)
+            print("[bench] %s N=%d: %d rows in %.1f s%s" % (backend, n, len(got), time.monotonic() - t0,
+                                                             " (FAILED)" if failed else ""), file=sys.stderr)
+            if failed:
+                problems.append("%s N=%d failed after %d rows" % (backend, n, len(got)))
+            for r in got:
+                if backend == "lspawn" and r["transport"] != "shm":
+                    problems.append("lspawn N=%d ran on %r, not shm" % (n, r["transport"]))
+                if r.get("check") is False:
+                    problems.append("%s %s N=%d %d B: wrong result" % (backend, r["op"], n, r["bytes"]))
+            rows += got
+    mpi, engine = load_jsonl(args.mpi_json), load_jsonl(args.engine_json)
+    rows += mpi + engine
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+    def get(impl, op, n, b):
+        for r in rows:
+            if r["impl"] == impl and r["op"] == op and r["nprocs"] == n and r["bytes"] == b:
+                return r["median_us"]
+        return None
+
+    sizes = [int(s) for s in args.sizes.split(",")]
+    nprocs = [int(x) for x in args.nprocs.split(",")]
+    print("\nMedian µs per op on rank 0 (float32; all_gather: size is each rank's part).\n")
+    print("| op | N | size | gloo µs | lspawn µs | Open MPI µs | lspawn/gloo speedup |")
+    print("|---|---|---|---:|---:|---:|---:|")
+    for op in args.ops.split(","):
+        for n in nprocs:
+            for b in sizes:
+                g, l_ = get("gloo", op, n, b), get("lspawn", op, n, b)
+                m = get("openmpi", op, n, b) if op == "all_reduce" else None
+                sp = "%.1fx" % (g / l_) if g and l_ else "n/a"
+                print("| %s | %d | %s | %s | %s | %s | %s |" % (op, n, human(b), fmt(g), fmt(l_),
+                                                                 fmt(m) if op == "all_reduce" else "", sp))
+    if engine and "all_reduce" in args.ops.split(","):
+        print("\nPython overhead: all_reduce through torch.distributed + lspawn vs the engine called from C "
+              "(engine_bench.c).\n")
+        print("| N | size | lspawn (Python) µs | engine from C µs | Python adds µs |")
+        print("|---|---|---:|---:|---:|")
+        for n in nprocs:
+            for b in [s for s in sizes if s <= 16 << 10]:
+                l_, e = get("lspawn", "all_reduce", n, b), get("engine", "all_reduce", n, b)
+                add = "%.1f" % (l_ - e) if l_ is not None and e is not None else "n/a"
+                print("| %d | %s | %s | %s | %s |" % (n, human(b), fmt(l_), fmt(e), add))
+    if problems:
+        print("\nProblems:\n" + "\n".join("- " + p for p in sorted(set(problems))))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main() or 0)
