@@ -4,7 +4,8 @@
 group (lspawn), one on a gloo group (small buckets, so that several all_reduces overlap backward). With two ranks
 every gradient sum is a + b, exact in any order, so the weights must be identical bit for bit; then they are
 compared across the ranks too (broadcast from rank 0). The default comm hook reads each bucket's all_reduce from
-Work.get_future(), so this also checks the futures the backend returns.
+Work.get_future(), so this also checks the futures the backend returns: complete ones (small buckets, run
+inline), then, with LSPAWN_BACKEND_ASYNC_BYTES=1, futures completed by the backend's runner thread.
 """
 import os
 import sys
@@ -55,5 +56,7 @@ if __name__ == "__main__":
     if "--worker" in sys.argv:
         worker()
     else:
-        for r, c, out in harness.run_ranks(os.path.abspath(__file__), 2, timeout=180):
-            print(out.strip().splitlines()[-1])
+        # Then with every reduction on the backend's runner thread (the path of DDP's buckets >= 256 KiB).
+        for env in ({}, {"LSPAWN_BACKEND_ASYNC_BYTES": "1"}):
+            for r, c, out in harness.run_ranks(os.path.abspath(__file__), 2, timeout=180, env=env):
+                print(env, out.strip().splitlines()[-1])

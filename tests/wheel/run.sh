@@ -119,6 +119,8 @@ ok "lspawn.spawn() without its guardian names the file"
 # The torch.distributed backend `lspawn` as the wheel ships it (docs/python-backend.md): the shim built for
 # this Python's torch (Debian's 1.13) and the engine, nothing built here. Under lspawn, explicitly and through
 # --cpu-backend lspawn with a script that says gloo.
+run "$py" -c 'import lspawn, sys; assert "torch" not in sys.modules, "import lspawn imported torch"' ||
+  fail "import lspawn imports torch"
 out=$(run lspawn --nprocs 2 "$py" backend_hello.py lspawn 2>&1) || fail "backend lspawn: $out"
 grep -q "rank 0 of 2: sum 3 on shm" <<<"$out" && grep -q "rank 1 of 2: sum 3 on shm" <<<"$out" || fail "backend lspawn: $out"
 ok "init_process_group(\"lspawn\") from the wheel's shim: shm"
