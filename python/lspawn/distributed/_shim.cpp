@@ -81,18 +81,35 @@ class AsyncWork final : public Work {
   bool isCompleted() override { return future_->completed(); }
   bool isSuccess() const override { return future_->completed() && !future_->hasError(); }
   bool wait(std::chrono::milliseconds /*timeout*/) override {
-    future_->wait();
+    {  // not future_->wait(): see Runner::kTick
+      std::unique_lock<std::mutex> l(mu_);
+      while (!finished_) cv_.wait_for(l, std::chrono::seconds(1));
+    }
     if (future_->hasError()) std::rethrow_exception(future_->exception_ptr());
     return true;
   }
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-  void done() { future_->markCompleted(c10::IValue(outputs_)); }
-  void failed(std::exception_ptr e) { future_->setError(std::move(e)); }
+  void done() {
+    future_->markCompleted(c10::IValue(outputs_));
+    finish();
+  }
+  void failed(std::exception_ptr e) {
+    future_->setError(std::move(e));
+    finish();
+  }
 
  private:
+  void finish() {
+    std::lock_guard<std::mutex> l(mu_);
+    finished_ = true;
+    cv_.notify_all();
+  }
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool finished_ = false;
 };
 
 // One thread that runs the engine's large reductions in the order they were asked for, so that the caller
@@ -117,14 +134,14 @@ class Runner {
   }
   void idle() {
     std::unique_lock<std::mutex> l(mu_);
-    done_cv_.wait(l, [&] { return jobs_.empty() && !busy_; });
+    while (!(jobs_.empty() && !busy_)) done_cv_.wait_for(l, kTick);
   }
 
  private:
   void loop() {
     std::unique_lock<std::mutex> l(mu_);
     for (;;) {
-      cv_.wait(l, [&] { return stop_ || !jobs_.empty(); });
+      while (!(stop_ || !jobs_.empty())) cv_.wait_for(l, kTick);
       if (jobs_.empty()) return;  // stop_
       std::function<void()> job = std::move(jobs_.front());
       jobs_.pop_front();
@@ -136,6 +153,9 @@ class Runner {
       if (jobs_.empty()) done_cv_.notify_all();
     }
   }
+  // wait_for, not wait: libstdc++ 12 versions condition_variable::wait(unique_lock&) GLIBCXX_3.4.30, which
+  // would lift the wheel's tag to manylinux_2_35; wait_for is inline over pthread_cond_clockwait.
+  static constexpr std::chrono::seconds kTick{1};
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
   std::deque<std::function<void()>> jobs_;
