@@ -18,10 +18,11 @@ import argparse
 import datetime
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "python_backend"))
+import harness  # noqa: E402  (the rank starter the backend's tests use)
 
 SIZES = [4, 1 << 10, 16 << 10, 256 << 10, 4 << 20, 16 << 20, 64 << 20]
 OPS = ["all_reduce", "all_gather", "broadcast"]
@@ -49,8 +50,7 @@ def worker(args):
         name = "cpu:lspawn" if major >= 2 else "lspawn"
     else:
         name = "gloo"
-    store = dist.TCPStore("127.0.0.1", int(os.environ["BENCH_STORE_PORT"]), n + 1, False,
-                          datetime.timedelta(seconds=120))
+    store = harness.client_store()
     dist.init_process_group(name, store=dist.PrefixStore("bench/", store), rank=rank, world_size=n,
                             timeout=datetime.timedelta(seconds=120))
     transport = lspawn.distributed.transport() if backend == "lspawn" else "gloo"
@@ -102,45 +102,17 @@ def worker(args):
 # ------------------------------------------------------------------ parent
 
 def run_ranks(backend, n, args, timeout):
-    import torch.distributed as dist
-    server = dist.TCPStore("127.0.0.1", 0, 1, True, datetime.timedelta(seconds=120), wait_for_workers=False)
-    procs = []
-    for rank in range(n):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(n),
-                   BENCH_STORE_PORT=str(server.port), BENCH_BACKEND=backend, OMP_NUM_THREADS="1",
-                   MKL_NUM_THREADS="1")
-        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", "--ops", args.ops,
-                                       "--sizes", args.sizes, "--budget-ms", str(args.budget_ms)],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                      start_new_session=True))
-    deadline = time.monotonic() + timeout
-    outs = []
-    failed = False
-    for rank, p in enumerate(procs):
-        try:
-            out, _ = p.communicate(timeout=max(1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                try:
-                    os.killpg(q.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            out, _ = p.communicate()
-            out += "\n[bench] rank %d still running after %d s: killed every rank" % (rank, timeout)
-        if p.returncode != 0:
-            failed = True
-        outs.append(out)
-    rows = []
-    for line in outs[0].splitlines():
-        if line.startswith("{"):
-            rows.append(json.loads(line))
+    """N ranks of this script's worker (tests/python_backend/harness.py starts them); rank 0's JSON rows."""
+    results = harness.run_ranks(os.path.abspath(__file__), n, ["--ops", args.ops, "--sizes", args.sizes,
+                                                                "--budget-ms", str(args.budget_ms)],
+                                timeout=timeout, env={"BENCH_BACKEND": backend, "MKL_NUM_THREADS": "1"}, check=False)
+    failed = any(code != 0 for _, code, _ in results)
+    rows = [json.loads(line) for line in results[0][2].splitlines() if line.startswith("{")]
     if failed:
-        for rank, out in enumerate(outs):
+        for rank, code, out in results:
             tail = "\n".join(out.strip().splitlines()[-15:])
-            print("---- %s N=%d rank %d (exit %s) ----\n%s" % (backend, n, rank, procs[rank].returncode, tail),
-                  file=sys.stderr)
+            print("---- %s N=%d rank %d (exit %s) ----\n%s" % (backend, n, rank, code, tail), file=sys.stderr)
     return rows, failed
-
 
 def load_jsonl(path):
     rows = []

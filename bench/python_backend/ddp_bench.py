@@ -12,10 +12,11 @@ import argparse
 import datetime
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "python_backend"))
+import harness  # noqa: E402  (the rank starter the backend's tests use)
 
 
 def worker(args):
@@ -32,8 +33,7 @@ def worker(args):
         name = "cpu:lspawn" if int(torch.__version__.split(".")[0]) >= 2 else "lspawn"
     else:
         name = "gloo"
-    store = dist.TCPStore("127.0.0.1", int(os.environ["BENCH_STORE_PORT"]), n + 1, False,
-                          datetime.timedelta(seconds=120))
+    store = harness.client_store()
     dist.init_process_group(name, store=dist.PrefixStore("ddp/", store), rank=rank, world_size=n,
                             timeout=datetime.timedelta(seconds=120))
     if backend == "lspawn":
@@ -65,37 +65,18 @@ def worker(args):
 
 
 def run_ranks(backend, n, args):
-    import torch.distributed as dist
-    server = dist.TCPStore("127.0.0.1", 0, 1, True, datetime.timedelta(seconds=120), wait_for_workers=False)
-    procs = []
-    for rank in range(n):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(n),
-                   BENCH_STORE_PORT=str(server.port), BENCH_BACKEND=backend, OMP_NUM_THREADS="1",
-                   MKL_NUM_THREADS="1")
-        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", "--steps",
-                                       str(args.steps)], env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True, start_new_session=True))
-    deadline = time.monotonic() + args.timeout
+    """N ranks of this script's worker (tests/python_backend/harness.py starts them); every rank's JSON row."""
+    results = harness.run_ranks(os.path.abspath(__file__), n, ["--steps", str(args.steps)], timeout=args.timeout,
+                                env={"BENCH_BACKEND": backend, "MKL_NUM_THREADS": "1"}, check=False)
     rows, failed = [], False
-    for rank, p in enumerate(procs):
-        try:
-            out, _ = p.communicate(timeout=max(1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                try:
-                    os.killpg(q.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            out, _ = p.communicate()
-            out += "\n[ddp_bench] rank %d still running after %d s: killed every rank" % (rank, args.timeout)
-        if p.returncode != 0:
+    for rank, code, out in results:
+        if code != 0:
             failed = True
-            print("---- %s N=%d rank %d (exit %s) ----\n%s" % (backend, n, rank, p.returncode,
+            print("---- %s N=%d rank %d (exit %s) ----\n%s" % (backend, n, rank, code,
                                                             "\n".join(out.strip().splitlines()[-15:])),
                   file=sys.stderr)
         rows += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     return rows, failed
-
 
 def main():
     ap = argparse.ArgumentParser()

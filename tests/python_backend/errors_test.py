@@ -10,7 +10,6 @@
 - Registering twice is harmless.
 """
 import os
-import re
 import subprocess
 import sys
 import tempfile
