@@ -49,35 +49,12 @@ using Base = c10d::ProcessGroup;
 using c10d::Work;
 using WorkPtr = c10::intrusive_ptr<Work>;
 
-// A Work that is complete when returned: the engine ran the op in the caller's thread.
-class DoneWork final : public Work {
+// The Work of every op the engine runs: its future holds the outputs, or the error. Completed before it is
+// returned when the op ran in the caller's thread (run()), later when it ran on the runner (run_async()).
+class FutureWork final : public Work {
  public:
-  DoneWork(c10d::OpType type, std::vector<at::Tensor> outputs)
-      : Work(-1, type), outputs_(std::move(outputs)),
-        future_(c10::make_intrusive<c10::ivalue::Future>(list_type())) {
-    future_->markCompleted(c10::IValue(outputs_));
-  }
-  bool isCompleted() override { return true; }
-  bool isSuccess() const override { return true; }
-  bool wait(std::chrono::milliseconds /*timeout*/) override { return true; }
-  std::vector<at::Tensor> result() override { return outputs_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-
- private:
-  static const c10::TypePtr& list_type() {
-    static const c10::TypePtr t = c10::ListType::create(c10::TensorType::get());
-    return t;
-  }
-  std::vector<at::Tensor> outputs_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
-};
-
-// A Work completed later by the backend's runner thread: its future holds the outputs, or the error.
-class AsyncWork final : public Work {
- public:
-  AsyncWork(c10d::OpType type, std::vector<at::Tensor> outputs)
-      : Work(-1, type), outputs_(std::move(outputs)),
-        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+  FutureWork(c10d::OpType type, std::vector<at::Tensor> outputs)
+      : Work(-1, type), outputs_(std::move(outputs)), future_(c10::make_intrusive<c10::ivalue::Future>(list_type())) {}
   bool isCompleted() override { return future_->completed(); }
   bool isSuccess() const override { return future_->completed() && !future_->hasError(); }
   bool wait(std::chrono::milliseconds /*timeout*/) override {
@@ -104,6 +81,10 @@ class AsyncWork final : public Work {
     std::lock_guard<std::mutex> l(mu_);
     finished_ = true;
     cv_.notify_all();
+  }
+  static const c10::TypePtr& list_type() {
+    static const c10::TypePtr t = c10::ListType::create(c10::TensorType::get());
+    return t;
   }
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
@@ -178,6 +159,13 @@ std::size_t async_min_bytes() {
     return n == 0 ? SIZE_MAX : static_cast<std::size_t>(n);
   }();
   return v;
+}
+
+// A Work whose op already ran: complete when returned.
+WorkPtr done_work(c10d::OpType type, std::vector<at::Tensor> outputs) {
+  auto w = c10::make_intrusive<FutureWork>(type, std::move(outputs));
+  w->done();
+  return w;
 }
 
 [[noreturn]] void fail(const std::string& what) {
@@ -478,7 +466,7 @@ class LspawnBackend final : public Base {
     std::vector<WorkPtr> works;
     for (std::size_t i = 0; i < inputs.size(); ++i) works.push_back(_reduce_scatter_base(outputs[i], inputs[i], opts));
     for (auto& w : works) w->wait();
-    return c10::make_intrusive<DoneWork>(c10d::OpType::COALESCED, outputs);
+    return done_work(c10d::OpType::COALESCED, outputs);
   }
 #endif
 
@@ -555,7 +543,7 @@ class LspawnBackend final : public Base {
           outputs[r].copy_(c);
           off += out_splits[r];
         }
-        return WorkPtr(c10::make_intrusive<DoneWork>(c10d::OpType::ALLTOALL, outputs));
+        return done_work(c10d::OpType::ALLTOALL, outputs);
       });
     }
     std::vector<int64_t> in_bytes(n), out_bytes(n);
@@ -810,7 +798,7 @@ class LspawnBackend final : public Base {
       throw;
     }
     lspawn_status_complete(slot_, seq);
-    return c10::make_intrusive<DoneWork>(type, outputs);
+    return done_work(type, outputs);
   }
 
   // Queues an op for the runner thread; the Work completes when it has run (or failed).
@@ -819,7 +807,7 @@ class LspawnBackend final : public Base {
     if (!runner_) runner_ = std::make_unique<Runner>();
     const uint64_t seq = ++seq_;
     lspawn_status_enter(slot_, what, seq, bytes);
-    auto work = c10::make_intrusive<AsyncWork>(type, outputs);
+    auto work = c10::make_intrusive<FutureWork>(type, outputs);
     void* slot = slot_;
     runner_->submit([f = std::move(f), work, slot, seq]() mutable {
       try {
