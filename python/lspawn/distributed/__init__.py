@@ -4,17 +4,19 @@
     dist.init_process_group("cpu:lspawn,cuda:nccl")     # torch 2.x; torch 1.13: "lspawn"
 
 Every collective on CPU tensors of ranks that share one host runs on lspawn's engine (the
-shared-memory communicator of the C++ runtime, liblspawn_engine.so); point-to-point work, groups
-that span hosts and what the engine does not reduce (complex numbers, int16, ...) go to a gloo
-backend of the same group, so results are gloo's wherever lspawn's are not. A rank that dies
-mid-collective makes the others fail within milliseconds with an error naming it. Under lspawn
-the backend's operations enter the rank's status record (`lspawn status`, `--hang-timeout`).
+shared-memory communicator of the C++ runtime, liblspawn_engine.so). In a group spanning hosts the
+reductions run on it within each host and on gloo between the hosts' leaders. Point-to-point work,
+the other ops of such a group and what the engine does not reduce (complex numbers, int16, ...) go to
+a gloo backend of the same group, so results are gloo's wherever lspawn's are not. A rank that dies
+mid-collective makes the others fail within milliseconds with an error naming it. Under lspawn the
+backend's operations enter the rank's status record (`lspawn status`, `--hang-timeout`).
 docs/python-backend.md has the whole story.
 
 The backend is compiled per torch release (a shim, built against that release's c10d); the one
-for the installed torch is picked at import by torch's version, its C++ ABI and this Python. A
-torch without one gets an error naming the command that builds it: `python -m lspawn.distributed
-build`. Importing this module imports torch; `import lspawn` and `lspawn.spawn()` do not.
+for the installed torch is picked at the first init_process_group/new_group by torch's version, its
+C++ ABI and this Python. A torch without one gets an error there naming the command that builds it:
+`python -m lspawn.distributed build`. Importing this module imports torch; `import lspawn` and
+`lspawn.spawn()` do not.
 """
 import ctypes
 import glob
@@ -33,7 +35,7 @@ __all__ = ["BACKEND", "register", "ShimMissingError", "transport", "supported_re
 BACKEND = "lspawn"
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _shim = None
-_transports = {}  # id(backend object) -> "shm" | "gloo"
+_transports = {}  # id(backend object) -> "shm" | "shm+gloo" | "gloo"
 
 
 class ShimMissingError(ImportError):
@@ -95,7 +97,8 @@ def _load():
         return _shim
     ctypes.CDLL(_engine_path(), mode=ctypes.RTLD_GLOBAL)  # the shim's engine_* symbols
     _torch_symbols_global()
-    name = _build.shim_filename()
+    info = _build.TorchInfo.imported()
+    name = _build.shim_filename(info)
     for d in _shim_dirs():
         path = os.path.join(d, name)
         if os.path.isfile(path):
@@ -114,7 +117,7 @@ def _load():
         "lspawn: the torch.distributed backend 'lspawn' has no build for torch %s (C++ ABI %d, %s): this install "
         "has %s. Build one against the installed torch (needs a C++ compiler and Python's headers, ~30 s):\n"
         "    %s -m lspawn.distributed build\n(looked for %s in %s)" % (
-            torch.__version__, int(bool(torch._C._GLIBCXX_USE_CXX11_ABI)), _build.shim_filename().split("-", 3)[3][:-3],
+            info.version, info.cxx11_abi, _build.python_abi(),
             ", ".join(have) if have else "none", sys.executable, name, ", ".join(_shim_dirs())))
 
 
@@ -192,8 +195,9 @@ def _create(opts, backend_options=None):
 
 
 def transport(group=None):
-    """'shm' when the group's collectives run on lspawn's engine, 'gloo' when they all go to gloo
-    (a group spanning hosts, LSPAWN_BACKEND_SHM=0); None when the group has no lspawn backend."""
+    """'shm' when the group's collectives run on lspawn's engine, 'shm+gloo' when the group spans hosts
+    (reductions on the engine within each host, gloo between them), 'gloo' when they all go to gloo
+    (LSPAWN_BACKEND_SHM=0); None when the group has no lspawn backend."""
     pg = group or dist.distributed_c10d._get_default_group()
     candidates = [pg]
     get_backend = getattr(pg, "_get_backend", None)

@@ -83,8 +83,12 @@ def shim_filename(info=None):
     """The file name the shim of this interpreter and torch has, e.g.
     _lspawn_backend-torch2.15.0-cxx11abi1-cpython-311-x86_64-linux-gnu.so."""
     info = info or TorchInfo.imported()
-    soabi = sysconfig.get_config_var("SOABI") or "py%d%d" % sys.version_info[:2]
-    return "_lspawn_backend-torch%s-cxx11abi%d-%s.so" % (torch_release(info.version), info.cxx11_abi, soabi)
+    return "_lspawn_backend-torch%s-cxx11abi%d-%s.so" % (torch_release(info.version), info.cxx11_abi, python_abi())
+
+
+def python_abi():
+    """This interpreter's extension ABI, as its extension modules are named (cpython-311-x86_64-linux-gnu)."""
+    return sysconfig.get_config_var("SOABI") or "py%d%d" % sys.version_info[:2]
 
 
 def default_out_dir():
