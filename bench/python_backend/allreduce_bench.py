@@ -15,7 +15,6 @@ the engine alone from C (--engine-json, written by engine_bench.c). bench/python
 Env: PYTHONPATH with the source tree's python/, LSPAWN_ENGINE, LSPAWN_BACKEND_SHIM_DIR (as for the tests).
 """
 import argparse
-import datetime
 import json
 import os
 import sys
@@ -44,15 +43,8 @@ def worker(args):
     torch.set_num_threads(1)
     rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     backend = os.environ["BENCH_BACKEND"]
-    major = int(torch.__version__.split(".")[0])
-    if backend == "lspawn":
-        import lspawn.distributed
-        name = "cpu:lspawn" if major >= 2 else "lspawn"
-    else:
-        name = "gloo"
-    store = harness.client_store()
-    dist.init_process_group(name, store=dist.PrefixStore("bench/", store), rank=rank, world_size=n,
-                            timeout=datetime.timedelta(seconds=120))
+    harness.init(None if backend == "lspawn" else "gloo")  # None: cpu:lspawn (2.x) or lspawn (1.13)
+    import lspawn.distributed
     transport = lspawn.distributed.transport() if backend == "lspawn" else "gloo"
     gather = getattr(dist, "all_gather_into_tensor", None) or dist._all_gather_base
     ops = args.ops.split(",")

@@ -9,7 +9,6 @@ Ranks start as in allreduce_bench.py (TCPStore on port 0 in the parent).
 Env: PYTHONPATH with the source tree's python/, LSPAWN_ENGINE, LSPAWN_BACKEND_SHIM_DIR.
 """
 import argparse
-import datetime
 import json
 import os
 import sys
@@ -28,14 +27,8 @@ def worker(args):
     rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     backend = os.environ["BENCH_BACKEND"]
     transport = "gloo"
-    if backend == "lspawn":
-        import lspawn.distributed
-        name = "cpu:lspawn" if int(torch.__version__.split(".")[0]) >= 2 else "lspawn"
-    else:
-        name = "gloo"
-    store = harness.client_store()
-    dist.init_process_group(name, store=dist.PrefixStore("ddp/", store), rank=rank, world_size=n,
-                            timeout=datetime.timedelta(seconds=120))
+    harness.init(None if backend == "lspawn" else "gloo")  # None: cpu:lspawn (2.x) or lspawn (1.13)
+    import lspawn.distributed
     if backend == "lspawn":
         transport = lspawn.distributed.transport()
     torch.manual_seed(0)
