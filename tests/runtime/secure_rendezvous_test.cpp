@@ -36,6 +36,7 @@ using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
 using lspawn::test::ChildProcess;
 using lspawn::test::connect_to;
+using lspawn::test::eventually;
 using lspawn::test::ReservedPort;
 using lspawn::test::TempDir;
 using lspawn::test::strangers;
@@ -188,7 +189,11 @@ TEST_CASE("secured rendezvous: records of a stranger without the secret are refu
 
   ranks.emplace_back(worker("collectives"), secured_env(1, n, reserved.port(), run), dir.file("r1"));
   ranks.emplace_back(worker("collectives"), secured_env(3, n, reserved.port(), run), dir.file("r3"));
-  std::this_thread::sleep_for(1500ms);  // rank 0 sees the forged rank-2 record meanwhile
+  // Rank 2 starts once rank 0 has seen (and refused) the forged rank-2 record: a fixed 1.5 s was not
+  // always enough under ctest -j4's load (rank 0 had not read it yet, the legitimate record came first).
+  INFO(ranks[0].output());
+  REQUIRE(eventually([&] { return ranks[0].output().find("refused a store record for '" + rank2 + "'") != std::string::npos; },
+                     30s));
   ranks.emplace_back(worker("collectives"), secured_env(2, n, reserved.port(), run), dir.file("r2"));
 
   std::string all;
