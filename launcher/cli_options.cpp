@@ -310,6 +310,8 @@ options (--opt value and --opt=value are both accepted):
   --result-file PATH              when the run ends, write its outcome there as JSON: lspawn's exit
                                   code, the root cause's local rank, each worker's pid, exit code,
                                   signal (what lspawn.spawn() in Python reads; docs/python.md)
+  --no-summary                    with --result-file: no failure summary at the end (the caller
+                                  reports the outcome from the file: lspawn.spawn() raises it)
   --start-method exec|forkserver  exec (default): each worker is a fresh exec of program (any
                                   program); forkserver: program is executed once and forks every
                                   worker after its static initialisation (LibTorch's loading and
@@ -484,6 +486,9 @@ bool parse_run_option(const std::string& name, const NoValue& flag, const TakeVa
   } else if (name == "--quiet") {
     flag();
     o.quiet = true;
+  } else if (name == "--no-summary") {
+    flag();
+    o.no_summary = true;
   } else if (name == "--warm") {
     flag();
     o.start_method = CliStartMethod::Warm;
@@ -636,6 +641,9 @@ void check_options(CliOptions& o) {
   check_host_options(o);
   if (o.tee && o.log_dir.empty() && !o.redirects && !o.tee_spec) {
     usage("--tee: needs --log-dir DIR (--log-dir DIR --tee), or a stream spec (--tee 3)");
+  }
+  if (o.no_summary && o.result_file.empty()) {
+    usage("--no-summary: needs --result-file PATH (the outcome must go somewhere: --result-file PATH --no-summary)");
   }
   check_torchrun_options(o);
   if (!o.preload.empty()) {

@@ -39,6 +39,7 @@ struct CliOptions : LaunchFlags {
   bool prefix = true;              // --no-prefix clears it
   bool quiet = false;              // --quiet: no info lines (errors still printed)
   std::string result_file;         // --result-file PATH: the run's outcome as JSON (proto::RunResult)
+  bool no_summary = false;         // --no-summary (needs --result-file): no failure summary printed
   CliStartMethod start_method = CliStartMethod::Exec;  // --start-method exec|forkserver|warm, --warm
   std::string daemon_socket;       // --daemon-socket PATH (warm); empty: daemon::default_socket_path()
   std::vector<std::string> preload;  // --preload M[,M...]: a Python program run from a server that

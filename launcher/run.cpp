@@ -854,7 +854,7 @@ int Run::print_outcome() {
   group->flush_for(std::chrono::milliseconds(1000));
   const node::FinishMsg& fin = *group->finish();
   const std::string summary = outcome_summary(fin);
-  if (!summary.empty()) write_stderr(summary);
+  if (!summary.empty() && !o.no_summary) write_stderr(summary);
   // After restarts, which attempt failed how (#33), the last one included.
   if (!group->failed_attempts().empty()) {
     std::string line = "lspawn: attempts:";

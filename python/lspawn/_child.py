@@ -12,11 +12,13 @@ torch.multiprocessing's spawn finds it) and the parent's values of the torchrun 
 3. unless spawn(torchrun_env=True), gives the variables of torchrun's contract (RANK, WORLD_SIZE,
    MASTER_ADDR, MASTER_PORT, ...) the parent's values back, unsetting those the parent did not
    have, as torch.multiprocessing's children see them; TORCHELASTIC_ERROR_FILE and LSPAWN_* stay;
-4. prepares `__main__` as multiprocessing does and unpickles the function and its arguments (a
-   failure there, e.g. fn's module does not import, is reported as an exception of fn would be);
-5. calls fn(LOCAL_RANK, *args) through _worker.run(), which reports an exception (stderr,
-   DIR/error.<rank> for the parent, $TORCHELASTIC_ERROR_FILE for the launcher's summary) and
-   makes the worker exit 1. SystemExit and KeyboardInterrupt propagate as in any script.
+4. prepares `__main__` as multiprocessing does (a top-level spawn() of an unguarded script is refused
+   there, before any grandchild starts) and unpickles the function and its own copy of the
+   arguments (shared objects are fetched from the parent then, _pickling.py); a failure there, e.g.
+   fn's module does not import, is reported as an exception of fn would be;
+5. calls fn(LOCAL_RANK, *args) through _worker.run(), which keeps its return value, reports an
+   exception (DIR/error.<rank> for the parent, $TORCHELASTIC_ERROR_FILE for the launcher's summary)
+   and makes the worker exit 1. SystemExit and KeyboardInterrupt propagate as in any script.
 
 The package's __init__ does not import this module: `-m` runs it fresh as __main__.
 """
@@ -35,6 +37,26 @@ def _install_hang_diagnosis():
         hang.install()
     except Exception as e:
         print("lspawn: hang diagnosis is off in this worker: %s" % e, file=sys.stderr, flush=True)
+
+
+def _prepare(payload, index):
+    """multiprocessing's preparation (sys.path, cwd, the parent's `__main__` run again as __mp_main__),
+    then (fn, args) unpickled. Meanwhile, as in multiprocessing's spawned children, the process is
+    `_inheriting`: a multiprocessing Process started by the script is refused, a manager's proxy is
+    not counted twice; and a top-level spawn() in the script is refused (_spawn._bootstrapping)."""
+    prep = payload["prep"]
+    import multiprocessing.process
+    import multiprocessing.spawn
+    from lspawn import _spawn
+    me = multiprocessing.process.current_process()
+    _spawn._bootstrapping = (index, prep.get("init_main_from_path") or prep.get("init_main_from_name"))
+    me._inheriting = True
+    try:
+        multiprocessing.spawn.prepare(prep)
+        return pickle.loads(payload["fn"]), pickle.loads(payload["args"][index])
+    finally:
+        del me._inheriting
+        _spawn._bootstrapping = None
 
 
 def main(argv):
@@ -57,10 +79,7 @@ def main(argv):
         else:
             os.environ[key] = value
     try:
-        import multiprocessing.spawn
-        multiprocessing.spawn.prepare(payload["prep"])
-        fn = pickle.loads(payload["fn"])
-        args = pickle.loads(payload["args"])
+        fn, args = _prepare(payload, index)
     except Exception:
         report(directory, index, error_file)  # fn's module failed to import, say: the parent raises it
         return 1

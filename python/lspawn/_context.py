@@ -1,25 +1,158 @@
 """ProcessContext: what spawn(join=False) returns; the files a run's processes leave in its directory."""
 import json
 import os
+import pickle
+import select
 import shutil
+import signal
 
 
 class ProcessContext:
     """The processes of one spawn() call (torch.multiprocessing.ProcessContext's contract).
 
-    join(timeout=None) waits for them: True once every process ended successfully, False when
-    `timeout` seconds passed with some still running; when one fails, the others are stopped
-    (SIGTERM, SIGKILL after the grace period) and the root cause is raised as
-    ProcessRaisedException (it raised an exception) or ProcessExitedException (an exit code or a
-    signal). A later join() raises the same exception again. pids() lists the processes' pids
-    by index.
+    join(timeout=None, grace_period=None) waits for them: True once every process ended
+    successfully, False when `timeout` seconds passed with some still running; when one fails,
+    the others are stopped (the stop signal, SIGKILL after the grace period) and the root cause is
+    raised as ProcessRaisedException (it raised an exception) or ProcessExitedException (an exit
+    code or a signal). A later join() raises the same exception again. pids() lists the
+    processes' pids by index; `processes` the same as objects with multiprocessing.Process's
+    face (pid, exitcode, sentinel, is_alive(), join(), terminate(), kill()), and `sentinels`
+    maps each one's sentinel to its index, as torch's do. `return_values`: what fn returned in
+    each process, by index, once join() returned True.
     """
 
-    def join(self, timeout=None):
+    _processes = None
+    _values = None
+
+    def join(self, timeout=None, grace_period=None):
         raise NotImplementedError
 
     def pids(self):
         raise NotImplementedError
+
+    def _exit_status(self, index):
+        """(exit code, signal) of process `index` once known, else None."""
+        raise NotImplementedError
+
+    @property
+    def processes(self):
+        if self._processes is None:
+            self._processes = [RankProcess(self, i, pid) for i, pid in enumerate(self.pids())]
+        return self._processes
+
+    @property
+    def sentinels(self):
+        return {p.sentinel: i for i, p in enumerate(self.processes) if p.sentinel is not None}
+
+    @property
+    def return_values(self):
+        """What fn returned in process 0, 1, ... (None for a process whose fn returned None)."""
+        if self._values is None:
+            raise RuntimeError("lspawn: return_values: the processes have not all ended successfully (join() "
+                               "returns True once they have)")
+        return list(self._values)
+
+    def _read_values(self, directory, nprocs):
+        """After success: each process's value from DIR/return.<i>; an unreadable one is an error naming it."""
+        values = []
+        for i in range(nprocs):
+            try:
+                with open(os.path.join(directory, "return.%d" % i), "rb") as f:
+                    data = f.read()
+            except FileNotFoundError:
+                values.append(None)
+                continue
+            try:
+                values.append(pickle.loads(data))
+            except Exception as e:
+                raise RuntimeError("lspawn: the value process %d returned cannot be unpickled here: %s: %s"
+                                   % (i, type(e).__name__, e)) from e
+        self._values = values
+
+
+class RankProcess:
+    """One process of a spawn() run with multiprocessing.Process's face, for code that reads
+    ProcessContext.processes (Lightning's launcher does): pid, exitcode (None while it runs or
+    until the run's outcome is known), sentinel (a pidfd: readable once it ended; None where the
+    kernel has none), is_alive(), join(timeout), terminate(), kill(). Signals go through the pidfd,
+    so never to a process that reused the pid."""
+
+    daemon = False
+
+    def __init__(self, context, index, pid):
+        self._context = context
+        self.index = index
+        self.pid = pid
+        self.name = "lspawn-process-%d" % index
+        try:
+            self._fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            self._fd = None
+
+    @property
+    def sentinel(self):
+        return self._fd
+
+    @property
+    def ident(self):
+        return self.pid
+
+    @property
+    def exitcode(self):
+        status = self._context._exit_status(self.index)
+        if status is None:
+            return None
+        code, sig = status
+        return -sig if sig else code
+
+    def _ended(self, timeout=0):
+        if self._context._exit_status(self.index) is not None:
+            return True
+        if self._fd is not None:
+            return bool(select.select([self._fd], [], [], timeout)[0])
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass
+        return False
+
+    def is_alive(self):
+        return not self._ended()
+
+    def join(self, timeout=None):
+        self._ended(timeout)
+
+    def _signal(self, sig):
+        if self._ended():
+            return
+        try:
+            if self._fd is not None and hasattr(signal, "pidfd_send_signal"):
+                signal.pidfd_send_signal(self._fd, sig)
+            else:
+                os.kill(self.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def terminate(self):
+        self._signal(signal.SIGTERM)
+
+    def kill(self):
+        self._signal(signal.SIGKILL)
+
+    def __del__(self):
+        fd, self._fd = getattr(self, "_fd", None), None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def __repr__(self):
+        code = self.exitcode
+        state = "started" if code is None else "stopped exitcode=%d" % code
+        return "<RankProcess %s pid=%d %s>" % (self.name, self.pid, state)
 
 
 def read_error(directory, index):

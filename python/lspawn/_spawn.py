@@ -48,6 +48,7 @@ never outlive the parent. At interpreter exit, processes of a context that was n
 killed.
 """
 import atexit
+import collections.abc
 import json
 import os
 import pickle
@@ -76,8 +77,38 @@ def _is_number(x):
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def _check(fn, args, nprocs, start_method, preload, grace_period, hang_timeout):
-    """Validates the arguments before anything starts; returns (fn pickle, args pickle) or (None, None) for fork."""
+BOOTSTRAP_ERROR = """lspawn.spawn() was called while process {index} of a spawn() run was still starting: it
+imports the parent's main script ({script}) to find fn there, and that script calls spawn() at top level,
+so every process would start processes of its own. Put the call under the main guard:
+
+    if __name__ == "__main__":
+        lspawn.spawn(fn, args=..., nprocs=...)
+
+(torch.multiprocessing and multiprocessing need the same guard; start_method="fork" does not re-run the script.)"""
+
+# Set by lspawn._child while it prepares `__main__` (runs the parent's script as __mp_main__).
+_bootstrapping = None
+
+
+def _check_not_bootstrapping():
+    if _bootstrapping is not None:
+        index, script = _bootstrapping
+        raise RuntimeError(BOOTSTRAP_ERROR.format(index=index, script=script or "__main__"))
+
+
+def _as_args(args):
+    """args as a tuple: torch documents a tuple, Lightning passes a list; any sequence but a string is taken."""
+    if isinstance(args, tuple):
+        return args
+    if isinstance(args, (str, bytes, bytearray)) or not isinstance(args, collections.abc.Sequence):
+        raise TypeError("lspawn.spawn: args must be a tuple or another sequence (fn(i, *args)), got %s"
+                        % type(args).__name__)
+    return tuple(args)
+
+
+def _check(fn, args, nprocs, start_method, preload, grace_period, hang_timeout, daemon_socket):
+    """Validates the arguments before anything starts."""
+    _check_not_bootstrapping()
     if not isinstance(nprocs, int) or isinstance(nprocs, bool) or nprocs < 1:
         raise ValueError("lspawn.spawn: nprocs must be an int >= 1, got %r" % (nprocs,))
     if start_method not in START_METHODS:
@@ -85,8 +116,6 @@ def _check(fn, args, nprocs, start_method, preload, grace_period, hang_timeout):
                          % (start_method, ", ".join(START_METHODS)))
     if not callable(fn):
         raise TypeError("lspawn.spawn: fn must be callable, got %r" % (fn,))
-    if not isinstance(args, tuple):
-        raise TypeError("lspawn.spawn: args must be a tuple, got %s" % type(args).__name__)
     if preload is not None:
         if not isinstance(preload, (list, tuple)) or not all(isinstance(m, str) for m in preload):
             raise TypeError("lspawn.spawn: preload must be a list of module names, e.g. ['torch'], got %r" % (preload,))
@@ -96,31 +125,25 @@ def _check(fn, args, nprocs, start_method, preload, grace_period, hang_timeout):
         if start_method == "fork":
             raise ValueError("lspawn.spawn: preload does not apply to start_method='fork' (a forked process has "
                              "the parent's modules already); use 'forkserver' or 'spawn'")
-    if grace_period is not None and (not _is_number(grace_period) or grace_period < 0):
-        raise ValueError("lspawn.spawn: grace_period must be a number of seconds >= 0, got %r" % (grace_period,))
+    _check_grace(grace_period)
     if hang_timeout is not None:
         if not _is_number(hang_timeout) or hang_timeout <= 0:
             raise ValueError("lspawn.spawn: hang_timeout must be a number of seconds > 0, got %r" % (hang_timeout,))
         if start_method == "fork":
             raise ValueError("lspawn.spawn: hang_timeout needs lspawn's launcher, which start_method='fork' does "
                              "not use; use 'spawn' or 'forkserver'")
-    if start_method == "fork":
-        return None, None
-    main = sys.modules.get("__main__")
-    if getattr(fn, "__module__", None) == "__main__" and not getattr(main, "__file__", None) \
-            and getattr(getattr(main, "__spec__", None), "name", None) is None:
-        raise TypeError("lspawn.spawn: fn %r is defined in __main__ without a file (an interactive session or "
-                        "python -c), which a new process cannot import for start_method=%r: define it in a "
-                        "module, or use start_method='fork'" % (fn, start_method))
-    pickled = []
-    for name, value in (("fn", fn), ("args", args)):
-        try:
-            pickled.append(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
-        except Exception as e:
-            raise TypeError("lspawn.spawn: %s cannot be pickled, as start_method=%r needs (a function must be "
-                            "defined at module level; start_method='fork' takes any): %s: %s"
-                            % (name, start_method, type(e).__name__, e)) from e
-    return pickled
+    if daemon_socket is not None:
+        if daemon_socket is not True and not (isinstance(daemon_socket, str) and daemon_socket):
+            raise TypeError("lspawn.spawn: daemon_socket must be a path or True (the default socket of "
+                            "`lspawn daemon`), got %r" % (daemon_socket,))
+        if start_method == "fork":
+            raise ValueError("lspawn.spawn: daemon_socket does not apply to start_method='fork'; use "
+                             "'forkserver' or preload=[...]")
+
+
+def _check_grace(grace_period):
+    if grace_period is not None and (not _is_number(grace_period) or grace_period < 0):
+        raise ValueError("lspawn.spawn: grace_period must be a number of seconds >= 0, got %r" % (grace_period,))
 
 
 def _seconds(x):
@@ -199,9 +222,11 @@ def _stop_daemon():
         d.stop()
 
 
-def _start_launcher(fn_bytes, args_bytes, nprocs, start_method, preload, torchrun_env, grace_period, hang_timeout,
-                    warm):
+def _start_launcher(fn, args, nprocs, start_method, preload, torchrun_env, grace_period, hang_timeout, warm,
+                    daemon_socket):
     import multiprocessing.spawn
+    from ._pickling import dumps_for_ranks
+    fn_bytes, args_bytes, sharing = dumps_for_ranks(fn, args, nprocs, start_method)
     binary = lspawn_binary()
     directory = tempfile.mkdtemp(prefix="run-", dir=_guardian.private_dir())  # starts the guardian
     try:
@@ -209,7 +234,7 @@ def _start_launcher(fn_bytes, args_bytes, nprocs, start_method, preload, torchru
         prep["authkey"] = bytes(prep["authkey"])  # an AuthenticationString refuses plain pickling
         payload = {
             "fn": fn_bytes,
-            "args": args_bytes,
+            "args": args_bytes,  # one per rank: the resource sharer hands each fd out once
             "prep": prep,
             "parent_env": {k: os.environ.get(k) for k in RESTORED_KEYS},
             "torchrun_env": bool(torchrun_env),
@@ -217,7 +242,8 @@ def _start_launcher(fn_bytes, args_bytes, nprocs, start_method, preload, torchru
         }
         with open(os.path.join(directory, "payload"), "wb") as f:
             pickle.dump(payload, f, protocol=pickle.HIGHEST_PROTOCOL)
-        cmd = [binary, "--nprocs", str(nprocs), "--result-file", os.path.join(directory, "result.json"), "--quiet"]
+        cmd = [binary, "--nprocs", str(nprocs), "--result-file", os.path.join(directory, "result.json"), "--quiet",
+               "--no-summary"]
         if grace_period is not None:
             cmd += ["--grace-period", _seconds(grace_period)]
         if hang_timeout is not None:
@@ -225,28 +251,35 @@ def _start_launcher(fn_bytes, args_bytes, nprocs, start_method, preload, torchru
         env = _launcher_env()
         if preload or start_method == "forkserver":
             cmd += ["--preload", ",".join(preload or ["lspawn"])]
-            if warm:
+            if daemon_socket is True:
+                cmd += ["--warm"]
+            elif daemon_socket is not None:
+                cmd += ["--warm", "--daemon-socket", daemon_socket]
+            elif warm:
                 cmd += ["--warm", "--daemon-socket", _warm_socket(binary, env)]
         cmd += ["--", sys.executable, "-m", "lspawn._child", directory]
         sys.stdout.flush()
         sys.stderr.flush()
         proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, **_OWN_GROUP)
     except BaseException:
+        sharing.forget()
         remove_dir(directory)
         raise
     _guardian.register(proc.pid)
-    return _LauncherContext(proc, directory, nprocs)
+    return _LauncherContext(proc, directory, nprocs, sharing)
 
 
 class _LauncherContext(ProcessContext):
     """The workers of one `lspawn` launcher run; the launcher is in its own process group."""
 
-    def __init__(self, proc, directory, nprocs):
+    def __init__(self, proc, directory, nprocs, sharing):
         self._proc = proc
         self._dir = directory
         self._pids = [None] * nprocs
+        self._status = None  # after the launcher exited: [(exit code, signal)] by index, from its result
         self._finished = False
         self._error = None
+        self._sharing = sharing
 
     def _read_pid(self, i):
         try:
@@ -271,7 +304,15 @@ class _LauncherContext(ProcessContext):
                                    % (i, self._proc.returncode))
         return list(self._pids)
 
-    def join(self, timeout=None):
+    def _exit_status(self, index):
+        if self._status is None and self._proc.poll() is not None:
+            self._finish()
+        return None if self._status is None else self._status[index]
+
+    def join(self, timeout=None, grace_period=None):
+        """torch 2.x's join. The launcher stops the others itself at the first failure (SIGTERM at once,
+        SIGKILL after spawn()'s grace_period); join's grace_period is checked and has no further effect here."""
+        _check_grace(grace_period)
         if not self._finished:
             try:
                 self._proc.wait(timeout)
@@ -305,11 +346,16 @@ class _LauncherContext(ProcessContext):
         self._finished = True
         self._proc.wait()
         _guardian.unregister(self._proc.pid)
+        self._sharing.forget()
         for i in range(len(self._pids)):
             if self._pids[i] is None:
                 self._read_pid(i)
         try:
             self._error = self._outcome()
+            if self._error is None:
+                self._read_values(self._dir, len(self._pids))
+        except RuntimeError as e:
+            self._error = e
         finally:
             remove_dir(self._dir)
 
@@ -320,12 +366,14 @@ class _LauncherContext(ProcessContext):
                 result = json.load(f)
         except (OSError, ValueError):
             return RuntimeError("lspawn exited with code %d before reporting (see its output above)" % code)
-        if code == 0:
-            return None
         # proto::RunResult: one column per field, indexed by local rank; root_cause -1 when none.
         n = len(result.get("pids", []))
         col = lambda name: (result.get(name) or [0] * n)  # noqa: E731
         pids, exit_codes, signals, stopped = col("pids"), col("exit_codes"), col("signals"), col("stopped")
+        if n == len(self._pids):
+            self._status = list(zip(exit_codes, signals))
+        if code == 0:
+            return None
         root = result.get("root_cause", -1)
         if not 0 <= root < n:
             failed = [i for i in range(n) if (exit_codes[i] or signals[i]) and not stopped[i]]
@@ -342,25 +390,30 @@ class _LauncherContext(ProcessContext):
 
 
 def start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn", *,
-                    preload=None, torchrun_env=False, grace_period=None, hang_timeout=None, warm=True):
-    """Runs fn(i, *args) for i in range(nprocs) in separate processes (see the module's doc)."""
-    fn_bytes, args_bytes = _check(fn, args, nprocs, start_method, preload, grace_period, hang_timeout)
+                    preload=None, torchrun_env=False, grace_period=None, hang_timeout=None, warm=True,
+                    daemon_socket=None):
+    """Runs fn(i, *args) for i in range(nprocs) in separate processes (see the module's doc).
+
+    join=True: waits, raises for the root cause of a failure, and returns the list of what fn
+    returned in each process (by index; torch's returns None). join=False: the ProcessContext."""
+    args = _as_args(args)
+    _check(fn, args, nprocs, start_method, preload, grace_period, hang_timeout, daemon_socket)
     if start_method == "fork":
         from ._fork import start_fork
         context = start_fork(fn, args, nprocs, torchrun_env, 30.0 if grace_period is None else float(grace_period))
     else:
-        context = _start_launcher(fn_bytes, args_bytes, nprocs, start_method, preload, torchrun_env,
-                                  grace_period, hang_timeout, warm)
+        context = _start_launcher(fn, args, nprocs, start_method, preload, torchrun_env, grace_period,
+                                  hang_timeout, warm, daemon_socket)
     if not join:
         return context
     while not context.join():
         pass
-    return None
+    return context.return_values
 
 
 def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn", *,
-          preload=None, torchrun_env=False, grace_period=None, hang_timeout=None, warm=True):
+          preload=None, torchrun_env=False, grace_period=None, hang_timeout=None, warm=True, daemon_socket=None):
     """torch.multiprocessing.spawn with lspawn's guarantees (see the module's doc)."""
     return start_processes(fn, args, nprocs, join, daemon, start_method, preload=preload,
                            torchrun_env=torchrun_env, grace_period=grace_period, hang_timeout=hang_timeout,
-                           warm=warm)
+                           warm=warm, daemon_socket=daemon_socket)

@@ -1,15 +1,18 @@
-"""What a process of spawn() runs around fn, in every start method: the call and its error report.
+"""What a process of spawn() runs around fn, in every start method: the call, its value, its error report.
 
-run(fn, i, args, DIR, error_file) calls fn(i, *args). An exception prints its traceback on
-stderr, is written to DIR/error.<i> (JSON: the time it was caught and the traceback, read by the
-parent for its exception and its choice of the root cause) and, given an error_file (the
-launcher's $TORCHELASTIC_ERROR_FILE), there in torchrun's format
-({"message": {"message": "ValueError: ...", "extraInfo": {"py_callstack": ..., "timestamp": ...}}}),
-which the launcher's root-cause summary reads; run() then returns 1. SystemExit and
+run(fn, i, args, DIR, error_file) calls fn(i, *args). A value other than None is pickled to
+DIR/return.<i> for the parent (ProcessContext.return_values); one that cannot be pickled is a
+TypeError of this process, naming it. An exception is written to DIR/error.<i> (JSON: the time it
+was caught and the traceback, read by the parent for its exception and its choice of the root
+cause) and, given an error_file (the launcher's $TORCHELASTIC_ERROR_FILE), there in torchrun's
+format ({"message": {"message": "ValueError: ...", "extraInfo": {"py_callstack": ..., "timestamp":
+...}}}); run() then returns 1. The traceback is not printed here: the parent's exception carries
+it, as torch's spawn does (printing it too made it appear two or three times). SystemExit and
 KeyboardInterrupt propagate.
 """
 import json
 import os
+import pickle
 import sys
 import time
 import traceback
@@ -25,18 +28,19 @@ TORCHRUN_KEYS = (
 RESTORED_KEYS = TORCHRUN_KEYS + ("PYTHONPATH",)
 
 
-def write_atomic(path, text):
+def write_atomic(path, data):
     tmp = "%s.tmp.%d" % (path, os.getpid())
-    with open(tmp, "w") as f:
-        f.write(text)
+    with open(tmp, "wb" if isinstance(data, bytes) else "w") as f:
+        f.write(data)
     os.replace(tmp, path)
 
 
-def report(directory, index, error_file=None):
-    """Prints the exception being handled, writes it to DIR/error.<index> and torchrun's error file."""
+def report(directory, index, error_file=None, echo=False):
+    """Writes the exception being handled to DIR/error.<index> and torchrun's error file (and stderr if echo)."""
     now = time.time()
-    traceback.print_exc()
-    sys.stderr.flush()
+    if echo:
+        traceback.print_exc()
+        sys.stderr.flush()
     text = traceback.format_exc()
     exc = sys.exc_info()[1]
     try:
@@ -52,10 +56,21 @@ def report(directory, index, error_file=None):
             print("lspawn: process %d: cannot write %s: %s" % (index, error_file, e), file=sys.stderr)
 
 
-def run(fn, index, args, directory, error_file=None):
-    """Calls fn(index, *args); on an exception reports it (see above) and returns 1, else 0."""
+def _keep_value(directory, index, value):
     try:
-        fn(index, *args)
+        data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as e:
+        raise TypeError("lspawn.spawn: process %d returned a value that cannot be pickled for the parent (%s): "
+                        "%s: %s" % (index, type(value).__name__, type(e).__name__, e)) from e
+    write_atomic(os.path.join(directory, "return.%d" % index), data)
+
+
+def run(fn, index, args, directory, error_file=None):
+    """Calls fn(index, *args), keeps its value; on an exception reports it (see above) and returns 1, else 0."""
+    try:
+        value = fn(index, *args)
+        if value is not None:
+            _keep_value(directory, index, value)
     except Exception:
         report(directory, index, error_file)
         return 1

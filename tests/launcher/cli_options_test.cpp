@@ -397,6 +397,11 @@ TEST_CASE("parse_cli: --redirects/-r and --tee/-t take torchrun's specs - --tee 
   // A spec needs no --log-dir (a temporary one is made); the boolean still does.
   CHECK(usage_msg({"--tee", "3", "p"}) == "(accepted)");
   CHECK(usage_msg({"--tee", "p"}) == "--tee: needs --log-dir DIR (--log-dir DIR --tee), or a stream spec (--tee 3)");
+  // --no-summary: the outcome must go to the result file instead of the console.
+  CHECK(usage_msg({"--no-summary", "p"}) ==
+        "--no-summary: needs --result-file PATH (the outcome must go somewhere: --result-file PATH --no-summary)");
+  const CliOptions ns = parse_cli({"--result-file", "/r.json", "--no-summary", "p"});
+  CHECK((ns.no_summary && ns.result_file == "/r.json"));
   CHECK(usage_msg({"--redirects", "4", "p"}) ==
         "--redirects: expected 0 none, 1 stdout, 2 stderr, 3 both, for every local rank, or LOCAL_RANK:V,... per "
         "local rank (--redirects 3, --redirects 0:1,1:2), got '4'");

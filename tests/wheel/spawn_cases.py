@@ -91,7 +91,7 @@ def need_torch(method):
 def case_returns(method, d):
     need_torch(method)
     out = lspawn.spawn(F.record, args=(d, "tag", {"k": [1, 2]}), nprocs=2, **METHODS[method])
-    check(out is None, "spawn(join=True) returned %r, not None" % (out,))
+    check(out == [None, None], "spawn(join=True) returned %r, not [None, None] (fn returns None)" % (out,))
     for i in range(2):
         got = read(d, "ran.%d" % i)
         check(got["i"] == i and got["tag"] == "tag" and got["extra"] == {"k": [1, 2]},
