@@ -17,6 +17,7 @@ want=(
   libjemalloc2                           # tests/e2e: --preload accepts jemalloc's background thread
   python3-venv binutils                  # tests/wheel: the wheel in a fresh venv; strings(1)
   python3-dev pybind11-dev               # the torch.distributed backend's shim for Debian's Python torch 1.13
+  python3-cloudpickle                    # tests/python_mp: lspawn.spawn() of a notebook's function (the [notebook] extra)
 )
 [[ "${1:-}" == "--bench" ]] && want+=(hyperfine python3-matplotlib)
 

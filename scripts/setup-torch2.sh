@@ -42,10 +42,26 @@ lightning_version=${LSPAWN_LIGHTNING_VERSION:-2.6.6}
 lightning=("lightning==$lightning_version" "lightning-utilities>=0.10.0,<2" "torchmetrics>0.7.0,<3"
            "PyYAML>5.4,<8" "tqdm>=4.57.0,<6" "packaging>=23.0,<27")
 
+# What tests/python_mp runs beside Lightning: accelerate's notebook_launcher through lspawn.install(), and
+# cloudpickle (lspawn's [notebook] extra: a function of a notebook's __main__ under spawn), with
+# accelerate's pure and binary dependencies, --no-deps as above (torch stays).
+extras=("accelerate==1.15.0" "huggingface_hub==2.4.0" "safetensors==0.8.0" "psutil==7.2.2" "cloudpickle==3.1.3")
+extras_stamp=$venv/.lspawn-extras-2
+
 stamp=$venv/.lspawn-torch2-$version
 lightning_stamp=$venv/.lspawn-lightning-$lightning_version
 bytecode_stamp=$venv/.lspawn-bytecode
+install_extras() {
+  "$venv/bin/python" -m pip --disable-pip-version-check -q install --no-deps --no-compile "${extras[@]}" >&2
+  if ! "$venv/bin/python" -c 'import accelerate, cloudpickle' >&2; then
+    echo "setup-torch2: import accelerate, cloudpickle failed in $venv after the install (its error is above)" >&2
+    exit 1
+  fi
+  "$venv/bin/python" -m compileall -q -j 0 "$("$venv/bin/python" -c 'import accelerate, os; print(os.path.dirname(accelerate.__file__))')" >/dev/null 2>&1 || true
+  touch "$extras_stamp"
+}
 if [[ -f $stamp && -f $lightning_stamp && -f $bytecode_stamp ]]; then
+  [[ -f $extras_stamp ]] || install_extras
   echo "$venv"
   exit 0
 fi
@@ -73,6 +89,7 @@ compile_bytecode() {
   touch "$bytecode_stamp"
 }
 if [[ -f $stamp && -f $lightning_stamp ]]; then  # a venv from before the bytecode step
+  [[ -f $extras_stamp ]] || install_extras
   compile_bytecode
   log "bytecode compiled in $((SECONDS - start)) s"
   echo "$venv"
@@ -90,6 +107,7 @@ install_lightning() {
 }
 if [[ -f $stamp ]]; then  # torch is there: a venv from before the Lightning step
   install_lightning
+  install_extras
   compile_bytecode
   log "done in $((SECONDS - start)) s"
   echo "$venv"
@@ -124,6 +142,7 @@ ln -sfn "$site/torch" "$venv/torch"
 ln -sfn "$site/nvidia" "$venv/nvidia"
 touch "$stamp"
 install_lightning
+install_extras
 compile_bytecode
 log "done in $((SECONDS - start)) s ($(du -sh "$venv" | cut -f1))"
 echo "$venv"

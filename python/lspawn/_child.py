@@ -33,7 +33,10 @@ def _install_hang_diagnosis():
     hang = sys.modules.get("lspawn_hang")  # the preload server's copy, when it imported one
     try:
         if hang is None:
-            from lspawn import lspawn_hang as hang
+            try:
+                from lspawn import lspawn_hang as hang
+            except ImportError:  # a source checkout: python/lspawn_hang.py, beside the package
+                import lspawn_hang as hang
         hang.install()
     except Exception as e:
         print("lspawn: hang diagnosis is off in this worker: %s" % e, file=sys.stderr, flush=True)
@@ -53,7 +56,7 @@ def _prepare(payload, index):
     me._inheriting = True
     try:
         multiprocessing.spawn.prepare(prep)
-        return pickle.loads(payload["fn"]), pickle.loads(payload["args"][index])
+        return pickle.loads(payload["fn"][index]), pickle.loads(payload["args"][index])
     finally:
         del me._inheriting
         _spawn._bootstrapping = None

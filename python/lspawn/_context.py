@@ -84,10 +84,7 @@ class RankProcess:
         self.index = index
         self.pid = pid
         self.name = "lspawn-process-%d" % index
-        try:
-            self._fd = os.pidfd_open(pid)
-        except (AttributeError, OSError):
-            self._fd = None
+        self._fd = pidfd_open(pid)
 
     @property
     def sentinel(self):
@@ -128,8 +125,8 @@ class RankProcess:
         if self._ended():
             return
         try:
-            if self._fd is not None and hasattr(signal, "pidfd_send_signal"):
-                signal.pidfd_send_signal(self._fd, sig)
+            if self._fd is not None:
+                pidfd_send_signal(self._fd, sig)
             else:
                 os.kill(self.pid, sig)
         except ProcessLookupError:
@@ -153,6 +150,48 @@ class RankProcess:
         code = self.exitcode
         state = "started" if code is None else "stopped exitcode=%d" % code
         return "<RankProcess %s pid=%d %s>" % (self.name, self.pid, state)
+
+
+# pidfd_open(2) and pidfd_send_signal(2) (Linux 5.3, 5.1): os/signal have them from Python 3.9; for 3.8,
+# the system calls by number (the same on every Linux architecture: the generic table's).
+_SYS_PIDFD_OPEN, _SYS_PIDFD_SEND_SIGNAL = 434, 424
+_libc = None
+
+
+def _syscall(*args):
+    global _libc
+    import ctypes
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    r = _libc.syscall(*[ctypes.c_long(a) for a in args])
+    if r < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return r
+
+
+def pidfd_open(pid):
+    """A pidfd of pid (close-on-exec), or None where the kernel has none."""
+    try:
+        if hasattr(os, "pidfd_open"):
+            return os.pidfd_open(pid)
+        fd = _syscall(_SYS_PIDFD_OPEN, pid, 0)
+        os.set_inheritable(fd, False)
+        return fd
+    except OSError:
+        return None
+
+
+def pidfd_send_signal(fd, sig):
+    if hasattr(signal, "pidfd_send_signal"):
+        signal.pidfd_send_signal(fd, sig)
+    else:
+        try:
+            _syscall(_SYS_PIDFD_SEND_SIGNAL, fd, int(sig), 0, 0)
+        except OSError as e:
+            if e.errno == 3:  # ESRCH
+                raise ProcessLookupError(e.errno, e.strerror) from None
+            raise
 
 
 def read_error(directory, index):

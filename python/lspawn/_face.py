@@ -10,8 +10,9 @@ another). `import lspawn` itself imports neither: a module `__getattr__` resolve
 
 install() makes torch.multiprocessing.spawn / start_processes (the package's names and those of
 torch.multiprocessing.spawn, where `from torch.multiprocessing.spawn import start_processes`
-finds them) lspawn's, for code that calls torch's itself (Lightning's ddp_spawn launcher,
-accelerate's notebook_launcher): with keyword defaults for lspawn's extra options, e.g.
+finds them) lspawn's, for code that calls torch's itself (Lightning's ddp_spawn launcher), and
+torch.distributed.launcher.api.elastic_launch for a function on one node (accelerate's
+notebook_launcher): with keyword defaults for lspawn's extra options, e.g.
 `lspawn.install(preload=["torch"])`. uninstall() puts torch's back.
 """
 import importlib.util
@@ -98,6 +99,47 @@ def install(**defaults):
     for owner in (tmp, module):
         owner.spawn = spawn
         owner.start_processes = start_processes
+    _install_elastic_launch(defaults)
+
+
+def _elastic_worker(i, entrypoint, args):
+    return entrypoint(*args)
+
+
+def _install_elastic_launch(defaults):
+    """torch.distributed.launcher.api.elastic_launch (torchrun's agent, in-process; accelerate's
+    notebook_launcher launches with it) for a function on one node: lspawn's processes instead of the
+    agent's, with torchrun's variables (a reserved MASTER_PORT), the config's start method, and its
+    return value: {local rank: what the function returned}. A failure raises lspawn's exception (torch's
+    ProcessRaisedException / ProcessExitedException) instead of the agent's ChildFailedError. A command
+    entrypoint, several nodes or restarts stay with torch's agent."""
+    try:
+        import torch.distributed.launcher.api as api
+    except ImportError:  # a torch without torch.distributed
+        return
+    from . import _spawn
+    original = _saved.setdefault((api, "elastic_launch"), api.elastic_launch)
+
+    class elastic_launch:  # noqa: N801 (torch's name)
+        def __init__(self, config, entrypoint, *rest, **kw):
+            self._config, self._entrypoint = config, entrypoint
+            self._torch = original(config, entrypoint, *rest, **kw)
+
+        def __call__(self, *args):
+            c = self._config
+            if not callable(self._entrypoint) or c.max_nodes != 1 or c.min_nodes != 1 or c.max_restarts:
+                return self._torch(*args)
+            method = c.start_method if c.start_method in _spawn.START_METHODS else "spawn"
+            options = dict(defaults, torchrun_env=True)
+            if method == "fork":  # the launcher's options have no meaning for forked processes
+                for k in ("preload", "hang_timeout", "daemon_socket", "warm"):
+                    options.pop(k, None)
+            values = _spawn.start_processes(_elastic_worker, (self._entrypoint, args), c.nproc_per_node,
+                                            start_method=method, **options)
+            return dict(enumerate(values))
+
+    elastic_launch._lspawn = True
+    api.elastic_launch = elastic_launch
 
 
 def uninstall():

@@ -50,7 +50,7 @@ import traceback
 
 from . import _guardian
 from ._worker import run
-from ._context import ProcessContext, read_error, remove_dir
+from ._context import ProcessContext, pidfd_open, read_error, remove_dir
 from ._errors import exited, raised
 
 _PR_SET_PDEATHSIG = 1
@@ -171,6 +171,25 @@ def _torchrun_env(i, nprocs, port):
     return {k: str(v) for k, v in env.items()}
 
 
+def _as_multiprocessing_child():
+    """What multiprocessing's Process does first in a forked child (process.py, _bootstrap): no finalizer
+    or child of the parent's, and its at-fork hooks run (a Queue's feeder state, the resource sharer)."""
+    from multiprocessing import process, util
+    process._children = set()
+    util._finalizer_registry.clear()
+    util._run_after_forkers()
+
+
+def _multiprocessing_exit():
+    """What it does last: the finalizers (a Queue's feeder thread flushes what fn put), which os._exit
+    would skip."""
+    from multiprocessing import util
+    try:
+        util._exit_function()
+    except Exception:
+        traceback.print_exc()
+
+
 def _child(fn, index, args, directory, parent, env, port):
     """The forked child: never returns."""
     code = 1
@@ -183,7 +202,11 @@ def _child(fn, index, args, directory, parent, env, port):
         if os.getppid() != parent:
             os._exit(1)
         os.environ.update(env)
-        code = run(fn, index, args, directory)
+        _as_multiprocessing_child()
+        try:
+            code = run(fn, index, args, directory)
+        finally:
+            _multiprocessing_exit()
     except SystemExit as e:
         if e.code is None or isinstance(e.code, int):
             code = e.code or 0
@@ -207,8 +230,40 @@ def _child(fn, index, args, directory, parent, env, port):
         os._exit(code & 0xFF)
 
 
+def _share_tensors(args):
+    """Moves the CPU tensors in args (nested in lists, tuples, sets and dicts; an nn.Module's parameters
+    and buffers) to shared memory before the fork, as spawn's pickling does: the parent then sees what
+    the processes write (torch's fork start method leaves them copy-on-write: the writes are lost)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    module = getattr(getattr(torch, "nn", None), "Module", ())
+    seen = set()
+
+    def walk(x, depth):
+        if depth > 16 or id(x) in seen:
+            return
+        seen.add(id(x))
+        try:
+            if isinstance(x, torch.Tensor):
+                if x.device.type == "cpu" and not x.is_shared():
+                    x.share_memory_()
+            elif isinstance(x, module):
+                x.share_memory()
+            elif isinstance(x, (list, tuple, set, frozenset)):
+                for v in x:
+                    walk(v, depth + 1)
+            elif isinstance(x, dict):
+                for v in x.values():
+                    walk(v, depth + 1)
+        except RuntimeError:
+            pass  # a tensor that cannot be shared (sparse, a view of a graph): copied on write, as before
+    walk(args, 0)
+
+
 def start_fork(fn, args, nprocs, torchrun_env, grace_period):
     _check_fork()
+    _share_tensors(args)
     directory = tempfile.mkdtemp(prefix="run-", dir=_guardian.private_dir())  # starts the guardian
     context = None
     port = None
@@ -253,10 +308,7 @@ class _ForkContext(ProcessContext):
         self._error = None
 
     def _add(self, pid):
-        try:
-            fd = os.pidfd_open(pid)
-        except (AttributeError, OSError):
-            fd = None
+        fd = pidfd_open(pid)
         self._pids.append(pid)
         self._pidfds.append(fd)
         self._ends.append(None)

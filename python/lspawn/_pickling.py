@@ -2,7 +2,7 @@
 
 What multiprocessing's spawn does for its Process, done here for each rank of a launcher run:
 
-- **Shared objects.** args are pickled with multiprocessing's ForkingPickler, once per rank, as if
+- **Shared objects.** fn and args are pickled with multiprocessing's ForkingPickler, once per rank, as if
   a multiprocessing Process were being started: queues, pipes, locks, events and conditions of
   `get_context("spawn")` (or "forkserver") pickle (their `assert_spawning` passes), and every
   file descriptor they carry (a pipe's end, a queue's reader) is handed over by multiprocessing's
@@ -21,6 +21,7 @@ What cannot travel is said before any process starts: a TypeError naming fn or a
 method and the cause (a lock of a fork context, say: multiprocessing's own message).
 """
 import io
+import os
 import pickle
 import sys
 from collections import ChainMap
@@ -58,17 +59,18 @@ class _Sharing:
         self.ids = []
 
 
-def _main_without_file():
-    """Whether `__main__` is a notebook, an interactive session or `python -c`: a new process
-    cannot import what is defined there."""
+def main_without_file():
+    """Whether `__main__` is a notebook, an interactive session, `python -c` or `python -` (its
+    `__file__` "<stdin>"): a new process cannot import what is defined there."""
     main = sys.modules.get("__main__")
-    return not getattr(main, "__file__", None) and getattr(getattr(main, "__spec__", None), "name", None) is None
+    path = getattr(main, "__file__", None)
+    return not (path and os.path.isfile(path)) and getattr(getattr(main, "__spec__", None), "name", None) is None
 
 
 def _by_reference_fails(fn):
     """Whether fn is pickled by reference to a place a new interpreter cannot import."""
     name = getattr(fn, "__qualname__", "")
-    return getattr(fn, "__module__", None) == "__main__" and _main_without_file() or "<lambda>" in name \
+    return getattr(fn, "__module__", None) == "__main__" and main_without_file() or "<lambda>" in name \
         or "<locals>" in name
 
 
@@ -99,11 +101,11 @@ def _torch_reductions():
 
 
 def dumps_for_ranks(fn, args, nprocs, start_method):
-    """(fn pickle, [args pickle of rank 0..nprocs-1], _Sharing). Raises TypeError naming what failed."""
+    """([fn pickle], [args pickle] of rank 0..nprocs-1, _Sharing). Raises TypeError naming what failed."""
     _torch_reductions()
     # By value (cloudpickle) when fn cannot travel by reference, and in a notebook or interactive
     # session, where args may hold objects of its __main__ too; by reference otherwise.
-    cloud = _cloudpickle() if _main_without_file() or _by_reference_fails(fn) else None
+    cloud = _cloudpickle() if main_without_file() or _by_reference_fails(fn) else None
     if cloud is None and _by_reference_fails(fn):
         raise TypeError("lspawn.spawn: fn %r is defined where a new process cannot import it (a lambda, a "
                         "closure, a notebook or an interactive __main__), which start_method=%r needs: %s to "
@@ -114,7 +116,8 @@ def dumps_for_ranks(fn, args, nprocs, start_method):
     _mp_context.set_spawning_popen(sharing)
     try:
         out = []
-        for name, value, copies in (("fn", fn, 1), ("args", args, nprocs)):
+        # fn too, once per rank: a bound method (Lightning's launcher) carries tensors and queues as args do.
+        for name, value, copies in (("fn", fn, nprocs), ("args", args, nprocs)):
             try:
                 out.append([_dump(value, cloud) for _ in range(copies)])
                 continue
@@ -138,7 +141,7 @@ def dumps_for_ranks(fn, args, nprocs, start_method):
         raise
     finally:
         _mp_context.set_spawning_popen(previous)
-    return out[0][0], out[1], sharing
+    return out[0], out[1], sharing
 
 
 def dumps_result(value):

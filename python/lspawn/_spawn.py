@@ -151,7 +151,12 @@ def _seconds(x):
 
 
 def _launcher_env():
-    env = dict(os.environ, LSPAWN_HOME=package_dir())
+    env = dict(os.environ)
+    # An installed package holds the launcher's helpers (the wheel's layout): the launcher takes them
+    # from there and from nowhere else. A source checkout (python/lspawn/, the tests' PYTHONPATH)
+    # holds none: the launcher then finds its build tree's own (supervisor/install_layout.hpp).
+    if os.path.isfile(os.path.join(package_dir(), "lspawn_preload.py")):
+        env["LSPAWN_HOME"] = package_dir()
     # The workers run `python -m lspawn._child`: make this lspawn importable there when a fresh
     # interpreter would not find it (a source tree, a sys.path set by the program). The child
     # gives PYTHONPATH the parent's value back.
@@ -232,9 +237,11 @@ def _start_launcher(fn, args, nprocs, start_method, preload, torchrun_env, grace
     try:
         prep = multiprocessing.spawn.get_preparation_data("lspawn-spawn")
         prep["authkey"] = bytes(prep["authkey"])  # an AuthenticationString refuses plain pickling
+        if not os.path.isfile(prep.get("init_main_from_path") or "/"):
+            prep.pop("init_main_from_path", None)  # `python -` ("<stdin>"): nothing a process can run again
         payload = {
-            "fn": fn_bytes,
-            "args": args_bytes,  # one per rank: the resource sharer hands each fd out once
+            "fn": fn_bytes,  # both one per rank: the resource sharer hands each fd out once
+            "args": args_bytes,
             "prep": prep,
             "parent_env": {k: os.environ.get(k) for k in RESTORED_KEYS},
             "torchrun_env": bool(torchrun_env),
