@@ -21,6 +21,7 @@ installed (pip install wheelhouse/lspawn-*.whl):
 import os
 import socket
 import statistics
+import subprocess
 import sys
 import time
 
@@ -33,10 +34,18 @@ import lspawn
 NPROCS = 4
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class reserved_port:
+    """A free port held for the call (SO_REUSEADDR, bound, never listening: nobody else's bind(0) gets it,
+    rank 0's TCPStore can still listen on it): no race between picking it and rank 0 binding it."""
+
+    def __enter__(self):
+        self.s = socket.socket()
+        self.s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.s.bind(("127.0.0.1", 0))
+        return self.s.getsockname()[1]
+
+    def __exit__(self, *exc):
+        self.s.close()
 
 
 def fn(i, port, world):
@@ -48,23 +57,30 @@ def fn(i, port, world):
 
 
 def timed(call):
-    t0 = time.perf_counter()
-    call()
-    return time.perf_counter() - t0
+    with reserved_port() as port:
+        t0 = time.perf_counter()
+        call(port)
+        return time.perf_counter() - t0
+
+
+def import_torch(_port):
+    """The floor of a cold preload call: one interpreter that imports torch (the forkserver does this)."""
+    subprocess.run([sys.executable, "-c", "import torch"], check=True)
 
 
 FIRST = "lspawn.spawn preload=['torch'], first call (cold)"
 CASES = [
-    ("torch.multiprocessing.spawn (spawn)", lambda: tmp.spawn(fn, args=(free_port(), NPROCS), nprocs=NPROCS)),
+    ("torch.multiprocessing.spawn (spawn)", lambda port: tmp.spawn(fn, args=(port, NPROCS), nprocs=NPROCS)),
     ("lspawn.spawn preload=['torch'], later calls (warm)",
-     lambda: lspawn.spawn(fn, args=(free_port(), NPROCS), nprocs=NPROCS, preload=["torch"])),
+     lambda port: lspawn.spawn(fn, args=(port, NPROCS), nprocs=NPROCS, preload=["torch"])),
     ("lspawn.spawn preload=['torch'], warm=False",
-     lambda: lspawn.spawn(fn, args=(free_port(), NPROCS), nprocs=NPROCS, preload=["torch"], warm=False)),
-    ("lspawn.spawn (spawn)", lambda: lspawn.spawn(fn, args=(free_port(), NPROCS), nprocs=NPROCS)),
+     lambda port: lspawn.spawn(fn, args=(port, NPROCS), nprocs=NPROCS, preload=["torch"], warm=False)),
+    ("lspawn.spawn (spawn)", lambda port: lspawn.spawn(fn, args=(port, NPROCS), nprocs=NPROCS)),
     ("torch.multiprocessing fork",
-     lambda: tmp.start_processes(fn, args=(free_port(), NPROCS), nprocs=NPROCS, start_method="fork")),
+     lambda port: tmp.start_processes(fn, args=(port, NPROCS), nprocs=NPROCS, start_method="fork")),
     ("lspawn.spawn (fork)",
-     lambda: lspawn.spawn(fn, args=(free_port(), NPROCS), nprocs=NPROCS, start_method="fork")),
+     lambda port: lspawn.spawn(fn, args=(port, NPROCS), nprocs=NPROCS, start_method="fork")),
+    ("floor of the cold call: python -c 'import torch'", import_torch),
 ]
 
 

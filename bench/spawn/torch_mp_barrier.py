@@ -23,10 +23,18 @@ def rank_main(index, nprocs, port, queue):
     dist.destroy_process_group()
 
 
+_held = []  # reserved ports, held until the bench exits
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port, reserved: bound with SO_REUSEADDR and never listening, the socket held until exit, so no
+    other bind(0) takes it between here and its use, while lspawn / a TCPStore (SO_REUSEADDR) can still bind
+    it (supervisor/port.hpp's way; a port bound and closed again could be taken by anyone meanwhile)."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    _held.append(s)
+    return s.getsockname()[1]
 
 
 def main():

@@ -75,10 +75,13 @@ def children():
     return found
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def reserve_port():
+    """A socket holding a free port (SO_REUSEADDR, bound, never listening) until it is closed: nobody
+    else's bind(0) gets the port meanwhile, a TCPStore can still listen on it (no probe-then-close race)."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    return s
 
 
 def need_torch(method):
@@ -236,11 +239,13 @@ def case_hang(method, d):
 def case_parent_env(method, d):
     need_torch(method)
     saved = os.environ.get("MASTER_PORT")
-    os.environ["MASTER_PORT"] = str(free_port())  # as the tutorials set it before mp.spawn
+    port = reserve_port()
+    os.environ["MASTER_PORT"] = str(port.getsockname()[1])  # as the tutorials set it before mp.spawn
     parent = {k: os.environ.get(k) for k in ("MASTER_PORT", "RANK", "WORLD_SIZE", "MASTER_ADDR")}
     try:
         lspawn.spawn(F.environment, args=(d,), nprocs=2, **METHODS[method])
     finally:
+        port.close()
         if saved is None:
             del os.environ["MASTER_PORT"]
         else:
