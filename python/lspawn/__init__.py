@@ -31,7 +31,9 @@ from ._errors import ProcessException, ProcessExitedException, ProcessRaisedExce
 from ._face import NAMES as _REEXPORTS, install, installed, uninstall
 from ._spawn import spawn, start_processes
 
-__all__ = ["spawn", "start_processes", "ProcessContext", "ProcessException", "ProcessRaisedException",
+SpawnContext = ProcessContext  # torch's name before 1.4, still exported by torch.multiprocessing
+
+__all__ = ["spawn", "start_processes", "ProcessContext", "SpawnContext", "ProcessException", "ProcessRaisedException",
            "ProcessExitedException", "install", "uninstall", "installed", "__version__", *_REEXPORTS]
 
 

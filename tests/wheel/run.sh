@@ -28,7 +28,7 @@ ok "wheel $(basename "$wheel") ($size_kb KiB)"
 
 # What the tests run, copied away from the checkout (nothing of it on any path from here on).
 mkdir -p "$work/job"
-cp "$root"/tests/wheel/{spawn_cases.py,spawn_fns.py,hello.py,hang.py,backend_hello.py} "$work/job/"
+cp "$root"/tests/wheel/{spawn_cases.py,spawn_fns.py,hello.py,hang.py,backend_hello.py} "$root"/tests/python_mp/mp_test.py "$work/job/"
 venv=$work/venv
 /usr/bin/python3 -m venv --system-site-packages "$venv"
 (cd "$work" && find venv | sort) >"$work/before.txt"
@@ -89,6 +89,11 @@ ok "lspawn python hang.py: the same report in exec mode, from the wheel's sitecu
 
 # lspawn.spawn(): every start method, its error paths, bad input (spawn_cases.py prints its own oks).
 run "$py" spawn_cases.py || fail "spawn_cases.py"
+# `import lspawn as mp` as torch.multiprocessing, from the wheel (tests/python_mp/mp_test.py: torch's spawn tests
+# restated in every start method, shared queues and tensors, return values, the guard, a notebook's function with
+# Debian's cloudpickle): the package's own guardian, preload server and launcher, nothing of the build.
+out=$(run "$py" mp_test.py 2>&1) || { echo "$out" | tail -40; fail "mp_test.py from the wheel"; }
+ok "import lspawn as mp, from the wheel: mp_test.py $(tail -3 <<<"$out" | grep -E '^OK' || echo OK)"
 
 # A moved venv: the binary finds its package from where it is now.
 mv "$venv" "$work/moved"
