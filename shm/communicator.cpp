@@ -5,7 +5,6 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -34,14 +33,15 @@
 namespace lspawn::shm {
 namespace {
 
-// 64 random bits from the kernel (getrandom(2), glibc 2.25), not std::random_device: in a
-// libstdc++ linked statically (the wheel's engine) that calls glibc 2.36's arc4random.
+// 64 random bits from the kernel (getrandom(2), the system call: glibc's wrapper is 2.25's and the
+// manylinux2014 wheel runs on 2.17), not std::random_device: in a libstdc++ linked statically (the
+// wheel's engine) that calls glibc 2.36's arc4random.
 std::uint64_t random_u64() {
   std::uint64_t v = 0;
   char* p = reinterpret_cast<char*>(&v);
   std::size_t got = 0;
   while (got < sizeof v) {
-    const ssize_t n = ::getrandom(p + got, sizeof v - got, 0);
+    const ssize_t n = ::syscall(SYS_getrandom, p + got, sizeof v - got, 0);
     if (n > 0) {
       got += static_cast<std::size_t>(n);
     } else if (errno != EINTR) {

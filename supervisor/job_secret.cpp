@@ -4,7 +4,8 @@
 #include <cstdlib>
 #include <stdexcept>
 
-#include <sys/random.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "supervisor/env_contract.hpp"
 #include "supervisor/sys.hpp"
@@ -15,7 +16,9 @@ std::string generate_job_secret() {
   unsigned char raw[32];
   size_t got = 0;
   while (got < sizeof raw) {
-    const ssize_t n = ::getrandom(raw + got, sizeof raw - got, 0);
+    // The system call, not glibc's getrandom() (2.25): the manylinux2014 wheel runs on glibc 2.17
+    // (scripts/build-wheel-cross.sh); the call itself is Linux 3.17's.
+    const ssize_t n = ::syscall(SYS_getrandom, raw + got, sizeof raw - got, 0);
     if (n < 0) {
       if (errno == EINTR) continue;
       sys::throw_errno("getrandom", "job secret");

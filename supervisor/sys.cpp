@@ -130,10 +130,30 @@ Fd pidfd_open(pid_t pid, const std::string& context) {
   return Fd(static_cast<int>(fd));
 }
 
+// Our own table, not glibc's sigabbrev_np (2.32): the manylinux2014 wheel runs on glibc 2.17
+// (scripts/build-wheel-cross.sh). The same names sigabbrev_np gives; real-time signals by number.
 std::string signal_name(int sig) {
-  const char* abbrev = ::sigabbrev_np(sig);
-  if (abbrev) return std::string("SIG") + abbrev;
-  return "signal " + std::to_string(sig);
+  switch (sig) {
+#define LSPAWN_SIGNAL_NAME(s) \
+  case s:                     \
+    return #s;
+    LSPAWN_SIGNAL_NAME(SIGHUP) LSPAWN_SIGNAL_NAME(SIGINT) LSPAWN_SIGNAL_NAME(SIGQUIT)
+    LSPAWN_SIGNAL_NAME(SIGILL) LSPAWN_SIGNAL_NAME(SIGTRAP) LSPAWN_SIGNAL_NAME(SIGABRT)
+    LSPAWN_SIGNAL_NAME(SIGBUS) LSPAWN_SIGNAL_NAME(SIGFPE) LSPAWN_SIGNAL_NAME(SIGKILL)
+    LSPAWN_SIGNAL_NAME(SIGUSR1) LSPAWN_SIGNAL_NAME(SIGSEGV) LSPAWN_SIGNAL_NAME(SIGUSR2)
+    LSPAWN_SIGNAL_NAME(SIGPIPE) LSPAWN_SIGNAL_NAME(SIGALRM) LSPAWN_SIGNAL_NAME(SIGTERM)
+#ifdef SIGSTKFLT
+    LSPAWN_SIGNAL_NAME(SIGSTKFLT)
+#endif
+    LSPAWN_SIGNAL_NAME(SIGCHLD) LSPAWN_SIGNAL_NAME(SIGCONT) LSPAWN_SIGNAL_NAME(SIGSTOP)
+    LSPAWN_SIGNAL_NAME(SIGTSTP) LSPAWN_SIGNAL_NAME(SIGTTIN) LSPAWN_SIGNAL_NAME(SIGTTOU)
+    LSPAWN_SIGNAL_NAME(SIGURG) LSPAWN_SIGNAL_NAME(SIGXCPU) LSPAWN_SIGNAL_NAME(SIGXFSZ)
+    LSPAWN_SIGNAL_NAME(SIGVTALRM) LSPAWN_SIGNAL_NAME(SIGPROF) LSPAWN_SIGNAL_NAME(SIGWINCH)
+    LSPAWN_SIGNAL_NAME(SIGPOLL) LSPAWN_SIGNAL_NAME(SIGPWR) LSPAWN_SIGNAL_NAME(SIGSYS)
+#undef LSPAWN_SIGNAL_NAME
+    default:
+      return "signal " + std::to_string(sig);
+  }
 }
 
 std::string describe_wait_status(int status) {
