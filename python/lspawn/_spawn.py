@@ -180,8 +180,12 @@ class _Daemon:
     def __init__(self, binary, env):
         self.dir = tempfile.mkdtemp(prefix="daemon-", dir=_guardian.private_dir())  # starts the guardian
         self.socket = os.path.join(self.dir, "daemon.sock")
-        self.proc = subprocess.Popen([binary, "daemon", "--socket", self.socket], env=env,
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, **_OWN_GROUP)
+        # Its log (listening, forkservers started, stopped at exit) goes to a file, not the user's console: what
+        # a run must know (a forkserver refused) reaches that run's launcher, which prints it.
+        self.log = os.path.join(self.dir, "daemon.log")
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen([binary, "daemon", "--socket", self.socket], env=env,
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, **_OWN_GROUP)
         try:
             _guardian.register(self.proc.pid)
         except BaseException:
@@ -191,9 +195,14 @@ class _Daemon:
         deadline = time.monotonic() + 10
         while not os.path.exists(self.socket):  # the client goes cold when the socket is not there yet
             if self.proc.poll() is not None or time.monotonic() > deadline:
+                try:
+                    with open(self.log, errors="replace") as f:
+                        said = f.read().strip()[-2000:]
+                except OSError:
+                    said = ""
                 self.stop()
-                raise RuntimeError("lspawn.spawn: its lspawn daemon did not start (exit code %s); use warm=False"
-                                   % self.proc.returncode)
+                raise RuntimeError("lspawn.spawn: its lspawn daemon did not start (exit code %s%s); use warm=False"
+                                   % (self.proc.returncode, ": " + said if said else ""))
             time.sleep(0.005)
         self.owner = os.getpid()
 
