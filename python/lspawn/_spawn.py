@@ -3,8 +3,9 @@
     import lspawn as mp             # was: import torch.multiprocessing as mp
     mp.spawn(train, args=(cfg,), nprocs=4)
 
-fn(i, *args) runs in `nprocs` processes, i = 0..nprocs-1. join=True waits and returns None;
-join=False returns a ProcessContext. The first failure stops every other process and raises for
+fn(i, *args) runs in `nprocs` processes, i = 0..nprocs-1 (args: any sequence). join=True waits and
+returns what fn returned in each process, by index (torch's returns None); join=False returns a
+ProcessContext (its return_values once join() returned True). The first failure stops every other process and raises for
 its root cause: ProcessRaisedException (fn raised; the child's traceback is in the message) or
 ProcessExitedException (exit code, or death by a signal: exit_code -signal, signal_name). Then,
 beyond torch's:
@@ -14,13 +15,15 @@ beyond torch's:
 - the root cause is the process that failed first, not whichever join() happened to look at;
 - a process that ignores the stop signal is SIGKILLed after `grace_period` seconds (default 30, as torchrun);
 - the arguments are checked before any process starts (a function that cannot be pickled is a
-  TypeError naming fn, not a failure in every child).
+  TypeError naming fn, not a failure in every child);
+- a script that calls spawn() at top level without the main guard is stopped in every process
+  before any grandchild starts, with the fix (_child.py sets _bootstrapping).
 
 Start methods:
 
 - "spawn" (default), "forkserver", or any `preload`: the processes are workers of the native
   `lspawn` launcher (docs/cli.md), which supervises them, prefixes their output with `[rank N] `,
-  prints a failure summary, and with `hang_timeout` watches their collectives (the hang report,
+  and with `hang_timeout` watches their collectives (the hang report,
   docs/hang-diagnosis.md; the Python side, lspawn_hang, is installed in each process, and
   wraps torch.distributed once the process imports it). "spawn" without preload: each
   process is a fresh interpreter, as torch's spawn. "forkserver" or preload=[modules]: one
@@ -29,16 +32,17 @@ Start methods:
   With warm=True (the default) that interpreter is kept for the next calls, as multiprocessing
   keeps its forkserver: this process's own `lspawn daemon` holds it (_Daemon), so only the
   first call pays the imports; warm=False starts and ends one per call.
-  fn and args are pickled (copied, not shared: a tensor in args is a copy in each process, as
-  no torch.multiprocessing sharing applies); a fn defined in the parent's `__main__` script
-  works, as with torch's spawn (not one of an interactive session or `python -c`: a TypeError).
+  fn and args are pickled per process with multiprocessing's ForkingPickler (_pickling.py): queues,
+  pipes and locks of get_context("spawn") travel, tensors are shared through torch's reductions; a
+  fn defined in the parent's `__main__` script works, as with torch's spawn; one of a notebook, a
+  lambda or a closure travels by value with cloudpickle (else a TypeError naming the extra).
 - "fork": pure Python, no launcher. Each process is an os.fork() of the parent, so fn may be a
   lambda or a closure. It runs in its own process group, with PR_SET_PDEATHSIG (SIGKILL) and
-  the guardian. No launcher watches fork-mode processes: no hang report (hang_timeout is
-  refused), no output prefixes, no failure summary beyond the exception.
+  the guardian. CUDA initialised or Python threads running: refused (_fork.py). No launcher
+  watches fork-mode processes: no hang report (hang_timeout is refused), no output prefixes.
 
 torchrun_env=True gives each process torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE,
-LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT=a free port, ...), so
+LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT=a reserved free port, ...), so
 torch.distributed.init_process_group() needs no arguments beyond the backend. With the default
 False the processes see the parent's values of those variables, as torch's children do
 (MASTER_PORT set by the parent, as the tutorials do, reaches them).
