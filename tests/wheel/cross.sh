@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# The cross-built wheels of scripts/build-wheel-cross.sh (docs/python.md, "Which wheel"), as a user
+# of an older or another Linux gets them:
+#   x86_64   the manylinux_2_<G>_x86_64 wheel: no symbol of a glibc newer than 2.<G> in any of its
+#            programs or libraries (objdump -T), then installed into a fresh venv here (a newer
+#            glibc runs it) and used: `lspawn --version`, a 2-rank Python job, a failing rank's exit
+#            code, the package's guardian, --preload, lspawn.spawn() and its ProcessExitedException.
+#   aarch64  the manylinux_2_<G>_aarch64 wheel, the same symbol check, then its `lspawn` run under
+#            qemu-user (binfmt_misc, so that what lspawn execs runs too: its guardian and aarch64
+#            workers, tests/wheel/cross_worker.c built by zig): --version, a 2-rank job, a failing
+#            rank's exit code, an all_reduce through the wheel's liblspawn_engine.so, and the
+#            guardian killing the workers of a SIGKILLed launcher.
+# Every check prints "ok ..." or fails the script naming what it expected.
+# Usage: tests/wheel/cross.sh [x86_64] [aarch64]   (default: both; each builds its wheel)
+# Env: LSPAWN_CROSS_GLIBC (default 2.17), LSPAWN_CROSS_PYTHON (the x86_64 venv's Python, default
+# /usr/bin/python3; e.g. pyenv's 3.8 for requires-python's oldest), LSPAWN_CROSS_WHEEL_x86_64 /
+# LSPAWN_CROSS_WHEEL_aarch64 (a wheel already built: not built again).
+# Needs (scripts/install-deps.sh): qemu-user, libc6-arm64-cross (the aarch64 glibc qemu loads),
+# llvm (llvm-strip); root for the aarch64 part when qemu-aarch64 is not yet registered with
+# binfmt_misc (it registers it, as Debian's qemu-user-binfmt would).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/lspawn-cross-test.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+fail() { echo "cross wheel test: FAILED: $*" >&2; exit 1; }
+ok() { echo "cross wheel test: ok $*"; }
+glibc=${LSPAWN_CROSS_GLIBC:-2.17}
+parts=("$@")
+((${#parts[@]})) || parts=(x86_64 aarch64)
+
+# The wheel for ARCH: LSPAWN_CROSS_WHEEL_<arch>, or built now.
+wheel_for() {
+  local var=LSPAWN_CROSS_WHEEL_$1
+  if [[ -n ${!var:-} ]]; then
+    echo "${!var}"
+  else
+    local start=$SECONDS w
+    w=$(bash "$root/scripts/build-wheel-cross.sh" "$1-linux-gnu.$glibc" "$work/dist-$1" 2>"$work/build-$1.log" | tail -1) ||
+      { tail -30 "$work/build-$1.log" >&2; fail "scripts/build-wheel-cross.sh $1-linux-gnu.$glibc (log above)"; }
+    echo "cross wheel test: built $(basename "$w") in $((SECONDS - start)) s" >&2
+    echo "$w"
+  fi
+}
+
+# The wheel unpacked into DIR; every ELF file in it needs glibc 2.<G> at most, and is of ARCH.
+check_symbols() {
+  local wheel=$1 arch=$2 dir=$3 f newest n=0
+  [[ $(basename "$wheel") == *"manylinux_${glibc//./_}_$arch"* ]] || fail "$(basename "$wheel"): not manylinux_${glibc//./_}_$arch"
+  /usr/bin/python3 -m zipfile -e "$wheel" "$dir"
+  while IFS= read -r f; do
+    [[ $(head -c 4 "$f" | od -An -c | tr -d ' ') == '177ELF' ]] || continue
+    n=$((n + 1))
+    [[ $(file -b "$f") == *"$( [[ $arch == aarch64 ]] && echo aarch64 || echo x86-64)"* ]] || fail "$f is not $arch: $(file -b "$f")"
+    newest=$(objdump -T "$f" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1)
+    [[ $(printf '%s\n%s\n' "$newest" "$glibc" | sort -V | tail -1) == "$glibc" ]] ||
+      fail "$f needs GLIBC_$newest, newer than the tag's $glibc: $(objdump -T "$f" | grep "GLIBC_$newest" | head -3)"
+    # Nothing but glibc: libc++ and libunwind are linked statically, and no torch shim ships.
+    if readelf -d "$f" | grep NEEDED | grep -v -E '\[(libc|libm|libpthread|libdl|librt)\.so\.[0-9]+\]|\[ld-linux' >&2; then
+      fail "$f needs a library besides glibc's (above)"
+    fi
+  done < <(find "$dir" -type f)
+  ((n >= 4)) || fail "$(basename "$wheel"): $n ELF files, expected the launcher, guardian, preload and engine"
+  if find "$dir" -path '*/_shims/*.so' | grep . >&2; then fail "a cross wheel ships a backend shim (above)"; fi
+  ok "$(basename "$wheel"): $n native files, all $arch, glibc <= $glibc, nothing but glibc needed, no shim"
+}
+
+test_x86_64() {
+  local wheel py venv out rc
+  wheel=$(wheel_for x86_64)
+  check_symbols "$wheel" x86_64 "$work/x86_64-files"
+  py=${LSPAWN_CROSS_PYTHON:-/usr/bin/python3}
+  venv=$work/venv
+  "$py" -m venv "$venv"
+  "$venv/bin/pip" install -q --no-index --no-deps --disable-pip-version-check "$wheel"
+  mkdir -p "$work/job" && cp "$root/tests/wheel/hello.py" "$work/job/"
+  cd "$work/job"
+  run() { env -i HOME="$HOME" PATH="$venv/bin:/usr/bin:/bin" TMPDIR="${TMPDIR:-/tmp}" LANG=C.UTF-8 "$@"; }
+  [[ $(run lspawn --version) == "lspawn $(run python -c 'import lspawn; print(lspawn.__version__)')" ]] ||
+    fail "lspawn --version: '$(run lspawn --version)'"
+  ok "lspawn --version from the manylinux_${glibc//./_} wheel in a venv of $(run python -V)"
+  out=$(run lspawn --nprocs 2 python -c 'import os; print("rank", os.environ["RANK"], "of", os.environ["WORLD_SIZE"])' 2>&1) ||
+    fail "lspawn --nprocs 2 python: $out"
+  grep -q "rank 0 of 2" <<<"$out" && grep -q "rank 1 of 2" <<<"$out" || fail "lspawn --nprocs 2 python: $out"
+  ok "lspawn --nprocs 2 python -c ..."
+  set +e
+  out=$(run lspawn --nprocs 2 python -c 'import os, sys, time; r = int(os.environ["RANK"]); r == 1 and sys.exit(3); time.sleep(60)' 2>&1)
+  rc=$?
+  set -e
+  ((rc == 3)) && grep -q "root cause: process 1 terminated with exit code 3" <<<"$out" || fail "failing rank: exit $rc: $out"
+  ok "a rank's sys.exit(3): lspawn exits 3, rank 1 named the root cause"
+  out=$(run lspawn --nprocs 1 --quiet --no-prefix sh -c \
+    'for p in /proc/[0-9]*; do [ "$(awk "/^PPid:/{print \$2}" "$p/status" 2>/dev/null)" = "$PPID" ] && readlink "$p/exe"; done | grep lspawn-guardian')
+  [[ $out == "$venv"/lib/python3*/site-packages/lspawn/libexec/lspawn-guardian ]] || fail "guardian: expected the package's, got '$out'"
+  ok "the guardian is the wheel's"
+  out=$(run lspawn --preload json --nprocs 2 python hello.py --no-torch 2>&1) || fail "--preload json: $out"
+  grep -q "rank 1 of 2: ok" <<<"$out" || fail "--preload json: $out"
+  ok "lspawn --preload json (the wheel's liblspawn_preload.so)"
+  cat >spawn_job.py <<'EOF'
+import os, sys, tempfile
+import lspawn
+
+def write(i, folder):
+    with open(os.path.join(folder, str(i)), "w") as f:
+        f.write(str(os.getpid()))
+
+def fail_one(i):
+    if i == 1:
+        sys.exit(3)
+
+if __name__ == "__main__":
+    folder = tempfile.mkdtemp()
+    lspawn.spawn(write, args=(folder,), nprocs=2)
+    assert sorted(os.listdir(folder)) == ["0", "1"], os.listdir(folder)
+    try:
+        lspawn.spawn(fail_one, nprocs=2)
+    except lspawn.ProcessExitedException as e:
+        assert (e.error_index, e.exit_code) == (1, 3), (e.error_index, e.exit_code)
+    else:
+        raise AssertionError("spawn of a process that exits 3 did not raise")
+    print("spawn ok")
+EOF
+  out=$(run python spawn_job.py 2>&1) || fail "lspawn.spawn: $out"
+  grep -q "spawn ok" <<<"$out" || fail "lspawn.spawn: $out"
+  ok "lspawn.spawn(fn, nprocs=2) and a process's exit 3 as ProcessExitedException(error_index=1, exit_code=3)"
+  cd "$root"
+}
+
+# qemu-aarch64 as binfmt_misc's interpreter of aarch64 ELF files: lspawn execs its guardian and
+# its workers, and a qemu-user process runs only the one program it was started with.
+register_qemu_aarch64() {
+  local binfmt=/proc/sys/fs/binfmt_misc
+  [[ -e $binfmt/qemu-aarch64 ]] && grep -q enabled "$binfmt/qemu-aarch64" && return 0
+  command -v qemu-aarch64 >/dev/null || fail "no qemu-aarch64 (Debian: apt-get install qemu-user; scripts/install-deps.sh)"
+  [[ $(id -u) == 0 ]] || fail "qemu-aarch64 is not registered with binfmt_misc, and registering it needs root"
+  [[ -e $binfmt/register ]] || mount -t binfmt_misc binfmt_misc "$binfmt" ||
+    fail "cannot mount binfmt_misc on $binfmt"
+  # qemu's own magic and mask for aarch64 (its scripts/qemu-binfmt-conf.sh); the kernel decodes \x.
+  echo ':qemu-aarch64:M::\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\xb7\x00:\xff\xff\xff\xff\xff\xff\xff\x00\xff\xff\xff\xff\xff\xff\xff\xff\xfe\xff\xff\xff:'"$(command -v qemu-aarch64)"':' >"$binfmt/register" ||
+    fail "registering qemu-aarch64 with binfmt_misc failed"
+  echo "cross wheel test: registered $(command -v qemu-aarch64) for aarch64 programs with binfmt_misc" >&2
+}
+
+test_aarch64() {
+  local wheel prefix lspawn worker engine out rc pids pid p alive guardian
+  wheel=$(wheel_for aarch64)
+  check_symbols "$wheel" aarch64 "$work/aarch64-files"
+  register_qemu_aarch64
+  # The aarch64 glibc the dynamic programs need (the zig-built ones link glibc dynamically).
+  export QEMU_LD_PREFIX=/usr/aarch64-linux-gnu
+  [[ -e $QEMU_LD_PREFIX/lib/ld-linux-aarch64.so.1 ]] ||
+    fail "no aarch64 glibc in $QEMU_LD_PREFIX (Debian: apt-get install libc6-arm64-cross)"
+  # The wheel laid out as pip would install it into a prefix: <prefix>/bin/lspawn, the package in
+  # <prefix>/lib/python3.X/site-packages (supervisor/install_layout.hpp finds it from there).
+  prefix=$work/aarch64-prefix
+  mkdir -p "$prefix/bin" "$prefix/lib/python3.11"
+  cp -r "$work/aarch64-files" "$prefix/lib/python3.11/site-packages"
+  mv "$prefix"/lib/python3.11/site-packages/lspawn-*.data/scripts/lspawn "$prefix/bin/lspawn"
+  lspawn=$prefix/bin/lspawn
+  # zipfile -e keeps no modes; pip sets these two executable from the wheel's.
+  chmod +x "$lspawn" "$prefix"/lib/python3.11/site-packages/lspawn/libexec/lspawn-guardian
+  engine=$(echo "$prefix"/lib/python3.11/site-packages/lspawn/lib/liblspawn_engine.so)
+  worker=$work/cross_worker
+  ZIG_GLOBAL_CACHE_DIR=${ZIG_GLOBAL_CACHE_DIR:-$root/.deps/zig-cache} "$root/.deps/zig/bin/zig" cc \
+    --target="aarch64-linux-gnu.$glibc" -O2 -Wall -Wextra -Werror "$root/tests/wheel/cross_worker.c" -ldl -o "$worker"
+  [[ $(file -b "$worker") == *aarch64* ]] || fail "$worker is not aarch64: $(file -b "$worker")"
+  out=$("$lspawn" --version) || fail "lspawn --version under qemu-aarch64: $out"
+  [[ $out == "lspawn "* ]] || fail "lspawn --version: '$out'"
+  ok "$out: the aarch64 lspawn under qemu-aarch64 ($(qemu-aarch64 --version | head -1))"
+  out=$("$lspawn" --nprocs 2 "$worker" rank 2>&1) || fail "lspawn --nprocs 2 cross_worker rank: $out"
+  grep -q "\[rank 0\] rank 0 of 2 on aarch64" <<<"$out" && grep -q "\[rank 1\] rank 1 of 2 on aarch64" <<<"$out" ||
+    fail "lspawn --nprocs 2 cross_worker rank: $out"
+  ok "lspawn --nprocs 2: two aarch64 workers, prefixed output"
+  set +e
+  out=$(timeout 120 "$lspawn" --nprocs 3 --grace-period 5 "$worker" fail 7 2>&1)
+  rc=$?
+  set -e
+  ((rc == 7)) && grep -q "root cause: process 1 terminated with exit code 7" <<<"$out" || fail "failing rank: exit $rc: $out"
+  ok "a rank's exit 7: lspawn exits 7, rank 1 named the root cause, the others stopped"
+  mkdir -p "$work/store"
+  out=$("$lspawn" --nprocs 2 "$worker" all_reduce "$engine" "$work/store" "lspawn-cross-$$" 2>&1) ||
+    fail "all_reduce through the engine: $out"
+  [[ $(grep -c "all_reduce sum 3 on shm" <<<"$out") == 2 ]] || fail "all_reduce through the engine: $out"
+  ok "an all_reduce of 2 ranks through the wheel's aarch64 liblspawn_engine.so (float32, int64)"
+  # The guardian: the launcher SIGKILLed, its workers are killed all the same.
+  mkdir -p "$work/pids"
+  "$lspawn" --quiet --nprocs 2 "$worker" sleep "$work/pids" >/dev/null 2>&1 &
+  pid=$!
+  for _ in $(seq 300); do [[ $(cat "$work"/pids/* 2>/dev/null | wc -l) == 4 ]] && break; sleep 0.1; done
+  pids="$(cat "$work"/pids/* 2>/dev/null | tr '\n' ' ')" || true
+  [[ $pids =~ ^([0-9]+\ ){4}$ ]] || fail "the sleeping workers and their children did not write their pids: '$pids'"
+  # The job's guardian is the wheel's aarch64 one, run by qemu too (binfmt_misc: its cmdline is
+  # qemu's, then the program's path).
+  guardian=$(grep -l -a -F "$prefix/lib/python3.11/site-packages/lspawn/libexec/lspawn-guardian" /proc/[0-9]*/cmdline 2>/dev/null | head -1) ||
+    true
+  [[ -n $guardian ]] || fail "no process runs the wheel's lspawn-guardian while the job sleeps"
+  ok "the guardian is the wheel's, under qemu: $(tr '\0' ' ' <"$guardian" | sed "s|$work|<tmp>|g")"
+  kill -KILL "$pid"
+  wait "$pid" 2>/dev/null || true
+  for _ in $(seq 100); do
+    alive=0
+    for p in $pids; do kill -0 "$p" 2>/dev/null && alive=1; done
+    ((alive)) || break
+    sleep 0.1
+  done
+  for p in $pids; do
+    if kill -0 "$p" 2>/dev/null; then kill -KILL $pids 2>/dev/null; fail "process $p of the job outlived its SIGKILLed launcher by 10 s (no guardian?)"; fi
+  done
+  # The workers have PR_SET_PDEATHSIG; their children have not: the guardian killed those.
+  ok "lspawn SIGKILLed: its workers and their children are gone (the children by the guardian)"
+}
+
+for part in "${parts[@]}"; do
+  case $part in
+    x86_64) test_x86_64 ;;
+    aarch64) test_aarch64 ;;
+    *) fail "unknown part '$part' (expected x86_64 or aarch64)" ;;
+  esac
+done
+echo "cross wheel test: passed (${parts[*]}, glibc $glibc) in $SECONDS s"
