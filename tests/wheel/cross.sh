@@ -160,7 +160,7 @@ test_aarch64() {
   chmod +x "$lspawn" "$prefix"/lib/python3.11/site-packages/lspawn/libexec/lspawn-guardian
   engine=$(echo "$prefix"/lib/python3.11/site-packages/lspawn/lib/liblspawn_engine.so)
   worker=$work/cross_worker
-  ZIG_GLOBAL_CACHE_DIR=${ZIG_GLOBAL_CACHE_DIR:-$root/.deps/zig-cache} "$root/.deps/zig/bin/zig" cc \
+  "$root/.deps/zig/bin/zig" cc \
     --target="aarch64-linux-gnu.$glibc" -O2 -Wall -Wextra -Werror "$root/tests/wheel/cross_worker.c" -ldl -o "$worker"
   [[ $(file -b "$worker") == *aarch64* ]] || fail "$worker is not aarch64: $(file -b "$worker")"
   out=$("$lspawn" --version) || fail "lspawn --version under qemu-aarch64: $out"
