@@ -10,8 +10,8 @@ LSPAWN_GUARDIAN): `python mp_test.py [-v] [TestClass[.test]]`.
    exception classes, pickling them), restated here, in every start method lspawn has: spawn,
    forkserver, fork, and preload.
 2. Beyond them, per start method: return values (and one that cannot be pickled), args as a
-   list, a Queue, a Pipe, an Event and a Lock in args, CPU tensors shared (the parent sees the
-   workers' writes), ProcessContext.processes / sentinels / join(timeout).
+   list, a Queue, a Pipe, an Event, a Lock and a Value in args, a Manager's proxies, CPU tensors
+   shared (the parent sees the workers' writes), ProcessContext.processes / sentinels / join(timeout).
 3. Once: the bootstrapping guard (an unguarded script stops before any grandchild starts, with the
    fix), a notebook's `__main__` function and a lambda (cloudpickle; without it a TypeError naming the
    extra), fork's refusals (a Python thread, CUDA), torch's exception classes, the re-exports,
@@ -135,6 +135,11 @@ def use_shared(i, queue, conn, event, lock, counter):
         counter.value += 1
 
 
+def use_proxies(i, d, items):
+    d[i] = i * 10
+    items.append(i)
+
+
 def write_tensor(i, t):
     t[i] = i + 1
 
@@ -255,6 +260,12 @@ class _Contract:
         self.assertEqual("pipe from 0", parent_end.recv())
         self.assertTrue(event.is_set())
         self.assertEqual(3, counter.value)
+
+    def test_manager_proxies(self):
+        with mp.get_context(CONTEXT[self.method]).Manager() as manager:
+            d, items = manager.dict(), manager.list()
+            self.start(use_proxies, args=(d, items), nprocs=2)
+            self.assertEqual(({0: 0, 1: 10}, [0, 1]), (dict(d), sorted(items)))
 
     @unittest.skipUnless(HAVE_TORCH, "no torch")
     def test_shared_tensor(self):
