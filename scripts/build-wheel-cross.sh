@@ -23,7 +23,8 @@ if [[ ! $target =~ ^(x86_64|aarch64)-linux-gnu\.2\.([0-9]+)$ ]]; then
   exit 2
 fi
 arch=${BASH_REMATCH[1]}
-plat=manylinux_2_${BASH_REMATCH[2]}_$arch
+minor=${BASH_REMATCH[2]}
+plat=manylinux_2_${minor}_$arch
 out=${2:-$root/wheelhouse/cross}
 py=${PYTHON:-python3}
 tools=${LSPAWN_WHEEL_TOOLS:-$root/.deps/wheel-tools}
@@ -61,15 +62,14 @@ echo "build-wheel-cross: $(basename "$wheel"): $(du -k "$wheel" | cut -f1) KiB" 
 # repair grafts nothing (zig links libc++ and libunwind statically; what is left is glibc's) and
 # tags the wheel with the oldest glibc its symbols allow (--plat auto: auditwheel takes only this
 # machine's architecture's names for --plat, "invalid choice: 'manylinux_2_17_aarch64'"); that
-# must be the target's.
-rm -f "$out"/lspawn-*"$plat"*.whl
+# must be the target's or older, and of the target's architecture.
 repaired=$(mktemp -d)
 PATH=$tools/bin:$PATH "$tools/bin/auditwheel" repair --plat auto "$wheel" -w "$repaired" >&2
 got=$(ls "$repaired"/lspawn-*.whl)
-if [[ $(basename "$got") != *"$plat"* ]]; then
-  echo "build-wheel-cross: auditwheel tagged the wheel $(basename "$got"), not $plat (its 'show' above says which symbols)" >&2
+if [[ ! $(basename "$got") =~ manylinux_2_([0-9]+)_${arch}\.whl$ ]] || ((BASH_REMATCH[1] > minor)); then
+  echo "build-wheel-cross: auditwheel tagged the wheel $(basename "$got"), not $plat or older (its 'show' above says which symbols)" >&2
   exit 1
 fi
 mv "$got" "$out/"
 rm -rf "$repaired"
-ls "$out"/lspawn-*"$plat"*.whl
+echo "$out/$(basename "$got")"
