@@ -4,7 +4,9 @@
 #   x86_64   the manylinux_2_<G>_x86_64 wheel: no symbol of a glibc newer than 2.<G> in any of its
 #            programs or libraries (objdump -T), then installed into a fresh venv here (a newer
 #            glibc runs it) and used: `lspawn --version`, a 2-rank Python job, a failing rank's exit
-#            code, the package's guardian, --preload, lspawn.spawn() and its ProcessExitedException.
+#            code, the package's guardian, --preload, lspawn.spawn() and its ProcessExitedException,
+#            and the torch.distributed backend: no shim in the wheel, the one built by `python -m
+#            lspawn.distributed build` on the wheel's engine (with Debian's torch 1.13, when there).
 #   aarch64  the manylinux_2_<G>_aarch64 wheel, the same symbol check, then its `lspawn` run under
 #            qemu-user (binfmt_misc, so that what lspawn execs runs too: its guardian and aarch64
 #            workers, tests/wheel/cross_worker.c built by zig): --version, a 2-rank job, a failing
@@ -70,7 +72,8 @@ test_x86_64() {
   check_symbols "$wheel" x86_64 "$work/x86_64-files"
   py=${LSPAWN_CROSS_PYTHON:-/usr/bin/python3}
   venv=$work/venv
-  "$py" -m venv "$venv"
+  # --system-site-packages: Debian's torch 1.13 for the backend check below.
+  "$py" -m venv --system-site-packages "$venv"
   "$venv/bin/pip" install -q --no-index --no-deps --disable-pip-version-check "$wheel"
   mkdir -p "$work/job" && cp "$root/tests/wheel/hello.py" "$work/job/"
   cd "$work/job"
@@ -122,6 +125,28 @@ EOF
   out=$(run python spawn_job.py 2>&1) || fail "lspawn.spawn: $out"
   grep -q "spawn ok" <<<"$out" || fail "lspawn.spawn: $out"
   ok "lspawn.spawn(fn, nprocs=2) and a process's exit 3 as ProcessExitedException(error_index=1, exit_code=3)"
+  # The backend without a shim in the wheel: the missing shim named with the command that builds
+  # it, then that command, and the wheel's zig-built engine (libc++ inside) under torch's shim.
+  if run python -c 'import torch' 2>/dev/null; then
+    cp "$root/tests/wheel/backend_hello.py" .
+    run() { env -i HOME="$HOME" PATH="$venv/bin:/usr/bin:/bin" TMPDIR="${TMPDIR:-/tmp}" LANG=C.UTF-8 \
+      LSPAWN_BACKEND_SHIM_DIR="$work/shims" "$@"; }
+    set +e
+    out=$(run lspawn --nprocs 1 python backend_hello.py lspawn 2>&1)
+    rc=$?
+    set -e
+    ((rc != 0)) && grep -q "has no build for torch" <<<"$out" && grep -q "python -m lspawn.distributed build" <<<"$out" ||
+      fail "backend lspawn with no shim: exit $rc: $out"
+    ok "init_process_group(\"lspawn\") with no shim names 'python -m lspawn.distributed build'"
+    # ~25 s: the compiler's one call compiles and links into a pid-named file, which ccache does
+    # not cache.
+    out=$(run python -m lspawn.distributed build 2>&1) || fail "python -m lspawn.distributed build: $out"
+    out=$(run lspawn --nprocs 2 python backend_hello.py lspawn 2>&1) || fail "backend lspawn: $out"
+    [[ $(grep -c "sum 3 on shm" <<<"$out") == 2 ]] || fail "backend lspawn: $out"
+    ok "the shim built on the target: init_process_group(\"lspawn\") on the wheel's engine: shm"
+  else
+    echo "cross wheel test: $("$venv/bin/python" -V) has no torch: the backend check is skipped"
+  fi
   cd "$root"
 }
 
