@@ -10,7 +10,8 @@
 #   aarch64  the manylinux_2_<G>_aarch64 wheel, the same symbol check, then its `lspawn` run under
 #            qemu-user (binfmt_misc, so that what lspawn execs runs too: its guardian and aarch64
 #            workers, tests/wheel/cross_worker.c built by zig): --version, a 2-rank job, a failing
-#            rank's exit code, an all_reduce through the wheel's liblspawn_engine.so, and the
+#            rank's exit code, an all_reduce through the wheel's liblspawn_engine.so, its
+#            liblspawn_preload.so loaded and called (no aarch64 Python for --preload), and the
 #            guardian killing the workers of a SIGKILLed launcher.
 # Every check prints "ok ..." or fails the script naming what it expected.
 # Usage: tests/wheel/cross.sh [x86_64] [aarch64]   (default: both; each builds its wheel)
@@ -206,6 +207,9 @@ test_aarch64() {
     fail "all_reduce through the engine: $out"
   [[ $(grep -c "all_reduce sum 3 on shm" <<<"$out") == 2 ]] || fail "all_reduce through the engine: $out"
   ok "an all_reduce of 2 ranks through the wheel's aarch64 liblspawn_engine.so (float32, int64)"
+  out=$("$lspawn" --nprocs 1 "$worker" preload "${engine%/*}/liblspawn_preload.so" 2>&1) || fail "the preload library: $out"
+  grep -q "preload library: [0-9]* threads, [0-9]* after fork" <<<"$out" || fail "the preload library: $out"
+  ok "the wheel's aarch64 liblspawn_preload.so loads and runs (no aarch64 Python here for --preload itself)"
   # The guardian: the launcher SIGKILLed, its workers are killed all the same.
   mkdir -p "$work/pids"
   "$lspawn" --quiet --nprocs 2 "$worker" sleep "$work/pids" >/dev/null 2>&1 &

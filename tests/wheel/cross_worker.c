@@ -11,6 +11,9 @@
  *                                         [R+1]*N over the ranks (float32, int64) through it, the
  *                                         segment's name passed through files in DIR; prints
  *                                         "rank R: all_reduce sum S on shm"
+ *   cross_worker preload LIB              loads the wheel's liblspawn_preload.so (LIB) and counts
+ *                                         this process's threads through it, then after a fork;
+ *                                         prints "rank R: preload library: T threads, T after fork"
  * Exits 2 naming what was wrong on bad use, 1 when a check fails. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -130,6 +133,30 @@ static int all_reduce(int argc, char** argv, int rank, int world) {
   return 0;
 }
 
+/* No aarch64 Python here to run --preload's server: its library is loaded and called alone. */
+static int preload(int argc, char** argv, int rank) {
+  if (argc != 3) {
+    fprintf(stderr, "cross_worker: preload LIB: %d arguments given\n", argc - 2);
+    return 2;
+  }
+  void* lib = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    fprintf(stderr, "cross_worker: dlopen: %s\n", dlerror());
+    return 1;
+  }
+  int (*threads)(void);
+  int (*threads_after_fork)(void);
+  LOAD(threads, "lspawn_preload_threads");
+  LOAD(threads_after_fork, "lspawn_preload_threads_after_fork");
+  const int now = threads(), after = threads_after_fork();
+  if (now < 1 || after < 1) {
+    fprintf(stderr, "cross_worker: rank %d: lspawn_preload_threads %d, after fork %d: expected >= 1\n", rank, now, after);
+    return 1;
+  }
+  printf("rank %d: preload library: %d threads, %d after fork\n", rank, now, after);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "";
   const int rank = env_int("RANK"), world = env_int("WORLD_SIZE");
@@ -157,6 +184,7 @@ int main(int argc, char** argv) {
     wait_to_be_stopped();
   }
   if (strcmp(mode, "all_reduce") == 0) return all_reduce(argc, argv, rank, world);
-  fprintf(stderr, "cross_worker: unknown use '%s' (rank, fail CODE, sleep DIR, all_reduce ENGINE DIR LABEL)\n", mode);
+  if (strcmp(mode, "preload") == 0) return preload(argc, argv, rank);
+  fprintf(stderr, "cross_worker: unknown use '%s' (rank, fail CODE, sleep DIR, all_reduce ENGINE DIR LABEL, preload LIB)\n", mode);
   return 2;
 }
