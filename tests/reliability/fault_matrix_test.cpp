@@ -517,7 +517,10 @@ TEST_CASE("fault matrix: garbage on the warm daemon's socket", "[fault-matrix]")
 }
 
 TEST_CASE("fault matrix: a client without the job's secret writes records", "[fault-matrix]") {
-  RuntimeJob job(3000);
+  // Ranks 1 and 2 arrive 10 s late, so the store outlives the stranger's start: with 3 s, a clean-clone CI run
+  // (Python tests importing torch on both cores) started the stranger (a LibTorch program) after the job had
+  // ended, and it found nobody listening.
+  RuntimeJob job(10000);
   REQUIRE(job.store_up(90s));
   // Not a worker of the job: no secret, only the store's address and the run id.
   Child stranger({LSPAWN_RUNTIME_WORKER, "stranger"},
