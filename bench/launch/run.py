@@ -29,18 +29,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TORCH_PY = "/usr/bin/python3"  # Debian's interpreter, the one with torch 1.13.1
 
 
-_held = []  # reserved ports, held until the bench exits
-
-
-def free_port():
-    """A free port, reserved: bound with SO_REUSEADDR and never listening, the socket held until exit, so no
-    other bind(0) takes it between here and its use, while lspawn / a TCPStore (SO_REUSEADDR) can still bind
-    it (supervisor/port.hpp's way; a port bound and closed again could be taken by anyone meanwhile)."""
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("127.0.0.1", 0))
-    _held.append(s)
-    return s.getsockname()[1]
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ports import free_port  # noqa: E402  (bench/ports.py: reserved, held until exit)
 
 
 def timed(cmd, env=None, timeout=120):

@@ -18,8 +18,8 @@ installed (pip install wheelhouse/lspawn-*.whl):
 
     python bench/python/spawn_vs_torch.py [ROUNDS]
 """
+import contextlib
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,18 +34,8 @@ import lspawn
 NPROCS = 4
 
 
-class reserved_port:
-    """A free port held for the call (SO_REUSEADDR, bound, never listening: nobody else's bind(0) gets it,
-    rank 0's TCPStore can still listen on it): no race between picking it and rank 0 binding it."""
-
-    def __enter__(self):
-        self.s = socket.socket()
-        self.s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.s.bind(("127.0.0.1", 0))
-        return self.s.getsockname()[1]
-
-    def __exit__(self, *exc):
-        self.s.close()
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ports import reserve_port  # noqa: E402  (bench/ports.py: reserved, not probed)
 
 
 def fn(i, port, world):
@@ -57,9 +47,9 @@ def fn(i, port, world):
 
 
 def timed(call):
-    with reserved_port() as port:
+    with contextlib.closing(reserve_port()) as held:  # held through the call: rank 0's store binds it
         t0 = time.perf_counter()
-        call(port)
+        call(held.getsockname()[1])
         return time.perf_counter() - t0
 
 
