@@ -18,7 +18,8 @@ want=(
   python3-venv binutils                  # tests/wheel: the wheel in a fresh venv; strings(1)
   python3-dev pybind11-dev               # the torch.distributed backend's shim for Debian's Python torch 1.13
   python3-cloudpickle                    # tests/python_mp: lspawn.spawn() of a notebook's function (the [notebook] extra)
-  qemu-user libc6-arm64-cross llvm file  # tests/wheel/cross.sh: the aarch64 wheel under qemu, its glibc; llvm-strip (cmake/zig-toolchain.cmake)
+  qemu-user libc6-arm64-cross llvm file  # tests/wheel/cross.sh: the aarch64 wheel under qemu, its glibc; llvm-strip (cmake/zig-toolchain.cmake);
+                                         # its arm64 python3.11 (tests/wheel/aarch64-python.sh) is apt-get download + dpkg -x, nothing installed
 )
 [[ "${1:-}" == "--bench" ]] && want+=(hyperfine python3-matplotlib)
 

@@ -11,8 +11,11 @@
 #            qemu-user (binfmt_misc, so that what lspawn execs runs too: its guardian and aarch64
 #            workers, tests/wheel/cross_worker.c built by zig): --version, a 2-rank job, a failing
 #            rank's exit code, an all_reduce through the wheel's liblspawn_engine.so, its
-#            liblspawn_preload.so loaded and called (no aarch64 Python for --preload), and the
-#            guardian killing the workers of a SIGKILLed launcher.
+#            liblspawn_preload.so loaded and called, and the guardian killing the workers of a
+#            SIGKILLed launcher; then its Python side in Debian's arm64 python3.11 under qemu
+#            (tests/wheel/aarch64-python.sh, a sysroot cached in ~/.cache; skipped when its .debs
+#            cannot be downloaded): import lspawn, lspawn.spawn() in start methods spawn, fork
+#            and forkserver (values returned, ProcessExitedException), and lspawn --preload.
 # Every check prints "ok ..." or fails the script naming what it expected.
 # Usage: tests/wheel/cross.sh [x86_64] [aarch64]   (default: both; each builds its wheel)
 # Env: LSPAWN_CROSS_GLIBC (default 2.17), LSPAWN_CROSS_PYTHON (the x86_64 venv's Python, default
@@ -181,6 +184,10 @@ test_aarch64() {
   mkdir -p "$prefix/bin" "$prefix/lib/python3.11"
   cp -r "$work/aarch64-files" "$prefix/lib/python3.11/site-packages"
   mv "$prefix"/lib/python3.11/site-packages/lspawn-*.data/scripts/lspawn "$prefix/bin/lspawn"
+  # What pip does besides: the .data folder emptied away, the script's RECORD entry made the path
+  # it was moved to (lspawn._paths finds the launcher by it).
+  rm -r "$prefix"/lib/python3.11/site-packages/lspawn-*.data
+  sed -i 's|^lspawn-[^/]*\.data/scripts/lspawn,|../../../bin/lspawn,|' "$prefix"/lib/python3.11/site-packages/lspawn-*.dist-info/RECORD
   lspawn=$prefix/bin/lspawn
   # zipfile -e keeps no modes; pip sets these two executable from the wheel's.
   chmod +x "$lspawn" "$prefix"/lib/python3.11/site-packages/lspawn/libexec/lspawn-guardian
@@ -209,7 +216,7 @@ test_aarch64() {
   ok "an all_reduce of 2 ranks through the wheel's aarch64 liblspawn_engine.so (float32, int64)"
   out=$("$lspawn" --nprocs 1 "$worker" preload "${engine%/*}/liblspawn_preload.so" 2>&1) || fail "the preload library: $out"
   grep -q "preload library: [0-9]* threads, [0-9]* after fork" <<<"$out" || fail "the preload library: $out"
-  ok "the wheel's aarch64 liblspawn_preload.so loads and runs (no aarch64 Python here for --preload itself)"
+  ok "the wheel's aarch64 liblspawn_preload.so loads and runs"
   # The guardian: the launcher SIGKILLed, its workers are killed all the same.
   mkdir -p "$work/pids"
   "$lspawn" --quiet --nprocs 2 "$worker" sleep "$work/pids" >/dev/null 2>&1 &
@@ -236,6 +243,103 @@ test_aarch64() {
   done
   # The workers have PR_SET_PDEATHSIG; their children have not: the guardian killed those.
   ok "lspawn SIGKILLed: its workers and their children are gone (the children by the guardian)"
+  test_aarch64_python "$prefix"
+}
+
+# The aarch64 wheel's Python side under qemu: Debian's arm64 python3.11 in a sysroot of its own
+# (tests/wheel/aarch64-python.sh; cached, ~20 s the first time), PREFIX made a venv of it. The
+# workers are aarch64 Pythons started by the aarch64 lspawn (binfmt_misc, QEMU_LD_PREFIX=the
+# sysroot in their environment). Skipped, not failed, when the arm64 packages cannot be downloaded.
+# qemu-user runs a thread of its own in every process (its RCU thread: /proc/self/task lists 2
+# in a Python that started none), which lspawn's fork-safety checks see as a native thread: the
+# fork warning of spawn(start_method="fork"), and --preload's server refusing to fork, are qemu's,
+# not the wheel's; LSPAWN_PRELOAD_ALLOW_THREADS=1 forks past it.
+test_aarch64_python() {
+  local prefix=$1 sysroot out rc start=$SECONDS
+  set +e
+  sysroot=$(bash "$root/tests/wheel/aarch64-python.sh" --sysroot 2>"$work/aarch64-python.log")
+  rc=$?
+  set -e
+  if ((rc == 3)); then
+    echo "cross wheel test: SKIPPED the aarch64 wheel's Python side (lspawn.spawn, --preload under qemu):" \
+      "the arm64 python3.11 packages could not be downloaded: $(tail -3 "$work/aarch64-python.log" | tr '\n' ' ')"
+    return 0
+  fi
+  ((rc == 0)) || { cat "$work/aarch64-python.log" >&2; fail "tests/wheel/aarch64-python.sh (log above)"; }
+  sysroot=$(tail -1 <<<"$sysroot")
+  # A venv of that Python, as `python3.11 -m venv` makes one (its site-packages: where the wheel is
+  # laid out already).
+  ln -s "$sysroot/usr/bin/python3.11" "$prefix/bin/python"
+  printf 'home = %s\ninclude-system-site-packages = false\nversion = 3.11\n' "$sysroot/usr/bin" >"$prefix/pyvenv.cfg"
+  mkdir -p "$work/aarch64-job" && cd "$work/aarch64-job"
+  runa() { env -i HOME="$HOME" PATH="$prefix/bin:/usr/bin:/bin" TMPDIR="${TMPDIR:-/tmp}" LANG=C.UTF-8 QEMU_LD_PREFIX="$sysroot" "$@"; }
+  # PATH without the venv's bin: the launcher found by the RECORD entry pip would have written.
+  out=$(runa PATH=/usr/bin:/bin "$prefix/bin/python" -c '
+import platform, sys, lspawn, lspawn._paths as p
+print(platform.machine(), sys.version.split()[0], sys.prefix, lspawn.__file__, p.lspawn_binary(), p.guardian_binary())' 2>&1) ||
+    fail "import lspawn in the aarch64 Python: $out"
+  [[ $out == "aarch64 3.11."*" $prefix $prefix/lib/python3.11/site-packages/lspawn/__init__.py $prefix/bin/lspawn $prefix/lib/python3.11/site-packages/lspawn/libexec/lspawn-guardian" ]] ||
+    fail "import lspawn in the aarch64 Python: '$out'"
+  ok "import lspawn in Debian's arm64 Python $(cut -d' ' -f2 <<<"$out") under qemu: the wheel's package, its launcher (by RECORD) and guardian"
+  out=$(runa PATH=/usr/bin:/bin "$prefix/bin/python" -m lspawn --version 2>&1) || fail "python -m lspawn --version: $out"
+  [[ $out == "lspawn "* ]] || fail "python -m lspawn --version: '$out'"
+  ok "python -m lspawn --version: $out"
+  cat >spawn_job.py <<'EOF'
+import os, platform, sys
+import lspawn
+
+def square(i, base):
+    return (i, base + i * i, platform.machine(), os.getpid())
+
+def fail_one(i):
+    if i == 1:
+        sys.exit(3)
+
+if __name__ == "__main__":
+    for method in sys.argv[1:]:
+        got = lspawn.spawn(square, args=(10,), nprocs=2, start_method=method)
+        assert [g[:3] for g in got] == [(0, 10, "aarch64"), (1, 11, "aarch64")], got
+        assert len({g[3] for g in got} | {os.getpid()}) == 3, got
+        try:
+            lspawn.spawn(fail_one, nprocs=2, start_method=method)
+        except lspawn.ProcessExitedException as e:
+            assert (e.error_index, e.exit_code) == (1, 3), (e.error_index, e.exit_code)
+        else:
+            raise AssertionError("spawn of a process that exits 3 did not raise")
+        print("spawn ok: start_method=%s returned %s; exit 3 raised ProcessExitedException(error_index=1, exit_code=3)"
+              % (method, [g[:3] for g in got]), flush=True)
+EOF
+  out=$(runa timeout 120 python spawn_job.py spawn fork 2>&1) || fail "lspawn.spawn in the aarch64 Python: $out"
+  [[ $(grep -c "^spawn ok: start_method=" <<<"$out") == 2 ]] || fail "lspawn.spawn in the aarch64 Python: $out"
+  ok "lspawn.spawn(fn, nprocs=2), start methods spawn and fork, under qemu: [(0, 10, 'aarch64'), (1, 11, 'aarch64')] returned, a process's exit 3 as ProcessExitedException(error_index=1, exit_code=3)"
+  # forkserver: the processes forked from a `lspawn --preload` server, past qemu's thread.
+  out=$(runa LSPAWN_PRELOAD_ALLOW_THREADS=1 timeout 120 python spawn_job.py forkserver 2>&1) ||
+    fail "lspawn.spawn(start_method='forkserver') in the aarch64 Python: $out"
+  grep -q "^spawn ok: start_method=forkserver" <<<"$out" || fail "lspawn.spawn(start_method='forkserver') in the aarch64 Python: $out"
+  ok "lspawn.spawn(start_method='forkserver') under qemu, the same (LSPAWN_PRELOAD_ALLOW_THREADS=1: qemu's thread)"
+  cat >preload_job.py <<'EOF'
+import os, platform, sys
+with open("/proc/%d/cmdline" % os.getppid(), "rb") as f:
+    parent = [os.path.basename(a) for a in f.read().decode().split("\0") if a]
+print("rank %s of %s: %s, json preloaded: %s, parent: %s" % (
+    os.environ["RANK"], os.environ["WORLD_SIZE"], platform.machine(), "json" in sys.modules, " ".join(parent)), flush=True)
+EOF
+  # The server's thread check, under qemu: it sees qemu's thread, and refuses to fork.
+  set +e
+  out=$(runa timeout 60 lspawn --preload json --nprocs 2 python preload_job.py 2>&1)
+  rc=$?
+  set -e
+  if ((rc != 0)); then
+    grep -q "refused: importing 'json' started 1 thread" <<<"$out" || fail "lspawn --preload json under qemu: exit $rc: $out"
+    ok "lspawn --preload json under qemu: the server sees qemu's own thread and refuses to fork (exit $rc): $(grep -o "refused: importing 'json' started 1 thread ([^)]*)" <<<"$out")"
+  fi
+  out=$(runa LSPAWN_PRELOAD_ALLOW_THREADS=1 timeout 60 lspawn --preload json --nprocs 2 python preload_job.py 2>&1) ||
+    fail "lspawn --preload json under qemu: $out"
+  [[ $(grep -c "rank [01] of 2: aarch64, json preloaded: True, parent: qemu-aarch64 python lspawn_preload.py " <<<"$out") == 2 ]] ||
+    fail "lspawn --preload json under qemu: $out"
+  ok "LSPAWN_PRELOAD_ALLOW_THREADS=1 lspawn --preload json --nprocs 2 python under qemu: both ranks forked by the wheel's lspawn_preload.py server, json imported there"
+  echo "cross wheel test: the aarch64 wheel's Python side took $((SECONDS - start)) s"
+  cd "$root"
 }
 
 for part in "${parts[@]}"; do
