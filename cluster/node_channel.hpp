@@ -47,7 +47,7 @@
 #include <vector>
 
 #include "hang/hang_report.hpp"
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 
 namespace lspawn::node {
 

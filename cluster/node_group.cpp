@@ -14,8 +14,8 @@
 #include <poll.h>
 
 #include "cluster/membership.hpp"
-#include "supervisor/duration_text.hpp"
-#include "supervisor/exit_codes.hpp"
+#include "sys/duration_text.hpp"
+#include "sys/exit_codes.hpp"
 #include "supervisor/job_secret.hpp"
 
 namespace lspawn::node {
@@ -42,7 +42,7 @@ namespace {
 using std::chrono::milliseconds;
 
 // "3 s": a duration rounded to whole seconds, for what is said while the rendezvous goes on
-// (a countdown: supervisor/duration_text.hpp's elapsed_text would say "2.9 s").
+// (a countdown: sys/duration_text.hpp's elapsed_text would say "2.9 s").
 std::string whole_seconds(Clock::duration d) {
   return seconds_text(std::chrono::seconds(std::llround(std::max(std::chrono::duration<double>(d).count(), 0.0))));
 }

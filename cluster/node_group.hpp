@@ -60,7 +60,7 @@
 
 #include "cluster/node_channel.hpp"
 #include "cluster/round.hpp"
-#include "supervisor/epoll.hpp"
+#include "sys/epoll.hpp"
 #include "supervisor/port.hpp"
 
 namespace lspawn::node {

@@ -17,8 +17,8 @@ set(LSPAWN_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/lspawn)
 set(LSPAWN_INSTALL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/lspawn)
 
 set(_lspawn_exported)
-foreach(_t lspawn_gloo_headers lspawn_proto lspawn_placement lspawn_status lspawn_supervisor lspawn_hang lspawn_spawn lspawn_forkserver_hook
-           lspawn_cluster lspawn_daemon lspawn_launcher lspawn_runtime lspawn_spawn_torch
+foreach(_t lspawn_gloo_headers lspawn_proto lspawn_sys lspawn_placement lspawn_status lspawn_supervisor lspawn_hang lspawn_spawn lspawn_forkserver_hook
+           lspawn_launchenv lspawn_cluster lspawn_daemon lspawn_launcher lspawn_runtime lspawn_spawn_torch
            lspawn_shm lspawn_engine lspawn_collectives lspawn_strategies)
   if(TARGET ${_t})
     string(REGEX REPLACE "^lspawn_" "" _name ${_t})
@@ -51,10 +51,20 @@ endforeach()
 # Headers that lspawn 0.1 installed elsewhere (before launcher/ was split into its parts) keep
 # working until 0.3: at the old path, a header that says where it went and includes it.
 set(_lspawn_moved_headers
-  launcher/sys.hpp supervisor/sys.hpp
+  supervisor/sys.hpp sys/sys.hpp
+  supervisor/epoll.hpp sys/epoll.hpp
+  supervisor/fd_frame.hpp sys/fd_frame.hpp
+  supervisor/remove_tree.hpp sys/remove_tree.hpp
+  supervisor/duration_text.hpp sys/duration_text.hpp
+  supervisor/exit_codes.hpp sys/exit_codes.hpp
+  cluster/launch_env.hpp launchenv/launch_env.hpp
+  cluster/slurm_hostlist.hpp launchenv/slurm_hostlist.hpp
+  cluster/slurm_tasks_per_node.hpp launchenv/slurm_tasks_per_node.hpp
+  cluster/env_syntax_error.hpp launchenv/env_syntax_error.hpp
+  launcher/sys.hpp sys/sys.hpp
   collectives/shm/communicator.hpp shm/communicator.hpp
   collectives/shm/reduce_kernels.hpp shm/reduce_kernels.hpp
-  launcher/fd_frame.hpp supervisor/fd_frame.hpp
+  launcher/fd_frame.hpp sys/fd_frame.hpp
   launcher/guardian.hpp supervisor/guardian.hpp
   launcher/guardian_loop.hpp supervisor/guardian_loop.hpp
   launcher/output.hpp supervisor/output.hpp
@@ -70,10 +80,10 @@ set(_lspawn_moved_headers
   launcher/elf.hpp spawn/elf.hpp
   launcher/node_channel.hpp cluster/node_channel.hpp
   launcher/node_group.hpp cluster/node_group.hpp
-  launcher/launch_env.hpp cluster/launch_env.hpp
-  launcher/slurm_hostlist.hpp cluster/slurm_hostlist.hpp
-  launcher/slurm_tasks_per_node.hpp cluster/slurm_tasks_per_node.hpp
-  launcher/env_syntax_error.hpp cluster/env_syntax_error.hpp
+  launcher/launch_env.hpp launchenv/launch_env.hpp
+  launcher/slurm_hostlist.hpp launchenv/slurm_hostlist.hpp
+  launcher/slurm_tasks_per_node.hpp launchenv/slurm_tasks_per_node.hpp
+  launcher/env_syntax_error.hpp launchenv/env_syntax_error.hpp
   launcher/daemon.hpp daemon/daemon.hpp
   launcher/daemon_client.hpp daemon/daemon_client.hpp
   launcher/spawn/codec.hpp spawn/codec.hpp

@@ -2,24 +2,26 @@
 # ("Parts and layers") as CMake lists, read by the build (CMakeLists.txt, cmake/install.cmake)
 # and by the tests that grep the tree (tests/headers/check_layering.cmake, check_no_json.cmake).
 # A new part is added here, once. Plain set() only: it is also read in script mode (cmake -P).
-set(LSPAWN_PARTS proto placement status shm supervisor hang spawn cluster daemon launcher runtime collectives strategies lspawn)
+set(LSPAWN_PARTS proto sys placement status shm launchenv supervisor hang spawn cluster daemon launcher runtime collectives strategies lspawn)
 # The parts that never include (or link) LibTorch.
-set(LSPAWN_TORCH_FREE_PARTS proto placement status shm supervisor hang spawn cluster daemon launcher)
+set(LSPAWN_TORCH_FREE_PARTS proto sys placement status shm launchenv supervisor hang spawn cluster daemon launcher)
 # LSPAWN_MAY_<part>: the parts <part> may include, besides itself.
 set(LSPAWN_MAY_proto)
+set(LSPAWN_MAY_sys proto)
 set(LSPAWN_MAY_placement)
 set(LSPAWN_MAY_status)
-set(LSPAWN_MAY_shm status)
-set(LSPAWN_MAY_supervisor proto placement)
-set(LSPAWN_MAY_hang supervisor status proto placement)
-set(LSPAWN_MAY_spawn hang supervisor status proto placement)
-set(LSPAWN_MAY_cluster hang supervisor status proto placement)
-set(LSPAWN_MAY_daemon spawn hang supervisor status proto placement)
-set(LSPAWN_MAY_launcher daemon cluster spawn hang supervisor status proto placement)
-set(LSPAWN_MAY_runtime cluster spawn hang supervisor status proto placement)
-set(LSPAWN_MAY_collectives runtime cluster spawn hang supervisor status shm proto placement)
-set(LSPAWN_MAY_strategies collectives runtime cluster spawn hang supervisor status shm proto placement)
-set(LSPAWN_MAY_lspawn strategies collectives runtime cluster spawn hang supervisor status shm proto placement)
+set(LSPAWN_MAY_shm status sys)
+set(LSPAWN_MAY_launchenv sys)
+set(LSPAWN_MAY_supervisor sys proto placement)
+set(LSPAWN_MAY_hang supervisor sys status proto placement)
+set(LSPAWN_MAY_spawn hang supervisor sys status proto placement)
+set(LSPAWN_MAY_cluster hang supervisor sys status proto placement)
+set(LSPAWN_MAY_daemon spawn hang supervisor sys status proto placement)
+set(LSPAWN_MAY_launcher daemon cluster launchenv spawn hang supervisor sys status proto placement)
+set(LSPAWN_MAY_runtime launchenv spawn hang supervisor sys status proto placement)
+set(LSPAWN_MAY_collectives runtime launchenv spawn hang supervisor sys status shm proto placement)
+set(LSPAWN_MAY_strategies collectives runtime launchenv spawn hang supervisor sys status shm proto placement)
+set(LSPAWN_MAY_lspawn strategies collectives runtime launchenv spawn hang supervisor sys status shm proto placement)
 # Headers only lspawn's implementation includes: no public header (lspawn/*.hpp) may reach them,
 # directly or through another header (tests/headers/check_public_closure.cmake). They are still
 # installed with their part; a program never needs them (docs/using-lspawn-from-cmake.md).

@@ -15,14 +15,14 @@
 #include <set>
 #include <sstream>
 
-#include "supervisor/duration_text.hpp"
-#include "supervisor/exit_codes.hpp"
+#include "sys/duration_text.hpp"
+#include "sys/exit_codes.hpp"
 #include "daemon/daemon_client.hpp"
 #include "spawn/elf.hpp"
-#include "supervisor/fd_frame.hpp"
+#include "sys/fd_frame.hpp"
 #include "spawn/forkserver.hpp"
 #include "spawn/forkserver_hook.hpp"
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 #include "proto/wire.hpp"
 
 namespace lspawn::daemon {

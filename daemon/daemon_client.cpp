@@ -7,9 +7,9 @@
 #include <cerrno>
 #include <cstring>
 
-#include "supervisor/fd_frame.hpp"
+#include "sys/fd_frame.hpp"
 #include "spawn/errors.hpp"
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 #include "proto/wire.hpp"
 
 namespace lspawn::daemon {

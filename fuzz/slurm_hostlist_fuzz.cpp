@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "cluster/slurm_hostlist.hpp"
+#include "launchenv/slurm_hostlist.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "cluster/slurm_tasks_per_node.hpp"
+#include "launchenv/slurm_tasks_per_node.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

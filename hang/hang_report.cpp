@@ -11,7 +11,7 @@
 #include <cxxabi.h>
 
 #include "status/stack_dump.hpp"
-#include "supervisor/duration_text.hpp"
+#include "sys/duration_text.hpp"
 
 namespace lspawn {
 namespace {

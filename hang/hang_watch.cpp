@@ -7,8 +7,8 @@
 
 #include <unistd.h>
 
-#include "supervisor/duration_text.hpp"
-#include "supervisor/sys.hpp"
+#include "sys/duration_text.hpp"
+#include "sys/sys.hpp"
 #include "status/recorder.hpp"
 #include "status/stack_dump.hpp"
 

@@ -8,9 +8,9 @@
 #include <dirent.h>
 #include <unistd.h>
 
-#include "supervisor/exit_codes.hpp"
+#include "sys/exit_codes.hpp"
 #include "hang/hang_watch.hpp"
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 #include "status/reader.hpp"
 
 namespace lspawn {

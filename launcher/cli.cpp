@@ -9,7 +9,7 @@
 
 #include <unistd.h>
 
-#include "cluster/launch_env.hpp"
+#include "launchenv/launch_env.hpp"
 #include "daemon/daemon.hpp"
 #include "hang/status_command.hpp"
 #include "launcher/cli_options.hpp"
@@ -22,7 +22,7 @@
 #include "placement/cpu_list.hpp"
 #include "spawn/options.hpp"
 #include "supervisor/env_contract.hpp"
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 #include "supervisor/version.hpp"
 
 namespace lspawn {

@@ -10,9 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include "cluster/launch_env.hpp"
+#include "launchenv/launch_env.hpp"
 #include "launcher/torchrun_compat.hpp"
-#include "supervisor/exit_codes.hpp"
+#include "sys/exit_codes.hpp"
 
 namespace lspawn {
 

@@ -14,9 +14,9 @@
 #include <unistd.h>
 
 #include "launcher/say.hpp"
-#include "supervisor/exit_codes.hpp"
+#include "sys/exit_codes.hpp"
 #include "supervisor/job_secret.hpp"
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 
 namespace lspawn::cli {
 namespace {

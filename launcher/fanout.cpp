@@ -17,10 +17,10 @@
 
 #include "launcher/hosts.hpp"
 #include "launcher/say.hpp"
-#include "supervisor/exit_codes.hpp"
+#include "sys/exit_codes.hpp"
 #include "supervisor/install_layout.hpp"
 #include "supervisor/job_secret.hpp"
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 
 extern char** environ;
 

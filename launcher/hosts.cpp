@@ -4,7 +4,7 @@
 #include <map>
 #include <sstream>
 
-#include "supervisor/exit_codes.hpp"
+#include "sys/exit_codes.hpp"
 
 namespace lspawn::hosts {
 namespace {

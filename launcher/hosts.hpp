@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "cluster/launch_env.hpp"
+#include "launchenv/launch_env.hpp"
 
 namespace lspawn::hosts {
 

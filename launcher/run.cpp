@@ -35,11 +35,11 @@
 #include "status/layout.hpp"
 #include "status/phase.hpp"
 #include "supervisor/env_contract.hpp"
-#include "supervisor/exit_codes.hpp"
+#include "sys/exit_codes.hpp"
 #include "supervisor/job_secret.hpp"
 #include "supervisor/port.hpp"
 #include "supervisor/supervisor.hpp"
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 
 namespace lspawn::cli {
 namespace {

@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "launcher/torchrun_compat.hpp"
-#include "supervisor/exit_codes.hpp"
+#include "sys/exit_codes.hpp"
 
 namespace lspawn::cli {
 namespace {

@@ -1,6 +1,6 @@
 #include "launcher/say.hpp"
 
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 
 namespace lspawn::cli {
 

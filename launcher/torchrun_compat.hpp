@@ -115,7 +115,7 @@ std::vector<std::string> parse_filter_list(const std::string& opt, const std::st
 // variable is a non-zero integer. Kubeflow's PyTorchJob sets these for an elastic job
 // (PET_RDZV_ENDPOINT, PET_MAX_RESTARTS, PET_RDZV_CONF, ...). The node variables (PET_NNODES,
 // PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT, PET_RDZV_ID) are not
-// here: cluster detection reads them as a PyTorchJob's (cluster/launch_env.hpp). An empty
+// here: cluster detection reads them as a PyTorchJob's (launchenv/launch_env.hpp). An empty
 // variable counts as unset. --shutdown-timeout falls back, as in torchrun, on
 // TORCH_ELASTIC_SHUTDOWN_TIMEOUT; neither is read when --grace-period (lspawn's name of the same
 // delay) or --shutdown-timeout is on the command line.

@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "runtime/socket_calls.hpp"
-#include "supervisor/duration_text.hpp"
+#include "sys/duration_text.hpp"
 #include "runtime/torch_compat.hpp"
 
 namespace lspawn {

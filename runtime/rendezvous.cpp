@@ -15,8 +15,8 @@
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
-#include "supervisor/duration_text.hpp"
-#include "supervisor/sys.hpp"
+#include "sys/duration_text.hpp"
+#include "sys/sys.hpp"
 #include "runtime/authenticated_store.hpp"
 #include "runtime/store_listener.hpp"
 #include "runtime/torch_compat.hpp"

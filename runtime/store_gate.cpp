@@ -18,7 +18,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 #include "runtime/store_listener.hpp"
 
 namespace lspawn {

@@ -6,9 +6,9 @@
 #include <cstdlib>
 #include <vector>
 
-#include "cluster/launch_env.hpp"
-#include "cluster/slurm_hostlist.hpp"
-#include "cluster/slurm_tasks_per_node.hpp"
+#include "launchenv/launch_env.hpp"
+#include "launchenv/slurm_hostlist.hpp"
+#include "launchenv/slurm_tasks_per_node.hpp"
 
 namespace lspawn {
 namespace {

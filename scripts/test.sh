@@ -62,7 +62,7 @@ if ((tsan)); then
     -DLSPAWN_BUILD_TESTS=ON -DLSPAWN_BUILD_BENCH=OFF -DLSPAWN_BUILD_EXAMPLES=OFF >/dev/null
   # tests/CMakeLists.txt checks at configure time that every target named here exists, and every
   # tag of the exclusions below is used by a test: a rename fails the build, not the TSan run.
-  tsan_targets=(lspawn lspawn-guardian lspawn_supervisor_tests lspawn_hang_tests lspawn_cluster_tests lspawn_launcher_tests spawn_core_tests spawn_tests lspawn_test_worker lspawn_test_hang_worker lspawn_e2e_tests collectives_test shm_communicator_test lspawn_collectives_test_worker lspawn_status_tests lspawn_runtime_tests lspawn_runtime_test_worker lspawn_gloo_guard_tests strategies_test lspawn_strategies_test_worker)
+  tsan_targets=(lspawn lspawn-guardian lspawn_sys_tests lspawn_launchenv_tests lspawn_supervisor_tests lspawn_hang_tests lspawn_cluster_tests lspawn_launcher_tests spawn_core_tests spawn_tests lspawn_test_worker lspawn_test_hang_worker lspawn_e2e_tests collectives_test shm_communicator_test lspawn_collectives_test_worker lspawn_status_tests lspawn_runtime_tests lspawn_runtime_test_worker lspawn_gloo_guard_tests strategies_test lspawn_strategies_test_worker)
   cmake --build "$root/build-tsan" -j "${LSPAWN_JOBS:-$(nproc)}" --target "${tsan_targets[@]}"
   echo "test.sh: TSan build took $((SECONDS - start)) s"
   export TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 suppressions=$root/scripts/tsan.supp"
@@ -81,7 +81,7 @@ if ((tsan)); then
   tsan_excluded_tags=(counts-threads)
   excluded=()
   for tag in "${tsan_excluded_tags[@]}"; do excluded+=("~[$tag]"); done
-  for t in tests/supervisor/lspawn_supervisor_tests tests/hang/lspawn_hang_tests tests/cluster/lspawn_cluster_tests \
+  for t in tests/sys/lspawn_sys_tests tests/launchenv/lspawn_launchenv_tests tests/supervisor/lspawn_supervisor_tests tests/hang/lspawn_hang_tests tests/cluster/lspawn_cluster_tests \
            tests/launcher/lspawn_launcher_tests tests/spawn/spawn_core_tests tests/spawn/spawn_tests \
            tests/e2e/lspawn_e2e_tests tests/collectives/shm_communicator_test tests/collectives/collectives_test; do
     tsan_run "$t" "${excluded[@]}"

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 
 namespace lspawn::elf {
 namespace {

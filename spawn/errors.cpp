@@ -1,6 +1,6 @@
 #include "spawn/errors.hpp"
 
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 
 namespace lspawn {
 namespace {

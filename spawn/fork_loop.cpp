@@ -19,8 +19,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "supervisor/fd_frame.hpp"
-#include "supervisor/sys.hpp"
+#include "sys/fd_frame.hpp"
+#include "sys/sys.hpp"
 #include "proto/wire.hpp"
 #include "placement/cpu_list.hpp"
 #include "supervisor/env_contract.hpp"

@@ -5,7 +5,7 @@
 
 #include <utility>
 
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 
 namespace lspawn {
 namespace {

@@ -19,7 +19,7 @@
 #include <algorithm>
 #include <map>
 
-#include "supervisor/fd_frame.hpp"
+#include "sys/fd_frame.hpp"
 #include "spawn/errors.hpp"
 #include "spawn/fork_loop.hpp"
 #include "spawn/init_detail.hpp"

@@ -38,7 +38,7 @@
 #include <string>
 #include <vector>
 
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 #include "proto/messages.hpp"
 
 namespace lspawn {

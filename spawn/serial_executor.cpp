@@ -9,7 +9,7 @@
 
 #include "supervisor/env_contract.hpp"
 #include "spawn/errors.hpp"
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 
 namespace lspawn {
 

@@ -1,6 +1,6 @@
 #include "strategies/checkpoint.hpp"
 
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/serialize/input-archive.h>

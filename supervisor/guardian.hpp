@@ -30,7 +30,7 @@
 
 #include <string>
 
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 
 namespace lspawn {
 

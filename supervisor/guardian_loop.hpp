@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "supervisor/remove_tree.hpp"
+#include "sys/remove_tree.hpp"
 
 namespace lspawn::guardian_detail {
 

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "supervisor/env_contract.hpp"
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 
 namespace lspawn {
 

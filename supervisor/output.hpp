@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 
 namespace lspawn {
 

@@ -18,7 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "supervisor/duration_text.hpp"
+#include "sys/duration_text.hpp"
 #include "supervisor/error_file.hpp"
 
 namespace lspawn {

@@ -44,7 +44,7 @@
 #include "placement/cpu_list.hpp"
 #include "supervisor/guardian.hpp"
 #include "supervisor/output.hpp"
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 #include "supervisor/worker_result.hpp"
 #include "proto/messages.hpp"
 

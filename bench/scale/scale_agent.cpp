@@ -41,7 +41,7 @@
 #include "cluster/node_channel.hpp"
 #include "cluster/node_group.hpp"
 #include "supervisor/port.hpp"
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 
 namespace {
 

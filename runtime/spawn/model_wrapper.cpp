@@ -10,7 +10,7 @@
 
 #include <ATen/ATen.h>
 
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 
 namespace lspawn {
 namespace {

@@ -15,7 +15,7 @@
 #include "launcher/cli_options.hpp"
 #include "support/loopback.hpp"
 #include "supervisor/port.hpp"
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 
 using namespace lspawn::test;
 // Every port a test names to several processes is a ReservedPort held for the test's life (bound with

@@ -7,7 +7,7 @@
 #include <cstdlib>
 
 #include "launcher/cli_options.hpp"
-#include "cluster/launch_env.hpp"
+#include "launchenv/launch_env.hpp"
 #include "launcher/torchrun_compat.hpp"
 #include "placement/cpu_list.hpp"
 #include "support/env_lookup.hpp"

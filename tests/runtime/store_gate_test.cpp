@@ -13,7 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 #include "runtime/rendezvous.hpp"
 #include "runtime/store_gate.hpp"
 #include "runtime/store_listener.hpp"

@@ -15,7 +15,7 @@
 #include "spawn/forkserver.hpp"
 #include "spawn/registry.hpp"
 #include "spawn/worker.hpp"
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 #include "proto/wire.hpp"
 #include "support/pids.hpp"
 #include "support/temp_dir.hpp"

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "supervisor/guardian.hpp"
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 #include "support/files.hpp"
 #include "support/temp_dir.hpp"
 #include "support/wait.hpp"

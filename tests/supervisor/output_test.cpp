@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "supervisor/output.hpp"
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 #include "support/files.hpp"
 #include "support/temp_dir.hpp"
 

@@ -15,7 +15,7 @@
 
 #include <sys/types.h>
 
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 
 namespace lspawn::test {
 

@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <system_error>
 
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 
 namespace lspawn::test {
 

@@ -1,9 +1,9 @@
 // lspawn 0.1's header paths, from before launcher/ was split into parts: each still compiles
 // through the forwarding header installed at the old path (cmake/install.cmake), and the parts'
 // own targets (lspawn::cluster here) are exported.
-#include "launcher/launch_env.hpp"   // now cluster/launch_env.hpp
+#include "launcher/launch_env.hpp"   // now launchenv/launch_env.hpp
 #include "launcher/spawn/options.hpp"  // now spawn/options.hpp
-#include "launcher/sys.hpp"          // now supervisor/sys.hpp
+#include "launcher/sys.hpp"          // now sys/sys.hpp
 
 #include <cstdio>
 

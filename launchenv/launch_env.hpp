@@ -41,8 +41,8 @@
 
 #include <set>
 
-#include "cluster/env_syntax_error.hpp"
-#include "supervisor/exit_codes.hpp"
+#include "launchenv/env_syntax_error.hpp"
+#include "sys/exit_codes.hpp"
 
 namespace lspawn {
 

@@ -1,5 +1,5 @@
-#include "supervisor/sys.hpp"
-#include "supervisor/remove_tree.hpp"
+#include "sys/sys.hpp"
+#include "sys/remove_tree.hpp"
 
 #include <algorithm>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-#include "supervisor/duration_text.hpp"
+#include "sys/duration_text.hpp"
 
 #include <algorithm>
 #include <cstdio>

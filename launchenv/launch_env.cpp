@@ -1,11 +1,11 @@
-#include "cluster/launch_env.hpp"
+#include "launchenv/launch_env.hpp"
 
 #include <climits>
 #include <cstdlib>
 #include <vector>
 
-#include "cluster/slurm_hostlist.hpp"
-#include "cluster/slurm_tasks_per_node.hpp"
+#include "launchenv/slurm_hostlist.hpp"
+#include "launchenv/slurm_tasks_per_node.hpp"
 
 namespace lspawn {
 namespace {

@@ -1,7 +1,7 @@
-// supervisor/duration_text.hpp: the one way lspawn's messages write durations.
+// sys/duration_text.hpp: the one way lspawn's messages write durations.
 #include <catch2/catch.hpp>
 
-#include "supervisor/duration_text.hpp"
+#include "sys/duration_text.hpp"
 
 using namespace std::chrono_literals;
 

@@ -1,4 +1,4 @@
-#include "cluster/slurm_hostlist.hpp"
+#include "launchenv/slurm_hostlist.hpp"
 
 #include <cstdint>
 

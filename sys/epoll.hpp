@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 
 namespace lspawn::sys {
 

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "cluster/slurm_hostlist.hpp"
+#include "launchenv/slurm_hostlist.hpp"
 
 using lspawn::EnvSyntaxError;
 using lspawn::slurm::expand_hostlist;

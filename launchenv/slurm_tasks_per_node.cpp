@@ -1,4 +1,4 @@
-#include "cluster/slurm_tasks_per_node.hpp"
+#include "launchenv/slurm_tasks_per_node.hpp"
 
 #include <cstdint>
 

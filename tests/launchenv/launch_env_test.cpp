@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "cluster/launch_env.hpp"
+#include "launchenv/launch_env.hpp"
 #include "launcher/cli_options.hpp"  // parse_cli: the flags as a user writes them
 #include "support/cluster_env.hpp"
 

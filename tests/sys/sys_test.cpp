@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "supervisor/sys.hpp"
+#include "sys/sys.hpp"
 
 namespace sys = lspawn::sys;
 

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "cluster/slurm_tasks_per_node.hpp"
+#include "launchenv/slurm_tasks_per_node.hpp"
 
 using lspawn::EnvSyntaxError;
 using lspawn::slurm::expand_tasks_per_node;

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "cluster/env_syntax_error.hpp"
+#include "launchenv/env_syntax_error.hpp"
 
 namespace lspawn::slurm {
 

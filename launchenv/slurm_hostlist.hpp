@@ -27,7 +27,7 @@
 #include <string_view>
 #include <vector>
 
-#include "cluster/env_syntax_error.hpp"
+#include "launchenv/env_syntax_error.hpp"
 
 namespace lspawn::slurm {
 

@@ -1,4 +1,4 @@
-#include "supervisor/epoll.hpp"
+#include "sys/epoll.hpp"
 
 #include <sys/epoll.h>
 #include <sys/socket.h>

@@ -1,4 +1,4 @@
-#include "supervisor/fd_frame.hpp"
+#include "sys/fd_frame.hpp"
 
 #include "proto/messages.hpp"
 #include "proto/wire.hpp"
