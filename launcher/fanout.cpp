@@ -17,6 +17,7 @@
 
 #include "launcher/hosts.hpp"
 #include "launcher/say.hpp"
+#include "sys/child_setup.hpp"
 #include "sys/exit_codes.hpp"
 #include "supervisor/install_layout.hpp"
 #include "supervisor/job_secret.hpp"
@@ -121,9 +122,7 @@ void start(Remote& r, const Plan& p, int i) {
   const pid_t pid = ::fork();
   if (pid < 0) sys::throw_errno("fork", "the remote shell of " + r.host.name);
   if (pid == 0) {
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGHUP);
-    if (::getppid() != parent) ::_exit(129);  // the caller died before the line above
+    sys::child_setup(parent, SIGHUP);  // the caller gone: as if its SIGHUP had come
     ::dup2(in.read.get(), 0);
     ::dup2(out.write.get(), 1);
     ::dup2(errp.write.get(), 2);

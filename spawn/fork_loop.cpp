@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "sys/child_setup.hpp"
 #include "sys/fd_frame.hpp"
 #include "sys/sys.hpp"
 #include "proto/wire.hpp"
@@ -43,9 +44,7 @@ bool receive_request(int sock, proto::ForkRequest& req, int fds[2]) {
 // In the forked worker, before it returns to its caller.
 void set_up_worker(const proto::ForkRequest& req, pid_t server, const int stdio[2],
                    const sigset_t& old_mask) {
-  ::setpgid(0, 0);
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != server) ::_exit(128 + SIGKILL);  // the server died between fork and prctl
+  sys::child_setup(server);
   ::signal(SIGPIPE, SIG_DFL);
   ::signal(SIGCHLD, SIG_DFL);
   ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
@@ -83,9 +82,7 @@ void set_up_worker(const proto::ForkRequest& req, pid_t server, const int stdio[
 // In a forked server (ForkRequest::server), before it serves: its own process group, killed
 // with the server that forked it, the caller's signal mask back (serve() blocks SIGCHLD again).
 void set_up_server(pid_t parent, const sigset_t& old_mask) {
-  ::setpgid(0, 0);
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != parent) ::_exit(0);
+  sys::child_setup(parent);
   ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
 }
 
@@ -107,8 +104,7 @@ int open_pidfd(pid_t pid) {
 
 proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& check,
                          const ForkHooks& hooks) {
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != owner) ::_exit(0);
+  sys::child_setup(owner, SIGKILL, sys::ChildGroup::kInherit);
   ::signal(SIGPIPE, SIG_IGN);
   sigset_t chld, old_mask;
   sigemptyset(&chld);

@@ -14,8 +14,8 @@
 // it, serving the same loop on those fds — the warm daemon gives each run one
 // (docs/warm-start.md); its exit is reported on `exits` like a worker's.
 //
-// The server: PR_SET_PDEATHSIG(SIGKILL) on `owner` (exits at once if the owner is already
-// gone), SIGPIPE ignored, SIGCHLD blocked and read through a signalfd, single-threaded. When
+// The server: PR_SET_PDEATHSIG(SIGKILL) on `owner` (exits at once, 137, if the owner is already
+// gone: sys/child_setup.hpp), SIGPIPE ignored, SIGCHLD blocked and read through a signalfd, single-threaded. When
 // `sock` reaches EOF or carries a shutdown request, it SIGKILLs the process group of every
 // worker still running, reaps them (reporting their exits) and _exits(0).
 #pragma once

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <map>
 
+#include "sys/child_setup.hpp"
 #include "sys/fd_frame.hpp"
 #include "spawn/errors.hpp"
 #include "spawn/fork_loop.hpp"
@@ -149,9 +150,7 @@ std::unique_ptr<Forkserver> Forkserver::exec(const std::string& path,
   const pid_t pid = ::fork();
   if (pid < 0) sys::throw_errno("fork", what);
   if (pid == 0) {
-    ::setpgid(0, 0);  // terminal signals (^C) go to lspawn, which stops workers gracefully
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != owner) ::_exit(128 + SIGKILL);
+    sys::child_setup(owner);  // terminal signals (^C) go to lspawn, which stops workers gracefully
     ::sigprocmask(SIG_SETMASK, &empty, nullptr);
     ::signal(SIGPIPE, SIG_DFL);
     ::dup2(devnull.get(), 0);

@@ -18,30 +18,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "sys/child_setup.hpp"
 #include "sys/duration_text.hpp"
 #include "supervisor/error_file.hpp"
 
 namespace lspawn {
-
-const char* worker_state_name(WorkerState s) {
-  switch (s) {
-    case WorkerState::Running: return "Running";
-    case WorkerState::Stopping: return "Stopping";
-    case WorkerState::Draining: return "Draining";
-    case WorkerState::Done: return "Done";
-  }
-  return "?";
-}
-
-const char* phase_name(Phase p) {
-  switch (p) {
-    case Phase::Running: return "Running";
-    case Phase::Stopping: return "Stopping";
-    case Phase::Killing: return "Killing";
-    case Phase::Finished: return "Finished";
-  }
-  return "?";
-}
 
 bool WorkerResult::killed_by_supervisor() const {
   return exited && term_signal != 0 && stop_signal_sent != 0 &&
@@ -209,10 +190,10 @@ Supervisor::Worker& Supervisor::add_worker(int rank, pid_t pid, pid_t pgid, sys:
   if (phase_ == Phase::Finished) {
     // Every earlier worker was done; a run that was already stopping stops this one too.
     if (stop_signal_ || root_cause_) {
-      phase_ = Phase::Stopping;
+      enter(PhaseEvent::Stop);
       stop_deadline_ = Clock::now() + opts_.grace_period;
     } else {
-      phase_ = Phase::Running;
+      enter(PhaseEvent::Start);
     }
   }
   if (phase_ == Phase::Stopping || phase_ == Phase::Killing) {
@@ -222,7 +203,7 @@ Supervisor::Worker& Supervisor::add_worker(int rank, pid_t pid, pid_t pgid, sys:
     const pid_t target = added.pgid > 0 ? -added.pgid : added.pid;
     sys::kill(target, sig, "stopping rank " + std::to_string(rank) + ", started while stopping");
     results_.back().stop_signal_sent = sig;
-    results_.back().state = WorkerState::Stopping;
+    move(results_.back(), WorkerEvent::Signal);
   }
   return added;
 }
@@ -242,9 +223,7 @@ pid_t Supervisor::fork_child(int rank, const std::function<void()>& in_child, sy
   if (pid < 0) sys::throw_errno("fork", "worker rank " + std::to_string(rank));
   if (pid == 0) {
     // Child: only syscalls until in_child().
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(128 + SIGKILL);  // the parent died before prctl
+    sys::child_setup(parent);
     // Signal dispositions as an exec would leave them: handlers inherited from the parent (a
     // test framework's, the application's) are reset; ignored stays ignored. Then the caller's
     // mask, so that pending signals arrive to default dispositions.
@@ -413,7 +392,7 @@ void Supervisor::signal_running(int sig) {
     }
     if (sig != SIGUSR1 && sig != SIGUSR2 && sig != SIGCONT) {
       r.stop_signal_sent = sig;
-      if (r.state == WorkerState::Running) r.state = WorkerState::Stopping;
+      move(r, WorkerEvent::Signal);
     }
   }
 }
@@ -422,7 +401,7 @@ void Supervisor::begin_stop(int sig) {
   if (phase_ != Phase::Running) return;
   size_t running = 0;
   for (auto& r : results_) running += !r.exited;
-  phase_ = Phase::Stopping;
+  enter(PhaseEvent::Stop);
   stop_deadline_ = Clock::now() + opts_.grace_period;
   if (running == 0) return;
   if (opts_.grace_period.count() <= 0) {
@@ -479,7 +458,7 @@ void Supervisor::kill_now() {
     info("sending SIGKILL to " + plural(ranks.size(), "worker") + " (rank " + list + ")");
   }
   signal_running(SIGKILL);
-  phase_ = Phase::Killing;
+  enter(PhaseEvent::Kill);
   advance();
 }
 
@@ -581,7 +560,7 @@ void Supervisor::on_exit(Worker& w, int status) {
   }
   drain(w);
   w.drain_deadline = Clock::now() + opts_.drain_timeout;
-  r.state = WorkerState::Draining;
+  move(r, WorkerEvent::Exit);
   if (r.failed() && !r.error_file.empty()) {
     auto ef = read_error_file(r.error_file);
     r.report = std::move(ef.report);
@@ -599,16 +578,30 @@ void Supervisor::on_exit(Worker& w, int status) {
   }
 }
 
+bool Supervisor::enter(PhaseEvent e) {
+  const std::optional<Phase> next = next_phase(phase_, e);
+  if (!next) return false;
+  phase_ = *next;
+  return true;
+}
+
+bool Supervisor::move(WorkerResult& r, WorkerEvent e) {
+  const std::optional<WorkerState> next = next_worker_state(r.state, e);
+  if (!next) return false;
+  r.state = *next;
+  return true;
+}
+
 void Supervisor::advance() {
   bool all_done = true;
   for (auto& w : workers_) {
     auto& r = results_[w->index];
-    if (r.state == WorkerState::Draining && !w->pipe[0] && !w->pipe[1]) r.state = WorkerState::Done;
+    if (!w->pipe[0] && !w->pipe[1]) move(r, WorkerEvent::Drained);
     all_done = all_done && r.state == WorkerState::Done;
   }
   if (all_done) {
     settle_root_cause();
-    phase_ = Phase::Finished;
+    enter(PhaseEvent::AllDone);
   }
 }
 
