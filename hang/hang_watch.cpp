@@ -13,6 +13,8 @@
 #include "status/stack_dump.hpp"
 
 namespace lspawn {
+
+using sys::Clock;
 namespace {
 
 constexpr std::chrono::milliseconds kCollectPoll{20};

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -30,7 +31,8 @@
 #include <vector>
 
 #include "hang/hang_report.hpp"
-#include "supervisor/supervisor.hpp"
+#include "supervisor/worker_result.hpp"
+#include "sys/sys.hpp"
 #include "status/reader.hpp"
 
 namespace lspawn {
@@ -58,10 +60,10 @@ class HangWatch {
 
   // When poll() wants to run next: a time after the last poll(), or that poll's time itself
   // (due now: a report was requested), however often the caller wakes in between.
-  Clock::time_point next_deadline() const;
+  sys::Clock::time_point next_deadline() const;
   // Reads the records; starts or finishes a report. `workers`: the supervisor's results (pid,
   // exit) by rank. Returns true once, when a hang report was printed (the caller stops the job).
-  bool poll(Clock::time_point now, const std::vector<WorkerResult>& workers);
+  bool poll(sys::Clock::time_point now, const std::vector<WorkerResult>& workers);
   // A report on demand (the job goes on): started at the next poll().
   void request_report() { requested_ = true; }
   bool fired() const { return fired_; }
@@ -85,7 +87,7 @@ class HangWatch {
  private:
   // Maps the records of `workers` that appeared since the last call.
   void open_records(const std::vector<WorkerResult>& workers);
-  void start_report(Clock::time_point now, bool hang, const std::vector<WorkerResult>& workers);
+  void start_report(sys::Clock::time_point now, bool hang, const std::vector<WorkerResult>& workers);
   void finish_report();
   bool stacks_ready() const;
   // Sends rank `in` the stack signal (its stack file removed first); false with in.stack_problem
@@ -93,24 +95,24 @@ class HangWatch {
   bool ask_stack(RankInput& in);
   void finish_stack_job(bool force);
   // The note on ranks without a record (see the top), at most once.
-  void note_unseen_ranks(Clock::time_point now, const std::vector<WorkerResult>& workers);
+  void note_unseen_ranks(sys::Clock::time_point now, const std::vector<WorkerResult>& workers);
 
   HangWatchOptions opts_;
   std::map<int, status::RecordReader> readers_;
   std::map<int, std::string> problems_;
   std::uint64_t last_signature_ = 0;
-  Clock::time_point last_progress_;
+  sys::Clock::time_point last_progress_;
   std::int64_t started_us_ = 0;
   bool requested_ = false;
   bool fired_ = false;
-  Clock::time_point last_poll_;           // the last poll()'s `now` (next_deadline() counts from it)
-  Clock::time_point started_;             // the watch's start: no record at all by started_ + ...
-  std::optional<Clock::time_point> first_record_;  // when the first rank's record was seen
+  sys::Clock::time_point last_poll_;           // the last poll()'s `now` (next_deadline() counts from it)
+  sys::Clock::time_point started_;             // the watch's start: no record at all by started_ + ...
+  std::optional<sys::Clock::time_point> first_record_;  // when the first rank's record was seen
   bool unseen_said_ = false;
   // A report being collected.
   struct Pending {
     bool hang = false;
-    Clock::time_point deadline;
+    sys::Clock::time_point deadline;
     std::vector<RankInput> inputs;
     HangAnalysis analysis;
     std::vector<int> asked;  // ranks sent the stack signal
@@ -125,7 +127,7 @@ class HangWatch {
   struct StackJob {
     std::vector<RankInput> inputs;
     std::vector<int> asked;
-    Clock::time_point deadline;
+    sys::Clock::time_point deadline;
     std::function<void(std::vector<RankInput>)> answer;
   };
   std::optional<StackJob> stack_job_;

@@ -78,9 +78,9 @@ int run_status_command(const std::vector<std::string>& args) {
   watch.request_report();
   while (report.empty()) {
     const auto due = watch.next_deadline();
-    const auto now = Clock::now();
+    const auto now = sys::Clock::now();
     if (due > now) ::usleep(static_cast<useconds_t>(std::chrono::duration_cast<std::chrono::microseconds>(due - now).count()));
-    watch.poll(Clock::now(), workers);
+    watch.poll(sys::Clock::now(), workers);
   }
   std::fputs(report.c_str(), stdout);
   std::fflush(stdout);

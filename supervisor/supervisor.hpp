@@ -45,6 +45,7 @@
 #include "supervisor/guardian.hpp"
 #include "supervisor/output.hpp"
 #include "sys/sys.hpp"
+#include "supervisor/supervisor_state.hpp"
 #include "supervisor/worker_result.hpp"
 #include "proto/messages.hpp"
 
@@ -109,9 +110,6 @@ struct ForkSpec {
   std::string error_file;
   int local_rank = -1;  // recorded in the ErrorReport
 };
-
-enum class Phase { Running, Stopping, Killing, Finished };
-const char* phase_name(Phase p);
 
 class Supervisor {
  public:
@@ -218,6 +216,10 @@ class Supervisor {
   void drain(Worker& w);
   void begin_stop(int sig);
   void signal_running(int sig);
+  // The one writer of phase_ and of each worker's state (supervisor_state.hpp's tables); false:
+  // the table says "-" and nothing changed.
+  bool enter(PhaseEvent e);
+  static bool move(WorkerResult& r, WorkerEvent e);
   void advance();
   // At the end of the run: moves root_cause_ to the earliest failure (see root_cause()).
   void settle_root_cause();
@@ -240,7 +242,7 @@ class Supervisor {
     std::function<void(short)> cb;
   };
   std::vector<Watch> watches_;
-  Phase phase_ = Phase::Finished;  // Running once a worker is added
+  Phase phase_ = Phase::Finished;  // Running once a worker is added; changed by enter() only
   int stop_signal_ = 0;
   std::string stop_reason_;
   std::optional<int> root_cause_;

@@ -158,6 +158,7 @@ TEST_CASE("hang report: formatting helpers", "[hang]") {
 #include "support/temp_dir.hpp"
 
 using lspawn::test::TempDir;
+using lspawn::sys::Clock;
 
 namespace {
 
