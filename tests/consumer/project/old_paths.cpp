@@ -1,6 +1,6 @@
 // lspawn 0.1's header paths, from before launcher/ was split into parts: each still compiles
 // through the forwarding header installed at the old path (cmake/install.cmake), and the parts'
-// own targets (lspawn::cluster here) are exported.
+// own targets (lspawn::launchenv here) are exported.
 #include "launcher/launch_env.hpp"   // now launchenv/launch_env.hpp
 #include "launcher/spawn/options.hpp"  // now spawn/options.hpp
 #include "launcher/sys.hpp"          // now sys/sys.hpp
