@@ -244,12 +244,14 @@ void Fanout::on_exit(Remote& r) {
   const int code = sys::shell_exit_code(*r.status);
   if (code == 0) return;
   // ssh's own failure is 255; a shell that could not run lspawn there (not installed at this
-  // path: 127) exits before lspawn said anything.
+  // path: 127) exits before lspawn said anything. ssh also exits 255 when its connection ends
+  // mid-job, or when the remote command was killed by a signal (sshd's exit-signal).
   if ((code == 255 || !r.lspawn_spoke) && !failed_shell_ && !signal_) {
     failed_shell_ = &r;
-    say("host " + r.host.name + ": the remote shell '" + p_.rsh[0] + "' failed (exit " + std::to_string(code) +
-        ") before lspawn ran there" + (r.last_err_line.empty() ? std::string() : ": " + r.last_err_line) +
-        "; stopping the other hosts");
+    say("host " + r.host.name + ": the remote shell '" + p_.rsh[0] + "' failed (exit " + std::to_string(code) + ") " +
+        (r.lspawn_spoke ? "after lspawn had started there (its connection ended, or lspawn there was killed by a signal)"
+                        : "before lspawn ran there") +
+        (r.last_err_line.empty() ? std::string() : ": " + r.last_err_line) + "; stopping the other hosts");
     if (const std::string hint = hosts::ssh_failure_hint(p_.rsh, r.last_err_line); !hint.empty()) {
       say("host " + r.host.name + ": " + hint);
     }

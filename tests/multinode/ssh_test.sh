@@ -10,6 +10,7 @@
 #   2. Ctrl-C (SIGINT to the caller): forwarded, every host stops, the caller exits 130
 #   3. the caller and its ssh clients SIGKILLed: each host's lspawn sees its ssh channel close and
 #      stops its workers; nothing left within a few seconds
+#  3b. mn-b's lspawn SIGKILLed: its ssh exits 255; the host named, node 0 names the lost node
 #   4. an unreachable host (no answer to ARP): named, exit 255, the other hosts stopped
 #   5. a host that refuses the key (sshd: another authorized_keys): named with ssh's
 #      "Permission denied (publickey)" and lspawn's hint, exit 255, no wait
@@ -240,6 +241,18 @@ kill -KILL $pc $kids
 wait $pc 2>/dev/null
 nothing_left 10; ok=$?
 check "kill: nothing left on either host after $(secs_since $t0) s (sshd closed each channel; each lspawn stopped its workers)" test $ok = 0
+
+echo "== [$(stamp)] 3b. mn-b's lspawn SIGKILLed: ssh exits 255 (sshd's exit-signal); named, the job stopped"
+start_waiting 3b
+lb=$(ip netns pids $B | while read -r p; do [[ $(cat /proc/$p/comm 2>/dev/null) == lspawn ]] && echo $p; done | head -1)
+kill -KILL $lb
+wait $pc
+r=$?
+check "host lspawn killed: the caller exits 255 ($r)" test $r = 255
+check "host lspawn killed: named as a failure after lspawn had started there" \
+  has $WORK/3b.err "lspawn: host $NET.2: the remote shell 'ssh' failed (exit 255) after lspawn had started there"
+check "host lspawn killed: node 0 names node 1 lost" has $WORK/3b.err "[$NET.1] lspawn: root cause: node 1 (mn-b, $NET.2) was lost"
+check "host lspawn killed: nothing left" nothing_left
 
 echo "== [$(stamp)] 4. an unreachable third host: named, exit 255, the others stopped"
 cp $WORK/hosts $WORK/hosts4 && echo "$NET.9 slots=2" >>$WORK/hosts4
