@@ -11,7 +11,8 @@
 #   3. the caller and its ssh clients SIGKILLed: each host's lspawn sees its ssh channel close and
 #      stops its workers; nothing left within a few seconds
 #  3b. mn-b's lspawn SIGKILLed: its ssh exits 255; the host named, node 0 names the lost node
-#   4. an unreachable host (no answer to ARP): named, exit 255, the other hosts stopped
+#   4. an unreachable host (no answer to ARP): named, exit 255, the other hosts stopped (the
+#      remote shell from LSPAWN_RSH, not --rsh)
 #   5. a host that refuses the key (sshd: another authorized_keys): named with ssh's
 #      "Permission denied (publickey)" and lspawn's hint, exit 255, no wait
 #   6. no prompt may hang the job (lspawn's ssh defaults, docs/multi-node.md): an unknown host key
@@ -257,10 +258,12 @@ check "host lspawn killed: nothing left" nothing_left
 echo "== [$(stamp)] 4. an unreachable third host: named, exit 255, the others stopped"
 cp $WORK/hosts $WORK/hosts4 && echo "$NET.9 slots=2" >>$WORK/hosts4
 t0=$(date +%s.%N)
-(caller 60 --hostfile $WORK/hosts4 --rsh "$RSH" --grace-period 1 "$WORKER" exit-rank 99 0 >$WORK/4.out 2>$WORK/4.err)
+# The remote shell from LSPAWN_RSH this time (the same defaults added)
+(LSPAWN_RSH=$RSH caller 60 --hostfile $WORK/hosts4 --grace-period 1 "$WORKER" exit-rank 99 0 >$WORK/4.out 2>$WORK/4.err)
 r=$?
 check "unreachable: the caller exits 255 ($r, in $(secs_since $t0) s)" test $r = 255
 check "unreachable: the host is named with ssh's message" has $WORK/4.err "lspawn: host $NET.9: the remote shell 'ssh' failed (exit 255) before lspawn ran there: ssh: connect to host $NET.9 port 22: No route to host; stopping the other hosts"
+check "unreachable: LSPAWN_RSH's ssh got the defaults" has $WORK/4.err "through 'ssh -F $WORK/ssh_config -T -x -o BatchMode=yes -o ConnectTimeout=10'"
 check "unreachable: nothing left on the reachable hosts" nothing_left
 
 # fails_fast CASE HOSTFILE_LINE2 RSH EXPECT_TEXT...: a job on mn-a and one failing host ends at
