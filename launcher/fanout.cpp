@@ -79,7 +79,7 @@ Plan make_plan(const CliOptions& o, const std::vector<std::string>& args) {
   Plan p;
   p.job.hosts = o.hostfile.empty() ? hosts::parse_hosts_list(o.hosts_list)
                                    : hosts::parse_hostfile(read_hostfile(o.hostfile), o.hostfile);
-  p.rsh = hosts::rsh_command(o.rsh, process_environment());
+  p.rsh = hosts::with_ssh_defaults(hosts::rsh_command(o.rsh, process_environment()));
   int err = 0;
   const auto rsh_path = sys::find_executable(p.rsh[0], &err);
   if (!rsh_path) {
@@ -102,6 +102,13 @@ Plan make_plan(const CliOptions& o, const std::vector<std::string>& args) {
   if (!nprocs_given) p.job.nprocs = workers;
   p.job.forwarded = forwarded(o, args);
   return p;
+}
+
+// The remote shell's words, as one line for a message.
+std::string rsh_text(const std::vector<std::string>& rsh) {
+  std::string t;
+  for (const std::string& w : rsh) t += (t.empty() ? "" : " ") + w;
+  return t;
 }
 
 // Starts the remote shell of host `i`: its own process group (the terminal's Ctrl-C is the
@@ -149,7 +156,12 @@ void start(Remote& r, const Plan& p, int i) {
 
 // Writes one line of host `r` to the caller's fd; lspawn's own lines get the host in front.
 void emit(Remote& r, bool is_err, const std::string& line) {
-  if (is_err) r.last_err_line = line;
+  if (is_err) {
+    // ssh ends its own messages with "\r\n": the '\r' would send the rest of lspawn's message
+    // about it back over its start on a terminal.
+    r.last_err_line = line;
+    while (!r.last_err_line.empty() && r.last_err_line.back() == '\r') r.last_err_line.pop_back();
+  }
   const bool own = line.rfind("lspawn:", 0) == 0;
   r.lspawn_spoke = r.lspawn_spoke || own;
   const std::string text = (own ? "[" + r.host.name + "] " + line : line) + "\n";
@@ -231,12 +243,17 @@ void Fanout::on_exit(Remote& r) {
   const int code = sys::shell_exit_code(*r.status);
   if (code == 0) return;
   // ssh's own failure is 255; a shell that could not run lspawn there (not installed at this
-  // path: 127) exits before lspawn said anything.
+  // path: 127) exits before lspawn said anything. ssh also exits 255 when its connection ends
+  // mid-job, or when the remote command was killed by a signal (sshd's exit-signal).
   if ((code == 255 || !r.lspawn_spoke) && !failed_shell_ && !signal_) {
     failed_shell_ = &r;
-    say("host " + r.host.name + ": the remote shell '" + p_.rsh[0] + "' failed (exit " + std::to_string(code) +
-        ") before lspawn ran there" + (r.last_err_line.empty() ? std::string() : ": " + r.last_err_line) +
-        "; stopping the other hosts");
+    say("host " + r.host.name + ": the remote shell '" + p_.rsh[0] + "' failed (exit " + std::to_string(code) + ") " +
+        (r.lspawn_spoke ? "after lspawn had started there (its connection ended, or lspawn there was killed by a signal)"
+                        : "before lspawn ran there") +
+        (r.last_err_line.empty() ? std::string() : ": " + r.last_err_line) + "; stopping the other hosts");
+    if (const std::string hint = hosts::ssh_failure_hint(p_.rsh, r.last_err_line); !hint.empty()) {
+      say("host " + r.host.name + ": " + hint);
+    }
     tell_all(rs_, "SIGTERM");
     kill_at_ = in(o_.grace_period_s + 10);
   } else if (!stop_at_ && !signal_) {
@@ -372,7 +389,7 @@ int run_on_hosts(const CliOptions& o, const std::vector<std::string>& args) {
     const auto& hosts = p.job.hosts;
     for (const auto& h : hosts) names += (names.empty() ? "" : ", ") + h.name;
     say(std::string(o.hostfile.empty() ? "--hosts" : "--hostfile " + o.hostfile) + ": " + std::to_string(hosts.size()) +
-        " host" + (hosts.size() == 1 ? "" : "s") + " (" + names + ") through '" + p.rsh[0] + "', node 0 " +
+        " host" + (hosts.size() == 1 ? "" : "s") + " (" + names + ") through '" + rsh_text(p.rsh) + "', node 0 " +
         hosts[0].name + ":" + std::to_string(p.job.master_port) + ", run id " + p.job.run_id);
   }
   return Fanout(std::move(p), o).run();

@@ -1,6 +1,7 @@
 // `lspawn --hostfile FILE [options] program ...` and `lspawn --hosts A,B,... ...`: one command
 // starts the job on every host, through a remote shell (ssh, or --rsh / $LSPAWN_RSH), as mpirun
-// does (docs/multi-node.md, "One command for many hosts").
+// does (docs/multi-node.md, "One command for many hosts"). ssh gets options that forbid any
+// prompt (hosts.hpp, with_ssh_defaults()).
 //
 // The caller runs no worker itself: host i runs `lspawn --control-stdin --nnodes N --node-rank i
 // --master-addr HOST0 ...` with the caller's other options and program (hosts.hpp), so node 0 is

@@ -1,5 +1,7 @@
 #include "launcher/hosts.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <map>
 #include <sstream>
@@ -149,6 +151,89 @@ std::vector<std::string> rsh_command(const std::string& rsh_flag, const EnvLooku
   std::vector<std::string> w = words(value);
   if (w.empty()) usage(from + ": '" + value + "' names no command (e.g. ssh, or 'ssh -p 2222')");
   return w;
+}
+
+namespace {
+
+bool is_ssh(const std::vector<std::string>& rsh) {
+  if (rsh.empty()) return false;
+  const std::string& p = rsh[0];
+  const auto slash = p.rfind('/');
+  return (slash == std::string::npos ? p : p.substr(slash + 1)) == "ssh";
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// What the user's ssh words set: the flags (-t, -X, ...) and the -o option names (lower case).
+struct SshWords {
+  std::string flags;
+  std::vector<std::string> options;
+};
+
+SshWords read_ssh_words(const std::vector<std::string>& rsh) {
+  static const std::string with_argument = "BbcDEeFIiJLlmOoPpQRSWw";  // ssh(1)'s options that take one
+  SshWords out;
+  auto add_option = [&](const std::string& kv) { out.options.push_back(lower(kv.substr(0, kv.find('=')))); };
+  for (size_t i = 1; i < rsh.size(); ++i) {
+    const std::string& w = rsh[i];
+    if (w.size() < 2 || w[0] != '-') continue;
+    for (size_t k = 1; k < w.size(); ++k) {
+      const char c = w[k];
+      if (with_argument.find(c) == std::string::npos) {
+        out.flags += c;
+        continue;
+      }
+      std::string arg = w.substr(k + 1);
+      if (arg.empty() && i + 1 < rsh.size()) arg = rsh[++i];
+      if (c == 'o') add_option(arg);
+      break;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> with_ssh_defaults(std::vector<std::string> rsh) {
+  if (!is_ssh(rsh)) return rsh;
+  const SshWords given = read_ssh_words(rsh);
+  auto has_flag = [&](const char* any) { return given.flags.find_first_of(any) != std::string::npos; };
+  if (!has_flag("tT")) rsh.push_back("-T");
+  if (!has_flag("xXY")) rsh.push_back("-x");
+  for (const char* kv : {"BatchMode=yes", "ConnectTimeout=10"}) {
+    const std::string key = lower(std::string(kv).substr(0, std::string(kv).find('=')));
+    if (std::find(given.options.begin(), given.options.end(), key) != given.options.end()) continue;
+    rsh.push_back("-o");
+    rsh.push_back(kv);
+  }
+  return rsh;
+}
+
+std::string ssh_failure_hint(const std::vector<std::string>& rsh, const std::string& last_line) {
+  if (!is_ssh(rsh)) return "";
+  auto has = [&](const char* text) { return last_line.find(text) != std::string::npos; };
+  auto given = [&](const std::string& kv) {  // -o KV among the remote shell's words
+    for (size_t i = 1; i + 1 < rsh.size(); ++i) {
+      if (rsh[i] == "-o" && rsh[i + 1] == kv) return true;
+    }
+    return false;
+  };
+  if (has("Host key verification failed") && given("BatchMode=yes")) {
+    return "the host's key is not in known_hosts (or differs from it) and ssh may not ask (lspawn runs it with "
+           "BatchMode=yes): check the key and add it (ssh-keyscan), or accept the keys of new hosts with --rsh 'ssh "
+           "-o StrictHostKeyChecking=accept-new'";
+  }
+  if (has("Permission denied") && given("BatchMode=yes")) {
+    return "ssh may not ask for a password or passphrase (lspawn runs it with BatchMode=yes): the host must accept a "
+           "key that ssh offers without a question (ssh-copy-id, ssh-agent)";
+  }
+  if (has("timed out") && given("ConnectTimeout=10")) {
+    return "lspawn gives ssh ConnectTimeout=10; wait longer with --rsh 'ssh -o ConnectTimeout=N'";
+  }
+  return "";
 }
 
 std::string shell_quote(const std::string& s) {

@@ -37,6 +37,32 @@ int workers_per_node(const std::vector<Host>& hosts, std::optional<int> nprocs);
 // plm_rsh_agent ("ssh -p 2222"). Throws UsageError when it names nothing.
 std::vector<std::string> rsh_command(const std::string& rsh_flag, const EnvLookup& env);
 
+// ssh's options lspawn adds when the remote shell is ssh (its first word's base name is `ssh`), so
+// that no prompt can hang a job whose remote shells run in the background, many at once, with
+// their stdin taken by the control channel (docs/multi-node.md, "The remote shell"):
+//   -o BatchMode=yes      never ask: no password, passphrase or "trust this host key?" question;
+//                         ssh fails at once (exit 255) with its reason ("Permission denied
+//                         (publickey,password).", "Host key verification failed.") and lspawn
+//                         names the host. Without it a prompt reads the terminal from a
+//                         background process group: SIGTTIN stops ssh and the job waits forever.
+//   -o ConnectTimeout=10  a host that does not answer fails in 10 s (pdsh's default connect
+//                         timeout), not after the kernel's TCP retries (about 2 minutes).
+//   -T                    no pseudo-terminal, whatever a RequestTTY of the user's ssh_config says:
+//                         a terminal would echo the control channel (the job secret) back.
+//   -x                    no X11 forwarding (mpirun and pdsh pass it too).
+// StrictHostKeyChecking is left to the user's ssh configuration: lspawn neither trusts a new
+// host key nor writes known_hosts for them (an unknown key fails fast under BatchMode; accepting
+// it is `--rsh 'ssh -o StrictHostKeyChecking=accept-new'`). A user's own choice wins: an
+// option the user's words give with -o (any case, -oKEY=V or -o KEY=V) is not added, nor -T
+// after -t/-T, nor -x after -X/-Y/-x. Another program than ssh gets nothing added.
+// Returns `rsh` with these inserted after its words (ssh reads the host and command after them).
+std::vector<std::string> with_ssh_defaults(std::vector<std::string> rsh);
+
+// A hint that completes the message about a remote shell that failed with `last_line` (its last
+// line on stderr), when that is one of the failures BatchMode=yes or ConnectTimeout turn into an
+// error (`rsh` is the remote shell with_ssh_defaults() gave); empty otherwise.
+std::string ssh_failure_hint(const std::vector<std::string>& rsh, const std::string& last_line);
+
 // `s` quoted for a POSIX shell: '...', a ' inside as '\''. A remote shell joins its arguments
 // into one command line that the remote login shell parses again.
 std::string shell_quote(const std::string& s);

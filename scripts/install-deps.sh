@@ -13,6 +13,7 @@ want=(
   slurmctld slurmd slurm-client munge   # tests/cluster: a private two-node Slurm 22.05 cluster
   clang libclang-rt-14-dev              # fuzz/: libFuzzer targets (scripts/fuzz.sh)
   iproute2 util-linux coreutils          # tests/multinode: network-namespace hosts
+  openssh-server openssh-client          # tests/multinode/ssh_test.sh: a real sshd in each host (never started as a service here)
   python3-sklearn                        # examples/digits_ddp: the digits data set
   libjemalloc2                           # tests/e2e: --preload accepts jemalloc's background thread
   python3-venv binutils                  # tests/wheel: the wheel in a fresh venv; strings(1)

@@ -78,6 +78,48 @@ TEST_CASE("rsh_command: --rsh, else LSPAWN_RSH, else ssh, split at blanks", "[ho
   CHECK_THROWS_WITH(rsh_command("", env_of({{"LSPAWN_RSH", "   "}})), Contains("LSPAWN_RSH: '   ' names no command"));
 }
 
+TEST_CASE("with_ssh_defaults: BatchMode, ConnectTimeout, -T, -x for ssh only, an option of the user wins", "[hosts]") {
+  using V = std::vector<std::string>;
+  const V added = {"-T", "-x", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"};
+  auto plus = [](V a, const V& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  CHECK(with_ssh_defaults({"ssh"}) == plus({"ssh"}, added));
+  CHECK(with_ssh_defaults({"/usr/bin/ssh", "-p", "2222"}) == plus({"/usr/bin/ssh", "-p", "2222"}, added));
+  // -F's value is not read as flags (a file named -tX is still a file)
+  CHECK(with_ssh_defaults({"ssh", "-F", "-tX"}) == plus({"ssh", "-F", "-tX"}, added));
+  // another program gets nothing, even one whose name ends in ssh
+  CHECK(with_ssh_defaults({"rsh"}) == V{"rsh"});
+  CHECK(with_ssh_defaults({"/opt/nsrsh", "-x"}) == V{"/opt/nsrsh", "-x"});
+  CHECK(with_ssh_defaults({"autossh"}) == V{"autossh"});
+  CHECK(with_ssh_defaults({"sshpass", "-p", "pw", "ssh"}) == V{"sshpass", "-p", "pw", "ssh"});
+  // the user's -o KEY (any case, -oKEY=V or -o KEY=V) wins: not added again
+  CHECK(with_ssh_defaults({"ssh", "-o", "batchmode=no"}) ==
+        V{"ssh", "-o", "batchmode=no", "-T", "-x", "-o", "ConnectTimeout=10"});
+  CHECK(with_ssh_defaults({"ssh", "-oConnectTimeout=60", "-q"}) ==
+        V{"ssh", "-oConnectTimeout=60", "-q", "-T", "-x", "-o", "BatchMode=yes"});
+  // a user's -t (a terminal) or -X/-Y (X11) wins over -T and -x, also inside a group of flags
+  CHECK(with_ssh_defaults({"ssh", "-tt"}) == V{"ssh", "-tt", "-x", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"});
+  CHECK(with_ssh_defaults({"ssh", "-CY"}) == V{"ssh", "-CY", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"});
+  CHECK(with_ssh_defaults({"ssh", "-qxl", "me"}) ==
+        V{"ssh", "-qxl", "me", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"});
+}
+
+TEST_CASE("ssh_failure_hint: what BatchMode=yes and ConnectTimeout turned into an error", "[hosts]") {
+  const auto ssh = with_ssh_defaults({"ssh"});
+  CHECK_THAT(ssh_failure_hint(ssh, "Host key verification failed."),
+             Contains("not in known_hosts") && Contains("BatchMode=yes") && Contains("StrictHostKeyChecking=accept-new"));
+  CHECK_THAT(ssh_failure_hint(ssh, "root@10.0.0.2: Permission denied (publickey,password)."),
+             Contains("may not ask for a password") && Contains("ssh-copy-id"));
+  CHECK_THAT(ssh_failure_hint(ssh, "ssh: connect to host n9 port 22: Connection timed out"),
+             Contains("ConnectTimeout=10") && Contains("-o ConnectTimeout=N"));
+  CHECK(ssh_failure_hint(ssh, "ssh: connect to host n9 port 22: No route to host").empty());
+  // the user chose otherwise, or it is not ssh: no hint about lspawn's defaults
+  CHECK(ssh_failure_hint(with_ssh_defaults({"ssh", "-o", "BatchMode=no"}), "Permission denied (password).").empty());
+  CHECK(ssh_failure_hint({"rsh"}, "Permission denied.").empty());
+}
+
 TEST_CASE("shell_quote and remote_command: what the remote login shell parses back", "[hosts]") {
   CHECK(shell_quote("plain-word_1.2/x:y=z") == "plain-word_1.2/x:y=z");
   CHECK(shell_quote("") == "''");
