@@ -22,7 +22,7 @@ Phases (each must leave nothing, and each figure must be as flat at its end as a
            end 137 and leave no segment in /dev/shm and no process.
 
 Figures: open fds (/proc/PID/fd) and VmRSS of each persistent process; entries under /tmp and
-/dev/shm; the processes the soak started (its descendants, and any process carrying this run's
+/dev/shm (files and directories, recursively: a run directory left inside a kept one counts); the processes the soak started (its descendants, and any process carrying this run's
 LSPAWN_SOAK_RUN marker in its environment, which reparented orphans keep). fds, entries and
 processes must not change at all; RSS may grow by --rss-tolerance-kib (allocator noise: glibc's
 free lists and arenas keep freed pages, and a process's first jobs fault in code and heap once).
@@ -73,13 +73,24 @@ class Soak:
         self.shm_at_start = set(os.listdir("/dev/shm"))
 
     # ---- figures -------------------------------------------------------------------------------
+    @staticmethod
+    def walk(top, skip=()):
+        """Every file and directory under top, recursively (paths relative to it)."""
+        found = []
+        for root, dirs, files in os.walk(top):
+            if root == top:
+                dirs[:] = [d for d in dirs if d not in skip]
+                files = [f for f in files if f not in skip]
+            rel = os.path.relpath(root, top)
+            found += [os.path.normpath(os.path.join(rel, n)) for n in dirs + files]
+        return sorted(found)
+
     def tmp_entries(self):
-        skip = {os.path.basename(self.work)}
-        return sorted(e for e in os.listdir(self.tmp) if e not in skip)
+        return self.walk(self.tmp, skip={os.path.basename(self.work)})
 
     def shm_entries(self):
         if self.namespace:
-            return sorted(os.listdir("/dev/shm"))
+            return self.walk("/dev/shm")
         # Shared /dev/shm: what is new and named like lspawn's, or carries this run's label.
         return sorted(e for e in os.listdir("/dev/shm") if e not in self.shm_at_start
                       and ("lspawn" in e or self.run_id in e))
