@@ -73,6 +73,14 @@ def main():
     lib.lspawn_engine_all_reduce.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
                                              ctypes.c_int, ctypes.c_int, ctypes.POINTER(Err)]
     err = Err()
+    if rank != 0 and os.environ.get("SOAK_LATE_PEERS"):  # rank 0 waits in the segment's first barrier
+        with open(os.path.join(STORE, "late-%d" % rank), "w") as f:
+            f.write(str(os.getpid()))
+        while not os.path.exists(os.path.join(STORE, "go-late")):
+            time.sleep(0.005)
+    if rank == 0:
+        with open(os.path.join(STORE, "creating-0"), "w") as f:
+            f.write(str(os.getpid()))
     engine = lib.lspawn_engine_create(rank, size, os.environ["SOAK_LABEL"].encode(), 30000, None,
                                       file_set, file_get, None, ctypes.byref(err))
     if not engine:
