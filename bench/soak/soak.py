@@ -234,9 +234,10 @@ class Soak:
             if pid == 0:
                 return
 
-    def checkpoints(self, n):
+    def checkpoints(self, n, every=None):
+        every = every or self.args.every
         marks = {0, 1, n}
-        marks.update(range(self.args.every, n, self.args.every))
+        marks.update(range(every, n, every))
         return sorted(m for m in marks if m <= n)
 
     def run_job(self, phase, i, cmd, want=0, **kw):
@@ -382,7 +383,7 @@ class Soak:
         before = self.figures({})
         logs = [open(os.path.join(self.work, "elastic-node%d.log" % k), "wb") for k in (0, 1)]
         nodes = [subprocess.Popen(cmd, env=self.env, stdout=logs[k], stderr=logs[k]) for k in (0, 1)]
-        marks = set(self.checkpoints(rounds))
+        marks = set(self.checkpoints(rounds, max(1, self.args.every // 10)))  # rounds: 10x as often
         start = fig = None
         ok = True
         for r in range(rounds + 1):
@@ -524,7 +525,8 @@ def main():
                     help="spawn() calls (default --jobs; --quick 10: each call starts two interpreters)")
     ap.add_argument("--rounds", type=int, help="elastic rounds (default 100, --quick 5)")
     ap.add_argument("--kills", type=int, help="SIGKILLs mid-collective (default 10, --quick 1)")
-    ap.add_argument("--every", type=int, help="report every N jobs/rounds (default 100, --quick 10)")
+    ap.add_argument("--every", type=int,
+                    help="report every N jobs, every N/10 rounds (default 100, --quick 10)")
     ap.add_argument("--rss-tolerance-kib", type=int, default=1024,
                     help="RSS growth allowed per process, start to end (default %(default)s KiB)")
     ap.add_argument("--phases", default="cli,warm,spawn,elastic,kill",
