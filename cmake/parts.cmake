@@ -8,10 +8,10 @@ set(LSPAWN_TORCH_FREE_PARTS proto sys placement status shm launchenv supervisor 
 # LSPAWN_MAY_<part>: the parts <part> may include, besides itself.
 set(LSPAWN_MAY_proto)
 set(LSPAWN_MAY_sys proto)
-set(LSPAWN_MAY_placement)
+set(LSPAWN_MAY_placement proto)
 set(LSPAWN_MAY_status)
-set(LSPAWN_MAY_shm status sys)
-set(LSPAWN_MAY_launchenv sys)
+set(LSPAWN_MAY_shm status sys proto)
+set(LSPAWN_MAY_launchenv sys proto)
 set(LSPAWN_MAY_supervisor sys proto placement)
 set(LSPAWN_MAY_hang supervisor sys status proto placement)
 set(LSPAWN_MAY_spawn hang supervisor sys status proto placement)

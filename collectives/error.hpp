@@ -6,14 +6,16 @@
 #include <string>
 #include <vector>
 
+#include "proto/error.hpp"
+
 namespace lspawn {
 
 // A collective failed: timeout, a peer that died or closed its connection, a transport error.
 // After a CollectiveError the group is in an unknown state; only destroy it.
-class CollectiveError : public std::runtime_error {
+class CollectiveError : public lspawn::Error {
  public:
   CollectiveError(std::string op, std::string group, std::vector<int> ranks, const std::string& what)
-      : std::runtime_error(what), op_(std::move(op)), group_(std::move(group)), ranks_(std::move(ranks)) {}
+      : lspawn::Error(what), op_(std::move(op)), group_(std::move(group)), ranks_(std::move(ranks)) {}
   const std::string& op() const { return op_; }        // "all_reduce", "broadcast_object", …
   const std::string& group() const { return group_; }  // the group's name ("world", "sub1", …)
   // Group ranks known to be the cause (dead, late, mismatching); empty when unknown.

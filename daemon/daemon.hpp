@@ -35,15 +35,17 @@
 #include <string>
 #include <vector>
 
+#include "proto/error.hpp"
+
 namespace lspawn::daemon {
 
 // $XDG_RUNTIME_DIR/lspawn/daemon.sock when XDG_RUNTIME_DIR is set, else /tmp/lspawn-UID/daemon.sock.
 std::string default_socket_path();
 
 // The daemon could not start (its socket directory, another daemon on the socket, ...).
-class DaemonError : public std::runtime_error {
+class DaemonError : public lspawn::Error {
  public:
-  using std::runtime_error::runtime_error;
+  using lspawn::Error::Error;
 };
 
 struct Options {

@@ -6,14 +6,16 @@
 #include <stdexcept>
 #include <string>
 
+#include "proto/error.hpp"
+
 namespace lspawn {
 
 // what() names the variable, quotes the whole value and says what is wrong where, e.g.
 // "SLURM_JOB_NODELIST='n[01-': '[' at offset 1 is never closed".
-class EnvSyntaxError : public std::runtime_error {
+class EnvSyntaxError : public lspawn::Error {
  public:
   EnvSyntaxError(const std::string& variable, const std::string& value, const std::string& problem)
-      : std::runtime_error(variable + "='" + value + "': " + problem), variable_(variable) {}
+      : lspawn::Error(variable + "='" + value + "': " + problem), variable_(variable) {}
   const std::string& variable() const { return variable_; }
 
  private:

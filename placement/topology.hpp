@@ -9,13 +9,14 @@
 #include <vector>
 
 #include "placement/cpu_list.hpp"
+#include "proto/error.hpp"
 
 namespace lspawn::placement {
 
 // A file that could not be read or parsed, named.
-class TopologyError : public std::runtime_error {
+class TopologyError : public lspawn::Error {
  public:
-  using std::runtime_error::runtime_error;
+  using lspawn::Error::Error;
 };
 
 struct Cpu {

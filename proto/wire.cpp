@@ -1,4 +1,5 @@
 #include "proto/wire.hpp"
+#include "proto/error.hpp"
 
 #include <cerrno>
 #include <cstdlib>
@@ -199,9 +200,9 @@ json to_doc(const Value& v) {
 // ---- decoding: every type checked, nothing trusted -----------------------------------------
 
 // A document that parsed but does not fit the schema; decode() adds what and the message type.
-class SchemaError : public std::runtime_error {
+class SchemaError : public lspawn::Error {
  public:
-  using std::runtime_error::runtime_error;
+  using lspawn::Error::Error;
 };
 
 [[noreturn]] void wrong_type(const std::string& field, const char* expected, const json& got) {

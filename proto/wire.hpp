@@ -21,6 +21,7 @@
 #include <string>
 
 #include "proto/messages.hpp"
+#include "proto/error.hpp"
 
 namespace lspawn::wire {
 
@@ -32,9 +33,9 @@ inline constexpr uint32_t kDefaultMaxFrame = 64u << 20;
 inline constexpr unsigned kMaxNesting = 256;
 
 // A frame or file that is malformed, too large, truncated, or of a newer schema version.
-class WireError : public std::runtime_error {
+class WireError : public lspawn::Error {
  public:
-  using std::runtime_error::runtime_error;
+  using lspawn::Error::Error;
 };
 
 // Peer closed the stream cleanly before the first byte of a frame.

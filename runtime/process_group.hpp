@@ -26,14 +26,15 @@
 
 #include "runtime/rendezvous_outcome.hpp"
 #include "runtime/worker_env.hpp"
+#include "proto/error.hpp"
 
 namespace lspawn {
 
 // The backend could not be chosen or constructed (unknown name, NCCL not built in, gloo device
 // or connection failure). what() names the backend, rank/world size and the cause.
-class ProcessGroupError : public std::runtime_error {
+class ProcessGroupError : public lspawn::Error {
  public:
-  explicit ProcessGroupError(const std::string& message) : std::runtime_error(message) {}
+  explicit ProcessGroupError(const std::string& message) : lspawn::Error(message) {}
 };
 
 // Default timeout of one collective (torch's default). Overridden by LSPAWN_PG_TIMEOUT (seconds).

@@ -10,13 +10,15 @@
 #include <utility>
 #include <vector>
 
+#include "proto/error.hpp"
+
 namespace lspawn {
 
 // The store could not be hosted or reached, or a peer's record is malformed. what() names the
 // store's host:port, this rank and world size.
-class RendezvousError : public std::runtime_error {
+class RendezvousError : public lspawn::Error {
  public:
-  explicit RendezvousError(const std::string& message) : std::runtime_error(message) {}
+  explicit RendezvousError(const std::string& message) : lspawn::Error(message) {}
 };
 
 // Not every rank arrived within the timeout. what() reads like

@@ -17,13 +17,15 @@
 #include <stdexcept>
 #include <string>
 
+#include "proto/error.hpp"
+
 namespace lspawn {
 
 // A variable of the env contract is missing or malformed. what() names the variable, the value
 // seen and the expected form, e.g. "RANK='x' is not an integer".
-class EnvError : public std::runtime_error {
+class EnvError : public lspawn::Error {
  public:
-  explicit EnvError(const std::string& message) : std::runtime_error(message) {}
+  explicit EnvError(const std::string& message) : lspawn::Error(message) {}
 };
 
 struct WorkerEnv {

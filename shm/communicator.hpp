@@ -34,6 +34,7 @@
 #pragma once
 
 #include "shm/reduce_kernels.hpp"
+#include "proto/error.hpp"
 
 #include <chrono>
 #include <cstddef>
@@ -46,11 +47,11 @@
 namespace lspawn::shm {
 
 // A failure of a shm collective. `ranks` are the ranks concerned (dead, late, or mismatching).
-class Error : public std::runtime_error {
+class Error : public lspawn::Error {
  public:
   enum class Kind { Timeout, PeerDied, Mismatch, Broken, System };
   Error(Kind kind, std::vector<int> ranks, const std::string& what)
-      : std::runtime_error(what), kind_(kind), ranks_(std::move(ranks)) {}
+      : lspawn::Error(what), kind_(kind), ranks_(std::move(ranks)) {}
   Kind kind() const { return kind_; }
   const std::vector<int>& ranks() const { return ranks_; }
 

@@ -28,13 +28,14 @@
 #include <vector>
 
 #include "proto/messages.hpp"
+#include "proto/error.hpp"
 
 namespace lspawn {
 
 // A value that does not decode as the type the receiving function expects.
-class CodecError : public std::runtime_error {
+class CodecError : public lspawn::Error {
  public:
-  using std::runtime_error::runtime_error;
+  using lspawn::Error::Error;
 };
 
 namespace codec_detail {

@@ -14,13 +14,15 @@
 
 #include <sys/types.h>
 
+#include "proto/error.hpp"
+
 namespace lspawn {
 
 // spawn() could not start (bad options, unregistered function, fork/exec failure, ...).
 // Nothing is left running when it is thrown.
-class SpawnError : public std::runtime_error {
+class SpawnError : public lspawn::Error {
  public:
-  using std::runtime_error::runtime_error;
+  using lspawn::Error::Error;
 };
 
 // SpawnOptions::hang_timeout expired: no worker made progress in its collectives. report() is
@@ -37,10 +39,10 @@ class HangError : public SpawnError {
 };
 
 // Base of the two ways a worker fails. index() is the failing worker's process index (rank).
-class ProcessException : public std::runtime_error {
+class ProcessException : public lspawn::Error {
  public:
   ProcessException(const std::string& message, int index, pid_t pid)
-      : std::runtime_error(message), index_(index), pid_(pid) {}
+      : lspawn::Error(message), index_(index), pid_(pid) {}
   int index() const { return index_; }
   pid_t pid() const { return pid_; }
 

@@ -40,6 +40,7 @@
 
 #include "sys/sys.hpp"
 #include "proto/messages.hpp"
+#include "proto/error.hpp"
 
 namespace lspawn {
 
@@ -47,10 +48,10 @@ namespace lspawn {
 inline constexpr const char* kForkserverFdsEnv = "LSPAWN_FORKSERVER_FDS";
 
 // Forkserver::exec() was interrupted by signal `sig` before the server was ready.
-class ForkserverInterrupted : public std::runtime_error {
+class ForkserverInterrupted : public lspawn::Error {
  public:
   explicit ForkserverInterrupted(int sig)
-      : std::runtime_error("interrupted by signal " + std::to_string(sig)), sig_(sig) {}
+      : lspawn::Error("interrupted by signal " + std::to_string(sig)), sig_(sig) {}
   int signal() const { return sig_; }
 
  private:

@@ -16,11 +16,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "proto/error.hpp"
+
 namespace lspawn {
 
-class CheckpointError : public std::runtime_error {
+class CheckpointError : public lspawn::Error {
  public:
-  using std::runtime_error::runtime_error;
+  using lspawn::Error::Error;
 };
 
 struct Checkpoint {

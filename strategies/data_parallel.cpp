@@ -60,7 +60,7 @@ std::string message_of(const std::exception_ptr& e) {
 }  // namespace
 
 ReplicaError::ReplicaError(int replica, c10::Device device, const std::string& step, const std::string& message)
-    : std::runtime_error("DataParallel: replica " + std::to_string(replica) + " on device " + device_name(device) +
+    : lspawn::Error("DataParallel: replica " + std::to_string(replica) + " on device " + device_name(device) +
                          " failed in " + step + ": " + message),
       replica_(replica),
       device_(device) {}

@@ -30,6 +30,7 @@
 #pragma once
 
 #include "strategies/strategy.hpp"
+#include "proto/error.hpp"
 
 #include <c10/core/Device.h>
 
@@ -57,7 +58,7 @@ struct DataParallelOptions {
 };
 
 // A replica's step threw. what(): "DataParallel: replica R on device D failed in STEP: <message>".
-class ReplicaError : public std::runtime_error {
+class ReplicaError : public lspawn::Error {
  public:
   ReplicaError(int replica, c10::Device device, const std::string& step, const std::string& message);
   int replica() const { return replica_; }

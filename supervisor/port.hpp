@@ -10,14 +10,15 @@
 #include <string>
 
 #include "sys/sys.hpp"
+#include "proto/error.hpp"
 
 namespace lspawn {
 
 // A failed reservation; what() reads like
 // "127.0.0.1:29500 is already in use (bind: Address already in use)".
-class PortError : public std::runtime_error {
+class PortError : public lspawn::Error {
  public:
-  PortError(const std::string& msg, int err) : std::runtime_error(msg), err_(err) {}
+  PortError(const std::string& msg, int err) : lspawn::Error(msg), err_(err) {}
   int error() const { return err_; }  // errno of the failing call
 
  private:

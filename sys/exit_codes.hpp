@@ -7,6 +7,8 @@
 
 #include <stdexcept>
 
+#include "proto/error.hpp"
+
 namespace lspawn {
 
 // A worker's own exit code (or 128+N for its signal N) is passed through when that worker is
@@ -24,9 +26,9 @@ inline constexpr int kNotFound = 127;         // program not found
 
 // A command line (or a command line with its environment) lspawn cannot accept. what() names
 // the option or variable and the accepted form.
-class UsageError : public std::runtime_error {
+class UsageError : public lspawn::Error {
  public:
-  using std::runtime_error::runtime_error;
+  using lspawn::Error::Error;
 };
 
 }  // namespace lspawn

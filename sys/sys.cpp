@@ -24,7 +24,7 @@
 namespace lspawn::sys {
 
 SysError::SysError(std::string call, int err, const std::string& context)
-    : std::runtime_error(call + (context.empty() ? "" : " (" + context + ")") + ": " +
+    : lspawn::Error(call + (context.empty() ? "" : " (" + context + ")") + ": " +
                          std::strerror(err)),
       call_(std::move(call)),
       err_(err) {}

@@ -19,10 +19,12 @@
 
 #include <sys/types.h>
 
+#include "proto/error.hpp"
+
 namespace lspawn::sys {
 
 // A failed system call: `call` (e.g. "waitpid"), the errno value and the caller's context.
-class SysError : public std::runtime_error {
+class SysError : public lspawn::Error {
  public:
   SysError(std::string call, int err, const std::string& context);
   const std::string& call() const { return call_; }

@@ -11,6 +11,11 @@
 #include "support/files.hpp"
 #include "support/temp_dir.hpp"
 #include "runtime/torch_compat.hpp"
+#include "collectives/error.hpp"
+#include "proto/error.hpp"
+#include "runtime/process_group.hpp"
+#include "runtime/rendezvous_outcome.hpp"
+#include "runtime/worker_env.hpp"
 #include "tests/strategies/model.hpp"
 
 #include <algorithm>
@@ -20,6 +25,15 @@
 #include <thread>
 
 #include <catch2/catch.hpp>
+
+// lspawn::Error (proto/error.hpp) is the base of the LibTorch-linked parts' exceptions too (the
+// torch-free ones: tests/launcher/error_base_test.cpp).
+static_assert(std::is_base_of_v<lspawn::Error, lspawn::EnvError> &&
+              std::is_base_of_v<lspawn::Error, lspawn::RendezvousError> &&
+              std::is_base_of_v<lspawn::Error, lspawn::ProcessGroupError> &&
+              std::is_base_of_v<lspawn::Error, lspawn::CollectiveError> &&
+              std::is_base_of_v<lspawn::Error, lspawn::ReplicaError> &&
+              std::is_base_of_v<lspawn::Error, lspawn::CheckpointError>);
 
 using lspawn::DistributedSampler;
 
