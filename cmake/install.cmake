@@ -51,15 +51,24 @@ install(TARGETS ${_lspawn_exported}
 # Headers: the public face alone (cmake/public_face.cmake), <prefix>/include/lspawn/*.hpp and the
 # part headers they reach under <prefix>/include/lspawn/detail/, with their includes rewritten to
 # those paths. Staged at install time from the source tree as it is then (an edited header needs no
-# reconfigure), then installed as any directory (DESTDIR, install_manifest.txt). The headers only
-# lspawn's implementation needs (LSPAWN_IMPLEMENTATION_HEADERS) and the other part headers are not
-# installed: a program includes <lspawn/...> and nothing else (docs/using-lspawn-from-cmake.md).
-set(_lspawn_face_stage ${PROJECT_BINARY_DIR}/public-face)
+# reconfigure), in a directory of this install's own (two `cmake --install`s of one build run at
+# once under ctest -j), then installed by file(INSTALL), as install(DIRECTORY) does (DESTDIR,
+# install_manifest.txt). The headers only lspawn's implementation needs
+# (LSPAWN_IMPLEMENTATION_HEADERS) and the other part headers are not installed: a program includes
+# <lspawn/...> and nothing else (docs/using-lspawn-from-cmake.md).
+if(IS_ABSOLUTE "${CMAKE_INSTALL_INCLUDEDIR}")
+  set(_lspawn_face_dest "${CMAKE_INSTALL_INCLUDEDIR}")
+else()
+  set(_lspawn_face_dest "\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_INCLUDEDIR}")
+endif()
 install(CODE "
   include(\"${CMAKE_CURRENT_LIST_DIR}/public_face.cmake\")
-  lspawn_stage_public_face(SOURCE_DIR \"${PROJECT_SOURCE_DIR}\" STAGE_DIR \"${_lspawn_face_stage}\"
-    PARTS ${_parts} IMPLEMENTATION_HEADERS ${LSPAWN_IMPLEMENTATION_HEADERS})")
-install(DIRECTORY ${_lspawn_face_stage}/lspawn DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  string(RANDOM LENGTH 12 _lspawn_face_id)
+  set(_lspawn_face_stage \"${PROJECT_BINARY_DIR}/public-face/\${_lspawn_face_id}\")
+  lspawn_stage_public_face(SOURCE_DIR \"${PROJECT_SOURCE_DIR}\" STAGE_DIR \"\${_lspawn_face_stage}\"
+    PARTS ${_parts} IMPLEMENTATION_HEADERS ${LSPAWN_IMPLEMENTATION_HEADERS})
+  file(INSTALL DESTINATION \"${_lspawn_face_dest}\" TYPE DIRECTORY FILES \"\${_lspawn_face_stage}/lspawn\")
+  file(REMOVE_RECURSE \"\${_lspawn_face_stage}\")")
 
 install(EXPORT lspawnTargets
   NAMESPACE lspawn::
