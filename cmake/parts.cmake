@@ -23,8 +23,8 @@ set(LSPAWN_MAY_collectives runtime launchenv spawn hang supervisor sys status sh
 set(LSPAWN_MAY_strategies collectives runtime launchenv spawn hang supervisor sys status shm proto placement)
 set(LSPAWN_MAY_lspawn strategies collectives runtime launchenv spawn hang supervisor sys status shm proto placement)
 # Headers only lspawn's implementation includes: no public header (lspawn/*.hpp) may reach them,
-# directly or through another header (tests/headers/check_public_closure.cmake). They are still
-# installed with their part; a program never needs them (docs/using-lspawn-from-cmake.md).
+# directly or through another header (tests/headers/check_public_closure.cmake). They are not
+# installed (cmake/public_face.cmake); a program never needs them (docs/using-lspawn-from-cmake.md).
 set(LSPAWN_IMPLEMENTATION_HEADERS
   proto/wire.hpp
   supervisor/supervisor.hpp supervisor/guardian.hpp supervisor/env_contract.hpp

@@ -1,11 +1,15 @@
 # Installs the lspawn build at BUILD_DIR into a fresh temporary prefix, configures and builds
 # the consumer project (SOURCE_DIR) against it with find_package(lspawn), and runs it: the
-# torch-free consumer_app and, when the install has the torch parts, consumer_worker.
-# Arguments: -DBUILD_DIR= -DSOURCE_DIR= -DGENERATOR= [-DCXX_FLAGS=] [-DLINK_FLAGS=]
+# torch-free consumer_app and, when the install has the torch parts, consumer_worker. Before that,
+# the public face (docs/using-lspawn-from-cmake.md): the installed include tree is lspawn/*.hpp and
+# lspawn/detail/ alone, with none of the headers only lspawn's implementation needs (PARTS_FILE:
+# cmake/parts.cmake, LSPAWN_IMPLEMENTATION_HEADERS), every exported target's include directory is
+# <prefix>/include, and the consumer's configure proves no part's header can be included.
+# Arguments: -DBUILD_DIR= -DSOURCE_DIR= -DGENERATOR= -DPARTS_FILE= [-DCXX_FLAGS=] [-DLINK_FLAGS=]
 # [-DTORCH_DIR=]: the Torch_DIR the build found, handed on so the consumer finds the same Torch
 # however the build found it (a multi-entry CMAKE_PREFIX_PATH, a Torch_DIR on the command line).
 # [-DCCACHE= -DCCACHE_BASEDIR=]: compile through ccache, with the build's settings.
-foreach(v BUILD_DIR SOURCE_DIR GENERATOR)
+foreach(v BUILD_DIR SOURCE_DIR GENERATOR PARTS_FILE)
   if(NOT DEFINED ${v})
     message(FATAL_ERROR "run_consumer.cmake: ${v} is not set")
   endif()
@@ -31,9 +35,49 @@ function(step what)
 endfunction()
 
 step("cmake --install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${work}/prefix)
-if(NOT EXISTS ${work}/prefix/include/lspawn/lspawn/spawn.hpp)
-  message(FATAL_ERROR "consumer test: the install has no include/lspawn/lspawn/spawn.hpp")
+
+# Fails the test with `what`, after removing the work directory.
+function(fail what)
+  file(REMOVE_RECURSE ${work})
+  message(FATAL_ERROR "consumer test: ${what}")
+endfunction()
+set(inc ${work}/prefix/include)
+if(NOT EXISTS ${inc}/lspawn/spawn.hpp)
+  fail("the install has no include/lspawn/spawn.hpp")
 endif()
+# What a program's include path (<prefix>/include) shows: lspawn/ and nothing else; in it, the
+# public headers and detail/.
+file(GLOB top RELATIVE ${inc} ${inc}/*)
+if(NOT top STREQUAL "lspawn")
+  fail("include/ holds more than lspawn/: ${top}")
+endif()
+file(GLOB face RELATIVE ${inc}/lspawn ${inc}/lspawn/*)
+foreach(f ${face})
+  if(NOT f STREQUAL "detail" AND (NOT f MATCHES "\\.hpp$" OR IS_DIRECTORY ${inc}/lspawn/${f}))
+    fail("include/lspawn/ holds ${f}: a part's folder beside the public headers")
+  endif()
+endforeach()
+include(${PARTS_FILE})  # LSPAWN_IMPLEMENTATION_HEADERS
+foreach(h ${LSPAWN_IMPLEMENTATION_HEADERS})
+  foreach(at ${inc}/${h} ${inc}/lspawn/${h} ${inc}/lspawn/detail/${h})
+    if(EXISTS ${at})
+      fail("the install has ${at}, a header only lspawn's implementation needs")
+    endif()
+  endforeach()
+endforeach()
+file(GLOB targets_files ${work}/prefix/lib*/cmake/lspawn/lspawnTargets.cmake)
+if(NOT targets_files)
+  fail("the install has no lib/cmake/lspawn/lspawnTargets.cmake")
+endif()
+file(STRINGS ${targets_files} dirs REGEX "INTERFACE_INCLUDE_DIRECTORIES")
+foreach(d ${dirs})
+  if(d MATCHES "_IMPORT_PREFIX}/include/")
+    fail("an exported target's include directory is below <prefix>/include: ${d}")
+  endif()
+endforeach()
+list(LENGTH face n_face)
+message(STATUS "consumer test: the installed include tree: lspawn/ (${n_face} entries, detail/ and the public headers)")
+
 set(torch_dir_arg "")
 if(TORCH_DIR)
   set(torch_dir_arg "-DTorch_DIR=${TORCH_DIR}")
@@ -56,6 +100,15 @@ endif()
 step("configure the consumer" ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${work}/build -G ${GENERATOR}
   -DCMAKE_PREFIX_PATH=${work}/prefix "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}"
   "-DCMAKE_EXE_LINKER_FLAGS=${LINK_FLAGS}" ${launcher_arg} ${torch_dir_arg})
+# The configure compiled <lspawn/spawn.hpp> and refused the parts' headers (project/CMakeLists.txt).
+foreach(line "consumer: <lspawn/spawn.hpp> compiles"
+             "consumer: #include \"proto/wire.hpp\" is not on the include path"
+             "consumer: #include \"spawn/options.hpp\" is not on the include path")
+  string(FIND "${step_output}" "${line}" at)
+  if(at EQUAL -1)
+    fail("the consumer's configure did not say '${line}':\n${step_output}")
+  endif()
+endforeach()
 step("build the consumer" ${build_env} ${CMAKE_COMMAND} --build ${work}/build -j 2)
 # Runs a program of the consumer and fails unless its output says `ok_line`.
 function(run_program program ok_line)
@@ -71,8 +124,7 @@ run_program(consumer_app "consumer: OK")
 # The worker side: built when the install has the torch parts (worker.cpp).
 if(EXISTS ${work}/build/consumer_worker)
   run_program(consumer_worker "consumer worker: OK")
-elseif(EXISTS ${work}/prefix/include/lspawn/lspawn/strategies.hpp)
-  file(REMOVE_RECURSE ${work})
-  message(FATAL_ERROR "consumer test: the install has the torch parts but consumer_worker was not built")
+elseif(EXISTS ${inc}/lspawn/strategies.hpp)
+  fail("the install has the torch parts but consumer_worker was not built")
 endif()
 file(REMOVE_RECURSE ${work})

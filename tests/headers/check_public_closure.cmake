@@ -1,7 +1,8 @@
 # Fails when a public header (lspawn/*.hpp) reaches, through its includes, a header that only
 # lspawn's implementation needs (LSPAWN_IMPLEMENTATION_HEADERS of cmake/parts.cmake: the fork
 # loop, the Supervisor, the store gate, torch_compat.hpp, spawn/init_detail.hpp, ...), and names
-# the chain of includes that reaches it. A grep of the #include lines, no compilation.
+# the chain of includes that reaches it. A grep of the #include lines, no compilation. The same
+# closure is what the install ships (cmake/install.cmake), and it fails there too.
 # Usage: cmake -DSOURCE_DIR=<repo> -P check_public_closure.cmake
 include(${SOURCE_DIR}/cmake/parts.cmake)  # LSPAWN_IMPLEMENTATION_HEADERS
 foreach(h ${LSPAWN_IMPLEMENTATION_HEADERS})
@@ -14,35 +15,18 @@ file(GLOB public RELATIVE "${SOURCE_DIR}" "${SOURCE_DIR}/lspawn/*.hpp")
 if(NOT public)
   message(FATAL_ERROR "no public header found in ${SOURCE_DIR}/lspawn")
 endif()
-# Breadth first over the headers of the tree that the public ones include; via_<header> is the
-# chain of includes that first reached it.
-set(queue ${public})
-set(seen ${public})
-foreach(h ${public})
-  set(via_${h} "${h}")
-endforeach()
+# Breadth first over the headers of the tree that the public ones include, as the install does
+# (cmake/public_face.cmake installs this closure); seen_via_<header> is the chain that first
+# reached it.
+include(${SOURCE_DIR}/cmake/public_face.cmake)
+lspawn_header_closure(seen SOURCE_DIR "${SOURCE_DIR}" HEADERS ${public})
 set(found "")
-while(queue)
-  list(POP_FRONT queue h)
-  file(STRINGS "${SOURCE_DIR}/${h}" lines REGEX "^[ \t]*#[ \t]*include[ \t]*[<\"][^>\"]+[>\"]")
-  foreach(line ${lines})
-    string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*[<\"]([^>\"]+)[>\"].*" "\\1" path "${line}")
-    if(NOT EXISTS "${SOURCE_DIR}/${path}" OR IS_DIRECTORY "${SOURCE_DIR}/${path}")
-      continue()  # a system or LibTorch header
-    endif()
-    list(FIND seen "${path}" _seen)
-    if(_seen GREATER -1)
-      continue()
-    endif()
-    list(APPEND seen "${path}")
-    list(APPEND queue "${path}")
-    set(via_${path} "${via_${h}} -> ${path}")
-    list(FIND LSPAWN_IMPLEMENTATION_HEADERS "${path}" _internal)
-    if(_internal GREATER -1)
-      string(APPEND found "  ${via_${path}}\n")
-    endif()
-  endforeach()
-endwhile()
+foreach(h ${seen})
+  list(FIND LSPAWN_IMPLEMENTATION_HEADERS "${h}" _internal)
+  if(_internal GREATER -1)
+    string(APPEND found "  ${seen_via_${h}}\n")
+  endif()
+endforeach()
 list(LENGTH public n_public)
 list(LENGTH seen n_seen)
 if(found)

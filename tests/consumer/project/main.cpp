@@ -10,8 +10,6 @@ std::string train(int index, int epochs, std::string name) {
 }
 LSPAWN_REGISTER(train);
 
-int check_old_paths();  // old_paths.cpp
-
 int main(int argc, char** argv) {
   lspawn::init(argc, argv);  // in a worker: runs train() and exits
   lspawn::SpawnOptions o;
@@ -32,7 +30,6 @@ int main(int argc, char** argv) {
   } catch (const lspawn::SpawnError& e) {
     std::printf("invalid nprocs refused: %s\n", e.what());
   }
-  bad += check_old_paths();
   std::printf(bad ? "consumer: FAILED\n" : "consumer: OK\n");
   return bad ? 1 : 0;
 }
