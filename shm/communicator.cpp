@@ -1,4 +1,5 @@
 #include "shm/communicator.hpp"
+#include "sys/shm_segments.hpp"
 
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -196,11 +197,7 @@ Communicator::Communicator(int rank, int size, const Rendezvous& rendezvous, Com
   std::string name;
   int fd = -1;
   if (rank == 0) {
-    std::string label;
-    for (char c : options_.label) label += (std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
-    std::ostringstream n;
-    n << "/lspawn-" << label.substr(0, 64) << "-" << getpid() << "-" << std::hex << random_u64();
-    name = n.str();
+    name = sys::shm_segment_name(options_.label, getpid(), random_u64());  // the supervisor's rule too
     fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) throw Error(Error::Kind::System, {}, "shm: " + errno_text("shm_open", errno) + " (" + name + ")");
     if (::ftruncate(fd, static_cast<off_t>(map_bytes_)) != 0) {

@@ -20,6 +20,7 @@
 
 #include "sys/child_setup.hpp"
 #include "sys/duration_text.hpp"
+#include "sys/shm_segments.hpp"
 #include "supervisor/error_file.hpp"
 
 namespace lspawn {
@@ -545,6 +546,8 @@ void Supervisor::on_exit(Worker& w, int status) {
                        std::chrono::system_clock::now().time_since_epoch())
                        .count();
   w.pidfd.reset();
+  // A shm segment it created and was killed before unlinking (sys/shm_segments.hpp) goes too.
+  sys::remove_shm_segments_of(w.pid);
   // Nothing of its process group may outlive it: its own children, if any, go now. The group
   // id cannot have been reused while it still has members, so this hits only ours.
   if (w.pgid > 0) {

@@ -15,6 +15,11 @@
 #include "supervisor/error_file.hpp"
 #include "supervisor/supervisor.hpp"
 #include "support/temp_dir.hpp"
+#include "sys/shm_segments.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 
 using namespace lspawn;
 using namespace std::chrono_literals;
@@ -343,4 +348,30 @@ TEST_CASE("supervisor: new_round runs a second round on the same supervisor - no
   sup.run();
   CHECK(sup.exit_code() == 0);
   CHECK(sup.summary().empty());
+}
+
+TEST_CASE("supervisor: a shm segment a killed worker left is removed when it is reaped", "[supervisor]") {
+  // The shm backend's rank 0 SIGKILLed between shm_open and shm_unlink (sys/shm_segments.hpp).
+  Supervisor sup(opts(nullptr));
+  sup.start_fork(0, ForkSpec{[] {
+                               const std::string name = sys::shm_segment_name("suptest", ::getpid(), 0x5e9);
+                               const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+                               if (fd < 0) return 10;
+                               ::raise(SIGKILL);
+                               return 11;
+                             },
+                             "", 0});
+  const pid_t pid = sup.result(0).pid;
+  const std::string path = "/dev/shm" + sys::shm_segment_name("suptest", pid, 0x5e9);
+  // Another pid's segment of the same form is not the worker's: it stays.
+  const std::string other = sys::shm_segment_name("suptest", ::getpid(), 0x5e9);
+  const int ofd = ::shm_open(other.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  REQUIRE(ofd >= 0);
+  ::close(ofd);
+  sup.run();
+  CHECK(sup.result(0).term_signal == SIGKILL);
+  struct stat st {};
+  CHECK(::stat(path.c_str(), &st) != 0);
+  CHECK(::stat(("/dev/shm" + other).c_str(), &st) == 0);
+  ::shm_unlink(other.c_str());
 }
