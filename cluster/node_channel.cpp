@@ -1,105 +1,172 @@
 #include "cluster/node_channel.hpp"
 
 #include <cstring>
+#include <utility>
 
-#include <nlohmann/json.hpp>
-
-// std::optional as null or the value (nlohmann 3.11.2 has no serializer for it).
-namespace nlohmann {
-template <class T>
-struct adl_serializer<std::optional<T>> {
-  static void to_json(json& j, const std::optional<T>& v) { v ? j = *v : j = nullptr; }
-  static void from_json(const json& j, std::optional<T>& v) {
-    if (j.is_null()) v.reset();
-    else v = j.get<T>();
-  }
-};
-}  // namespace nlohmann
-
-// Field names as keys; a missing field takes its default.
-namespace lspawn::status {
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(GroupView, name, group_rank, group_size, in_collective, seq, op,
-                                                bytes, since_us, completed_seq, completed_op, completed_us,
-                                                version)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankView, rank, pid, opened_us, stack_signal, groups,
-                                                groups_dropped, torn)
-}  // namespace lspawn::status
-namespace lspawn {
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankInput, rank, pid, host, exited, exit_text, started_us,
-                                                record, record_problem, stack, stack_problem)
-}  // namespace lspawn
+#include "proto/node_wire.hpp"
 
 namespace lspawn::node {
 
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Cause, kind, restart_count, rank, node_rank, host, exit_code, time_us,
-                                                text, before_rendezvous)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(JoinMsg, version, host, node_rank, nnodes, min_nnodes, nproc_per_node,
-                                                max_restarts, run_id, worker_addr, worker_port)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(JoinedMsg, joined)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AssignMsg, node_rank, nnodes, nproc_per_node, max_restarts, run_id,
-                                                master_addr, master_port, hosts, coordinator, restart_count,
-                                                restarts_used)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RejectMsg, reason)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FailedMsg, cause)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StopMsg, restart_count, cause)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DoneMsg, restart_count, failed, cause)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BusyMsg, ms)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StartMsg, restart_count, restarts_used, cause)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FinishMsg, exit_code, failed, restart_count, cause)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StatusMsg, restart_count, ranks)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StackAskMsg, restart_count, ranks)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StacksMsg, restart_count, ranks)
-void to_json(nlohmann::json& j, const Heartbeat&) { j = nlohmann::json::object(); }
-void from_json(const nlohmann::json&, Heartbeat&) {}
+namespace {
+
+// ---- the hang watch's records as proto carries them, field for field ---------------------------
+
+proto::GroupRecord to_wire(const status::GroupView& g) {
+  proto::GroupRecord w;
+  w.name = g.name;
+  w.group_rank = g.group_rank;
+  w.group_size = g.group_size;
+  w.in_collective = g.in_collective;
+  w.seq = g.seq;
+  w.op = g.op;
+  w.bytes = g.bytes;
+  w.since_us = g.since_us;
+  w.completed_seq = g.completed_seq;
+  w.completed_op = g.completed_op;
+  w.completed_us = g.completed_us;
+  w.version = g.version;
+  return w;
+}
+
+status::GroupView from_wire(proto::GroupRecord&& w) {
+  status::GroupView g;
+  g.name = std::move(w.name);
+  g.group_rank = w.group_rank;
+  g.group_size = w.group_size;
+  g.in_collective = w.in_collective;
+  g.seq = w.seq;
+  g.op = std::move(w.op);
+  g.bytes = w.bytes;
+  g.since_us = w.since_us;
+  g.completed_seq = w.completed_seq;
+  g.completed_op = std::move(w.completed_op);
+  g.completed_us = w.completed_us;
+  g.version = w.version;
+  return g;
+}
+
+proto::RankRecord to_wire(const status::RankView& v) {
+  proto::RankRecord w;
+  w.rank = v.rank;
+  w.pid = v.pid;
+  w.opened_us = v.opened_us;
+  w.stack_signal = v.stack_signal;
+  for (const auto& g : v.groups) w.groups.push_back(to_wire(g));
+  w.groups_dropped = v.groups_dropped;
+  w.torn = v.torn;
+  return w;
+}
+
+status::RankView from_wire(proto::RankRecord&& w) {
+  status::RankView v;
+  v.rank = w.rank;
+  v.pid = w.pid;
+  v.opened_us = w.opened_us;
+  v.stack_signal = w.stack_signal;
+  for (auto& g : w.groups) v.groups.push_back(from_wire(std::move(g)));
+  v.groups_dropped = w.groups_dropped;
+  v.torn = w.torn;
+  return v;
+}
+
+proto::RankStatus to_wire(const RankInput& in) {
+  proto::RankStatus w;
+  w.rank = in.rank;
+  w.pid = in.pid;
+  w.host = in.host;
+  w.exited = in.exited;
+  w.exit_text = in.exit_text;
+  w.started_us = in.started_us;
+  if (in.record) w.record = to_wire(*in.record);
+  w.record_problem = in.record_problem;
+  w.stack = in.stack;
+  w.stack_problem = in.stack_problem;
+  return w;
+}
+
+RankInput from_wire(proto::RankStatus&& w) {
+  RankInput in;
+  in.rank = w.rank;
+  in.pid = w.pid;
+  in.host = std::move(w.host);
+  in.exited = w.exited;
+  in.exit_text = std::move(w.exit_text);
+  in.started_us = w.started_us;
+  if (w.record) in.record = from_wire(std::move(*w.record));
+  in.record_problem = std::move(w.record_problem);
+  in.stack = std::move(w.stack);
+  in.stack_problem = std::move(w.stack_problem);
+  return in;
+}
+
+// ---- each message as proto's struct ------------------------------------------------------------
+
+// The messages that are proto's structs travel as they are.
+template <class T>
+const T& on_wire(const T& msg) {
+  return msg;
+}
+template <class T>
+void off_wire(T&& w, T& msg) {
+  msg = std::move(w);
+}
+template <class T>
+struct WireOf {
+  using type = T;
+};
+
+// StatusMsg and StacksMsg: each RankInput a proto::RankStatus.
+template <class Wire, class Msg>
+Wire ranks_on_wire(const Msg& msg) {
+  Wire w;
+  w.restart_count = msg.restart_count;
+  w.ranks.reserve(msg.ranks.size());
+  for (const auto& in : msg.ranks) w.ranks.push_back(to_wire(in));
+  return w;
+}
+template <class Wire, class Msg>
+void ranks_off_wire(Wire&& w, Msg& msg) {
+  msg.restart_count = w.restart_count;
+  msg.ranks.clear();
+  msg.ranks.reserve(w.ranks.size());
+  for (auto& r : w.ranks) msg.ranks.push_back(from_wire(std::move(r)));
+}
+
+proto::StatusMsg on_wire(const StatusMsg& msg) { return ranks_on_wire<proto::StatusMsg>(msg); }
+void off_wire(proto::StatusMsg&& w, StatusMsg& msg) { ranks_off_wire(std::move(w), msg); }
+template <>
+struct WireOf<StatusMsg> {
+  using type = proto::StatusMsg;
+};
+
+proto::StacksMsg on_wire(const StacksMsg& msg) { return ranks_on_wire<proto::StacksMsg>(msg); }
+void off_wire(proto::StacksMsg&& w, StacksMsg& msg) { ranks_off_wire(std::move(w), msg); }
+template <>
+struct WireOf<StacksMsg> {
+  using type = proto::StacksMsg;
+};
+
+}  // namespace
 
 template <class T>
 Body body_of(const T& msg) {
-  const std::vector<uint8_t> cbor = nlohmann::json::to_cbor(nlohmann::json(msg));
-  return Body{std::string(cbor.begin(), cbor.end())};
+  return Body{wire::encode_node_body(on_wire(msg))};
 }
 
 template <class T>
 T Message::as() const {
+  typename WireOf<T>::type w;
   try {
-    return nlohmann::json::from_cbor(body.cbor).get<T>();
-  } catch (const nlohmann::json::exception& e) {
+    wire::decode_node_body(body.cbor, w);
+  } catch (const wire::WireError& e) {
     throw BadMessage("body of '" + type + "': " + e.what());
   }
+  T msg;
+  off_wire(std::move(w), msg);
+  return msg;
 }
 
-namespace {
-// A CBOR map's header for `n` pairs (RFC 8949 §3.1: major type 5).
-std::string cbor_map_header(size_t n) {
-  std::string h;
-  if (n < 24) {
-    h.push_back(static_cast<char>(0xa0 | n));
-  } else {
-    h.push_back(static_cast<char>(0xb8));  // one byte of count follows (an AssignMsg has a dozen)
-    h.push_back(static_cast<char>(n));
-  }
-  return h;
-}
-size_t cbor_map_header_size(uint8_t first) { return (first & 0x1f) < 24 ? 1 : 2; }
-}  // namespace
-
-AssignBodies::AssignBodies(const AssignMsg& common) {
-  nlohmann::json j = common;
-  j.erase("node_rank");
-  fields_ = j.size();
-  const std::vector<uint8_t> cbor = nlohmann::json::to_cbor(j);
-  shared_.assign(cbor.begin() + static_cast<long>(cbor_map_header_size(cbor[0])), cbor.end());
-}
-
-Body AssignBodies::for_node(int node_rank) const {
-  const std::vector<uint8_t> pair = nlohmann::json::to_cbor(nlohmann::json{{"node_rank", node_rank}});
-  Body b;
-  b.cbor = cbor_map_header(fields_ + 1);
-  b.cbor.append(pair.begin() + 1, pair.end());  // a map of one: its header is one byte
-  b.cbor += shared_;
-  return b;
-}
-
-// The message types, instantiated here (the only place that sees their encoding).
+// The message types, instantiated here (the only place that sees their conversion).
 #define LSPAWN_NODE_MESSAGE(T)            \
   template Body body_of<T>(const T&);     \
   template T Message::as<T>() const;
@@ -119,42 +186,12 @@ LSPAWN_NODE_MESSAGE(StacksMsg)
 LSPAWN_NODE_MESSAGE(Heartbeat)
 #undef LSPAWN_NODE_MESSAGE
 
-namespace {
-// A CBOR text string's head (RFC 8949 major type 3) followed by the text.
-void append_cbor_text(std::string& out, const std::string& text) {
-  const size_t n = text.size();
-  if (n < 24) {
-    out.push_back(static_cast<char>(0x60 | n));
-  } else if (n < 256) {
-    out.push_back(static_cast<char>(0x78));
-    out.push_back(static_cast<char>(n));
-  } else {
-    out.push_back(static_cast<char>(0x7a));
-    for (int s = 24; s >= 0; s -= 8) out.push_back(static_cast<char>((n >> s) & 0xff));
-  }
-  out += text;
-}
-}  // namespace
-
 std::string encode(const std::string& type, const Body& body) {
-  // {"t": type, "m": body}: a map of two, the body's CBOR as it is.
-  std::string cbor;
-  cbor.reserve(8 + type.size() + body.cbor.size());
-  cbor.push_back(static_cast<char>(0xa2));
-  append_cbor_text(cbor, "t");
-  append_cbor_text(cbor, type);
-  append_cbor_text(cbor, "m");
-  cbor += body.cbor.empty() ? std::string(1, static_cast<char>(0xa0)) : body.cbor;
-  if (cbor.size() > kMaxFrame) {
-    throw LinkError("message '" + type + "' of " + std::to_string(cbor.size()) +
-                    " bytes exceeds the frame limit of " + std::to_string(kMaxFrame));
+  try {
+    return wire::encode_node_frame(type, body.cbor, kMaxFrame);
+  } catch (const wire::WireError& e) {
+    throw LinkError(e.what());
   }
-  const uint32_t n = static_cast<uint32_t>(cbor.size());
-  std::string out;
-  out.reserve(4 + n);
-  for (int s = 24; s >= 0; s -= 8) out.push_back(static_cast<char>((n >> s) & 0xff));
-  out += cbor;
-  return out;
 }
 
 Link::Link(sys::Fd fd, std::string peer)
@@ -205,25 +242,17 @@ std::vector<Message> Link::read() {
     if (in_.size() > kMaxFrame + 4 + sizeof buf) break;  // parse before reading more
   }
   size_t pos = 0;
-  while (in_.size() - pos >= 4) {
-    uint32_t len = 0;
-    for (int k = 0; k < 4; ++k) len = (len << 8) | static_cast<uint8_t>(in_[pos + k]);
-    if (len > kMaxFrame) {
-      throw LinkError("bad frame: length " + std::to_string(len) + " exceeds " + std::to_string(kMaxFrame));
-    }
-    if (in_.size() - pos - 4 < len) break;
-    Message m;
+  for (;;) {
+    wire::NodeFrame frame;
+    size_t used = 0;
     try {
-      const auto j = nlohmann::json::from_cbor(in_.begin() + static_cast<long>(pos + 4),
-                                               in_.begin() + static_cast<long>(pos + 4 + len));
-      m.type = j.at("t").get<std::string>();
-      const std::vector<uint8_t> body = nlohmann::json::to_cbor(j.at("m"));
-      m.body.cbor.assign(body.begin(), body.end());
-    } catch (const nlohmann::json::exception& e) {
+      used = wire::decode_node_frame(in_.data() + pos, in_.size() - pos, frame, kMaxFrame);
+    } catch (const wire::WireError& e) {
       throw LinkError(std::string("bad frame: ") + e.what());
     }
-    msgs.push_back(std::move(m));
-    pos += 4 + len;
+    if (used == 0) break;
+    msgs.push_back(Message{std::move(frame.type), Body{std::move(frame.body)}});
+    pos += used;
   }
   in_.erase(0, pos);
   if (in_.empty() && in_.capacity() > kKeptBuffer) std::string().swap(in_);

@@ -4,15 +4,19 @@
 // coordinator, node 0 in static mode) listens on the rendezvous endpoint, every other one
 // connects to it, and they exchange the small messages below over that TCP connection.
 //
-// Wire format: each message is a frame = 4-byte big-endian length + a CBOR map
-// {"t": type, "m": body}, the body a CBOR map from field name to value (unknown fields ignored,
-// missing ones take their defaults). A length above kMaxFrame closes the link before anything
-// is allocated; a frame that is not valid CBOR also closes it (Link::read throws LinkError); a
-// body of the wrong shape is a BadMessage when it is read (Message::as).
+// Wire format: the channel speaks proto's node messages (proto/node_messages.hpp), framed and
+// encoded by proto (proto/node_wire.hpp): each message is a frame = 4-byte big-endian length + a
+// CBOR map {"t": type, "m": body}, the body the CBOR map of one message, from field name to value
+// (unknown fields ignored, missing ones take their defaults). A length above kMaxFrame closes the
+// link before anything is allocated; a frame that is not valid CBOR, or lacks "t" or "m", also
+// closes it (Link::read throws LinkError "bad frame: ..."); a body of the wrong shape is a
+// BadMessage when it is read (Message::as). The version of the channel is kProtocolVersion, sent in
+// the join; the coordinator refuses a node of another version, naming both (node_group.hpp).
 //
-// The encoding (nlohmann::json) stays inside node_channel.cpp: this header names no JSON type,
-// so a target that includes it compiles the same whichever nlohmann, or none, its include path
-// finds (tests/headers checks every header for that).
+// No encoding lives here: this header and node_channel.cpp name no JSON type, and the message
+// structs are proto's, brought into `node` below (StatusMsg and StacksMsg excepted: they carry the
+// hang watch's RankInput, which proto, a layer down, cannot name; node_channel.cpp converts them
+// to and from proto's RankStatus).
 //
 // Messages (→ direction; every one carries what a peer needs, nothing refers to local state):
 //   member → coordinator  join      JoinMsg, first message of a member
@@ -47,141 +51,67 @@
 #include <vector>
 
 #include "hang/hang_report.hpp"
+#include "proto/node_messages.hpp"
+#include "proto/node_wire.hpp"
 #include "sys/sys.hpp"
 
 namespace lspawn::node {
 
-// 2: the coordinator answers a join at once ("joined"). Nodes of another version are rejected.
-inline constexpr int kProtocolVersion = 2;
-inline constexpr uint32_t kMaxFrame = 1u << 20;  // 1 MiB: a root-cause report with a backtrace
+// The version of the channel, sent in the join (proto/node_messages.hpp says when it changes).
+inline constexpr int kProtocolVersion = proto::kNodeProtocolVersion;
+inline constexpr uint32_t kMaxFrame = wire::kMaxNodeFrame;  // 1 MiB: a root-cause report with a backtrace
 
-// Why a job (or a round) failed: the one root cause every lspawn reports.
-struct Cause {
-  std::string kind = "worker";  // "worker" | "node-lost" | "signal" | "hang" | "membership"
-  int restart_count = 0;        // the round it happened in
-  int rank = -1;                // worker: its global rank
-  int node_rank = -1;           // where it happened (node-lost: the node that was lost)
-  std::string host;
-  int exit_code = 1;            // what every lspawn exits with
-  int64_t time_us = 0;          // wall clock when it failed (the earliest failure wins)
-  std::string text;             // the report, lines starting "lspawn: ", ending with '\n'
-  bool before_rendezvous = false;  // worker: it failed before it entered its rendezvous (status/phase.hpp)
-};
+// The channel speaks proto's node messages: the structs of proto/node_messages.hpp, by the names
+// the node group has always used.
+using proto::AssignMsg;
+using proto::BusyMsg;
+using proto::Cause;
+using proto::DoneMsg;
+using proto::FailedMsg;
+using proto::FinishMsg;
+using proto::Heartbeat;
+using proto::JoinedMsg;
+using proto::JoinMsg;
+using proto::RejectMsg;
+using proto::StackAskMsg;
+using proto::StartMsg;
+using proto::StopMsg;
 
-struct JoinMsg {
-  int version = kProtocolVersion;
-  std::string host;
-  int node_rank = -1;  // -1: assign one
-  int nnodes = 0;           // --nnodes N, or MAX of MIN:MAX
-  int min_nnodes = 0;       // MIN of --nnodes MIN:MAX; 0: a fixed count
-  int nproc_per_node = 0;
-  int max_restarts = 0;
-  std::string run_id;       // empty: none given
-  std::string worker_addr;  // where this node's rank 0 would host the workers' store
-  int worker_port = 0;      // a port reserved there; 0: none (cannot be node 0)
-};
-
-struct JoinedMsg {
-  int joined = 0;  // nodes that had joined (this one and the coordinator included)
-};
-
-struct AssignMsg {
-  int node_rank = 0;
-  int nnodes = 1;
-  int nproc_per_node = 1;
-  int max_restarts = 0;
-  std::string run_id;
-  std::string master_addr;  // MASTER_ADDR / MASTER_PORT of every worker
-  int master_port = 0;
-  std::vector<std::string> hosts;  // by node rank
-  int coordinator = 0;             // node rank of the coordinator
-  // The round this assignment starts: 0 at the rendezvous. An elastic job sends a new
-  // assignment before each round whose nodes changed (and to a node admitted later).
-  int restart_count = 0;
-  int restarts_used = 0;           // of --max-restarts: rounds started after a failure
-};
-
-struct RejectMsg {
-  std::string reason;
-};
-
-struct FailedMsg {
-  Cause cause;
-};
-
-struct StopMsg {
-  int restart_count = 0;
-  Cause cause;
-};
-
-struct DoneMsg {
-  int restart_count = 0;
-  bool failed = false;
-  Cause cause;  // this node's settled root cause when failed
-};
-
-struct BusyMsg {
-  int64_t ms = 0;
-};
-
-struct StartMsg {
-  int restart_count = 0;
-  int restarts_used = 0;  // of --max-restarts (a round that admits a node counts none)
-  Cause cause;  // the root cause of the attempt that failed
-};
-
-struct FinishMsg {
-  int exit_code = 0;
-  bool failed = false;
-  int restart_count = 0;  // the last round
-  Cause cause;
-};
-
-}  // namespace lspawn::node
-
-namespace lspawn::node {
-
+// "status" as the hang watch reads it: on the wire proto::StatusMsg, each RankInput a
+// proto::RankStatus.
 struct StatusMsg {
   int restart_count = 0;
   std::vector<RankInput> ranks;  // host set; no stacks
 };
 
-struct StackAskMsg {
-  int restart_count = 0;
-  std::vector<int> ranks;  // global ranks of the receiving node
-};
-
+// "stacks" as the hang watch reads it: on the wire proto::StacksMsg.
 struct StacksMsg {
   int restart_count = 0;
   std::vector<RankInput> ranks;  // rank, stack or stack_problem
 };
 
-// A message body as it travels: the CBOR of one of the message structs above.
+// A message body as it travels: the CBOR of one of the message structs above (wire::encode_node_body).
 struct Body {
   std::string cbor;
   bool operator==(const Body& o) const { return cbor == o.cbor; }
   bool operator!=(const Body& o) const { return cbor != o.cbor; }
 };
 
-// "hb": a heartbeat has no fields.
-struct Heartbeat {};
-
 // The body of `msg`, one of the message structs above (JoinMsg … StacksMsg, Heartbeat).
 template <class T>
 Body body_of(const T& msg);
 
 // The assignments of many nodes, which differ in node_rank alone: the other fields (the hosts of
-// every node among them) are encoded once, so assigning K nodes costs O(K) bytes of encoding per
-// node's share and not an encoding of all K hosts per node (O(K^2): seconds at 4,096 nodes). A
-// body decodes as body_of(AssignMsg) with that node_rank.
+// every node among them) are encoded once (wire::AssignEncoder), so assigning K nodes costs O(K)
+// bytes of encoding per node's share and not an encoding of all K hosts per node (O(K^2): seconds
+// at 4,096 nodes). A body decodes as body_of(AssignMsg) with that node_rank.
 class AssignBodies {
  public:
-  explicit AssignBodies(const AssignMsg& common);
-  Body for_node(int node_rank) const;
+  explicit AssignBodies(const AssignMsg& common) : encoder_(common) {}
+  Body for_node(int node_rank) const { return Body{encoder_.for_node(node_rank)}; }
 
  private:
-  std::string shared_;  // the CBOR of every field but node_rank, without the map's header
-  size_t fields_ = 0;   // how many
+  wire::AssignEncoder encoder_;
 };
 
 // A body that is not the message its type names (a field of the wrong type or shape). The

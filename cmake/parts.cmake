@@ -26,7 +26,7 @@ set(LSPAWN_MAY_lspawn strategies collectives runtime launchenv spawn hang superv
 # directly or through another header (tests/headers/check_public_closure.cmake). They are not
 # installed (cmake/public_face.cmake); a program never needs them (docs/using-lspawn-from-cmake.md).
 set(LSPAWN_IMPLEMENTATION_HEADERS
-  proto/wire.hpp
+  proto/wire.hpp proto/node_wire.hpp proto/schema.hpp
   supervisor/supervisor.hpp supervisor/guardian.hpp supervisor/env_contract.hpp
   spawn/init_detail.hpp spawn/fork_loop.hpp spawn/forked_workers.hpp spawn/worker.hpp spawn/threads.hpp
   runtime/rendezvous.hpp runtime/store_gate.hpp runtime/store_listener.hpp runtime/authenticated_store.hpp

@@ -1,4 +1,6 @@
 // The one schema of every message that crosses an lspawn process boundary: plain C++ structs.
+// (The messages between the lspawns of a multi-node job are in node_messages.hpp, framed by
+// node_wire.hpp; their fields are listed with these in schema.hpp.)
 //
 // Encoding (proto/wire.hpp, the only code that (de)serialises them): on pipes and sockets a
 // message is a CBOR map from field name to value (RFC 8949, written and read by nlohmann::json),

@@ -6,12 +6,16 @@
 #include <cstring>
 #include <fcntl.h>
 #include <limits>
+#include <optional>
 #include <type_traits>
 #include <unistd.h>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "proto/node_wire.hpp"
+#include "proto/schema.hpp"
 
 namespace lspawn::wire {
 namespace {
@@ -29,113 +33,9 @@ using proto::SpawnResult;
 using proto::Value;
 using proto::ValueList;
 
-template <class T>
-inline constexpr bool kAlwaysFalse = false;
-
-// ---- the schema: each message's fields, by name, in one place ------------------------------
-
-template <class M>
-const char* type_name() {
-  using T = std::remove_const_t<M>;
-  if constexpr (std::is_same_v<T, ErrorReport>) return "ErrorReport";
-  else if constexpr (std::is_same_v<T, SpawnCall>) return "SpawnCall";
-  else if constexpr (std::is_same_v<T, SpawnResult>) return "SpawnResult";
-  else if constexpr (std::is_same_v<T, ForkRequest>) return "ForkRequest";
-  else if constexpr (std::is_same_v<T, ForkReply>) return "ForkReply";
-  else if constexpr (std::is_same_v<T, ChildExit>) return "ChildExit";
-  else if constexpr (std::is_same_v<T, DaemonRequest>) return "DaemonRequest";
-  else if constexpr (std::is_same_v<T, DaemonReply>) return "DaemonReply";
-  else if constexpr (std::is_same_v<T, RunResult>) return "RunResult";
-  else static_assert(kAlwaysFalse<T>, "not a top-level message of proto/messages.hpp");
-}
-
-// Calls f(name, member) for every field of message `m` (const or not).
-template <class M, class F>
-void each_field(M& m, F&& f) {
-  using T = std::remove_const_t<M>;
-  if constexpr (std::is_same_v<T, ErrorReport>) {
-    f("version", m.version);
-    f("rank", m.rank);
-    f("local_rank", m.local_rank);
-    f("pid", m.pid);
-    f("host", m.host);
-    f("exception_type", m.exception_type);
-    f("message", m.message);
-    f("backtrace", m.backtrace);
-    f("timestamp_us", m.timestamp_us);
-    f("failed_at_us", m.failed_at_us);
-  } else if constexpr (std::is_same_v<T, SpawnCall>) {
-    f("version", m.version);
-    f("function", m.function);
-    f("index", m.index);
-    f("nprocs", m.nprocs);
-    f("args", m.args);
-    f("want_result", m.want_result);
-    f("result_path", m.result_path);
-  } else if constexpr (std::is_same_v<T, SpawnResult>) {
-    f("version", m.version);
-    f("index", m.index);
-    f("value", m.value);
-    f("returned", m.returned);
-  } else if constexpr (std::is_same_v<T, ForkRequest>) {
-    f("version", m.version);
-    f("index", m.index);
-    f("shutdown", m.shutdown);
-    f("call", m.call);
-    f("env", m.env);
-    f("has_stdio", m.has_stdio);
-    f("server", m.server);
-    f("cwd", m.cwd);
-    f("umask", m.umask);
-  } else if constexpr (std::is_same_v<T, ForkReply>) {
-    f("version", m.version);
-    f("index", m.index);
-    f("pid", m.pid);
-    f("error", m.error);
-  } else if constexpr (std::is_same_v<T, ChildExit>) {
-    f("version", m.version);
-    f("index", m.index);
-    f("pid", m.pid);
-    f("exit_code", m.exit_code);
-    f("signal", m.signal);
-  } else if constexpr (std::is_same_v<T, DaemonRequest>) {
-    f("version", m.version);
-    f("op", m.op);
-    f("path", m.path);
-    f("argv", m.argv);
-    f("env", m.env);
-    f("preload", m.preload);
-  } else if constexpr (std::is_same_v<T, DaemonReply>) {
-    f("version", m.version);
-    f("error", m.error);
-    f("daemon_pid", m.daemon_pid);
-    f("forkserver_pid", m.forkserver_pid);
-    f("server_pid", m.server_pid);
-    f("reused", m.reused);
-    f("runs", m.runs);
-    f("forkservers", m.forkservers);
-  } else if constexpr (std::is_same_v<T, RunResult>) {
-    f("version", m.version);
-    f("exit_code", m.exit_code);
-    f("hang", m.hang);
-    f("root_cause", m.root_cause);
-    f("ranks", m.ranks);
-    f("pids", m.pids);
-    f("exit_codes", m.exit_codes);
-    f("signals", m.signals);
-    f("stopped", m.stopped);
-  } else {
-    static_assert(kAlwaysFalse<T>, "not a message of proto/messages.hpp");
-  }
-}
-
-template <class T>
-inline constexpr bool kIsMessage =
-    std::is_same_v<T, ErrorReport> || std::is_same_v<T, SpawnCall> ||
-    std::is_same_v<T, SpawnResult> || std::is_same_v<T, ForkRequest> ||
-    std::is_same_v<T, ForkReply> || std::is_same_v<T, ChildExit> ||
-    std::is_same_v<T, DaemonRequest> || std::is_same_v<T, DaemonReply> ||
-    std::is_same_v<T, RunResult>;
+using proto::schema::each_field;
+using proto::schema::kIsRecord;
+using proto::schema::type_name;
 
 // Value kinds on the wire: a map with one entry named after the kind (the field names of the
 // former protobuf oneof); an empty map is kNone, an unknown name (a newer writer) too.
@@ -164,17 +64,27 @@ json bytes_doc(const std::string& s) {
 }
 
 template <class T>
+struct IsVector : std::false_type {};
+template <class T>
+struct IsVector<std::vector<T>> : std::true_type {};
+template <class T>
+struct IsOptional : std::false_type {};
+template <class T>
+struct IsOptional<std::optional<T>> : std::true_type {};
+
+// A record as a map of its fields, a vector as an array, an empty optional as null.
+template <class T>
 json to_doc(const T& x) {
-  if constexpr (kIsMessage<T>) {
+  if constexpr (kIsRecord<T>) {
     json j = json::object();
     each_field(x, [&](const char* name, const auto& member) { j[name] = to_doc(member); });
     return j;
-  } else if constexpr (std::is_same_v<T, ValueList>) {
+  } else if constexpr (IsOptional<T>::value) {
+    return x ? to_doc(*x) : json(nullptr);
+  } else if constexpr (IsVector<T>::value) {
     json j = json::array();
-    for (const Value& item : x) j.push_back(to_doc(item));
+    for (const auto& item : x) j.push_back(to_doc(item));
     return j;
-  } else if constexpr (std::is_same_v<T, std::vector<std::string>> || std::is_same_v<T, std::vector<int64_t>>) {
-    return json(x);
   } else {
     static_assert(std::is_arithmetic_v<T> || std::is_same_v<T, std::string>);
     return json(x);
@@ -291,17 +201,13 @@ void from_doc(const json& j, std::vector<std::string>& out, const std::string& f
   }
 }
 
-void from_doc(const json& j, std::vector<int64_t>& out, const std::string& field) {
-  if (j.is_null()) return;
-  if (!j.is_array()) wrong_type(field, "an array", j);
-  out.clear();
-  for (size_t k = 0; k < j.size(); ++k) {
-    out.emplace_back();
-    from_doc(j[k], out.back(), field + "[" + std::to_string(k) + "]");
-  }
-}
-
 void from_doc(const json& j, Value& out, const std::string& field);
+template <class T>
+void from_doc(const json& j, std::vector<T>& out, const std::string& field);
+template <class T>
+void from_doc(const json& j, std::optional<T>& out, const std::string& field);
+template <class M>
+std::enable_if_t<kIsRecord<M>> from_doc(const json& j, M& out, const std::string& field);
 
 void from_doc(const json& j, ValueList& out, const std::string& field) {
   if (j.is_null()) return;
@@ -346,8 +252,29 @@ void from_doc(const json& j, Value& out, const std::string& field) {
   }
 }
 
+// Any other vector (of integers, of records): an array; an item of the wrong type names its index.
+template <class T>
+void from_doc(const json& j, std::vector<T>& out, const std::string& field) {
+  if (j.is_null()) return;
+  if (!j.is_array()) wrong_type(field, "an array", j);
+  out.clear();
+  for (size_t k = 0; k < j.size(); ++k) {
+    out.emplace_back();
+    from_doc(j[k], out.back(), field + "[" + std::to_string(k) + "]");
+  }
+}
+
+// null: none; anything else: the value.
+template <class T>
+void from_doc(const json& j, std::optional<T>& out, const std::string& field) {
+  out.reset();
+  if (j.is_null()) return;
+  out.emplace();
+  from_doc(j, *out, field);
+}
+
 template <class M>
-std::enable_if_t<kIsMessage<M>> from_doc(const json& j, M& out, const std::string& field) {
+std::enable_if_t<kIsRecord<M>> from_doc(const json& j, M& out, const std::string& field) {
   out = M();
   if (j.is_null()) return;
   if (!j.is_object()) wrong_type(field, "a map", j);
@@ -440,9 +367,10 @@ json parse_document(const char* data, size_t n, json::input_format_t format) {
   return doc;
 }
 
+// Parses `data` into `msg`; returns why it does not fit the schema (msg then at its defaults), or
+// "" when it does.
 template <class Msg>
-void decode(const char* data, size_t n, Msg& msg, json::input_format_t format,
-            const std::string& what, const char* failure) {
+std::string parse_into(const char* data, size_t n, Msg& msg, json::input_format_t format) {
   std::string problem;
   try {
     const json doc = parse_document(data, n, format);
@@ -452,8 +380,15 @@ void decode(const char* data, size_t n, Msg& msg, json::input_format_t format,
   } catch (const json::exception& e) {  // a type error the checks above did not foresee
     problem = e.what();
   }
+  if (!problem.empty()) msg = Msg();  // never half filled
+  return problem;
+}
+
+template <class Msg>
+void decode(const char* data, size_t n, Msg& msg, json::input_format_t format,
+            const std::string& what, const char* failure) {
+  const std::string problem = parse_into(data, n, msg, format);
   if (!problem.empty()) {
-    msg = Msg();  // never half filled
     throw WireError(what + ": " + failure + " " + type_name<Msg>() + " (" + std::to_string(n) +
                     " bytes): " + problem);
   }
@@ -571,6 +506,143 @@ LSPAWN_WIRE_INSTANTIATE(proto::DaemonRequest)
 LSPAWN_WIRE_INSTANTIATE(proto::DaemonReply)
 LSPAWN_WIRE_INSTANTIATE(proto::ChildExit)
 #undef LSPAWN_WIRE_INSTANTIATE
+
+// ---- the control channel's frames and bodies (node_wire.hpp) ----------------------------------
+
+namespace {
+
+// A CBOR head (RFC 8949 §3): major type and argument, the argument in as few bytes as it takes.
+void append_cbor_head(std::string& out, unsigned major, uint64_t n) {
+  const auto head = [&](unsigned info, int bytes) {
+    out.push_back(static_cast<char>(major << 5 | info));
+    for (int s = 8 * (bytes - 1); s >= 0; s -= 8) out.push_back(static_cast<char>((n >> s) & 0xff));
+  };
+  if (n < 24) head(static_cast<unsigned>(n), 0);
+  else if (n <= 0xff) head(24, 1);
+  else if (n <= 0xffff) head(25, 2);
+  else if (n <= 0xffffffffu) head(26, 4);
+  else head(27, 8);
+}
+
+constexpr unsigned kCborText = 3;
+constexpr unsigned kCborMap = 5;
+
+void append_cbor_text(std::string& out, const std::string& text) {
+  append_cbor_head(out, kCborText, text.size());
+  out += text;
+}
+
+// The bytes of a CBOR head that starts with `first` (a definite length).
+size_t cbor_head_size(uint8_t first) {
+  const unsigned info = first & 0x1f;
+  return info < 24 ? 1 : 1 + (size_t{1} << (info - 24));
+}
+
+}  // namespace
+
+template <class Msg>
+std::string encode_node_body(const Msg& msg) {
+  static_assert(proto::schema::kIsNodeMessage<Msg>, "not a body of proto/node_messages.hpp");
+  std::string out;
+  json::to_cbor(to_doc(msg), out);
+  return out;
+}
+
+template <class Msg>
+void decode_node_body(const std::string& cbor, Msg& msg) {
+  static_assert(proto::schema::kIsNodeMessage<Msg>, "not a body of proto/node_messages.hpp");
+  const std::string problem = parse_into(cbor.data(), cbor.size(), msg, json::input_format_t::cbor);
+  if (!problem.empty()) {
+    throw WireError(std::string("malformed ") + type_name<Msg>() + " (" + std::to_string(cbor.size()) +
+                    " bytes): " + problem);
+  }
+}
+
+std::string encode_node_frame(const std::string& type, const std::string& body, uint32_t max_bytes) {
+  // {"t": type, "m": body}: a map of two, the body's CBOR as it is.
+  std::string out(4, '\0');
+  out.reserve(4 + 16 + type.size() + body.size());
+  append_cbor_head(out, kCborMap, 2);
+  append_cbor_text(out, "t");
+  append_cbor_text(out, type);
+  append_cbor_text(out, "m");
+  if (body.empty()) {
+    append_cbor_head(out, kCborMap, 0);
+  } else {
+    out += body;
+  }
+  const size_t len = out.size() - 4;
+  if (len > max_bytes) {
+    throw WireError("message '" + type + "' of " + std::to_string(len) + " bytes exceeds the frame limit of " +
+                    std::to_string(max_bytes));
+  }
+  for (int k = 0; k < 4; ++k) out[k] = static_cast<char>((len >> (8 * (3 - k))) & 0xff);
+  return out;
+}
+
+size_t decode_node_frame(const char* data, size_t n, NodeFrame& frame, uint32_t max_bytes) {
+  if (n < 4) return 0;
+  uint32_t len = 0;
+  for (int k = 0; k < 4; ++k) len = (len << 8) | static_cast<uint8_t>(data[k]);
+  if (len > max_bytes) {
+    throw WireError("length " + std::to_string(len) + " exceeds " + std::to_string(max_bytes));
+  }
+  if (n - 4 < len) return 0;
+  const std::string where = "frame of " + std::to_string(len) + " bytes: ";
+  json doc;
+  try {
+    doc = parse_document(data + 4, len, json::input_format_t::cbor);
+  } catch (const SchemaError& e) {
+    throw WireError(where + e.what());
+  }
+  if (!doc.is_object()) throw WireError(where + "not a map but " + doc.type_name());
+  const auto type = doc.find("t");
+  if (type == doc.end() || !type->is_string()) throw WireError(where + "no message type (a text at \"t\")");
+  const auto body = doc.find("m");
+  if (body == doc.end()) throw WireError(where + "no message body (at \"m\")");
+  frame.type = type->get<std::string>();
+  frame.body.clear();
+  json::to_cbor(*body, frame.body);
+  return 4 + size_t{len};
+}
+
+AssignEncoder::AssignEncoder(const proto::AssignMsg& common) {
+  json j = to_doc(common);
+  j.erase("node_rank");
+  fields_ = j.size();
+  std::string cbor;
+  json::to_cbor(j, cbor);
+  shared_ = cbor.substr(cbor_head_size(static_cast<uint8_t>(cbor[0])));
+}
+
+std::string AssignEncoder::for_node(int node_rank) const {
+  std::string out;
+  out.reserve(16 + shared_.size());
+  append_cbor_head(out, kCborMap, fields_ + 1);
+  append_cbor_text(out, "node_rank");
+  json::to_cbor(json(node_rank), out);
+  out += shared_;
+  return out;
+}
+
+#define LSPAWN_NODE_WIRE_INSTANTIATE(Msg)                        \
+  template std::string encode_node_body<Msg>(const Msg&);        \
+  template void decode_node_body<Msg>(const std::string&, Msg&);
+LSPAWN_NODE_WIRE_INSTANTIATE(proto::JoinMsg)
+LSPAWN_NODE_WIRE_INSTANTIATE(proto::JoinedMsg)
+LSPAWN_NODE_WIRE_INSTANTIATE(proto::AssignMsg)
+LSPAWN_NODE_WIRE_INSTANTIATE(proto::RejectMsg)
+LSPAWN_NODE_WIRE_INSTANTIATE(proto::FailedMsg)
+LSPAWN_NODE_WIRE_INSTANTIATE(proto::StopMsg)
+LSPAWN_NODE_WIRE_INSTANTIATE(proto::DoneMsg)
+LSPAWN_NODE_WIRE_INSTANTIATE(proto::BusyMsg)
+LSPAWN_NODE_WIRE_INSTANTIATE(proto::StartMsg)
+LSPAWN_NODE_WIRE_INSTANTIATE(proto::FinishMsg)
+LSPAWN_NODE_WIRE_INSTANTIATE(proto::Heartbeat)
+LSPAWN_NODE_WIRE_INSTANTIATE(proto::StatusMsg)
+LSPAWN_NODE_WIRE_INSTANTIATE(proto::StackAskMsg)
+LSPAWN_NODE_WIRE_INSTANTIATE(proto::StacksMsg)
+#undef LSPAWN_NODE_WIRE_INSTANTIATE
 
 namespace {
 template <class Msg>

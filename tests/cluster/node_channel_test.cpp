@@ -90,7 +90,12 @@ TEST_CASE("node channel: a frame that is not CBOR, or lacks the envelope, closes
 TEST_CASE("node channel: a body of the wrong shape is a BadMessage naming it, a missing field takes its default", "[node_channel]") {
   Message m{"assign", cbor_body(nlohmann::json{{"node_rank", "one"}})};
   CHECK_THROWS_AS(m.as<AssignMsg>(), BadMessage);
-  CHECK_THROWS_WITH(m.as<AssignMsg>(), Catch::Contains("body of 'assign'") && Catch::Contains("number"));
+  CHECK_THROWS_WITH(m.as<AssignMsg>(), Catch::Contains("body of 'assign'") &&
+                                          Catch::Contains("AssignMsg.node_rank: expected an integer, got string"));
+  // A number out of the field's range is refused too (not truncated into another node rank).
+  Message big{"assign", cbor_body(nlohmann::json{{"node_rank", int64_t{1} << 32}})};
+  CHECK_THROWS_WITH(big.as<AssignMsg>(), Catch::Contains("body of 'assign'") &&
+                                             Catch::Contains("4294967296 is out of the field's range"));
   Message d{"done", cbor_body(nlohmann::json::object())};
   CHECK(d.as<DoneMsg>().failed == false);
 }
@@ -163,6 +168,92 @@ TEST_CASE("node channel: a node's status records round-trip (hang diagnosis acro
   msgs = p.link->read();
   REQUIRE(msgs.size() == 1);
   CHECK_THROWS_AS(msgs[0].as<StatusMsg>(), BadMessage);
+}
+
+// The hang watch's RankInput travels as proto's RankStatus: every field crosses the conversion.
+TEST_CASE("node channel: every field of a RankInput and its record survives the channel", "[node_channel]") {
+  RankInput in;
+  in.rank = 5;
+  in.pid = 77;
+  in.host = "lsp-c";
+  in.exited = true;
+  in.exit_text = "was killed by SIGKILL";
+  in.started_us = 42;
+  in.record_problem = "torn";
+  in.stack = {"#0 main", "#1 start"};
+  in.stack_problem = "no handler";
+  status::RankView v;
+  v.rank = 5;
+  v.pid = 77;
+  v.opened_us = 9;
+  v.stack_signal = 41;
+  v.groups_dropped = 3;
+  v.torn = true;
+  status::GroupView g;
+  g.name = "tp";
+  g.group_rank = 1;
+  g.group_size = 2;
+  g.in_collective = true;
+  g.seq = 11;
+  g.op = "all_gather";
+  g.bytes = 1024;
+  g.since_us = 13;
+  g.completed_seq = 10;
+  g.completed_op = "broadcast";
+  g.completed_us = 12;
+  g.version = 14;
+  v.groups = {g};
+  in.record = v;
+  StacksMsg msg;
+  msg.restart_count = 3;
+  msg.ranks = {in};
+  const StacksMsg got = Message{"stacks", body_of(msg)}.as<StacksMsg>();
+  CHECK(got.restart_count == 3);
+  REQUIRE(got.ranks.size() == 1);
+  const RankInput& r = got.ranks[0];
+  CHECK(r.rank == 5);
+  CHECK(r.pid == 77);
+  CHECK(r.host == "lsp-c");
+  CHECK(r.exited);
+  CHECK(r.exit_text == in.exit_text);
+  CHECK(r.started_us == 42);
+  CHECK(r.record_problem == "torn");
+  CHECK(r.stack == in.stack);
+  CHECK(r.stack_problem == "no handler");
+  REQUIRE(r.record);
+  CHECK(r.record->rank == 5);
+  CHECK(r.record->pid == 77);
+  CHECK(r.record->opened_us == 9);
+  CHECK(r.record->stack_signal == 41);
+  CHECK(r.record->groups_dropped == 3);
+  CHECK(r.record->torn);
+  REQUIRE(r.record->groups.size() == 1);
+  const status::GroupView& h = r.record->groups[0];
+  CHECK(h.name == "tp");
+  CHECK(h.group_rank == 1);
+  CHECK(h.group_size == 2);
+  CHECK(h.in_collective);
+  CHECK(h.seq == 11);
+  CHECK(h.op == "all_gather");
+  CHECK(h.bytes == 1024);
+  CHECK(h.since_us == 13);
+  CHECK(h.completed_seq == 10);
+  CHECK(h.completed_op == "broadcast");
+  CHECK(h.completed_us == 12);
+  CHECK(h.version == 14);
+}
+
+// A join of another protocol version still reads as a join: its version is what the coordinator
+// compares and names (node_group.cpp, join_mismatch).
+TEST_CASE("node channel: a join of another protocol version reads, with its version", "[node_channel]") {
+  Pair p;
+  p.put(encode("join", cbor_body(nlohmann::json{{"version", kProtocolVersion + 1}, {"host", "lsp-z"}, {"new_field", 1}})));
+  auto msgs = p.link->read();
+  REQUIRE(msgs.size() == 1);
+  const JoinMsg j = msgs[0].as<JoinMsg>();
+  CHECK(j.version == kProtocolVersion + 1);
+  CHECK(j.host == "lsp-z");
+  CHECK(JoinMsg{}.version == kProtocolVersion);
 }
 
 // A coordinator of K nodes assigns each its node rank and every node's host: encoded per node,

@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <sys/wait.h>
 
+#include "cluster/node_channel.hpp"
 #include "harness.hpp"
 #include "launcher/cli_options.hpp"
 #include "support/loopback.hpp"
@@ -852,4 +853,55 @@ TEST_CASE("rendezvous: nodes that could neither host nor join try hosting again 
   CHECK(code_of(sb) == 0);
   CHECK(count(a.err() + b.err(), "rendezvous: waiting for 1 more node on " + ep) == 1);  // one host
   CHECK(env_by_rank(a.out()).size() + env_by_rank(b.out()).size() == 2);
+}
+
+// The channel's messages are proto's (proto/node_messages.hpp); a node of another protocol version
+// is still read far enough to be refused by its version, on both sides.
+TEST_CASE("multi-node: a node of another control protocol version is refused, both versions named",
+          "[e2e][multinode]") {
+  ReservedPort held_port;
+  const std::string port = std::to_string(held_port.port());
+  Child a(lspawn_args({"--nnodes", "2", "--node-rank", "0", "--nprocs", "1", "--master-addr", "127.0.0.1",
+                       "--master-port", port, "--rdzv-timeout", "20", worker_bin(), "env"}));
+  int fd = -1;
+  for (int i = 0; i < 200 && fd < 0; ++i) {
+    fd = connect_to(held_port.port());
+    if (fd < 0) usleep(50 * 1000);
+  }
+  REQUIRE(fd >= 0);
+  lspawn::node::JoinMsg j;
+  j.version = lspawn::node::kProtocolVersion + 1;
+  j.host = "lsp-future";
+  j.node_rank = 1;
+  j.nnodes = 2;
+  j.nproc_per_node = 1;
+  const std::string frame = lspawn::node::encode("join", j);
+  REQUIRE(::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(frame.size()));
+  std::string got;  // what the coordinator answers, up to its close
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 20000) <= 0) break;
+    char buf[4096];
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  const int sa = a.wait(std::chrono::seconds(30));
+  INFO(a.err());
+  const std::string why = "(lsp-future) speaks control protocol " + std::to_string(lspawn::node::kProtocolVersion + 1) +
+                          ", this lspawn " + std::to_string(lspawn::node::kProtocolVersion);
+  CHECK(code_of(sa) == 122);
+  CHECK(a.err().find(why) != std::string::npos);
+  // The member is told why: a "reject" frame naming both versions.
+  std::string reason;
+  size_t pos = 0;
+  for (;;) {
+    lspawn::wire::NodeFrame f;
+    const size_t used = lspawn::wire::decode_node_frame(got.data() + pos, got.size() - pos, f);
+    if (used == 0) break;
+    pos += used;
+    if (f.type == "reject") reason = lspawn::node::Message{f.type, {f.body}}.as<lspawn::node::RejectMsg>().reason;
+  }
+  CHECK(reason.find(why) != std::string::npos);
 }
