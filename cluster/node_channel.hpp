@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "hang/hang_report.hpp"
+#include "proto/error.hpp"
 #include "proto/node_messages.hpp"
 #include "proto/node_wire.hpp"
 #include "sys/sys.hpp"
@@ -116,9 +117,9 @@ class AssignBodies {
 
 // A body that is not the message its type names (a field of the wrong type or shape). The
 // text names the message type and the field problem.
-class BadMessage : public std::runtime_error {
+class BadMessage : public lspawn::Error {
  public:
-  using std::runtime_error::runtime_error;
+  using lspawn::Error::Error;
 };
 
 // One decoded frame: its type and body.
@@ -139,9 +140,9 @@ std::string encode(const std::string& type, const T& msg) {
 }
 
 // A broken or misbehaving link: EOF, a socket error, a bad frame, a heartbeat timeout.
-class LinkError : public std::runtime_error {
+class LinkError : public lspawn::Error {
  public:
-  using std::runtime_error::runtime_error;
+  using lspawn::Error::Error;
 };
 
 // One connection to a peer lspawn: framed reads and buffered non-blocking writes, with the

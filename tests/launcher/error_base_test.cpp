@@ -5,6 +5,7 @@
 
 #include <type_traits>
 
+#include "cluster/node_channel.hpp"
 #include "daemon/daemon.hpp"
 #include "launchenv/env_syntax_error.hpp"
 #include "placement/topology.hpp"
@@ -27,7 +28,8 @@ static_assert(std::is_base_of_v<std::runtime_error, lspawn::Error>);
 static_assert(all_lspawn_errors<lspawn::sys::SysError, lspawn::UsageError, lspawn::wire::WireError,
                                 lspawn::PortError, lspawn::daemon::DaemonError, lspawn::EnvSyntaxError,
                                 lspawn::placement::TopologyError, lspawn::shm::Error, lspawn::CodecError,
-                                lspawn::SpawnError, lspawn::ProcessException, lspawn::ForkserverInterrupted>);
+                                lspawn::SpawnError, lspawn::ProcessException, lspawn::ForkserverInterrupted,
+                                lspawn::node::BadMessage, lspawn::node::LinkError>);
 
 }  // namespace
 
