@@ -4,7 +4,7 @@
 # their mangled names (inline namespace json_abi_v3_11_N). On a machine with two nlohmann
 # versions (a system /usr/include 3.11.3 and the package CMake found, 3.11.2) `lspawn` (cli.cpp)
 # and the library under it (then lspawn_launcher, now lspawn_cluster) were compiled against different ones, and the link failed:
-#   undefined reference to lspawn::node::Group::send_hang_message(..., nlohmann::json_abi_v3_11_3::basic_json ...)
+#   undefined reference to lspawn::node::NodeGroup::send_hang_message(..., nlohmann::json_abi_v3_11_3::basic_json ...)
 # JSON stays inside the .cpp files that encode or decode (proto/wire.cpp, cluster/node_channel.cpp,
 # supervisor/error_file.cpp, strategies/spawn_strategies.cpp).
 # Usage: cmake -DSOURCE_DIR=<repo> -P check_no_json.cmake
