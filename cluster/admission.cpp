@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "cluster/membership.hpp"
+
 namespace lspawn::node {
 
 void Admission::open(sys::Fd listener, bool listener_watched, std::string endpoint, std::vector<Joiner> unjoined) {
@@ -117,19 +119,34 @@ void Admission::drop_overdue(Clock::time_point now) {
   }
 }
 
-std::vector<std::unique_ptr<NodeLink>> Admission::take_waiting() {
-  std::vector<std::unique_ptr<NodeLink>> out;
+std::vector<NodeLink*> Admission::admit_waiting(AssignMsg& assign) {
+  links_.erase_lost();
+  std::vector<int> old_ranks;
+  for (auto& n : links_.nodes()) old_ranks.push_back(n->node_rank);
+  std::vector<NodeLink*> fresh;
   for (size_t i = 0; i < joiners_.size(); ++i) {
     if (!joiners_[i]->join) continue;
     auto n = std::make_unique<NodeLink>();
     n->host = joiners_[i]->join->host;
     n->addr = sys::peer_ip(joiners_[i]->link->fd());
     n->link = std::move(joiners_[i]->link);
-    out.push_back(std::move(n));
+    fresh.push_back(&links_.add(std::move(n), false));  // watched since its accept
     joiners_.erase(joiners_.begin() + static_cast<long>(i));
     --i;
   }
-  return out;
+  auto& nodes = links_.nodes();
+  const std::vector<int> rank = elastic_node_ranks(old_ranks, static_cast<int>(fresh.size()));
+  for (size_t i = 0; i < nodes.size(); ++i) nodes[i]->node_rank = rank[i];
+  std::stable_sort(nodes.begin(), nodes.end(), [](const auto& a, const auto& b) { return a->node_rank < b->node_rank; });
+  assign.nnodes = static_cast<int>(nodes.size()) + 1;
+  assign.node_rank = 0;
+  assign.coordinator = 0;
+  assign.hosts = {o_.host};
+  for (auto& n : nodes) {
+    n->link->set_peer("node " + std::to_string(n->node_rank) + " (" + n->host + ", " + n->addr + ")");
+    assign.hosts.push_back(n->host);
+  }
+  return fresh;
 }
 
 void Admission::job_ended(int exit_code) {

@@ -3,7 +3,8 @@
 // joins is checked as at the rendezvous (endpoint.hpp's join_mismatch; not after the job ended;
 // not beyond MAX) and answered at once (JoinedMsg: it waits), or turned away (RejectMsg, said
 // here too). A waiting node is admitted by the next round: the round driver (node_group.hpp)
-// takes it with take_waiting() and numbers it (membership.hpp's elastic_node_ranks). A node that
+// begins it with admit_waiting(), which numbers every node again (membership.hpp's
+// elastic_node_ranks). A node that
 // joins while every node's workers run stops the round (on_ready() returns it; the round driver
 // makes it the round's failure); otherwise it waits for a next round, should there be one.
 //
@@ -56,9 +57,11 @@ class Admission {
   bool any() const { return !joiners_.empty(); }
   // Joined and waiting for the next round.
   int waiting() const;
-  // The waiting ones, as nodes (unnumbered, in join order; their links watched since their
-  // accept), for the next round.
-  std::vector<std::unique_ptr<NodeLink>> take_waiting();
+  // The coordinator begins an elastic round: the lost nodes go, the waiting ones come in, and
+  // every node gets its place (membership.hpp's elastic_node_ranks; the links sorted by node
+  // rank), written into `assign` (node count, hosts; this node is node 0 and the coordinator).
+  // Returns the admitted nodes (their AssignMsg starts them, no StartMsg).
+  std::vector<NodeLink*> admit_waiting(AssignMsg& assign);
   // The job ended (exit code `exit_code`): every waiting one is told so.
   void job_ended(int exit_code);
 

@@ -6,7 +6,6 @@
 
 #include <poll.h>
 
-#include "cluster/membership.hpp"
 #include "sys/duration_text.hpp"
 #include "sys/exit_codes.hpp"
 
@@ -240,29 +239,6 @@ void NodeGroup::on_admitted(const Admission::Admitted& a) {
   coordinator_failure(c);
 }
 
-// Elastic: the lost nodes go, the waiting ones come in, and every node gets its place
-// (membership.hpp's elastic_node_ranks). Returns the admitted nodes.
-std::vector<NodeLink*> NodeGroup::renumber_elastic() {
-  links_->erase_lost();
-  std::vector<int> old_ranks;
-  for (auto& n : links_->nodes()) old_ranks.push_back(n->node_rank);
-  std::vector<NodeLink*> fresh;  // admitted now: they get their assignment, no "start"
-  for (auto& n : admission_.take_waiting()) fresh.push_back(&links_->add(std::move(n), false));  // watched since its accept
-  auto& nodes = links_->nodes();
-  const std::vector<int> rank = elastic_node_ranks(old_ranks, static_cast<int>(fresh.size()));
-  for (size_t i = 0; i < nodes.size(); ++i) nodes[i]->node_rank = rank[i];
-  std::stable_sort(nodes.begin(), nodes.end(), [](const auto& a, const auto& b) { return a->node_rank < b->node_rank; });
-  assign_.nnodes = static_cast<int>(nodes.size()) + 1;
-  assign_.node_rank = 0;
-  assign_.coordinator = 0;
-  assign_.hosts = {opts_.host};
-  for (auto& n : nodes) {
-    n->link->set_peer("node " + std::to_string(n->node_rank) + " (" + n->host + ", " + n->addr + ")");
-    assign_.hosts.push_back(n->host);
-  }
-  return fresh;
-}
-
 // ---- This node's side of the round -----------------------------------------------------------
 
 void NodeGroup::coordinator_failure(const Cause& c) {
@@ -384,7 +360,7 @@ void NodeGroup::begin_round() {
   causes_.clear();
   local_done_ = false;
   enter(RoundEvent::Start);
-  const std::vector<NodeLink*> fresh = elastic() ? renumber_elastic() : std::vector<NodeLink*>{};
+  const std::vector<NodeLink*> fresh = elastic() ? admission_.admit_waiting(assign_) : std::vector<NodeLink*>{};
   assign_.restart_count = round_;
   assign_.restarts_used = restarts_used_;
   for (auto& n : links_->nodes()) n->done = !n->link;

@@ -166,7 +166,6 @@ class NodeGroup {
   void maybe_decide();
   void say_restart(const RoundDecision& d) const;
   void begin_round();
-  std::vector<NodeLink*> renumber_elastic();
   void send_round(const Cause& cause, const std::vector<NodeLink*>& fresh);
   void finish_with(const FinishMsg& f);
   Admission::RoundView round_view() const;
