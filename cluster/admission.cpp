@@ -13,17 +13,18 @@ void Admission::open(sys::Fd listener, bool listener_watched, std::string endpoi
   for (auto& j : unjoined) joiners_.push_back(std::make_unique<Joiner>(std::move(j)));
 }
 
-bool Admission::on_ready(int fd, const std::function<RoundView()>& view, std::optional<Admitted>* admitted) {
+std::optional<Admission::Admitted> Admission::on_ready(int fd, const std::function<RoundView()>& view) {
+  std::optional<Admitted> admitted;
   if (listener_ && fd == listener_.get()) {
     accept();
-    return true;
+    return admitted;
   }
   for (size_t i = 0; i < joiners_.size(); ++i) {  // a few at most (kMaxUnjoined)
     if (joiners_[i]->link->fd() != fd) continue;
-    on_joiner_readable(i, view, admitted);
-    return true;
+    on_joiner_readable(i, view, &admitted);
+    break;
   }
-  return false;
+  return admitted;
 }
 
 // Connections beyond kMaxUnjoined without a join are closed at once (said the first time), so

@@ -48,9 +48,10 @@ class Admission {
   bool is_open() const { return static_cast<bool>(listener_); }
   const std::string& endpoint() const { return endpoint_; }
 
-  // The endpoint or a joiner's connection is ready (`fd`; false: not one of them). `view` is
-  // asked when a join comes. Returns a node admitted mid-round through `admitted`.
-  bool on_ready(int fd, const std::function<RoundView()>& view, std::optional<Admitted>* admitted);
+  // `fd` is ready: the endpoint (accepts) or a joiner's connection (reads its join); another fd
+  // is none of admission's (nothing). `view` is asked when a join comes. Returns the node that
+  // joined while every node's workers ran, if one did.
+  std::optional<Admitted> on_ready(int fd, const std::function<RoundView()>& view);
   // Joiners without a join message past --node-timeout: closed, said.
   void drop_overdue(Clock::time_point now);
   // Any connection at all (the node group's next_wakeup()).

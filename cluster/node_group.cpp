@@ -97,9 +97,7 @@ void NodeGroup::on_readable() {
       read_node(*n);
       continue;
     }
-    std::optional<Admission::Admitted> admitted;
-    admission_.on_ready(fd, [this] { return round_view(); }, &admitted);
-    if (admitted) on_admitted(*admitted);
+    if (auto admitted = admission_.on_ready(fd, [this] { return round_view(); })) on_admitted(*admitted);
   }
 }
 
