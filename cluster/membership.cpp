@@ -6,35 +6,6 @@
 
 namespace lspawn::node {
 
-Formation::Formation(int nnodes, int min_nnodes, std::chrono::milliseconds last_call, time_point deadline)
-    : nnodes_(nnodes),
-      min_nnodes_(min_nnodes > 0 && min_nnodes < nnodes ? min_nnodes : 0),
-      last_call_(last_call),
-      deadline_(deadline) {}
-
-Formation::Check Formation::check(int joined, time_point now) {
-  Check c;
-  if (joined >= nnodes_) {
-    c.formed = true;
-    return c;
-  }
-  if (min_nnodes_ == 0 || joined < min_nnodes_) {
-    last_call_end_.reset();
-  } else {
-    if (!last_call_end_) {
-      last_call_end_ = now + last_call_;
-      c.last_call_began = true;
-    }
-    c.formed = now >= *last_call_end_ || now >= deadline_;
-  }
-  c.timed_out = !c.formed && now >= deadline_;
-  return c;
-}
-
-Formation::time_point Formation::next_due() const {
-  return last_call_end_ ? std::min(deadline_, *last_call_end_) : deadline_;
-}
-
 NodeRanks assign_node_ranks(const std::vector<int>& given, const std::vector<std::string>& who, int nnodes) {
   NodeRanks out;
   out.rank = given;

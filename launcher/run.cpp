@@ -217,7 +217,7 @@ struct Run {
 
   // Parts of the steps.
   std::optional<int> check_forkserver_hook() const;
-  node::GroupOptions group_options();
+  node::NodeGroupOptions group_options();
   std::vector<ExecSpec> specs_for(int restart_count);
   std::unique_ptr<Forkserver> cold_forkserver(const std::vector<std::vector<std::string>>& envs, const sigset_t* stop) const;
   void begin_round(bool first);
@@ -255,7 +255,7 @@ struct Run {
   // form_group(): the nodes met. An elastic job's assignment changes between rounds (node
   // rank, node count): read group->assignment() there.
   std::string host;
-  std::unique_ptr<node::Group> group;
+  std::unique_ptr<node::NodeGroup> group;
   int node_rank = 0;  // this round's, as the group assigned it when the round began
 
   // make_run_dir(), make_hang_watch(), read_environment().
@@ -286,10 +286,9 @@ struct Run {
   // The rounds (drive_rounds()).
   int watched = -1;  // the group's fd, watched by the supervisor's loop
   int round = 0;             // group->round() when this round began
-  bool hang = false;         // the hang watchdog stopped this node's workers (this round)
   int restarts_before = 0;   // restarts_used() when the last round began
-  bool failure_sent = false;  // this round's local_failure() was sent
-  bool done_sent = false;     // this round's local_done() was sent
+  // This round's hang, local failure and end are the group's (group->hang(),
+  // local_failure_sent(), local_done_sent()): they start over with each round take_start() hands out.
 };
 
 // The program: found and executable, before anything is started.
@@ -374,7 +373,7 @@ std::optional<int> Run::settle_job_secret() {
 std::optional<int> Run::form_group() {
   host = sys::hostname();
   try {
-    group = node::Group::form(group_options(), o.master_port);
+    group = node::NodeGroup::form(group_options(), o.master_port);
   } catch (const PortError& e) {
     if (o.nnodes > 1 || o.master_port != 0) {
       say("--master-port " + std::to_string(o.master_port) + ": " + e.what());
@@ -382,7 +381,7 @@ std::optional<int> Run::form_group() {
       say("--master-addr " + o.master_addr + ": no free port could be reserved: " + e.what());
     }
     return exit_codes::kUsage;
-  } catch (const node::RendezvousError& e) {
+  } catch (const node::NodeRendezvousError& e) {
     say(e.what());
     return exit_codes::kRendezvous;
   } catch (const sys::SysError& e) {
@@ -393,8 +392,8 @@ std::optional<int> Run::form_group() {
   return std::nullopt;
 }
 
-node::GroupOptions Run::group_options() {
-  node::GroupOptions go;
+node::NodeGroupOptions Run::group_options() {
+  node::NodeGroupOptions go;
   go.nnodes = o.nnodes;
   go.min_nnodes = o.min_nnodes;
   go.last_call = from_seconds(o.last_call_s);
@@ -623,7 +622,6 @@ int Run::drive_rounds() {
     begin_round(first);
     if (auto code = start_workers()) return *code;
     if (!drive_round()) return print_outcome();
-    hang = false;
     hang_watch->clear_remote();
     remote_status.clear();
   }
@@ -632,7 +630,6 @@ int Run::drive_rounds() {
 void Run::begin_round(bool first) {
   round = group->round();
   node_rank = group->assignment().node_rank;
-  failure_sent = done_sent = false;
   // Each attempt its own log files (a joiner's first round may be a later one).
   output.set_attempt(round);
   if (!first) {
@@ -721,14 +718,12 @@ bool Run::drive_round() {
 
 // Local events first (the workers may all have exited while they were being started).
 void Run::report_local_events() {
-  if (!failure_sent && (sup->root_cause() || sup->stop_signal() || hang)) {
+  if (!group->local_failure_sent() && (sup->root_cause() || sup->stop_signal() || group->hang())) {
     group->local_failure(local_cause());
-    failure_sent = true;
   }
   if (group->stop_requested() && sup->phase() == Phase::Running) sup->stop_workers();
-  if (sup->finished() && !done_sent) {
-    done_sent = true;
-    const bool failed = sup->stop_signal() || sup->earliest_failure() || hang;
+  if (sup->finished() && !group->local_done_sent()) {
+    const bool failed = sup->stop_signal() || sup->earliest_failure() || group->hang();
     group->local_done(failed, failed ? local_cause() : node::Cause{});
   }
 }
@@ -741,7 +736,7 @@ void Run::step_workers() {
                       multi && !group->coordinator() ? next_status : Clock::time_point::max()}));
   if (Clock::now() >= watch_due && hang_watch->poll(Clock::now(), sup->results()) && !sup->finished() &&
       !sup->root_cause()) {
-    hang = true;
+    group->set_hang();
     sup->terminate(SIGTERM, "the hang watchdog (--hang-timeout)");
   }
 }
@@ -752,7 +747,7 @@ void Run::take_signals_while_waiting() {
   for (int sig : sup->take_signals()) {
     if (sig == SIGUSR1 || sig == SIGUSR2) continue;
     say("received " + sys::signal_name(sig) + " while waiting for the other nodes");
-    if (failure_sent) continue;
+    if (group->local_failure_sent()) continue;
     node::Cause c;
     c.kind = "signal";
     c.restart_count = round;
@@ -762,7 +757,6 @@ void Run::take_signals_while_waiting() {
     c.text = "lspawn: root cause: lspawn on node " + std::to_string(node_rank) + " (" + host + ") received " +
              sys::signal_name(sig) + "\n";
     group->local_failure(c);
-    failure_sent = true;
   }
 }
 
@@ -801,7 +795,7 @@ node::Cause Run::local_cause() const {
   c.restart_count = round;
   c.node_rank = node_rank;
   c.host = host;
-  if (hang) {
+  if (group->hang()) {
     fill_hang_cause(c);
     return c;
   }
@@ -863,8 +857,8 @@ int Run::print_outcome() {
                               : "attempt " + std::to_string(fin.restart_count) + " succeeded") + "\n";
     write_stderr(line);
   }
-  const int code = multi ? fin.exit_code : hang && !sup->root_cause() ? exit_codes::kHang : sup->exit_code();
-  if (!o.result_file.empty()) write_result_file(o.result_file, *sup, code, hang);
+  const int code = multi ? fin.exit_code : group->hang() && !sup->root_cause() ? exit_codes::kHang : sup->exit_code();
+  if (!o.result_file.empty()) write_result_file(o.result_file, *sup, code, group->hang());
   return code;
 }
 

@@ -38,8 +38,8 @@
 #include <string>
 #include <vector>
 
+#include "cluster/links.hpp"
 #include "cluster/node_channel.hpp"
-#include "cluster/node_group.hpp"
 #include "supervisor/port.hpp"
 #include "sys/sys.hpp"
 
@@ -448,7 +448,7 @@ void Agent::read_coordinator() {
   }
 }
 
-// A real member's cadence (launcher/run.cpp's send_status, with node_group.hpp's intervals):
+// A real member's cadence (launcher/run.cpp's send_status, with links.hpp's intervals):
 // unchanged records once per max(1 s, heartbeat interval); changing ones every status_interval.
 milliseconds Agent::status_period() const {
   if (o_.changing) return node::status_interval(o_.nodes);

@@ -5,6 +5,7 @@
 # versions (a system /usr/include 3.11.3 and the package CMake found, 3.11.2) `lspawn` (cli.cpp)
 # and the library under it (then lspawn_launcher, now lspawn_cluster) were compiled against different ones, and the link failed:
 #   undefined reference to lspawn::node::Group::send_hang_message(..., nlohmann::json_abi_v3_11_3::basic_json ...)
+#   (node::Group is node::NodeGroup now)
 # JSON stays inside the .cpp files that encode or decode (proto/wire.cpp, which also encodes the
 # control channel's messages, supervisor/error_file.cpp, strategies/spawn_strategies.cpp).
 # Usage: cmake -DSOURCE_DIR=<repo> -P check_no_json.cmake
