@@ -67,6 +67,7 @@ inline constexpr uint32_t kMaxFrame = wire::kMaxNodeFrame;  // 1 MiB: a root-cau
 using proto::AssignMsg;
 using proto::BusyMsg;
 using proto::Cause;
+using proto::CauseKind;
 using proto::DoneMsg;
 using proto::FailedMsg;
 using proto::FinishMsg;

@@ -157,18 +157,18 @@ void NodeGroup::handle_member_message(const Message& m) {
 void NodeGroup::on_stop(const StopMsg& s) {
   if (s.restart_count != round_ || !enter(RoundEvent::Failure)) return;
   info("the coordinator stops every node: " + first_line(s.cause.text) +
-       (s.cause.kind == "worker" ? " on node " + std::to_string(s.cause.node_rank) + " (" + s.cause.host + ")" : ""));
+       (s.cause.kind == CauseKind::Worker ? " on node " + std::to_string(s.cause.node_rank) + " (" + s.cause.host + ")" : ""));
 }
 
 void NodeGroup::on_start(const StartMsg& st) {
-  if (st.cause.kind == "membership") {
+  if (st.cause.kind == CauseKind::Membership) {
     info(first_line(st.cause.text) + "; the coordinator starts round " + std::to_string(st.restart_count) + " with " +
          std::to_string(assign_.nnodes) + " nodes");
   } else {
     failed_attempts_.push_back(attempt_failed_text(round_, st.cause));
     info("attempt " + std::to_string(round_) + " failed (" + first_line(st.cause.text) +
-         (st.cause.kind == "worker" ? " on node " + std::to_string(st.cause.node_rank) + " (" + st.cause.host + ")" : "") +
-         (st.cause.kind == "node-lost" && elastic()
+         (st.cause.kind == CauseKind::Worker ? " on node " + std::to_string(st.cause.node_rank) + " (" + st.cause.host + ")" : "") +
+         (st.cause.kind == CauseKind::NodeLost && elastic()
               ? "); the coordinator restarts the workers of the " + std::to_string(assign_.nnodes) + " remaining nodes"
               : std::string("); the coordinator restarts every node's workers")));
   }
@@ -185,7 +185,7 @@ void NodeGroup::lost(NodeLink& n, const std::string& why) {
   links_->drop(n);
   if (finish_) return;  // the job is over; the peer may simply have exited
   Cause c;
-  c.kind = "node-lost";
+  c.kind = CauseKind::NodeLost;
   c.restart_count = round_;
   c.node_rank = n.node_rank;
   c.host = n.host;
@@ -227,7 +227,7 @@ Admission::RoundView NodeGroup::round_view() const {
 // A node joined while every node's workers ran: the round stops, the next one admits it.
 void NodeGroup::on_admitted(const Admission::Admitted& a) {
   Cause c;
-  c.kind = "membership";
+  c.kind = CauseKind::Membership;
   c.restart_count = round_;
   c.host = a.host;
   c.exit_code = 0;
@@ -244,7 +244,7 @@ void NodeGroup::coordinator_failure(const Cause& c) {
   if (!enter(RoundEvent::Failure)) return;  // stopping already: the cause is recorded
   if (opts_.nnodes > 1) {
     info("stopping the workers of every node: " + first_line(c.text) +
-         (c.kind == "worker" ? " on node " + std::to_string(c.node_rank) + " (" + c.host + ")" : ""));
+         (c.kind == CauseKind::Worker ? " on node " + std::to_string(c.node_rank) + " (" + c.host + ")" : ""));
   }
   StopMsg s;
   s.restart_count = round_;

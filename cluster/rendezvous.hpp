@@ -42,6 +42,7 @@
 #include "cluster/links.hpp"
 #include "cluster/node_group_options.hpp"
 #include "supervisor/port.hpp"
+#include "proto/error.hpp"
 
 namespace lspawn::node {
 
@@ -49,9 +50,9 @@ namespace lspawn::node {
 // on the job (nproc, nnodes, run id), node ranks clash, or the coordinator could not be reached.
 // (Named NodeRendezvousError, not RendezvousError: lspawn::RendezvousError, runtime/, is the
 // workers' rendezvous on the store.)
-class NodeRendezvousError : public std::runtime_error {
+class NodeRendezvousError : public lspawn::Error {
  public:
-  using std::runtime_error::runtime_error;
+  using lspawn::Error::Error;
 };
 
 // What the rendezvous leaves for the node group: everything it needs to run the job's rounds.

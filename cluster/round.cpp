@@ -34,10 +34,10 @@ std::optional<RoundState> next_round_state(RoundState s, RoundEvent e) {
 namespace {
 // Lower is more fundamental: a lost node explains the failures it caused elsewhere; a round
 // stopped to admit a node explains the workers that failed while it stopped.
-int kind_order(const std::string& kind) {
-  if (kind == "node-lost") return 0;
-  if (kind == "signal") return 1;
-  if (kind == "membership") return 2;
+int kind_order(CauseKind kind) {
+  if (kind == CauseKind::NodeLost) return 0;
+  if (kind == CauseKind::Signal) return 1;
+  if (kind == CauseKind::Membership) return 2;
   return 3;
 }
 
@@ -67,7 +67,7 @@ std::string attempt_failed_text(int round, const Cause& c) {
     if (first.rfind(p, 0) == 0) first = first.substr(std::string(p).size());
   }
   return "attempt " + std::to_string(round) + " failed (" + first +
-         (c.kind == "worker" && c.node_rank >= 0 && !c.host.empty()
+         (c.kind == CauseKind::Worker && c.node_rank >= 0 && !c.host.empty()
               ? " on node " + std::to_string(c.node_rank) + " (" + c.host + ")"
               : std::string()) +
          ")";
@@ -82,19 +82,19 @@ RoundDecision decide_round(const RoundFacts& f) {
   }
   const Cause& best = root_cause(f.causes);
   bool signal = false;
-  for (const Cause& c : f.causes) signal = signal || c.kind == "signal";
-  if (best.kind == "membership") {
+  for (const Cause& c : f.causes) signal = signal || c.kind == CauseKind::Signal;
+  if (best.kind == CauseKind::Membership) {
     d.restart = best;
     d.counted = false;
     return d;
   }
   const bool restarts_left = f.restarts_used < f.max_restarts;
-  const bool final_code = best.kind == "worker" &&
+  const bool final_code = best.kind == CauseKind::Worker &&
                           std::find(f.no_restart_codes.begin(), f.no_restart_codes.end(), best.exit_code) != f.no_restart_codes.end();
-  const bool before_rendezvous = best.kind == "worker" && best.before_rendezvous;
-  const bool worker_restart = best.kind == "worker" && !f.any_lost && restarts_left && !final_code && !before_rendezvous;
+  const bool before_rendezvous = best.kind == CauseKind::Worker && best.before_rendezvous;
+  const bool worker_restart = best.kind == CauseKind::Worker && !f.any_lost && restarts_left && !final_code && !before_rendezvous;
   // Elastic: a lost node is a failure like a worker's; the survivors go on if enough are left.
-  const bool lost_restartable = f.elastic && best.kind == "node-lost" && !signal && restarts_left;
+  const bool lost_restartable = f.elastic && best.kind == CauseKind::NodeLost && !signal && restarts_left;
   if (worker_restart || (lost_restartable && f.next_nodes >= f.min_nnodes)) {
     d.restart = best;
     d.survivors = !worker_restart;
@@ -126,7 +126,7 @@ RoundDecision decide_round(const RoundFacts& f) {
 std::optional<Cause> lost_since_decision(const std::vector<Cause>& causes, bool elastic, int next_nodes,
                                          int min_nnodes) {
   for (const Cause& c : causes) {
-    if (c.kind == "node-lost" && !(elastic && next_nodes >= min_nnodes)) return c;
+    if (c.kind == CauseKind::NodeLost && !(elastic && next_nodes >= min_nnodes)) return c;
   }
   return std::nullopt;
 }

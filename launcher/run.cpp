@@ -749,7 +749,7 @@ void Run::take_signals_while_waiting() {
     say("received " + sys::signal_name(sig) + " while waiting for the other nodes");
     if (group->local_failure_sent()) continue;
     node::Cause c;
-    c.kind = "signal";
+    c.kind = node::CauseKind::Signal;
     c.restart_count = round;
     c.node_rank = node_rank;
     c.host = host;
@@ -802,7 +802,7 @@ node::Cause Run::local_cause() const {
   const std::optional<int> first = sup->stop_signal() ? std::nullopt : sup->earliest_failure();
   if (first) {
     const WorkerResult& r = sup->result(*first);
-    c.kind = "worker";
+    c.kind = node::CauseKind::Worker;
     c.rank = r.rank;
     c.before_rendezvous = status::start_phase(status_dir, r.rank, r.pid) == status::StartPhase::BeforeRendezvous;
     c.exit_code = Supervisor::failure_exit_code(r);
@@ -810,7 +810,7 @@ node::Cause Run::local_cause() const {
     c.text = sup->failure_report(r.rank) + attempt_text();
   } else {
     const int sig = sup->stop_signal();
-    c.kind = "signal";
+    c.kind = node::CauseKind::Signal;
     c.exit_code = 128 + sig;
     c.time_us = now_us();
     c.text = multi ? "lspawn: root cause: lspawn on node " + std::to_string(node_rank) + " (" + host +
@@ -822,7 +822,7 @@ node::Cause Run::local_cause() const {
 
 // The watchdog stopped this node's workers (its report is printed already).
 void Run::fill_hang_cause(node::Cause& c) const {
-  c.kind = "hang";
+  c.kind = node::CauseKind::Hang;
   c.exit_code = exit_codes::kHang;
   c.time_us = now_us();
   std::ostringstream secs;
@@ -871,10 +871,10 @@ std::string Run::outcome_summary(const node::FinishMsg& fin) const {
   std::string summary = fin.cause.text;
   // This node's own hang: its report is printed already; the root-cause line only.
   const std::string& report = hang_watch->last_report();
-  if (fin.cause.kind == "hang" && fin.cause.node_rank == node_rank && summary.compare(0, report.size(), report) == 0) {
+  if (fin.cause.kind == node::CauseKind::Hang && fin.cause.node_rank == node_rank && summary.compare(0, report.size(), report) == 0) {
     summary.erase(0, report.size());
   }
-  const bool ours = fin.cause.kind == "worker" && fin.cause.node_rank == node_rank;
+  const bool ours = fin.cause.kind == node::CauseKind::Worker && fin.cause.node_rank == node_rank;
   if (!ours && sup->root_cause()) {
     // This node's first failure came after the job's root cause (a consequence of it).
     summary += "lspawn: also " + sup->result(*sup->root_cause()).describe() + " on " + host + "\n";

@@ -1,4 +1,5 @@
 #include "proto/messages.hpp"
+#include "proto/node_messages.hpp"
 
 #include <tuple>
 #include <utility>
@@ -126,6 +127,30 @@ bool operator==(const DaemonReply& a, const DaemonReply& b) {
                     r.runs, r.forkservers);
   };
   return t(a) == t(b);
+}
+
+namespace {
+struct CauseKindName {
+  CauseKind kind;
+  const char* name;
+};
+constexpr CauseKindName kCauseKinds[] = {{CauseKind::Worker, "worker"},
+                                         {CauseKind::NodeLost, "node-lost"},
+                                         {CauseKind::Signal, "signal"},
+                                         {CauseKind::Hang, "hang"},
+                                         {CauseKind::Membership, "membership"}};
+}  // namespace
+
+const char* cause_kind_name(CauseKind k) {
+  for (const auto& c : kCauseKinds)
+    if (c.kind == k) return c.name;
+  return "?";
+}
+
+std::optional<CauseKind> parse_cause_kind(const std::string& name) {
+  for (const auto& c : kCauseKinds)
+    if (name == c.name) return c.kind;
+  return std::nullopt;
 }
 
 }  // namespace lspawn::proto

@@ -29,9 +29,22 @@ namespace lspawn::proto {
 // 2: the coordinator answers a join at once ("joined"). Nodes of another version are refused.
 inline constexpr int kNodeProtocolVersion = 2;
 
+// What kind of failure a Cause is. On the wire, its name (cause_kind_name(): the strings
+// protocol 2 always carried); a name no kind has is refused when the message is read.
+enum class CauseKind {
+  Worker,      // "worker": a worker failed (exit code, signal, report)
+  NodeLost,    // "node-lost": a node's lspawn or link was lost
+  Signal,      // "signal": an lspawn received a stopping signal (SIGINT, SIGTERM, ...)
+  Hang,        // "hang": --hang-timeout, no rank made progress
+  Membership,  // "membership": a node joined an elastic job (the round stops to admit it)
+};
+const char* cause_kind_name(CauseKind k);
+// The kind named `name`, or nullopt.
+std::optional<CauseKind> parse_cause_kind(const std::string& name);
+
 // Why a job (or a round) failed: the one root cause every lspawn reports.
 struct Cause {
-  std::string kind = "worker";  // "worker" | "node-lost" | "signal" | "hang" | "membership"
+  CauseKind kind = CauseKind::Worker;
   int restart_count = 0;        // the round it happened in
   int rank = -1;                // worker: its global rank
   int node_rank = -1;           // where it happened (node-lost: the node that was lost)

@@ -85,6 +85,8 @@ json to_doc(const T& x) {
     json j = json::array();
     for (const auto& item : x) j.push_back(to_doc(item));
     return j;
+  } else if constexpr (std::is_same_v<T, proto::CauseKind>) {
+    return json(proto::cause_kind_name(x));  // its name: the wire of protocol 2
   } else {
     static_assert(std::is_arithmetic_v<T> || std::is_same_v<T, std::string>);
     return json(x);
@@ -189,6 +191,17 @@ void from_doc(const json& j, std::string& out, const std::string& field) {
   if (j.is_null()) return;
   if (!j.is_string()) wrong_type(field, "a string", j);
   out = j.get_ref<const std::string&>();
+}
+
+void from_doc(const json& j, proto::CauseKind& out, const std::string& field) {
+  if (j.is_null()) return;
+  if (!j.is_string()) wrong_type(field, "a cause kind (a string)", j);
+  const auto kind = proto::parse_cause_kind(j.get_ref<const std::string&>());
+  if (!kind) {
+    throw SchemaError(field + ": '" + j.get_ref<const std::string&>() +
+                      "' is no cause kind (worker, node-lost, signal, hang, membership)");
+  }
+  out = *kind;
 }
 
 void from_doc(const json& j, std::vector<std::string>& out, const std::string& field) {

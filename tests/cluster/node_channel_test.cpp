@@ -44,7 +44,7 @@ std::string be32(uint32_t n) {
 TEST_CASE("node channel: messages round-trip, also split across reads", "[node_channel]") {
   Pair p;
   Cause c;
-  c.kind = "worker";
+  c.kind = CauseKind::Worker;
   c.rank = 3;
   c.node_rank = 1;
   c.host = "lsp-b";

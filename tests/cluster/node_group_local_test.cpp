@@ -25,7 +25,7 @@ NodeGroupOptions one_node(int max_restarts, std::vector<std::string>* said) {
 
 Cause worker_failure(int round, int exit_code) {
   Cause c;
-  c.kind = "worker";
+  c.kind = CauseKind::Worker;
   c.restart_count = round;
   c.rank = 0;
   c.node_rank = 0;

@@ -13,7 +13,7 @@ namespace {
 
 Cause cause(const std::string& kind, int64_t time_us, int exit_code = 1, int node_rank = 0) {
   Cause c;
-  c.kind = kind;
+  c.kind = lspawn::proto::parse_cause_kind(kind).value();  // a name no kind has throws
   c.time_us = time_us;
   c.exit_code = exit_code;
   c.node_rank = node_rank;
@@ -61,11 +61,11 @@ TEST_CASE("root cause: a lost node, then a signal, then a joining node, then the
   const Cause late_worker = cause("worker", 300), early_worker = cause("worker", 100), hang = cause("hang", 200);
   const Cause signal = cause("signal", 400, 143), lost = cause("node-lost", 500, 123), joined = cause("membership", 50, 0);
   CHECK(root_cause({late_worker, early_worker, hang}).time_us == 100);  // earliest, whatever came first
-  CHECK(root_cause({late_worker, hang}).kind == "hang");
-  CHECK(root_cause({early_worker, signal}).kind == "signal");         // later, but more fundamental
-  CHECK(root_cause({early_worker, signal, lost}).kind == "node-lost");
-  CHECK(root_cause({early_worker, joined}).kind == "membership");
-  CHECK(root_cause({joined, signal}).kind == "signal");
+  CHECK(root_cause({late_worker, hang}).kind == CauseKind::Hang);
+  CHECK(root_cause({early_worker, signal}).kind == CauseKind::Signal);         // later, but more fundamental
+  CHECK(root_cause({early_worker, signal, lost}).kind == CauseKind::NodeLost);
+  CHECK(root_cause({early_worker, joined}).kind == CauseKind::Membership);
+  CHECK(root_cause({joined, signal}).kind == CauseKind::Signal);
   // Two of a kind: the earlier.
   CHECK(root_cause({cause("node-lost", 9, 123, 2), cause("node-lost", 8, 123, 1)}).node_rank == 1);
 }
@@ -177,7 +177,7 @@ TEST_CASE("round decision: a lost node or a signal finishes a fixed job, whateve
   RoundDecision d = decide_round(f);
   REQUIRE(d.finish);
   CHECK(d.finish->exit_code == 123);
-  CHECK(d.finish->cause.kind == "node-lost");
+  CHECK(d.finish->cause.kind == CauseKind::NodeLost);
   SECTION("a worker failure in a round that also lost a node") {
     f.causes = {cause("worker", 100, 5)};  // the lost node's cause already dropped: still no restart
     d = decide_round(f);
@@ -203,7 +203,7 @@ TEST_CASE("round decision, elastic: a lost node with restarts left and MIN nodes
   f.next_nodes = 2;
   RoundDecision d = decide_round(f);
   REQUIRE(d.restart);
-  CHECK(d.restart->kind == "node-lost");
+  CHECK(d.restart->kind == CauseKind::NodeLost);
   CHECK(d.counted);
   CHECK(d.survivors);
   SECTION("fewer than MIN left: finish, and the report says why") {
@@ -233,7 +233,7 @@ TEST_CASE("round decision, elastic: a node that joined restarts without using a 
   f.restarts_used = 3;  // none left: a new node is admitted all the same
   const RoundDecision d = decide_round(f);
   REQUIRE(d.restart);
-  CHECK(d.restart->kind == "membership");
+  CHECK(d.restart->kind == CauseKind::Membership);
   CHECK_FALSE(d.counted);
 }
 

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "cluster/node_channel.hpp"
+#include "cluster/rendezvous.hpp"
 #include "daemon/daemon.hpp"
 #include "launchenv/env_syntax_error.hpp"
 #include "placement/topology.hpp"
@@ -29,7 +30,8 @@ static_assert(all_lspawn_errors<lspawn::sys::SysError, lspawn::UsageError, lspaw
                                 lspawn::PortError, lspawn::daemon::DaemonError, lspawn::EnvSyntaxError,
                                 lspawn::placement::TopologyError, lspawn::shm::Error, lspawn::CodecError,
                                 lspawn::SpawnError, lspawn::ProcessException, lspawn::ForkserverInterrupted,
-                                lspawn::node::BadMessage, lspawn::node::LinkError>);
+                                lspawn::node::BadMessage, lspawn::node::LinkError,
+                                lspawn::node::NodeRendezvousError>);
 
 }  // namespace
 

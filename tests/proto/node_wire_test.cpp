@@ -39,7 +39,7 @@ Msg body_round_trip(const Msg& m) {
 
 proto::Cause sample_cause() {
   proto::Cause c;
-  c.kind = "node-lost";
+  c.kind = proto::CauseKind::NodeLost;
   c.restart_count = 2;
   c.rank = 5;
   c.node_rank = 1;
@@ -246,7 +246,7 @@ TEST_CASE("node wire: a body of the wrong shape names the message and the field 
   wire::decode_node_body(cbor_of({{"restart_count", 4}, {"from_the_future", {1, 2}}}), d);
   CHECK(d.restart_count == 4);
   CHECK_FALSE(d.failed);
-  CHECK(d.cause.kind == "worker");
+  CHECK(d.cause.kind == proto::CauseKind::Worker);
   CHECK(d.cause.rank == -1);
 }
 
@@ -314,4 +314,24 @@ TEST_CASE("node wire: AssignEncoder's bodies decode as the assignment with each 
     same.node_rank = r;
     CHECK(json::from_cbor(enc.for_node(r)) == json::from_cbor(wire::encode_node_body(same)));
   }
+}
+
+TEST_CASE("node wire: a cause's kind travels as its name; a name no kind has is refused, naming the field",
+          "[node_wire]") {
+  for (const auto kind : {proto::CauseKind::Worker, proto::CauseKind::NodeLost, proto::CauseKind::Signal,
+                          proto::CauseKind::Hang, proto::CauseKind::Membership}) {
+    proto::FailedMsg m;
+    m.cause.kind = kind;
+    const std::string body = wire::encode_node_body(m);
+    CHECK(json::from_cbor(body)["cause"]["kind"] == proto::cause_kind_name(kind));  // protocol 2's strings
+    proto::FailedMsg got;
+    wire::decode_node_body(body, got);
+    CHECK(got.cause.kind == kind);
+  }
+  CHECK(std::string(proto::cause_kind_name(proto::CauseKind::NodeLost)) == "node-lost");
+  CHECK_FALSE(proto::parse_cause_kind("lost"));
+  proto::FailedMsg f;
+  CHECK_THROWS_WITH(wire::decode_node_body(cbor_of({{"cause", {{"kind", "lost"}}}}), f),
+                    Catch::Contains("cause.kind: 'lost' is no cause kind (worker, node-lost, signal, hang, membership)"));
+  CHECK_THROWS_WITH(wire::decode_node_body(cbor_of({{"cause", {{"kind", 3}}}}), f), Catch::Contains("cause.kind"));
 }
