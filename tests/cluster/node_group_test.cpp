@@ -208,7 +208,9 @@ TEST_CASE("node group: a worker fails on node 1, every node stops and finishes w
   for (auto& n : job.nodes()) {
     const NodeView v = n->view();
     INFO(n->host());
-    CHECK(v.stopped_in(0));  // stop_requested() before the round ended
+    // The nodes whose workers ran were asked to stop them (stop_requested()) before the round
+    // ended. (The failing node's workers had all exited: the stop may come with the finish.)
+    if (n.get() != &job[1]) CHECK(v.stopped_in(0));
     CHECK(v.rounds_done == std::vector<int>{0});
     check_worker_finish(v, 7, 1, 1, "node1");
     CHECK(v.finish->restart_count == 0);
@@ -250,7 +252,8 @@ TEST_CASE("node group: --max-restarts 1, a failure restarts every node, then the
     const NodeView v = n->view();
     INFO(n->host());
     CHECK(v.rounds_started == std::vector<int>{1});  // take_start() gave round 1 once
-    CHECK(v.stopped_in(0));
+    // Node 1's workers had exited: its stop and start may come in one read, never seen between.
+    if (n.get() != &job[1]) CHECK(v.stopped_in(0));
     CHECK_FALSE(v.finish);
     CHECK(v.restarts_used == 1);
     CHECK(v.failed_attempts ==
@@ -298,7 +301,9 @@ TEST_CASE("node group: an lspawn dies, the others finish with kNodeLost naming i
 }
 
 TEST_CASE("node group: a node that goes silent past --node-timeout is lost", "[cluster][node_group]") {
-  constexpr milliseconds kTimeout{800};
+  // Long enough that a node driven on a loaded machine (2 cores shared, a build running) is not
+  // silent by accident: 800 ms failed once in 20 runs at load ~7 (node 1 lost the coordinator).
+  constexpr milliseconds kTimeout{1500};
   LoopbackJob job;
   for (int r = 0; r < 3; ++r) {
     auto o = job.static_options(3, r);
@@ -306,21 +311,66 @@ TEST_CASE("node group: a node that goes silent past --node-timeout is lost", "[c
     job.add(o);
   }
   REQUIRE(job.await_all(formed, kForm));
+  const int silent = GENERATE(2, 0);  // a member; the coordinator
+  INFO("node " << silent << " goes silent");
   const auto t0 = std::chrono::steady_clock::now();
-  job[2].go_silent();  // no heartbeats, its connection open
-  for (int r : {0, 1}) {
-    REQUIRE(job[static_cast<size_t>(r)].await(finished, kSettle));
-    const NodeView v = job[static_cast<size_t>(r)].view();
-    INFO(job[static_cast<size_t>(r)].host());
+  job[static_cast<size_t>(silent)].go_silent();  // no heartbeats, its connection open
+  for (int r = 0; r < 3; ++r) {
+    if (r == silent) continue;
+    auto& n = job[static_cast<size_t>(r)];
+    REQUIRE(n.await(finished, kSettle));
+    const NodeView v = n.view();
+    INFO(n.host());
+    CHECK(v.stopped_in(0));
     CHECK(v.finish->exit_code == exit_codes::kNodeLost);
     CHECK(v.finish->cause.kind == "node-lost");
-    CHECK(v.finish->cause.node_rank == 2);
+    CHECK(v.finish->cause.node_rank == silent);
     CHECK(contains(v.finish->cause.text, "(--node-timeout)"));
   }
   // Not before its silence could have reached the timeout: its last heartbeat came at most one
   // heartbeat interval (timeout / 4) before it went silent.
   CHECK(std::chrono::steady_clock::now() - t0 >= kTimeout - kTimeout / 4);
-  CHECK_FALSE(job[2].view().finish);
+  CHECK_FALSE(job[static_cast<size_t>(silent)].view().finish);
+}
+
+TEST_CASE("node group: elastic 2:3, a node lost with a restart left, the next round runs on the survivors", "[cluster][node_group]") {
+  LoopbackJob job;
+  for (const char* h : {"a", "b", "c"}) {
+    auto o = job.rdzv_options(3, 2, h);
+    o.max_restarts = 1;
+    job.add(o);
+  }
+  REQUIRE(job.await_all(formed, kForm));  // MAX joined: no last call
+  check_one_job(job, 3);
+  // A member dies (the coordinator is node 0 and hosts the endpoint).
+  size_t dead = 0;
+  while (job[dead].view().coordinator) ++dead;
+  const std::string dead_host = job[dead].host();
+  const int dead_rank = job[dead].view().assignment.node_rank;
+  job[dead].die();
+  std::vector<size_t> survivors;
+  for (size_t i = 0; i < 3; ++i)
+    if (i != dead) survivors.push_back(i);
+  for (size_t i : survivors) {
+    REQUIRE(job[i].await([](const NodeView& v) { return v.round == 1; }, kSettle));
+    const NodeView v = job[i].view();
+    INFO(job[i].host());
+    CHECK(v.stopped_in(0));
+    CHECK(v.rounds_started == std::vector<int>{1});
+    CHECK(v.restarts_used == 1);  // a lost node's round is a failed attempt
+    REQUIRE(v.failed_attempts.size() == 1);
+    CHECK(contains(v.failed_attempts[0], "attempt 0 failed (node " + std::to_string(dead_rank) + " (" + dead_host));
+    CHECK(v.assignment.nnodes == 2);
+    CHECK(v.assignment.hosts.size() == 2);
+    CHECK(std::find(v.assignment.hosts.begin(), v.assignment.hosts.end(), dead_host) == v.assignment.hosts.end());
+    CHECK(v.assignment.node_rank == (v.coordinator ? 0 : 1));  // renumbered 0..n-1
+  }
+  for (size_t i : survivors) job[i].succeed();
+  for (size_t i : survivors) {
+    REQUIRE(job[i].await(finished, kSettle));
+    CHECK(job[i].view().finish->exit_code == 0);
+    CHECK(job[i].view().finish->restart_count == 1);
+  }
 }
 
 // ---- A node joining -----------------------------------------------------------------------------
@@ -358,6 +408,53 @@ TEST_CASE("node group: elastic 2:3 forms with 2 after last call, a third joins a
   CHECK(cv.restarts_used == 0);
   CHECK(cv.assignment.run_id == run_id);
   succeed_everywhere(job, 1);
+}
+
+TEST_CASE("node group: elastic, a node that cannot join is turned away and the job goes on", "[cluster][node_group]") {
+  LoopbackJob job;
+  job.add(job.rdzv_options(3, 2, "a"));
+  job.add(job.rdzv_options(3, 2, "b"));
+  REQUIRE(job.await_all(formed, kForm));
+  SECTION("another --nproc-per-node: refused at once, the round is not stopped") {
+    auto o = job.rdzv_options(3, 2, "c");
+    o.nproc_per_node = 2;
+    HarnessNode& c = job.add(o);
+    REQUIRE(c.await(ended, kSettle));
+    const NodeView cv = c.view();
+    INFO(cv.rendezvous_error);
+    CHECK_FALSE(cv.formed);
+    CHECK(contains(cv.rendezvous_error, "(c) has --nproc-per-node 2, this node 1"));
+    for (size_t i : {0u, 1u}) {
+      CHECK(job[i].view().rounds_stopped.empty());
+      job[i].succeed();
+    }
+    for (size_t i : {0u, 1u}) {
+      REQUIRE(job[i].await(finished, kSettle));
+      CHECK(job[i].view().finish->exit_code == 0);
+      CHECK(job[i].view().finish->restart_count == 0);
+    }
+  }
+  SECTION("it comes while a node's workers are done: it waits, and the job ends without it") {
+    size_t member = 0;
+    while (job[member].view().coordinator) ++member;
+    const size_t coord = 1 - member;
+    // The coordinator's own workers are done (what it knows without a message in flight).
+    job[coord].succeed();
+    REQUIRE(job[coord].await([](const NodeView& v) { return v.rounds_done.size() == 1; }, kSettle));
+    HarnessNode& c = job.add(job.rdzv_options(3, 2, "c"));
+    REQUIRE(job[coord].await([](const NodeView& v) { return v.has_info("it is admitted if the job goes on"); }, kSettle));
+    CHECK(job[member].view().rounds_stopped.empty());  // the round goes on: it may be about to succeed
+    job[member].succeed();
+    REQUIRE(c.await(ended, kSettle));
+    const NodeView cv = c.view();
+    INFO(cv.rendezvous_error);
+    CHECK_FALSE(cv.formed);
+    CHECK(contains(cv.rendezvous_error, "the job ended (exit code 0) before this node could join"));
+    for (size_t i : {0u, 1u}) {
+      REQUIRE(job[i].await(finished, kSettle));
+      CHECK(job[i].view().finish->exit_code == 0);
+    }
+  }
 }
 
 // ---- A hang -------------------------------------------------------------------------------------
