@@ -275,6 +275,30 @@ TEST_CASE("node group: --max-restarts 1, a failure restarts every node, then the
   }
 }
 
+TEST_CASE("node group: two nodes fail in the same round: one restart, the earlier failure named", "[cluster][node_group]") {
+  LoopbackJob job;
+  for (int r = 0; r < 3; ++r) {
+    auto o = job.static_options(3, r);
+    o.max_restarts = 1;
+    job.add(o);
+  }
+  REQUIRE(job.await_all(formed, kForm));
+  const int64_t t = std::chrono::duration_cast<std::chrono::microseconds>(
+                        std::chrono::system_clock::now().time_since_epoch()).count();
+  job[1].fail(0, 3, t);
+  job[2].fail(0, 4, t - 500);
+  REQUIRE(job.await_all([](const NodeView& v) { return v.round == 1; }, kSettle));
+  for (auto& n : job.nodes()) {
+    const NodeView v = n->view();
+    INFO(n->host());
+    CHECK(v.rounds_started == std::vector<int>{1});  // one start, not one per failure
+    CHECK(v.restarts_used == 1);
+    CHECK(v.failed_attempts ==
+          std::vector<std::string>{"attempt 0 failed (process 2 terminated with exit code 4 on node 2 (node2))"});
+  }
+  succeed_everywhere(job, 1);
+}
+
 // ---- A node lost --------------------------------------------------------------------------------
 
 TEST_CASE("node group: an lspawn dies, the others finish with kNodeLost naming it", "[cluster][node_group]") {
@@ -298,6 +322,41 @@ TEST_CASE("node group: an lspawn dies, the others finish with kNodeLost naming i
     CHECK(v.finish->cause.host == "node" + std::to_string(dead));
     CHECK(contains(v.finish->cause.text, "node " + std::to_string(dead) + " (node" + std::to_string(dead)));
   }
+}
+
+TEST_CASE("node group: a node dies while its workers stop for another's failure: the lost node is the root cause", "[cluster][node_group]") {
+  LoopbackJob job;
+  for (int r = 0; r < 3; ++r) job.add(job.static_options(3, r));
+  REQUIRE(job.await_all(formed, kForm));
+  job[2].hold_workers_on_stop();
+  job[1].fail(0, 7);
+  REQUIRE(job[2].await([](const NodeView& v) { return v.stopped_in(0); }, kSettle));
+  job[2].die();
+  // No hang: the lost node counts as done. A lost node explains the failures around it
+  // (round.hpp's root_cause), so the job ends with kNodeLost, not the worker's 7.
+  for (size_t i : {0u, 1u}) {
+    REQUIRE(job[i].await(finished, kSettle));
+    const NodeView v = job[i].view();
+    INFO(job[i].host());
+    CHECK(v.finish->exit_code == exit_codes::kNodeLost);
+    CHECK(v.finish->cause.kind == "node-lost");
+    CHECK(v.finish->cause.node_rank == 2);
+  }
+}
+
+TEST_CASE("node group: the coordinator dies after a member's workers are done: the member finishes at once", "[cluster][node_group]") {
+  LoopbackJob job;
+  for (int r = 0; r < 2; ++r) job.add(job.static_options(2, r));
+  REQUIRE(job.await_all(formed, kForm));
+  job[1].succeed();
+  REQUIRE(job[1].await([](const NodeView& v) { return v.rounds_done.size() == 1; }, kSettle));
+  job[0].die();
+  REQUIRE(job[1].await(finished, kSettle));
+  const NodeView v = job[1].view();
+  CHECK(v.finish->exit_code == exit_codes::kNodeLost);
+  CHECK(v.finish->cause.kind == "node-lost");
+  CHECK(v.finish->cause.node_rank == 0);
+  CHECK(v.finish->cause.host == "node0");
 }
 
 TEST_CASE("node group: a node that goes silent past --node-timeout is lost", "[cluster][node_group]") {
@@ -455,6 +514,42 @@ TEST_CASE("node group: elastic, a node that cannot join is turned away and the j
       CHECK(job[i].view().finish->exit_code == 0);
     }
   }
+}
+
+TEST_CASE("node group: elastic, a node that comes while a failed round stops joins the restarted round", "[cluster][node_group]") {
+  LoopbackJob job;
+  for (const char* h : {"a", "b"}) {
+    auto o = job.rdzv_options(3, 2, h);
+    o.max_restarts = 1;
+    job.add(o);
+  }
+  REQUIRE(job.await_all(formed, kForm));
+  size_t member = 0;
+  while (job[member].view().coordinator) ++member;
+  const size_t coord = 1 - member;
+  job[coord].hold_workers_on_stop();
+  job[member].fail(0, 3);
+  REQUIRE(job[coord].await([](const NodeView& v) { return v.stopped_in(0); }, kSettle));
+  auto oc = job.rdzv_options(3, 2, "c");
+  oc.max_restarts = 1;
+  HarnessNode& c = job.add(oc);
+  REQUIRE(job[coord].await([](const NodeView& v) { return v.has_info("it is admitted if the job goes on"); }, kSettle));
+  job[coord].succeed();  // its workers have stopped
+  REQUIRE(job.await_all([](const NodeView& v) { return v.round == 1 && v.assignment.nnodes == 3; }, kSettle));
+  check_one_job(job, 3);
+  for (auto& n : job.nodes()) {
+    const NodeView v = n->view();
+    INFO(n->host());
+    CHECK(v.restarts_used == 1);  // the worker's failure is the restart; the join rides along
+    CHECK(v.assignment.restarts_used == 1);
+  }
+  CHECK(c.view().assignment.node_rank == 2);
+  CHECK(c.view().rounds_started.empty());
+  CHECK(job[coord].view().failed_attempts ==
+        std::vector<std::string>{"attempt 0 failed (process " + std::to_string(job[member].view().assignment.node_rank) +
+                                 " terminated with exit code 3 on node " +
+                                 std::to_string(job[member].view().assignment.node_rank) + " (" + job[member].host() + "))"});
+  succeed_everywhere(job, 1);
 }
 
 // ---- A hang -------------------------------------------------------------------------------------
