@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cluster/node_group_harness.hpp"
+#include "support/loopback.hpp"
 #include "sys/exit_codes.hpp"
 
 using namespace lspawn;
@@ -146,6 +147,26 @@ TEST_CASE("node group: a node of another job shape is refused, naming the mismat
     CHECK(contains(v.rendezvous_error, expected));
     CHECK(contains(v.rendezvous_error, "node1"));
     CHECK(contains(v.rendezvous_error, job.endpoint()));
+  }
+}
+
+TEST_CASE("node group: two nodes with the same --node-rank: every node is refused, naming both", "[cluster][node_group]") {
+  LoopbackJob job;
+  job.add(job.static_options(3, 0));
+  auto b = job.static_options(3, 1);
+  b.host = "b";
+  auto c = job.static_options(3, 1);
+  c.host = "c";
+  job.add(b);
+  job.add(c);
+  REQUIRE(job.await_all(ended, kForm));
+  for (auto& n : job.nodes()) {
+    const NodeView v = n->view();
+    INFO(n->host() << ": " << v.rendezvous_error);
+    CHECK_FALSE(v.formed);
+    CHECK(contains(v.rendezvous_error, "both have --node-rank 1"));
+    CHECK(contains(v.rendezvous_error, "b ("));
+    CHECK(contains(v.rendezvous_error, "c ("));
   }
 }
 
@@ -550,6 +571,24 @@ TEST_CASE("node group: elastic, a node that comes while a failed round stops joi
                                  " terminated with exit code 3 on node " +
                                  std::to_string(job[member].view().assignment.node_rank) + " (" + job[member].host() + "))"});
   succeed_everywhere(job, 1);
+}
+
+TEST_CASE("node group: elastic, bytes that are no lspawn's on the endpoint are turned away and the job goes on", "[cluster][node_group]") {
+  LoopbackJob job;
+  job.add(job.rdzv_options(3, 2, "a"));
+  job.add(job.rdzv_options(3, 2, "b"));
+  REQUIRE(job.await_all(formed, kForm));
+  size_t coord = 0;
+  while (!job[coord].view().coordinator) ++coord;
+  const int fd = connect_to(static_cast<uint16_t>(job.port()));
+  REQUIRE(fd >= 0);
+  const std::string junk(8, '\xff');  // a length far beyond kMaxFrame
+  REQUIRE(::write(fd, junk.data(), junk.size()) == static_cast<ssize_t>(junk.size()));
+  REQUIRE(job[coord].await([](const NodeView& v) { return v.has_info("rejected connection from 127.0.0.1:"); }, kSettle));
+  CHECK(job[coord].view().has_info("bad frame: length"));
+  ::close(fd);
+  for (auto& n : job.nodes()) CHECK(n->view().rounds_stopped.empty());
+  succeed_everywhere(job, 0);
 }
 
 // ---- A hang -------------------------------------------------------------------------------------
