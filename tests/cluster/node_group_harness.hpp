@@ -1,6 +1,7 @@
 // Node groups in one test process (tests only): K lspawn node groups (cluster/node_group.hpp) on
 // 127.0.0.1, each formed and driven on its own thread the way launcher/run.cpp drives its group,
-// with the workers replaced by events the test injects. tests/cluster/node_group_test.cpp.
+// with the workers replaced by events the test injects. The cases: tests/cluster/node_group_
+// {rendezvous,round,elastic}_test.cpp; what they check in common: node_group_checks.hpp.
 //
 // A HarnessNode is one lspawn: its thread calls form() (which blocks until the nodes met), then
 // loops as run.cpp's drive_round() does:
