@@ -158,6 +158,27 @@ TEST_CASE("node group: a node dies while its workers stop for another's failure:
   }
 }
 
+TEST_CASE("node group: a node dies around a restart decision: whenever it falls, the others finish with kNodeLost", "[cluster][node_group]") {
+  LoopbackJob job;
+  for (int r = 0; r < 3; ++r) {
+    auto o = job.static_options(3, r);
+    o.max_restarts = 1;
+    job.add(o);
+  }
+  REQUIRE(job.await_all(formed, kForm));
+  // The death races the failure's stop, the decision and the restart's start (before, between,
+  // after: the race is the point). A fixed job cannot go on without a node in any of them.
+  job[1].fail(0, 3);
+  job[2].die();
+  for (size_t i : {0u, 1u}) {
+    REQUIRE(job[i].await(finished, kSettle));
+    const NodeView v = job[i].view();
+    INFO(job[i].host() << ", round " << v.round);
+    CHECK(v.finish->exit_code == exit_codes::kNodeLost);
+    CHECK(v.finish->cause.node_rank == 2);
+  }
+}
+
 TEST_CASE("node group: the coordinator dies after a member's workers are done: the member finishes at once", "[cluster][node_group]") {
   LoopbackJob job;
   for (int r = 0; r < 2; ++r) job.add(job.static_options(2, r));
@@ -204,6 +225,37 @@ TEST_CASE("node group: a node that goes silent past --node-timeout is lost", "[c
   // heartbeat interval (timeout / 4) before it went silent.
   CHECK(std::chrono::steady_clock::now() - t0 >= kTimeout - kTimeout / 4);
   CHECK_FALSE(job[static_cast<size_t>(silent)].view().finish);
+}
+
+TEST_CASE("node group: a node goes silent while the others' workers are done: they are waiting, and see it", "[cluster][node_group]") {
+  constexpr milliseconds kTimeout{1500};  // as in the case above
+  LoopbackJob job;
+  for (int r = 0; r < 3; ++r) {
+    auto o = job.static_options(3, r);
+    o.node_timeout = kTimeout;
+    job.add(o);
+  }
+  REQUIRE(job.await_all(formed, kForm));
+  const int silent = GENERATE(2, 0);  // a member; the coordinator
+  INFO("node " << silent << " goes silent");
+  // The others' workers exit 0 first: their loops wait in Group::wait() (run.cpp's wait for the
+  // other nodes), where only its tick() can see the silence.
+  for (int r = 0; r < 3; ++r) {
+    if (r == silent) continue;
+    job[static_cast<size_t>(r)].succeed();
+    REQUIRE(job[static_cast<size_t>(r)].await([](const NodeView& v) { return v.rounds_done.size() == 1; }, kSettle));
+  }
+  job[static_cast<size_t>(silent)].go_silent();
+  for (int r = 0; r < 3; ++r) {
+    if (r == silent) continue;
+    auto& n = job[static_cast<size_t>(r)];
+    REQUIRE(n.await(finished, kSettle));
+    const NodeView v = n.view();
+    INFO(n.host());
+    CHECK(v.finish->exit_code == exit_codes::kNodeLost);
+    CHECK(v.finish->cause.node_rank == silent);
+    CHECK(contains(v.finish->cause.text, "(--node-timeout)"));
+  }
 }
 
 TEST_CASE("node group: the coordinator's hang watchdog stops the job, every node finishes with kHang", "[cluster][node_group]") {
