@@ -1,12 +1,11 @@
 #include "cluster/node_group_harness.hpp"
 
 #include <fcntl.h>
-#include <poll.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <exception>
 
+#include "sys/epoll.hpp"
 #include "sys/exit_codes.hpp"
 
 namespace lspawn::test {
@@ -218,6 +217,11 @@ void HarnessNode::main() {
 // test stops this node.
 void HarnessNode::drive(TestedGroup& g) {
   Round r;
+  // While the workers run, run.cpp's supervisor loop watches the group's fd among its own; here
+  // the group's fd and the wake-up pipe.
+  sys::Epoll events("harness node " + host_);
+  events.add(g.fd());
+  events.add(wake_.read.get());
   for (;;) {
     std::deque<Command> cmds;
     {
@@ -265,18 +269,14 @@ void HarnessNode::drive(TestedGroup& g) {
     // Wait for the channel (or a command) until the group's next wake-up, then its housekeeping.
     bool woken = false;
     if (r.running) {
-      pollfd p[2] = {{g.fd(), POLLIN, 0}, {wake_.read.get(), POLLIN, 0}};
       const auto due = g.next_wakeup();
       const auto now = Clock::now();
-      int timeout = -1;
-      if (due != Clock::time_point::max()) {
-        timeout = due <= now ? 0
-                             : static_cast<int>(std::min<long long>(
-                                   std::chrono::ceil<milliseconds>(due - now).count(), 60000));
+      const milliseconds timeout =
+          due <= now ? milliseconds(0) : std::min(std::chrono::ceil<milliseconds>(due - now), milliseconds(60000));
+      for (int fd : events.ready(timeout)) {
+        if (fd == g.fd()) g.on_readable();
+        if (fd == wake_.read.get()) woken = true;
       }
-      if (::poll(p, 2, timeout) < 0 && errno != EINTR) sys::throw_errno("poll", "harness");
-      if (p[0].revents) g.on_readable();
-      woken = p[1].revents != 0;
     } else {
       woken = g.wait(Clock::time_point::max(), wake_.read.get());  // as run.cpp with its signal fd
     }

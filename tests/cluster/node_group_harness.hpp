@@ -11,7 +11,7 @@
 //   take_start()              a next round: the workers run again (fresh per-round flags)
 //   finish()                  the job is over: flush_for(1 s), the group is destroyed, the
 //                             thread ends (as lspawn exits)
-//   wait for the channel      the workers run: poll(fd(), next_wakeup()) then on_readable();
+//   wait for the channel      the workers run: fd() watched until next_wakeup(), then on_readable();
 //                             they have exited: wait(max, the harness's wake-up fd), as run.cpp
 //                             waits on its signal fd
 //   tick()
