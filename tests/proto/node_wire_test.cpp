@@ -316,7 +316,7 @@ TEST_CASE("node wire: AssignEncoder's bodies decode as the assignment with each 
   }
 }
 
-TEST_CASE("node wire: a cause's kind travels as its name; a name no kind has is refused, naming the field",
+TEST_CASE("node wire: a cause's kind travels as its name - a name no kind has is refused, naming the field",
           "[node_wire]") {
   for (const auto kind : {proto::CauseKind::Worker, proto::CauseKind::NodeLost, proto::CauseKind::Signal,
                           proto::CauseKind::Hang, proto::CauseKind::Membership}) {
