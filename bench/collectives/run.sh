@@ -6,13 +6,14 @@
 #   bench/collectives/run.sh [BUILD_DIR] [OUT_DIR]
 #     BUILD_DIR  a configured+built tree (default: build); needs lspawn, lspawn_bench_collectives,
 #                and mpi_bench (built when mpicc exists)
-#     OUT_DIR    where collectives-bench.json and busbw.png go (default: docs)
+#     OUT_DIR    where collectives-bench.json and busbw.png go (default: results/<today>-collectives,
+#                results/README.md)
 #   env: NPROCS="2 4"  MAX_BYTES=67108864  STEP=4  BUDGET_MS=300  OPS=all_reduce,broadcast,all_gather
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
-out=${2:-$root/docs}
+out=${2:-$root/results/$(date -u +%F)-collectives}
 mkdir -p "$out"
 NPROCS=${NPROCS:-"2 4"}
 MAX_BYTES=${MAX_BYTES:-67108864}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A venv with matplotlib for bench/scale/run.py --plots, made idempotently; prints its python.
-#   py=$(bash bench/scale/setup-plot.sh) && "$py" bench/scale/run.py --plots docs/scale
+#   py=$(bash bench/scale/setup-plot.sh) && "$py" bench/scale/run.py --plots results/$(date -u +%F)-scale-nodes
 # Environment: LSPAWN_PLOT_VENV (default <repo>/.deps/plot); PYTHON (default python3).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
