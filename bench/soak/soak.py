@@ -493,11 +493,23 @@ class Soak:
         self.left_after(phase, before)
 
 
-def enter_namespace(argv):
+def under(path, folder):
+    path = os.path.realpath(path)
+    return path == folder or path.startswith(folder + "/")
+
+
+def enter_namespace(argv, needed):
     """As root: re-run inside a private mount namespace with fresh /tmp and /dev/shm. Returns
-    the exit status of that run, or None when it cannot (then the soak runs here, shared)."""
+    the exit status of that run, or None when it cannot (then the soak runs here, shared): also
+    when a path it needs (`needed`: this script, the binaries, the Python package) lies under
+    /tmp or /dev/shm, which the fresh mounts would hide (a clone under /tmp, as a CI's may be)."""
     if os.environ.get("SOAK_IN_NAMESPACE") is not None or os.geteuid() != 0 \
             or not shutil.which("unshare") or not shutil.which("mount"):
+        return None
+    hidden = [p for p in needed if under(p, "/tmp") or under(p, "/dev/shm")]
+    if hidden:
+        print("soak: not in a private mount namespace: %s would be hidden by its fresh /tmp "
+              "(the shared /tmp is used, with a private TMPDIR)" % hidden[0])
         return None
     probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "mount", "-t", "tmpfs",
                             "-o", "size=1m", "soakprobe", "/dev/shm"], stderr=subprocess.DEVNULL)
@@ -562,7 +574,8 @@ def main():
             ap.error("--%s: %s does not exist (build it, or give --build)" % (what, getattr(args, what)))
 
     if not args.no_namespace:
-        rc = enter_namespace(sys.argv[1:])
+        rc = enter_namespace(sys.argv[1:], [os.path.abspath(__file__), REPO, args.lspawn, args.guardian,
+                                            args.worker, args.engine])
         if rc is not None:
             return rc
 
