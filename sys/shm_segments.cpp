@@ -18,11 +18,11 @@ bool created_by(const char* name, pid_t pid) {
   if (std::strncmp(name, kPrefix, std::strlen(kPrefix)) != 0) return false;
   const std::string s(name + std::strlen(kPrefix));
   const size_t last = s.rfind('-');
-  if (last == std::string::npos || last + 1 == s.size()) return false;
+  if (last == std::string::npos || last == 0 || last + 1 == s.size()) return false;
   for (size_t i = last + 1; i < s.size(); ++i)
     if (!std::isxdigit(static_cast<unsigned char>(s[i]))) return false;
   const size_t before = s.rfind('-', last - 1);
-  if (before == std::string::npos || last == 0) return false;
+  if (before == std::string::npos) return false;
   return s.compare(before + 1, last - before - 1, std::to_string(pid)) == 0;
 }
 
