@@ -139,6 +139,30 @@ if ((!tsan)); then
   for line in "${lines[@]}"; do start_setup "$line"; done
 fi
 
+# A line's build directory, once its tests passed, is removed when the disk could not hold the
+# lines still to come (their build directories, ~3 GB each, and the wheel, cross and fuzz builds):
+# the CI's disk is shared and a clean clone's run writes ~12 GB at its peak (docs/reliability.md,
+# "Disk"; a CI run of 2026-11-28 ran out of it in the third line's first compile). With enough
+# free it stays for an incremental rebuild; LSPAWN_KEEP_BUILDS=1 always keeps it.
+prune_build() {  # $1: build dir, $2: the line that just passed
+  [[ ${LSPAWN_KEEP_BUILDS:-0} == 1 ]] && return 0
+  local line=$2 later=0 l seen=0
+  for l in "${lines[@]}"; do
+    ((seen)) && later=$((later + 1))
+    [[ $l == "$line" ]] && seen=1
+  done
+  local want free
+  want=$(awk -v n="$later" 'BEGIN { print n * 3.0 + 1.5 }')
+  free=$(free_gb)
+  if awk -v f="$free" -v w="$want" 'BEGIN { exit !(f < w) }'; then
+    local size
+    size=$(du -sh "$1" 2> /dev/null | cut -f1)
+    rm -rf "$1"
+    echo "test.sh: removed $1 ($size) after line $line passed: $free GB free, the rest of the run" \
+         "wants $want GB (LSPAWN_KEEP_BUILDS=1 keeps it); $(free_gb) GB free now"
+  fi
+}
+
 # The test sets of each line (tests/CMakeLists.txt): the launcher's tests (torch-free code, the
 # same on every line) on the 1.13 line only, the python set on the lines with a Python torch of
 # their own (2.4.1 has none: its Python tests would be the 1.13 line's again). One line asked
@@ -183,6 +207,7 @@ for line in "${lines[@]}"; do
   start=$SECONDS
   run_suite "$dir" 4 "${skip[@]}"
   echo "test.sh: LibTorch $line: tests took $((SECONDS - start)) s"
+  prune_build "$dir" "$line"
 done
 # The Python package (docs/python.md): the wheel built from the sdist, installed into a fresh venv
 # and used from there (tests/wheel/run.sh); once, not per LibTorch line (it links no LibTorch).
