@@ -19,7 +19,7 @@
 // drives them (thread t owns ranks t, t+T, ...; each rank its own TCPStore connection); each thread
 // sets all its ranks' records before it reads, so no rank waits on one its own thread has not run.
 // wall_s: from the moment every client is connected to the last rank's last read.
-// Requests: what the TCPStore clients send (get and multiGet send WAIT then GET / MULTI_GET).
+// requests: what the TCPStore clients send (get and multiGet send WAIT then GET / MULTI_GET).
 // Prints a table and one JSON line per run.
 #include <algorithm>
 #include <atomic>
@@ -43,6 +43,7 @@
 #include "runtime/rendezvous.hpp"
 #include "runtime/store_extended_api.hpp"
 #include "runtime/torch_compat.hpp"
+#include "support/counting_store.hpp"  // CountingStore (tests/support)
 
 namespace {
 
@@ -52,51 +53,10 @@ using namespace std::chrono_literals;
 constexpr int kBatch = 128;  // gloo's kDefaultBatchSize
 const std::string kSecret = "0123456789abcdef0123456789abcdef";
 
-struct Requests {
-  std::atomic<long> wait{0}, get{0}, multi_get{0}, check{0}, set{0};
-  long total() const { return wait + 2 * get + 2 * multi_get + check + set; }  // on the wire
-};
-
-// Counts what reaches a TCPStore client, by request.
-class CountingStore final : public lspawn::compat::ForwardingStore<CountingStore> {
- public:
-  CountingStore(c10::intrusive_ptr<c10d::Store> inner, Requests* requests = nullptr)
-      : ForwardingStore(std::move(inner)), r_(requests) {}
-  std::vector<uint8_t> get(const std::string& key) override {
-    ++r_->get;
-    return inner_->get(key);
-  }
-  void set(const std::string& key, const std::vector<uint8_t>& value) override {
-    ++r_->set;
-    inner_->set(key, value);
-  }
-  bool check(const std::vector<std::string>& keys) override {
-    ++r_->check;
-    return inner_->check(keys);
-  }
-  void wait(const std::vector<std::string>& keys) override {
-    ++r_->wait;
-    inner_->wait(keys);
-  }
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
-    ++r_->wait;
-    inner_->wait(keys, timeout);
-  }
-  bool hasExtendedApi() const { return lspawn::compat::has_extended_api(*inner_); }
-  std::vector<std::vector<uint8_t>> multiGet(const std::vector<std::string>& keys) {
-    ++r_->multi_get;
-    return lspawn::compat::multi_get(*inner_, keys);
-  }
-  void multiSet(const std::vector<std::string>& keys, const std::vector<std::vector<uint8_t>>& values) {
-    lspawn::compat::multi_set(*inner_, keys, values);
-  }
-  void append(const std::string& key, const std::vector<uint8_t>& value) {
-    lspawn::compat::append(*inner_, key, value);
-  }
-
- private:
-  Requests* r_;
-};
+// What the TCPStore clients sent: get and multiGet send WAIT then GET / MULTI_GET.
+long requests_on_the_wire(const lspawn::test::StoreCounts& c) {
+  return c.wait + 2 * c.get + 2 * c.multi_get + c.check + c.set;
+}
 
 struct Mode {
   std::string name;
@@ -121,7 +81,7 @@ std::vector<uint8_t> rank_record(int rank, int world, bool pair_ids) {
 Result run(int world, const Mode& mode, int threads, bool pair_ids) {
   Result res;
   auto server = lspawn::host_store("127.0.0.1", 0, 600s);
-  Requests requests;
+  auto requests = std::make_shared<lspawn::test::StoreCounts>();
   std::atomic<int> failures{0};
   std::string first_error;
   std::mutex m;
@@ -151,7 +111,7 @@ Result run(int world, const Mode& mode, int threads, bool pair_ids) {
         for (int r = t; r < world; r += T) {
           auto client = lspawn::connect_store("127.0.0.1", server->public_port(), 600s);
           client->setTimeout(600s);
-          auto counted = c10::make_intrusive<CountingStore>(client, &requests);
+          auto counted = c10::make_intrusive<lspawn::test::CountingStore>(client, requests);
           auto auth = c10::make_intrusive<lspawn::AuthenticatedStore>(
               counted, lspawn::RecordAuth(kSecret), "rank " + std::to_string(r) + "/" + std::to_string(world));
           auth->watch_strangers(mode.watch);
@@ -195,9 +155,9 @@ Result run(int world, const Mode& mode, int threads, bool pair_ids) {
   }
   for (auto& th : pool) th.join();
   res.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  res.requests = requests.total();
-  res.multi_gets = requests.multi_get;
-  res.gets = requests.get;
+  res.requests = requests_on_the_wire(*requests);
+  res.multi_gets = requests->multi_get;
+  res.gets = requests->get;
   if (failures > 0) res.error = std::to_string(failures.load()) + " threads failed: " + first_error;
   return res;
 }

@@ -3,6 +3,7 @@
 // rank SIGKILLed mid-collective, mismatched calls). The ranks are tests/collectives/worker.cpp.
 #include "tests/collectives/ranks.hpp"
 #include "tests/collectives/worker.hpp"
+#include "support/gpu.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -14,6 +15,7 @@
 using lspawn::test::RunResult;
 using lspawn::test::require_all_ok;
 using lspawn::test::run_ranks;
+using lspawn::test::machine_has_nvidia_gpu;
 
 namespace {
 // The worker run_ranks() starts: forked from this process, which links worker.cpp, or exec'd where
@@ -45,11 +47,6 @@ TEST_CASE("shm single copy, when asked for (LSPAWN_SHM_SINGLE_COPY=1), matches t
                               {"LSPAWN_TEST_EXPECT_BACKEND", "shm+gloo"}, {"LSPAWN_TEST_EXPECT_SINGLE_COPY", "1"}}));
   }
 }
-
-namespace {
-// Whether this machine has an NVIDIA GPU (its driver's device nodes), without loading CUDA here.
-bool machine_has_nvidia_gpu() { return ::access("/dev/nvidiactl", F_OK) == 0; }
-}  // namespace
 
 TEST_CASE("shm with tensors on the device: CUDA IPC device to device, or staged (LSPAWN_SHM_CUDA_IPC=0), CPU without a GPU",
           "[collectives][processes][cuda]") {

@@ -20,6 +20,7 @@
 #include "collectives/ops.hpp"
 #include "collectives/strategy_ops.hpp"
 #include "runtime/process_group.hpp"
+#include "support/env.hpp"
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/cuda.h>
@@ -41,11 +42,7 @@ namespace {
 
 using lspawn::Group;
 using lspawn::ReduceOp;
-
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : fallback;
-}
+using lspawn::test::env_int;
 
 void check(bool ok, const std::string& what) {
   if (!ok) throw std::runtime_error("check failed: " + what);

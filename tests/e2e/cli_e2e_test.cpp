@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "harness.hpp"
+#include "support/gpu.hpp"
+#include "support/loopback.hpp"
 
 using namespace lspawn::test;
 
@@ -121,20 +123,12 @@ TEST_CASE("a program that is not executable: 126", "[e2e][cli]") {
 }
 
 TEST_CASE("option --master-port already in use: message and exit 2 before anything starts", "[e2e][cli]") {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
-  REQUIRE(listen(fd, 4) == 0);
-  socklen_t len = sizeof sa;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  const std::string port = std::to_string(ntohs(sa.sin_port));
+  LoopbackListener taken(4);
+  const std::string port = taken.port_text();
   TempDir dir;
   const std::string marker = dir.path + "/started";
   auto r = run_lspawn({"--master-port", port, worker_bin(), "touch", marker});
-  close(fd);
+  taken.close();
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("lspawn: --master-port " + port + ": 127.0.0.1:" + port +
                    " is already in use (bind: Address already in use)") != std::string::npos);
@@ -194,7 +188,7 @@ TEST_CASE("option --nproc-per-node gpu without a visible GPU: exit 2 naming the 
   CHECK(r.exit_code == 2);
   CHECK(has(r.err, "lspawn: --nproc-per-node gpu: no NVIDIA GPU is visible to this process (CUDA_VISIBLE_DEVICES='')"));
   CHECK(access(marker.c_str(), F_OK) != 0);
-  if (access("/dev/nvidia0", F_OK) != 0 && getenv("CUDA_VISIBLE_DEVICES") == nullptr) {
+  if (!machine_has_nvidia_gpu() && getenv("CUDA_VISIBLE_DEVICES") == nullptr) {
     // This machine has none: the same without the variable.
     r = run_lspawn({"--nproc-per-node", "gpu", worker_bin(), "touch", marker});
     CHECK(r.exit_code == 2);

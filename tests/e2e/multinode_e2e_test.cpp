@@ -726,23 +726,10 @@ TEST_CASE("elastic: fewer than MIN nodes by --rdzv-timeout - the rendezvous fail
 }
 
 namespace {
-// 127.0.0.1:0 taken by the test (no SO_REUSEADDR, so lspawn cannot bind it): listening, the
-// kernel completes every connection and nothing is ever sent back (a silent stranger); not
-// listening, a connection is refused. Closed when it goes.
-struct TakenPort {
-  lspawn::sys::Fd fd;
-  int port = 0;
-  explicit TakenPort(bool listening) : fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    if (listening) REQUIRE(::listen(fd.get(), 16) == 0);
-    socklen_t len = sizeof a;
-    REQUIRE(::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len) == 0);
-    port = ntohs(a.sin_port);
-  }
-};
+// A port taken by the test (LoopbackListener: no SO_REUSEADDR, so lspawn cannot bind it):
+// listening, the kernel completes every connection and nothing is ever sent back (a silent
+// stranger); not listening, a connection is refused.
+using lspawn::test::LoopbackListener;
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -751,8 +738,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 TEST_CASE("rendezvous: a silent listener on the endpoint - said within seconds, named by the timeout",
           "[e2e][multinode][elastic]") {
-  TakenPort taken(true);
-  const std::string ep = "127.0.0.1:" + std::to_string(taken.port);
+  LoopbackListener taken;
+  const std::string ep = "127.0.0.1:" + taken.port_text();
   const auto t0 = std::chrono::steady_clock::now();
   Child a(lspawn_args({"--nnodes", "2:3", "--rdzv-endpoint", ep, "--rdzv-timeout", "10", worker_bin(), "env"}));
   const std::string silent = ep + " accepted the connection but sent nothing lspawn understands in ";
@@ -774,8 +761,8 @@ TEST_CASE("rendezvous: a silent listener on the endpoint - said within seconds, 
 
 TEST_CASE("rendezvous: the endpoint taken by a socket that does not listen - bind and connect both named",
           "[e2e][multinode]") {
-  TakenPort taken(false);
-  const std::string ep = "127.0.0.1:" + std::to_string(taken.port);
+  LoopbackListener taken(LoopbackListener::kNotListening);
+  const std::string ep = "127.0.0.1:" + taken.port_text();
   const auto t0 = std::chrono::steady_clock::now();
   Child a(lspawn_args({"--nnodes", "2", "--rdzv-endpoint", ep, "--rdzv-timeout", "5", worker_bin(), "env"}));
   const std::string why = "this node could not host it (bind: Address already in use) nor join it: connect: Connection refused";
@@ -790,10 +777,10 @@ TEST_CASE("rendezvous: the endpoint taken by a socket that does not listen - bin
 
 TEST_CASE("rendezvous: a static member whose node 0 is a silent stranger says so, then names it at the timeout",
           "[e2e][multinode]") {
-  TakenPort taken(true);
-  const std::string ep = "127.0.0.1:" + std::to_string(taken.port);
+  LoopbackListener taken;
+  const std::string ep = "127.0.0.1:" + taken.port_text();
   Child b(lspawn_args({"--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port",
-                       std::to_string(taken.port), "--rdzv-timeout", "4", worker_bin(), "env"}));
+                       taken.port_text(), "--rdzv-timeout", "4", worker_bin(), "env"}));
   const std::string why = "node 0 could not be reached: " + ep + " accepted the connection but sent nothing lspawn understands in ";
   CHECK(wait_err(b, "rendezvous on " + ep + ": " + why, std::chrono::seconds(4)));
   const int sb = b.wait(std::chrono::seconds(30));
@@ -803,14 +790,14 @@ TEST_CASE("rendezvous: a static member whose node 0 is a silent stranger says so
 }
 
 TEST_CASE("rendezvous: another protocol answering on the endpoint - named, and tried again", "[e2e][multinode]") {
-  TakenPort taken(true);
+  LoopbackListener taken;
   std::atomic<int> answered{0};
   std::atomic<bool> done{false};
   std::thread answerer([&] {  // reads what comes, answers as an HTTP server would, closes
     while (!done) {
-      pollfd p{taken.fd.get(), POLLIN, 0};
+      pollfd p{taken.fd(), POLLIN, 0};
       if (::poll(&p, 1, 100) <= 0) continue;
-      const int c = ::accept4(taken.fd.get(), nullptr, nullptr, SOCK_CLOEXEC);
+      const int c = ::accept4(taken.fd(), nullptr, nullptr, SOCK_CLOEXEC);
       if (c < 0) continue;
       char buf[4096];
       pollfd q{c, POLLIN, 0};
@@ -821,7 +808,7 @@ TEST_CASE("rendezvous: another protocol answering on the endpoint - named, and t
       ++answered;
     }
   });
-  const std::string ep = "127.0.0.1:" + std::to_string(taken.port);
+  const std::string ep = "127.0.0.1:" + taken.port_text();
   auto r = run_lspawn({"--nnodes", "2", "--rdzv-endpoint", ep, "--rdzv-timeout", "4", worker_bin(), "env"});
   done = true;
   answerer.join();
@@ -836,8 +823,8 @@ TEST_CASE("rendezvous: another protocol answering on the endpoint - named, and t
 
 TEST_CASE("rendezvous: nodes that could neither host nor join try hosting again - freed, the endpoint gets a host",
           "[e2e][multinode]") {
-  TakenPort taken(false);
-  const std::string ep = "127.0.0.1:" + std::to_string(taken.port);
+  LoopbackListener taken(LoopbackListener::kNotListening);
+  const std::string ep = "127.0.0.1:" + taken.port_text();
   auto node = [&] {
     return lspawn_args({"--nnodes", "2", "--nprocs", "1", "--rdzv-endpoint", ep, "--rdzv-timeout", "30", worker_bin(), "env"});
   };
@@ -846,7 +833,7 @@ TEST_CASE("rendezvous: nodes that could neither host nor join try hosting again 
   const std::string refused = "nor join it: connect: Connection refused; still trying (";
   REQUIRE(wait_err(a, refused, std::chrono::seconds(10)));
   REQUIRE(wait_err(b, refused, std::chrono::seconds(10)));
-  taken.fd.reset();  // the port is free: the next try of one of them binds it
+  taken.close();  // the port is free: the next try of one of them binds it
   const int sa = a.wait(std::chrono::seconds(30)), sb = b.wait(std::chrono::seconds(30));
   INFO(a.err() << "----\n" << b.err());
   CHECK(code_of(sa) == 0);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "harness.hpp"
+#include "support/gpu.hpp"
 #include "launcher/cli_options.hpp"
 
 using namespace lspawn::test;
@@ -270,7 +271,7 @@ TEST_CASE("python preload: a Lightning DDP fit (2 ranks, CPU) runs unmodified", 
   }
   Run pre = run({"--quiet", "--nprocs", "2", "--preload", "torch,lightning"}, {fixture("lightning_fit.py")},
                 {"PYTHONWARNINGS=ignore"});
-  if (pre.code == 1 && has(pre.err, "refused: importing 'lightning' started ") && ::access("/dev/nvidiactl", F_OK) == 0) {
+  if (pre.code == 1 && has(pre.err, "refused: importing 'lightning' started ") && machine_has_nvidia_gpu()) {
     // On a machine with an NVIDIA GPU, importing Lightning starts a thread of the NVIDIA libraries
     // (seen on an H100: docs/gpu.md): refused, named; the escape hatch forks anyway.
     INFO(pre.err);

@@ -297,21 +297,14 @@ TEST_CASE("fault matrix: the launcher gets SIGTERM", "[fault-matrix]") {
 }
 
 TEST_CASE("fault matrix: the rendezvous port is in use", "[fault-matrix]") {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  REQUIRE(::listen(fd, 1) == 0);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  const std::string port = std::to_string(ntohs(a.sin_port));
+  lspawn::test::LoopbackListener taken(1);
+  const std::string port = taken.port_text();
   const std::string tag = new_tag();
   const int64_t t0 = now_us();
   auto res = run_lspawn({"--nprocs", "2", "--master-port", port, worker_bin(), "env"}, {"LSPAWN_FAULT_TAG=" + tag});
   Row r{"rendezvous port in use", seconds_text(now_us() - t0) + " from launch", res.exit_code,
         line_with(res.err, "already in use"), tagged_processes(tag)};
-  ::close(fd);
+  taken.close();
   print_row(r);
   INFO(res.err);
   CHECK(r.exit_code == 2);

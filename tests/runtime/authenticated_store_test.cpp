@@ -29,11 +29,14 @@
 #include "runtime/rendezvous.hpp"
 #include "runtime/store_extended_api.hpp"
 #include "runtime/torch_compat.hpp"
+#include "support/counting_store.hpp"  // CountingStore: what reaches each rank's TCPStore client
 
 #include <catch2/catch.hpp>
 
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
+using lspawn::test::CountingStore;
+using lspawn::test::StoreCounts;
 
 namespace {
 
@@ -71,51 +74,6 @@ struct Server {
   c10::intrusive_ptr<lspawn::HostedStore> hosted;
 };
 
-// Counts the calls that reach the store under it (the TCPStore client of a rank).
-struct StoreCounts {
-  std::atomic<int> get{0}, multi_get{0}, multi_get_keys{0}, wait{0}, check{0}, set{0};
-};
-class CountingStore final : public lspawn::compat::ForwardingStore<CountingStore> {
- public:
-  explicit CountingStore(c10::intrusive_ptr<c10d::Store> inner,
-                         std::shared_ptr<StoreCounts> counts = std::make_shared<StoreCounts>())
-      : ForwardingStore(std::move(inner)), counts_(std::move(counts)) {}
-  std::vector<uint8_t> get(const std::string& key) override {
-    ++counts_->get;
-    return inner_->get(key);
-  }
-  void set(const std::string& key, const std::vector<uint8_t>& value) override {
-    ++counts_->set;
-    inner_->set(key, value);
-  }
-  bool check(const std::vector<std::string>& keys) override {
-    ++counts_->check;
-    return inner_->check(keys);
-  }
-  void wait(const std::vector<std::string>& keys) override {
-    ++counts_->wait;
-    inner_->wait(keys);
-  }
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
-    ++counts_->wait;
-    inner_->wait(keys, timeout);
-  }
-  bool hasExtendedApi() const { return lspawn::compat::has_extended_api(*inner_); }
-  std::vector<std::vector<uint8_t>> multiGet(const std::vector<std::string>& keys) {
-    ++counts_->multi_get;
-    counts_->multi_get_keys += static_cast<int>(keys.size());
-    return lspawn::compat::multi_get(*inner_, keys);
-  }
-  void multiSet(const std::vector<std::string>& keys, const std::vector<std::vector<uint8_t>>& values) {
-    lspawn::compat::multi_set(*inner_, keys, values);
-  }
-  void append(const std::string& key, const std::vector<uint8_t>& value) {
-    lspawn::compat::append(*inner_, key, value);
-  }
-
- private:
-  std::shared_ptr<StoreCounts> counts_;
-};
 
 }  // namespace
 

@@ -22,6 +22,7 @@
 #include "runtime/record_auth.hpp"
 #include "runtime/torch_compat.hpp"
 #include "support/files.hpp"
+#include "support/loopback.hpp"
 #include "support/temp_dir.hpp"
 // Last: c10's glog headers define CHECK too; Catch's must win.
 #include <catch2/catch.hpp>
@@ -35,17 +36,8 @@ namespace {
 
 const std::string kSecret = "gloo-guard-test-secret-0123456789abcdef";
 
-// A listening TCP socket on 127.0.0.1, port 0 (bound with the process's bind()).
-int listener(bool nonblocking) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | (nonblocking ? SOCK_NONBLOCK : 0), 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  REQUIRE(::listen(fd, 16) == 0);
-  return fd;
-}
+// A listening TCP socket on 127.0.0.1, port 0 (bound with the process's bind()); the caller closes it.
+int listener(bool nonblocking) { return lspawn::test::LoopbackListener(16, nonblocking).release(); }
 
 sockaddr_in address_of(int fd) {
   sockaddr_in a{};

@@ -184,18 +184,15 @@ TEST_CASE("store gate: many clients at once are all relayed while one holds half
 TEST_CASE("store gate: a server that does not accept stalls only the client waiting for it", "[store_gate]") {
   // A "server" that listens with a backlog of 0 and never accepts, its queue filled: further SYNs
   // to it are dropped, so a connect to it stays in progress.
-  const int stalled = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  REQUIRE(stalled >= 0);
+  lspawn::test::LoopbackListener stalled(0);
+  const auto stalled_port = stalled.port();
+  std::vector<int> fillers;
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(stalled, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  REQUIRE(::listen(stalled, 0) == 0);
-  const auto stalled_port = static_cast<std::uint16_t>(lspawn::sys::local_port(stalled));
-  std::vector<int> fillers;
+  a.sin_port = htons(stalled_port);
   for (int i = 0; i < 8; ++i) {
     const int f = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    a.sin_port = htons(stalled_port);
     ::connect(f, reinterpret_cast<sockaddr*>(&a), sizeof a);
     fillers.push_back(f);
   }
@@ -234,7 +231,7 @@ TEST_CASE("store gate: a server that does not accept stalls only the client wait
     ::close(probe);
   }
   for (int f : fillers) ::close(f);
-  ::close(stalled);
+  stalled.close();
 }
 
 TEST_CASE("store server: the libuv server's refusal of a handed-over socket (torch 2.4) switches to the legacy server, "

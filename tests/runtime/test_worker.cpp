@@ -52,6 +52,7 @@
 #include "runtime/record_auth.hpp"
 #include "runtime/torch_compat.hpp"
 #include "runtime/rendezvous.hpp"
+#include "support/env.hpp"
 #include "tests/runtime/gloo_strangers.hpp"
 #include "tests/runtime/sockets.hpp"
 
@@ -227,7 +228,7 @@ int do_listeners() {
 // of run TORCHELASTIC_RUN_ID. Prints "stranger wrote" and exits 0.
 int do_stranger() {
   const std::string host = std::getenv("MASTER_ADDR") ? std::getenv("MASTER_ADDR") : "127.0.0.1";
-  const auto port = static_cast<uint16_t>(std::atoi(std::getenv("MASTER_PORT") ? std::getenv("MASTER_PORT") : "0"));
+  const auto port = static_cast<uint16_t>(lspawn::test::env_int("MASTER_PORT", 0));
   const std::string prefix = std::string("lspawn/") + (std::getenv("TORCHELASTIC_RUN_ID") ? std::getenv("TORCHELASTIC_RUN_ID") : "none") + "/0/";
   auto store = lspawn::connect_store(host, port, std::chrono::seconds(20));
   const std::string rec = "evil-host\n4242";

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "spawn/spawn.hpp"
+#include "support/env.hpp"
 #include "support/files.hpp"
 #include "support/pids.hpp"
 #include "support/temp_dir.hpp"
@@ -32,10 +33,7 @@ namespace {
 
 void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
-int env_int(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::atoi(v) : -1;
-}
+using lspawn::test::env_int;  // -1 when unset
 
 // Returns what it learnt about its place, so the parent can check index and env agree.
 std::vector<int> t_ok(int index, int mul, std::string tag) {

@@ -4,6 +4,7 @@
 #include "tests/collectives/ranks.hpp"
 #include "tests/strategies/worker.hpp"
 #include "support/child.hpp"
+#include "support/gpu.hpp"
 #include "support/temp_dir.hpp"
 
 #include <chrono>
@@ -18,6 +19,7 @@ using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
 using lspawn::test::require_all_ok;
 using lspawn::test::run_ranks;
+using lspawn::test::machine_has_nvidia_gpu;
 
 namespace {
 // The worker run_ranks() starts: forked from this process (it links worker.cpp), or exec'd (CMake
@@ -155,9 +157,6 @@ TEST_CASE("DDP on gloo: a rank that stops between backward passes is named by --
 }
 
 namespace {
-// Whether this machine has an NVIDIA GPU (its driver's device nodes), without loading CUDA.
-bool machine_has_nvidia_gpu() { return ::access("/dev/nvidia0", F_OK) == 0 || ::access("/dev/nvidiactl", F_OK) == 0; }
-
 // StartMethod::Fork where the worker process allows it (one thread): on a machine without a GPU
 // that must be fork; on one with a GPU, CUDA's thread makes it spawn (Fork's refusal is right).
 void check_start_chosen(const std::string& output) {

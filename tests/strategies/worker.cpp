@@ -19,6 +19,7 @@
 #include "strategies/spawn_strategies.hpp"
 #include "strategies/trainer.hpp"
 #include "strategies/xla.hpp"
+#include "support/env.hpp"
 #include "tests/strategies/model.hpp"
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -55,11 +56,8 @@ std::unique_ptr<TinyNet> make_net(const std::string& kind, uint64_t seed) {
   return std::make_unique<TinyNet>(seed);
 }
 
-std::string env_str(const char* name, const std::string& fallback = "") {
-  const char* v = std::getenv(name);
-  return v && *v ? v : fallback;
-}
-int env_int(const char* name, int fallback) { return std::atoi(env_str(name, std::to_string(fallback)).c_str()); }
+using lspawn::test::env_int;
+using lspawn::test::env_str;
 
 void check(bool ok, const std::string& what) {
   if (!ok) throw std::logic_error("check failed: " + what);
