@@ -39,7 +39,8 @@ void Admission::accept() {
       },
       [this](const std::string& endpoint) {
         if (unjoined_full_said_) return;
-        info("rendezvous on " + endpoint_ + ": closed connection from " + endpoint + ": " + std::to_string(kMaxUnjoined) +
+        info("rendezvous on " + endpoint_ + ": closed connection from " + endpoint + ": " +
+             std::to_string(kMaxUnjoined) +
              " connections have not sent a join message yet, the most there may be (further ones are closed "
              "without a word)");
         unjoined_full_said_ = true;
@@ -101,8 +102,7 @@ void Admission::on_joiner_readable(size_t i, const std::function<RoundView()>& v
   info("rendezvous on " + endpoint_ + ": rejected " + turned_away);
   try {
     jn.link->send("reject", RejectMsg{"rendezvous on " + endpoint_ + ": " + turned_away});
-  } catch (const LinkError&) {
-  }
+  } catch (const LinkError&) {}
   drop(i);
 }
 
@@ -138,7 +138,8 @@ std::vector<NodeLink*> Admission::admit_waiting(AssignMsg& assign) {
   auto& nodes = links_.nodes();
   const std::vector<int> rank = elastic_node_ranks(old_ranks, static_cast<int>(fresh.size()));
   for (size_t i = 0; i < nodes.size(); ++i) nodes[i]->node_rank = rank[i];
-  std::stable_sort(nodes.begin(), nodes.end(), [](const auto& a, const auto& b) { return a->node_rank < b->node_rank; });
+  std::stable_sort(nodes.begin(), nodes.end(),
+                   [](const auto& a, const auto& b) { return a->node_rank < b->node_rank; });
   assign.nnodes = static_cast<int>(nodes.size()) + 1;
   assign.node_rank = 0;
   assign.coordinator = 0;
@@ -156,8 +157,7 @@ void Admission::job_ended(int exit_code) {
     try {
       j->link->send("reject", RejectMsg{"rendezvous on " + endpoint_ + ": the job ended (exit code " +
                                         std::to_string(exit_code) + ") before this node could join"});
-    } catch (const LinkError&) {
-    }
+    } catch (const LinkError&) {}
   }
 }
 

@@ -29,8 +29,8 @@ class Admission {
  public:
   // What the round driver tells about the round when a join comes.
   struct RoundView {
-    bool ended = false;             // the job is over
-    int nodes_alive = 0;            // this node and the others whose link is open
+    bool ended = false;               // the job is over
+    int nodes_alive = 0;              // this node and the others whose link is open
     bool every_node_running = false;  // Running, and no node's workers of the round have exited
   };
   // A node that joined while every node's workers ran: the round stops, the next one admits it.
@@ -78,8 +78,8 @@ class Admission {
 
   const NodeGroupOptions& o_;
   Links& links_;
-  sys::Fd listener_;                               // the rendezvous endpoint
-  std::string endpoint_;                           // "HOST:PORT" of the rendezvous
+  sys::Fd listener_;                              // the rendezvous endpoint
+  std::string endpoint_;                          // "HOST:PORT" of the rendezvous
   std::vector<std::unique_ptr<Joiner>> joiners_;  // nodes waiting to join, or not joined yet
   bool unjoined_full_said_ = false;               // too many connections without a join (said once)
 };

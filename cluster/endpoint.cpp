@@ -39,8 +39,7 @@ std::string join_overdue(const std::string& ep, const std::string& endpoint, mil
 std::string join_mismatch(const NodeGroupOptions& o, const JoinMsg& j) {
   const auto min_of = [](int min, int max) { return is_elastic(min, max) ? min : 0; };
   if (j.version != kProtocolVersion) {
-    return "speaks control protocol " + std::to_string(j.version) + ", this lspawn " +
-           std::to_string(kProtocolVersion);
+    return "speaks control protocol " + std::to_string(j.version) + ", this lspawn " + std::to_string(kProtocolVersion);
   }
   if (j.nnodes != o.nnodes || min_of(j.min_nnodes, j.nnodes) != min_of(o.min_nnodes, o.nnodes)) {
     return "has --nnodes " + nnodes_flag(j.min_nnodes, j.nnodes) + ", node 0 " + nnodes_flag(o.min_nnodes, o.nnodes);

@@ -20,8 +20,8 @@ int poll_fds(std::vector<pollfd>& pfds, Clock::time_point deadline) {
   const auto now = Clock::now();
   int timeout = 0;
   if (deadline > now) {
-    timeout = static_cast<int>(
-        std::min<long long>(std::chrono::ceil<milliseconds>(deadline - now).count(), 86400000LL));
+    timeout =
+        static_cast<int>(std::min<long long>(std::chrono::ceil<milliseconds>(deadline - now).count(), 86400000LL));
   }
   int n = ::poll(pfds.data(), pfds.size(), timeout);
   if (n < 0 && errno != EINTR) sys::throw_errno("poll", "control channel");

@@ -167,8 +167,8 @@ T Message::as() const {
 }
 
 // The message types, instantiated here (the only place that sees their conversion).
-#define LSPAWN_NODE_MESSAGE(T)            \
-  template Body body_of<T>(const T&);     \
+#define LSPAWN_NODE_MESSAGE(T)        \
+  template Body body_of<T>(const T&); \
   template T Message::as<T>() const;
 LSPAWN_NODE_MESSAGE(JoinMsg)
 LSPAWN_NODE_MESSAGE(JoinedMsg)

@@ -115,8 +115,8 @@ void NodeGroup::read_node(NodeLink& n) {
 }
 
 void NodeGroup::handle(NodeLink& n, const Message& m) {
-  n.busy_until = m.type == "busy" ? Clock::now() + milliseconds(std::max<int64_t>(m.as<BusyMsg>().ms, 0))
-                                  : Clock::time_point{};
+  n.busy_until =
+      m.type == "busy" ? Clock::now() + milliseconds(std::max<int64_t>(m.as<BusyMsg>().ms, 0)) : Clock::time_point{};
   if (m.type == "hb" || m.type == "busy") return;
   if (m.type == "status" || m.type == "stacks?" || m.type == "stacks") {
     if (opts_.on_hang_message) opts_.on_hang_message(n.node_rank, m);
@@ -157,7 +157,8 @@ void NodeGroup::handle_member_message(const Message& m) {
 void NodeGroup::on_stop(const StopMsg& s) {
   if (s.restart_count != round_ || !enter(RoundEvent::Failure)) return;
   info("the coordinator stops every node: " + first_line(s.cause.text) +
-       (s.cause.kind == CauseKind::Worker ? " on node " + std::to_string(s.cause.node_rank) + " (" + s.cause.host + ")" : ""));
+       (s.cause.kind == CauseKind::Worker ? " on node " + std::to_string(s.cause.node_rank) + " (" + s.cause.host + ")"
+                                          : ""));
 }
 
 void NodeGroup::on_start(const StartMsg& st) {
@@ -167,7 +168,9 @@ void NodeGroup::on_start(const StartMsg& st) {
   } else {
     failed_attempts_.push_back(attempt_failed_text(round_, st.cause));
     info("attempt " + std::to_string(round_) + " failed (" + first_line(st.cause.text) +
-         (st.cause.kind == CauseKind::Worker ? " on node " + std::to_string(st.cause.node_rank) + " (" + st.cause.host + ")" : "") +
+         (st.cause.kind == CauseKind::Worker
+              ? " on node " + std::to_string(st.cause.node_rank) + " (" + st.cause.host + ")"
+              : "") +
          (st.cause.kind == CauseKind::NodeLost && elastic()
               ? "); the coordinator restarts the workers of the " + std::to_string(assign_.nnodes) + " remaining nodes"
               : std::string("); the coordinator restarts every node's workers")));
@@ -326,9 +329,10 @@ void NodeGroup::maybe_decide() {
 void NodeGroup::say_restart(const RoundDecision& d) const {
   const int next_nodes = links_->alive() + admission_.waiting();
   info("attempt " + std::to_string(round_) + " failed; restarting " +
-       (d.survivors ? "the " + std::to_string(next_nodes) + (next_nodes == 1 ? " remaining node's" : " remaining nodes'") +
-                          " workers (--nnodes " + nnodes_text() + ", "
-                    : std::string("every node's workers (")) +
+       (d.survivors
+            ? "the " + std::to_string(next_nodes) + (next_nodes == 1 ? " remaining node's" : " remaining nodes'") +
+                  " workers (--nnodes " + nnodes_text() + ", "
+            : std::string("every node's workers (")) +
        "restart " + std::to_string(restarts_used_ + 1) + " of at most " + std::to_string(opts_.max_restarts) + ")");
   if (!opts_.info) return;
   std::istringstream lines(d.restart->text);

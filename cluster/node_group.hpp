@@ -183,13 +183,13 @@ class NodeGroup {
   int round_ = 0;
   int restarts_used_ = 0;
   std::vector<std::string> failed_attempts_;  // failed_attempts()
-  bool local_done_ = false;      // this node's workers of the round (round_) have all exited
-  LocalRound local_;             // the launcher's round: reset by take_start()
-  Restart restart_;              // Restarting: the round take_start() begins
-  std::optional<int> start_;     // a round begun, for take_start() (once)
-  std::optional<FinishMsg> finish_;  // Finished: the job's end
-  std::vector<Cause> causes_;    // coordinator: this round's failures
-  std::optional<Cause> lost_coordinator_;  // member
+  bool local_done_ = false;                   // this node's workers of the round (round_) have all exited
+  LocalRound local_;                          // the launcher's round: reset by take_start()
+  Restart restart_;                           // Restarting: the round take_start() begins
+  std::optional<int> start_;                  // a round begun, for take_start() (once)
+  std::optional<FinishMsg> finish_;           // Finished: the job's end
+  std::vector<Cause> causes_;                 // coordinator: this round's failures
+  std::optional<Cause> lost_coordinator_;     // member
 };
 
 }  // namespace lspawn::node

@@ -15,20 +15,20 @@ namespace lspawn::node {
 
 // (Named NodeGroupOptions, not GroupOptions: lspawn::GroupOptions is the collectives' group's.)
 struct NodeGroupOptions {
-  std::string endpoint_addr = "127.0.0.1";  // static: --master-addr; else the rdzv host
-  int endpoint_port = 0;                    // static: --master-port; else the rdzv port
-  bool static_mode = true;                  // node 0 hosts; false: whoever binds the endpoint
-  int nnodes = 1;                           // --nnodes N, or MAX of MIN:MAX
-  int min_nnodes = 0;                       // MIN of --nnodes MIN:MAX (rdzv mode); 0: fixed
+  std::string endpoint_addr = "127.0.0.1";     // static: --master-addr; else the rdzv host
+  int endpoint_port = 0;                       // static: --master-port; else the rdzv port
+  bool static_mode = true;                     // node 0 hosts; false: whoever binds the endpoint
+  int nnodes = 1;                              // --nnodes N, or MAX of MIN:MAX
+  int min_nnodes = 0;                          // MIN of --nnodes MIN:MAX (rdzv mode); 0: fixed
   std::chrono::milliseconds last_call{30000};  // elastic: wait for more once MIN have joined
-  int node_rank = -1;                       // -1: assigned (rdzv mode only)
+  int node_rank = -1;                          // -1: assigned (rdzv mode only)
   int nproc_per_node = 1;
   int max_restarts = 0;
-  std::vector<int> no_restart_exit_codes;   // the coordinator's decide (round.hpp)
-  std::string run_id;                       // empty: the coordinator draws one
+  std::vector<int> no_restart_exit_codes;  // the coordinator's decide (round.hpp)
+  std::string run_id;                      // empty: the coordinator draws one
   std::chrono::milliseconds node_timeout{30000};
   std::chrono::milliseconds rdzv_timeout{600000};
-  std::string host;                         // this node's name, for reports
+  std::string host;  // this node's name, for reports
   // Rendezvous mode (--rdzv-endpoint) only: the address this node advertises for its workers'
   // store should it become node 0 (--local-addr; reserved there, so it must be one of this
   // host's). Empty: the rendezvous host on the node hosting the rendezvous, else the local

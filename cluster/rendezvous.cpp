@@ -60,7 +60,10 @@ struct Attempts {
   Clock::time_point next_report;
 
   explicit Attempts(const NodeGroupOptions& opts)
-      : o(opts), ep(endpoint_of(opts)), t0(Clock::now()), deadline(t0 + opts.rdzv_timeout),
+      : o(opts),
+        ep(endpoint_of(opts)),
+        t0(Clock::now()),
+        deadline(t0 + opts.rdzv_timeout),
         next_report(t0 + kFirstReport) {}
 
   void cannot_host(int err) {
@@ -95,9 +98,9 @@ struct Joining {
   bool try_join(const NodeGroupOptions& o, Attempts& tries);
 
   std::unique_ptr<Link> link;
-  std::vector<Message> queue;  // read after the answer
+  std::vector<Message> queue;               // read after the answer
   std::optional<PortReservation> own_port;  // --rdzv-endpoint mode: the workers' port, should it be node 0
-  int joined = 0;  // nodes that had joined when it answered (JoinedMsg); 0: not said
+  int joined = 0;                           // nodes that had joined when it answered (JoinedMsg); 0: not said
 };
 
 JoinMsg join_of(const NodeGroupOptions& o) {
@@ -131,9 +134,9 @@ bool await_answer(Link& link, std::vector<Message>& queue, int* joined, Attempts
     try {
       for (auto& m : link.read()) queue.push_back(std::move(m));
     } catch (const LinkError& e) {
-      tries.join_problem = not_our_frames(e) ? tries.ep + " answered with bytes that are no lspawn message (" + e.what() + ")"
-                                             : tries.ep + " accepted the connection and closed it without answering (" +
-                                                   e.what() + ")";
+      tries.join_problem =
+          not_our_frames(e) ? tries.ep + " answered with bytes that are no lspawn message (" + e.what() + ")"
+                            : tries.ep + " accepted the connection and closed it without answering (" + e.what() + ")";
       return false;
     }
     for (auto it = queue.begin(); it != queue.end(); ++it) {
@@ -198,11 +201,10 @@ FormedJob form_member(const NodeGroupOptions& o, Joining joining, Clock::time_po
     for (;;) {
       auto m = read_one(*node->link, queue, deadline);
       if (!m) {
-        throw NodeRendezvousError("rendezvous on " + ep + " timed out after " + seconds_text(o.rdzv_timeout) +
-                                  " waiting for the other nodes" +
-                                  (joining.joined > 0 ? " (" + std::to_string(joining.joined) +
-                                                            " had joined when this node did)"
-                                                      : ""));
+        throw NodeRendezvousError(
+            "rendezvous on " + ep + " timed out after " + seconds_text(o.rdzv_timeout) +
+            " waiting for the other nodes" +
+            (joining.joined > 0 ? " (" + std::to_string(joining.joined) + " had joined when this node did)" : ""));
       }
       if (m->type == "reject") throw NodeRendezvousError(m->as<RejectMsg>().reason);
       if (m->type != "assign") continue;
@@ -217,8 +219,8 @@ FormedJob form_member(const NodeGroupOptions& o, Joining joining, Clock::time_po
   const AssignMsg& a = job.assign;
   if (a.node_rank == 0 && joining.own_port) job.master_port.emplace(std::move(*joining.own_port));
   const int coord_rank = a.coordinator;
-  if (coord_rank < 0 || coord_rank >= a.nnodes || a.hosts.size() != static_cast<size_t>(a.nnodes) ||
-      a.node_rank < 0 || a.node_rank >= a.nnodes) {
+  if (coord_rank < 0 || coord_rank >= a.nnodes || a.hosts.size() != static_cast<size_t>(a.nnodes) || a.node_rank < 0 ||
+      a.node_rank >= a.nnodes) {
     throw NodeRendezvousError("rendezvous on " + ep + ": inconsistent assignment from the coordinator");
   }
   node->node_rank = coord_rank;
@@ -227,8 +229,8 @@ FormedJob form_member(const NodeGroupOptions& o, Joining joining, Clock::time_po
   node->link->touch();
   job.links->add(std::move(node), true);
   job.queued = std::move(queue);
-  job.formed_line = "rendezvous: node " + std::to_string(a.node_rank) + " of " + std::to_string(a.nnodes) +
-                    " after " + elapsed_text(Clock::now() - t0);
+  job.formed_line = "rendezvous: node " + std::to_string(a.node_rank) + " of " + std::to_string(a.nnodes) + " after " +
+                    elapsed_text(Clock::now() - t0);
   return job;
 }
 
@@ -256,8 +258,13 @@ struct Gathering {
   int joined_members = 0;  // pending connections that have joined
 
   Gathering(const NodeGroupOptions& opts, FormedJob& j, sys::Fd l, Clock::time_point start)
-      : o(opts), ep(endpoint_of(opts)), t0(start), deadline(start + opts.rdzv_timeout),
-        elastic(is_elastic(opts.min_nnodes, opts.nnodes)), job(j), listener(std::move(l)),
+      : o(opts),
+        ep(endpoint_of(opts)),
+        t0(start),
+        deadline(start + opts.rdzv_timeout),
+        elastic(is_elastic(opts.min_nnodes, opts.nnodes)),
+        job(j),
+        listener(std::move(l)),
         formation(opts.nnodes, opts.min_nnodes, opts.last_call, deadline) {
     poller().add(listener.get());
   }
@@ -269,8 +276,7 @@ struct Gathering {
     for (auto& p : pending) {
       try {
         p.link->send("reject", RejectMsg{reason});
-      } catch (const LinkError&) {
-      }
+      } catch (const LinkError&) {}
     }
     throw NodeRendezvousError(reason);
   }
@@ -405,11 +411,11 @@ bool Gathering::read_pending(Joiner& p) {
   } catch (const BadMessage& e) {
     // A frame of ours with a body that is no join message: a stranger (or a broken lspawn) is
     // turned away; the nodes that did join are not.
-    say(o, "rendezvous on " + ep + ": rejected connection from " + p.endpoint + ": bad join message (" + e.what() + ")");
+    say(o,
+        "rendezvous on " + ep + ": rejected connection from " + p.endpoint + ": bad join message (" + e.what() + ")");
     try {
       p.link->send("reject", RejectMsg{"bad join message: " + std::string(e.what())});
-    } catch (const LinkError&) {
-    }
+    } catch (const LinkError&) {}
     return false;
   }
   return true;
@@ -432,8 +438,7 @@ void Gathering::settle_unjoined() {
     } else {
       try {
         it->link->send("reject", RejectMsg{"the job on " + ep + " has formed without this node"});
-      } catch (const LinkError&) {
-      }
+      } catch (const LinkError&) {}
     }
     drop(it);
     it = next;

@@ -58,9 +58,9 @@ class NodeRendezvousError : public lspawn::Error {
 // What the rendezvous leaves for the node group: everything it needs to run the job's rounds.
 struct FormedJob {
   bool coordinator = true;
-  AssignMsg assign;                             // round 0's (an elastic job's joiner: the round it joins)
+  AssignMsg assign;                            // round 0's (an elastic job's joiner: the round it joins)
   std::optional<PortReservation> master_port;  // node 0: the workers' store port, held
-  std::unique_ptr<Links> links;                 // coordinator: one per member; member: the coordinator
+  std::unique_ptr<Links> links;                // coordinator: one per member; member: the coordinator
   // An elastic coordinator: the endpoint stays open (admission.hpp), with the connections that had
   // sent no join yet.
   sys::Fd listener;

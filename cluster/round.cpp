@@ -89,10 +89,12 @@ RoundDecision decide_round(const RoundFacts& f) {
     return d;
   }
   const bool restarts_left = f.restarts_used < f.max_restarts;
-  const bool final_code = best.kind == CauseKind::Worker &&
-                          std::find(f.no_restart_codes.begin(), f.no_restart_codes.end(), best.exit_code) != f.no_restart_codes.end();
+  const bool final_code =
+      best.kind == CauseKind::Worker &&
+      std::find(f.no_restart_codes.begin(), f.no_restart_codes.end(), best.exit_code) != f.no_restart_codes.end();
   const bool before_rendezvous = best.kind == CauseKind::Worker && best.before_rendezvous;
-  const bool worker_restart = best.kind == CauseKind::Worker && !f.any_lost && restarts_left && !final_code && !before_rendezvous;
+  const bool worker_restart =
+      best.kind == CauseKind::Worker && !f.any_lost && restarts_left && !final_code && !before_rendezvous;
   // Elastic: a lost node is a failure like a worker's; the survivors go on if enough are left.
   const bool lost_restartable = f.elastic && best.kind == CauseKind::NodeLost && !signal && restarts_left;
   if (worker_restart || (lost_restartable && f.next_nodes >= f.min_nnodes)) {
@@ -112,13 +114,13 @@ RoundDecision decide_round(const RoundFacts& f) {
       why = "rank " + std::to_string(best.rank) + " failed before it reached its rendezvous " +
             "(init_process_group): the next attempt would fail the same way";
     }
-    d.finish->cause.text += kNotRestartedLine + std::to_string(left) + " restart" + (left == 1 ? "" : "s") +
-                            " left): " + why + "\n";
+    d.finish->cause.text +=
+        kNotRestartedLine + std::to_string(left) + " restart" + (left == 1 ? "" : "s") + " left): " + why + "\n";
   }
   if (lost_restartable) {
     d.finish->cause.text += "lspawn:   " + std::to_string(f.next_nodes) + " node" + (f.next_nodes == 1 ? "" : "s") +
-                            " left, fewer than the " + std::to_string(f.min_nnodes) + " of --nnodes " +
-                            f.nnodes_flag + "\n";
+                            " left, fewer than the " + std::to_string(f.min_nnodes) + " of --nnodes " + f.nnodes_flag +
+                            "\n";
   }
   return d;
 }

@@ -51,11 +51,11 @@ struct RoundFacts {
   std::vector<Cause> causes;  // the round's failures (empty: it succeeded)
   int restarts_used = 0;      // of max_restarts, so far
   int max_restarts = 0;
-  bool elastic = false;       // --nnodes MIN:MAX with MIN < MAX
-  int min_nnodes = 0;         // MIN (elastic)
-  std::string nnodes_flag;    // "2:3", for the report
-  int next_nodes = 0;         // nodes a next round would have (alive + waiting to join)
-  bool any_lost = false;      // a node of the round was lost
+  bool elastic = false;               // --nnodes MIN:MAX with MIN < MAX
+  int min_nnodes = 0;                 // MIN (elastic)
+  std::string nnodes_flag;            // "2:3", for the report
+  int next_nodes = 0;                 // nodes a next round would have (alive + waiting to join)
+  bool any_lost = false;              // a node of the round was lost
   std::vector<int> no_restart_codes;  // --no-restart-exit-codes: a worker exiting so is not retried
 };
 

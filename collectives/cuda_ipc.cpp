@@ -42,8 +42,9 @@ std::size_t min_bytes_from_env(std::size_t fallback) {
   errno = 0;
   const unsigned long long n = std::strtoull(v, &end, 10);
   if (*v == '-' || end == v || *end != '\0' || errno == ERANGE)
-    throw std::invalid_argument(std::string("LSPAWN_SHM_CUDA_IPC_MIN_BYTES='") + v +
-                                "': expected a byte count (CUDA tensors of fewer bytes are staged through host memory)");
+    throw std::invalid_argument(
+        std::string("LSPAWN_SHM_CUDA_IPC_MIN_BYTES='") + v +
+        "': expected a byte count (CUDA tensors of fewer bytes are staged through host memory)");
   return static_cast<std::size_t>(n);
 }
 }  // namespace
@@ -78,22 +79,20 @@ static_assert(sizeof(cudaIpcMemHandle_t) == 64, "cudaIpcMemHandle_t is 64 bytes"
 // What each rank publishes per collective (all_gather through shm): its scratch, and what it was
 // called with, so that ranks that disagree fail alike instead of reading past a peer's scratch.
 struct Record {
-  std::uint32_t ok;       // 0: this rank could not export its scratch (`why`)
-  std::uint32_t op;       // 1 all_reduce, 2 broadcast, 3 all_gather
+  std::uint32_t ok;  // 0: this rank could not export its scratch (`why`)
+  std::uint32_t op;  // 1 all_reduce, 2 broadcast, 3 all_gather
   std::int32_t pid;
-  std::int32_t arg;       // the reduce op, or the root
+  std::int32_t arg;  // the reduce op, or the root
   std::int64_t numel;
   std::int32_t dtype;
-  std::uint32_t has;      // 1: `handle` exports a scratch of `bytes`
+  std::uint32_t has;  // 1: `handle` exports a scratch of `bytes`
   std::uint64_t bytes;
-  std::uint64_t serial;   // changes with each new scratch of this rank
+  std::uint64_t serial;  // changes with each new scratch of this rank
   char handle[64];
   char why[120];
 };
 
-std::string cuda_text(const char* call, cudaError_t e) {
-  return std::string(call) + ": " + cudaGetErrorString(e);
-}
+std::string cuda_text(const char* call, cudaError_t e) { return std::string(call) + ": " + cudaGetErrorString(e); }
 
 void sync(c10::Device d) { c10::cuda::getCurrentCUDAStream(d.index()).synchronize(); }
 
@@ -151,7 +150,7 @@ struct CudaIpc::Peers {
     return "";
   }
 
-  std::vector<void*> retired;      // old scratches, freed once no peer maps them
+  std::vector<void*> retired;  // old scratches, freed once no peer maps them
 
   void free_retired() {
     for (void* r : retired) cudaFree(r);
@@ -183,8 +182,9 @@ CudaIpc::~CudaIpc() {
 
 at::Tensor CudaIpc::view(int rank, at::ScalarType type, int64_t numel) const {
   const int dev = peers_->mapped_device[rank];
-  return at::from_blob(peers_->mapped[rank], {numel},
-                       at::TensorOptions().dtype(type).device(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(dev))));
+  return at::from_blob(
+      peers_->mapped[rank], {numel},
+      at::TensorOptions().dtype(type).device(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(dev))));
 }
 
 bool CudaIpc::exchange(const at::Tensor* src) {
@@ -218,7 +218,8 @@ bool CudaIpc::exchange(const at::Tensor* src) {
   std::vector<int> differ;
   for (int q = 0; q < n; ++q) {
     const Record& r = all[q];
-    if (r.op != all[0].op || r.arg != all[0].arg || r.numel != all[0].numel || r.dtype != all[0].dtype) differ.push_back(q);
+    if (r.op != all[0].op || r.arg != all[0].arg || r.numel != all[0].numel || r.dtype != all[0].dtype)
+      differ.push_back(q);
   }
   if (!differ.empty()) {
     std::string who;
@@ -352,8 +353,7 @@ bool CudaIpc::all_gather(const at::Tensor& in, at::Tensor& out) {
   if (!exchange(&in)) return false;
   const int64_t numel = in.numel();
   at::Tensor flat = out.view({-1});
-  for (int q = 0; q < comm_.size(); ++q)
-    flat.narrow(0, q * numel, numel).copy_(view(q, in.scalar_type(), numel));
+  for (int q = 0; q < comm_.size(); ++q) flat.narrow(0, q * numel, numel).copy_(view(q, in.scalar_type(), numel));
   sync(in.device());
   comm_.barrier();
   return true;

@@ -48,10 +48,14 @@ std::string this_node_id() {
 GroupOptions resolve(GroupOptions o) {
   if (o.backend == Backend::Default) {
     const std::string b = env_or("LSPAWN_BACKEND", "auto");
-    if (b == "auto") o.backend = Backend::Auto;
-    else if (b == "gloo") o.backend = Backend::Gloo;
-    else if (b == "shm") o.backend = Backend::Shm;
-    else if (b == "nccl") o.backend = Backend::Nccl;
+    if (b == "auto")
+      o.backend = Backend::Auto;
+    else if (b == "gloo")
+      o.backend = Backend::Gloo;
+    else if (b == "shm")
+      o.backend = Backend::Shm;
+    else if (b == "nccl")
+      o.backend = Backend::Nccl;
     else
       throw std::invalid_argument("LSPAWN_BACKEND='" + b + "' is not one of shm, gloo, auto, nccl");
   }
@@ -87,9 +91,9 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const GroupOptions& o, bo
 // A gloo process group of `size` ranks under "<prefix>" of `store`. With `record` (the group's
 // own process group, which DDP's Reducer and a program may use directly): its ops enter the
 // status slot "<group>.gloo" (runtime/recorded_backend.hpp), once *record is started.
-c10::intrusive_ptr<c10d::ProcessGroup> make_gloo(const c10::intrusive_ptr<c10d::Store>& store, const std::string& prefix,
-                                                 int rank, int size, const GroupOptions& o, bool one_node,
-                                                 BackendRecord** record = nullptr) {
+c10::intrusive_ptr<c10d::ProcessGroup> make_gloo(const c10::intrusive_ptr<c10d::Store>& store,
+                                                 const std::string& prefix, int rank, int size, const GroupOptions& o,
+                                                 bool one_node, BackendRecord** record = nullptr) {
   // gloo's connections carry the job's secret when it has one (runtime/gloo_guard.hpp).
   GlooGuard::install_from_environment("rank " + std::to_string(rank) + "/" + std::to_string(size));
   GlooSetupScope guarded;
@@ -148,12 +152,11 @@ const char* to_string(Backend b) {
   return "?";
 }
 
-std::shared_ptr<Group> Group::create(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
-                                     GroupOptions options) {
+std::shared_ptr<Group> Group::create(c10::intrusive_ptr<c10d::Store> store, int rank, int size, GroupOptions options) {
   options = resolve(std::move(options));
   if (size < 1 || rank < 0 || rank >= size)
-    throw std::invalid_argument("lspawn::Group::create: rank " + std::to_string(rank) +
-                                " is not in [0, " + std::to_string(size) + ")");
+    throw std::invalid_argument("lspawn::Group::create: rank " + std::to_string(rank) + " is not in [0, " +
+                                std::to_string(size) + ")");
   auto own = c10::make_intrusive<c10d::PrefixStore>("coll/" + options.name, store);
   std::vector<std::string> nodes(size);
   try {
@@ -173,9 +176,8 @@ std::shared_ptr<Group> Group::create(c10::intrusive_ptr<c10d::Store> store, int 
   return build(own, rank, size, std::move(options), std::move(nodes), std::move(root));
 }
 
-std::shared_ptr<Group> Group::build(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
-                                    GroupOptions options, std::vector<std::string> node_ids,
-                                    std::vector<int> root_ranks) {
+std::shared_ptr<Group> Group::build(c10::intrusive_ptr<c10d::Store> store, int rank, int size, GroupOptions options,
+                                    std::vector<std::string> node_ids, std::vector<int> root_ranks) {
   std::shared_ptr<Group> g(new Group());
   g->rank_ = rank;
   g->size_ = size;
@@ -219,8 +221,10 @@ std::shared_ptr<Group> Group::build(c10::intrusive_ptr<c10d::Store> store, int r
 #ifdef LSPAWN_HAVE_NCCL
     if (cuda_device_count() == 0) {  // NCCL is built in, but this process sees no GPU
       throw CollectiveError("create", g->options_.name, {},
-                            "lspawn: " + who + ": backend nccl needs a CUDA device, but none is visible "
-                            "(CUDA_VISIBLE_DEVICES " + env_or("CUDA_VISIBLE_DEVICES", "unset") + "): use gloo or shm");
+                            "lspawn: " + who +
+                                ": backend nccl needs a CUDA device, but none is visible "
+                                "(CUDA_VISIBLE_DEVICES " +
+                                env_or("CUDA_VISIBLE_DEVICES", "unset") + "): use gloo or shm");
     }
     try {
       auto nopts = c10d::ProcessGroupNCCL::Options::create();
@@ -239,8 +243,9 @@ std::shared_ptr<Group> Group::build(c10::intrusive_ptr<c10d::Store> store, int r
     return g;
 #else
     throw CollectiveError("create", g->options_.name, {},
-                          "lspawn: " + who + ": backend nccl is not built in (configure with "
-                          "-DLSPAWN_WITH_NCCL=ON against a CUDA LibTorch with NCCL)");
+                          "lspawn: " + who +
+                              ": backend nccl is not built in (configure with "
+                              "-DLSPAWN_WITH_NCCL=ON against a CUDA LibTorch with NCCL)");
 #endif
   }
   try {
@@ -265,7 +270,8 @@ std::shared_ptr<Group> Group::build(c10::intrusive_ptr<c10d::Store> store, int r
       std::unique_ptr<shm::Communicator> local;
       const auto& members = layout.members[layout.node];
       try {
-        if (layout.leader()) leaders = make_gloo(hstore, "leaders/gloo", layout.node, layout.nodes(), g->options_, false);
+        if (layout.leader())
+          leaders = make_gloo(hstore, "leaders/gloo", layout.node, layout.nodes(), g->options_, false);
         local = make_shm(hstore, "node" + std::to_string(layout.node) + "/shm/", layout.local_rank,
                          static_cast<int>(members.size()), g->options_,
                          g->options_.name + ".node" + std::to_string(layout.node), members);
@@ -275,7 +281,8 @@ std::shared_ptr<Group> Group::build(c10::intrusive_ptr<c10d::Store> store, int r
                                   std::to_string(layout.nodes()) + ") failed: " + e.what());
       }
       const auto note_wait = std::min<std::chrono::milliseconds>(g->options_.timeout, std::chrono::seconds(3));
-      g->hier_ = std::make_unique<Hierarchy>(std::move(layout), std::move(local), std::move(leaders), hstore, note_wait);
+      g->hier_ =
+          std::make_unique<Hierarchy>(std::move(layout), std::move(local), std::move(leaders), hstore, note_wait);
     }
   }
   if (g->pg_record_) g->pg_record_->start();
@@ -284,14 +291,12 @@ std::shared_ptr<Group> Group::build(c10::intrusive_ptr<c10d::Store> store, int r
 
 Group::~Group() = default;
 
-std::string Group::backend() const {
-  return nccl_ ? "nccl" : shm_ ? "shm+gloo" : hier_ ? "hierarchical" : "gloo";
-}
+std::string Group::backend() const { return nccl_ ? "nccl" : shm_ ? "shm+gloo" : hier_ ? "hierarchical" : "gloo"; }
 
 std::string Group::describe() const {
   std::ostringstream s;
-  s << "group '" << options_.name << "' (rank " << rank_ << "/" << size_ << ", pid " << ::getpid()
-    << ", backend " << backend() << ")";
+  s << "group '" << options_.name << "' (rank " << rank_ << "/" << size_ << ", pid " << ::getpid() << ", backend "
+    << backend() << ")";
   return s.str();
 }
 
@@ -303,8 +308,7 @@ std::shared_ptr<Group> Group::new_group(const std::vector<int>& ranks, GroupOpti
   for (int r : ranks) {
     if (r < 0 || r >= size_ || !seen.insert(r).second) {
       std::ostringstream s;
-      s << "lspawn: new_group on " << describe() << ": ranks must be distinct members of [0, " << size_
-        << "), got";
+      s << "lspawn: new_group on " << describe() << ": ranks must be distinct members of [0, " << size_ << "), got";
       for (int q : ranks) s << " " << q;
       throw std::invalid_argument(s.str());
     }

@@ -39,8 +39,8 @@
 namespace lspawn {
 
 class BackendRecord;  // runtime/recorded_backend.hpp
-class CudaIpc;      // collectives/cuda_ipc.hpp
-class Hierarchy;    // collectives/hierarchy.hpp
+class CudaIpc;        // collectives/cuda_ipc.hpp
+class Hierarchy;      // collectives/hierarchy.hpp
 namespace shm {
 class Communicator;  // shm/communicator.hpp
 }
@@ -143,9 +143,8 @@ class Group {
 
  private:
   Group() = default;
-  static std::shared_ptr<Group> build(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
-                                      GroupOptions options, std::vector<std::string> node_ids,
-                                      std::vector<int> root_ranks);
+  static std::shared_ptr<Group> build(c10::intrusive_ptr<c10d::Store> store, int rank, int size, GroupOptions options,
+                                      std::vector<std::string> node_ids, std::vector<int> root_ranks);
 
   int rank_ = 0;
   int size_ = 1;

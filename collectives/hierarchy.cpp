@@ -131,7 +131,7 @@ void Hierarchy::explain(std::exception_ptr error) {
     auto note = read_note(note_wait_);
     if (!note) throw;
     throw shm::Error(Kind::PeerDied, {note->rank},
-                         where.str() + ": " + first_line(e.what()) + "; first failure in the group: " + note->text);
+                     where.str() + ": " + first_line(e.what()) + "; first failure in the group: " + note->text);
   }
 }
 

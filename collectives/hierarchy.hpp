@@ -62,9 +62,8 @@ class Hierarchy {
   // `local`: this node's members (size 1 when alone: its ops are then local no-ops), with
   // CommOptions::shown_ranks = the members' group ranks. `leaders`: one rank per node, on leaders
   // only (null elsewhere). `store`: the hierarchy's namespace of the group's store (failure note).
-  Hierarchy(NodeLayout layout, std::unique_ptr<shm::Communicator> local,
-            c10::intrusive_ptr<c10d::ProcessGroup> leaders, c10::intrusive_ptr<c10d::Store> store,
-            std::chrono::milliseconds note_wait);
+  Hierarchy(NodeLayout layout, std::unique_ptr<shm::Communicator> local, c10::intrusive_ptr<c10d::ProcessGroup> leaders,
+            c10::intrusive_ptr<c10d::Store> store, std::chrono::milliseconds note_wait);
 
   const NodeLayout& layout() const { return layout_; }
   shm::Communicator& local() { return *local_; }
@@ -90,7 +89,7 @@ class Hierarchy {
     int rank;
     std::string text;
   };
-  void publish(int rank, const std::string& text);      // first writer wins; never throws
+  void publish(int rank, const std::string& text);                // first writer wins; never throws
   std::optional<Note> read_note(std::chrono::milliseconds wait);  // never throws
 
   NodeLayout layout_;

@@ -36,7 +36,16 @@ using Clock = std::chrono::steady_clock;
 
 // Op codes exchanged by checked mode (stable numbers: they appear in mismatch messages only).
 enum class OpCode : std::int64_t {
-  AllReduce = 1, Reduce, Broadcast, AllGather, Gather, Scatter, AllToAll, Send, Recv, Barrier,
+  AllReduce = 1,
+  Reduce,
+  Broadcast,
+  AllGather,
+  Gather,
+  Scatter,
+  AllToAll,
+  Send,
+  Recv,
+  Barrier,
 };
 const char* op_name(std::int64_t code) {
   switch (static_cast<OpCode>(code)) {
@@ -75,7 +84,8 @@ std::optional<shm::ElemType> elem_of(at::ScalarType t) {
 
 shm::KernelOp kernel_of(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: case ReduceOp::Mean: return shm::KernelOp::Sum;
+    case ReduceOp::Sum:
+    case ReduceOp::Mean: return shm::KernelOp::Sum;
     case ReduceOp::Min: return shm::KernelOp::Min;
     case ReduceOp::Max: return shm::KernelOp::Max;
     case ReduceOp::Product: return shm::KernelOp::Product;
@@ -92,7 +102,8 @@ c10d::ReduceOp c10d_of(ReduceOp op, bool boolean) {
     if (op == ReduceOp::Product || op == ReduceOp::Min) return c10d::ReduceOp(c10d::ReduceOp::BAND);
   }
   switch (op) {
-    case ReduceOp::Sum: case ReduceOp::Mean: return c10d::ReduceOp(c10d::ReduceOp::SUM);
+    case ReduceOp::Sum:
+    case ReduceOp::Mean: return c10d::ReduceOp(c10d::ReduceOp::SUM);
     case ReduceOp::Min: return c10d::ReduceOp(c10d::ReduceOp::MIN);
     case ReduceOp::Max: return c10d::ReduceOp(c10d::ReduceOp::MAX);
     case ReduceOp::Product: return c10d::ReduceOp(c10d::ReduceOp::PRODUCT);
@@ -127,8 +138,10 @@ at::Tensor movable(const at::Tensor& t) {
 
 // Sum then divide: true division for floating types, truncation for integers.
 void apply_mean(at::Tensor& t, int size) {
-  if (at::isFloatingType(t.scalar_type())) t.div_(size);
-  else t.copy_(at::div(t, size, "trunc"));
+  if (at::isFloatingType(t.scalar_type()))
+    t.div_(size);
+  else
+    t.copy_(at::div(t, size, "trunc"));
 }
 
 // The end of an all_reduce, once `work` (the staged `out`) holds the sum: mean, copy back.
@@ -330,8 +343,14 @@ void check_call(const OpContext& c, OpCode code, const at::Tensor* t, int root, 
     ndim = t->dim();
     for (auto s : t->sizes()) shape_hash = (shape_hash ^ static_cast<std::uint64_t>(s)) * 1099511628211ULL;
   }
-  const std::int64_t mine[8] = {static_cast<std::int64_t>(code), static_cast<std::int64_t>(c.seq), dtype, numel,
-                                ndim, static_cast<std::int64_t>(shape_hash), root, rop};
+  const std::int64_t mine[8] = {static_cast<std::int64_t>(code),
+                                static_cast<std::int64_t>(c.seq),
+                                dtype,
+                                numel,
+                                ndim,
+                                static_cast<std::int64_t>(shape_hash),
+                                root,
+                                rop};
   auto in = at::from_blob(const_cast<std::int64_t*>(mine), {8}, at::kLong).clone();
   auto out = at::empty({g.size(), 8}, at::kLong);
   std::vector<std::vector<at::Tensor>> outs(1);
@@ -356,8 +375,8 @@ void check_call(const OpContext& c, OpCode code, const at::Tensor* t, int root, 
   for (int q = 0; q < g.size(); ++q) {
     msg << (q ? "; " : "") << "rank " << q << " called " << op_name(a[q][0]) << " #" << a[q][1];
     if (a[q][2] >= 0)
-      msg << " (" << c10::toString(static_cast<at::ScalarType>(a[q][2])) << ", " << a[q][3] << " elements, "
-          << a[q][4] << " dims)";
+      msg << " (" << c10::toString(static_cast<at::ScalarType>(a[q][2])) << ", " << a[q][3] << " elements, " << a[q][4]
+          << " dims)";
     if (a[q][6] >= 0) msg << " root " << a[q][6];
   }
   msg << "; ranks differing from rank 0:";
@@ -369,10 +388,12 @@ void require_shape(Group& g, const char* op, const char* what, const at::Tensor&
                    at::ScalarType dtype) {
   if (!t.defined() || t.sizes().vec() != shape || t.scalar_type() != dtype) {
     std::ostringstream s;
-    s << "lspawn " << op << " on " << g.describe() << ": " << what << " must be " << c10::toString(dtype) << " of shape "
-      << at::IntArrayRef(shape) << ", got ";
-    if (t.defined()) s << c10::toString(t.scalar_type()) << " " << t.sizes();
-    else s << "an undefined tensor";
+    s << "lspawn " << op << " on " << g.describe() << ": " << what << " must be " << c10::toString(dtype)
+      << " of shape " << at::IntArrayRef(shape) << ", got ";
+    if (t.defined())
+      s << c10::toString(t.scalar_type()) << " " << t.sizes();
+    else
+      s << "an undefined tensor";
     throw std::invalid_argument(s.str());
   }
 }
@@ -436,7 +457,8 @@ Work all_reduce_async(Group& g, at::Tensor& tensor, ReduceOp op) {
   c10d::AllreduceOptions o;
   o.reduceOp = c10d_of(op, boolean);
   return run_gloo(
-      c, [&] {
+      c,
+      [&] {
         std::vector<at::Tensor> v{wire};
         return g.process_group()->allreduce(v, o);
       },
@@ -513,7 +535,8 @@ Work reduce_async(Group& g, at::Tensor& tensor, int dst, ReduceOp op) {
   o.reduceOp = c10d_of(op, boolean);
   o.rootRank = dst;
   return run_gloo(
-      c, [&] {
+      c,
+      [&] {
         std::vector<at::Tensor> v{wire};
         return g.process_group()->reduce(v, o);
       },
@@ -562,7 +585,8 @@ Work broadcast_async(Group& g, at::Tensor& tensor, int src) {
   o.rootRank = src;
   at::Tensor wire = movable(work);
   return run_gloo(
-      c, [&] {
+      c,
+      [&] {
         std::vector<at::Tensor> v{wire};
         return g.process_group()->broadcast(v, o);
       },
@@ -606,11 +630,16 @@ Work all_gather_async(Group& g, const at::Tensor& input, at::Tensor& output) {
     });
   }
   if (in.numel() == 0) return run_now(c, finish);
-  if (g.size() == 1) return run_now(c, [&] { work[0].copy_(in); finish(); });
+  if (g.size() == 1)
+    return run_now(c, [&] {
+      work[0].copy_(in);
+      finish();
+    });
   std::vector<std::vector<at::Tensor>> outs(1);
   for (int q = 0; q < g.size(); ++q) outs[0].push_back(movable(work[q]));
   std::vector<at::Tensor> ins{movable(in)};
-  return run_gloo(c, [&] { return g.process_group()->allgather(outs, ins); }, finish);
+  return run_gloo(
+      c, [&] { return g.process_group()->allgather(outs, ins); }, finish);
 }
 
 at::Tensor all_gather(Group& g, const at::Tensor& input) {
@@ -619,9 +648,7 @@ at::Tensor all_gather(Group& g, const at::Tensor& input) {
   return out;
 }
 
-std::vector<at::Tensor> all_gather_list(Group& g, const at::Tensor& input) {
-  return all_gather(g, input).unbind(0);
-}
+std::vector<at::Tensor> all_gather_list(Group& g, const at::Tensor& input) { return all_gather(g, input).unbind(0); }
 
 // ---- gather / scatter (gloo) -----------------------------------------------------------------
 
@@ -638,7 +665,11 @@ Work gather_async(Group& g, const at::Tensor& input, at::Tensor& output, int dst
     if (copy_back) out.copy_(work);
   };
   check_call(c, OpCode::Gather, &in, dst, -1);
-  if (g.size() == 1) return run_now(c, [&] { work[0].copy_(in); finish(); });
+  if (g.size() == 1)
+    return run_now(c, [&] {
+      work[0].copy_(in);
+      finish();
+    });
   if (in.numel() == 0) return run_now(c, finish);
   std::vector<std::vector<at::Tensor>> outs;
   if (root) {
@@ -648,7 +679,8 @@ Work gather_async(Group& g, const at::Tensor& input, at::Tensor& output, int dst
   std::vector<at::Tensor> ins{movable(in)};
   c10d::GatherOptions o;
   o.rootRank = dst;
-  return run_gloo(c, [&] { return g.process_group()->gather(outs, ins, o); }, finish);
+  return run_gloo(
+      c, [&] { return g.process_group()->gather(outs, ins, o); }, finish);
 }
 
 void gather(Group& g, const at::Tensor& input, at::Tensor& output, int dst) {
@@ -668,7 +700,11 @@ Work scatter_async(Group& g, at::Tensor& output, const at::Tensor& input, int sr
     if (copy_back) out.copy_(work);
   };
   check_call(c, OpCode::Scatter, &work, src, -1);
-  if (g.size() == 1) return run_now(c, [&] { work.copy_(in[0]); finish(); });
+  if (g.size() == 1)
+    return run_now(c, [&] {
+      work.copy_(in[0]);
+      finish();
+    });
   if (work.numel() == 0) return run_now(c, finish);
   std::vector<std::vector<at::Tensor>> ins;
   if (root) {
@@ -678,7 +714,8 @@ Work scatter_async(Group& g, at::Tensor& output, const at::Tensor& input, int sr
   std::vector<at::Tensor> outs{movable(work)};
   c10d::ScatterOptions o;
   o.rootRank = src;
-  return run_gloo(c, [&] { return g.process_group()->scatter(outs, ins, o); }, finish);
+  return run_gloo(
+      c, [&] { return g.process_group()->scatter(outs, ins, o); }, finish);
 }
 
 void scatter(Group& g, at::Tensor& output, const at::Tensor& input, int src) {
@@ -725,11 +762,16 @@ Work all_to_all_async(Group& g, at::Tensor& output, const at::Tensor& input) {
     if (copy_back) out.copy_(work);
   };
   check_call(c, OpCode::AllToAll, &in, -1, -1);
-  if (g.size() == 1) return run_now(c, [&] { work.copy_(in); finish(); });
+  if (g.size() == 1)
+    return run_now(c, [&] {
+      work.copy_(in);
+      finish();
+    });
   if (in.numel() == 0) return run_now(c, finish);
   at::Tensor wire_out = movable(work), wire_in = movable(in);
   return run_gloo(
-      c, [&] {
+      c,
+      [&] {
         std::vector<int64_t> none;
         return g.process_group()->alltoall_base(wire_out, wire_in, none, none);
       },
@@ -746,7 +788,8 @@ Work send_async(Group& g, const at::Tensor& tensor, int dst, int tag) {
   at::Tensor work = staged(tensor);
   if (work.numel() == 0) return Work();
   return run_gloo(
-      c, [&] {
+      c,
+      [&] {
         std::vector<at::Tensor> v{movable(work)};
         return g.process_group()->send(v, dst, tag);
       },
@@ -763,7 +806,8 @@ Work recv_async(Group& g, at::Tensor& tensor, int src, int tag) {
   const bool copy_back = !work.is_same(t);
   if (work.numel() == 0) return Work();
   return run_gloo(
-      c, [&] {
+      c,
+      [&] {
         std::vector<at::Tensor> v{movable(work)};
         return g.process_group()->recv(v, src, tag);
       },
@@ -781,7 +825,8 @@ Work barrier_async(Group& g) {
   if (g.shm()) return run_now(c, [&] { g.shm()->barrier(); });
   check_call(c, OpCode::Barrier, nullptr, -1, -1);
   if (g.size() == 1) return Work();
-  return run_gloo(c, [&] { return g.process_group()->barrier(); }, nullptr);
+  return run_gloo(
+      c, [&] { return g.process_group()->barrier(); }, nullptr);
 }
 
 void barrier(Group& g) { barrier_async(g).wait(); }

@@ -35,9 +35,7 @@ void Work::wait() {
   p.work.reset();
 }
 
-bool Work::completed() const {
-  return !pending_ || pending_->done || !pending_->work || pending_->work->isCompleted();
-}
+bool Work::completed() const { return !pending_ || pending_->done || !pending_->work || pending_->work->isCompleted(); }
 
 void throw_collective_error(Group& group, const std::string& op, std::uint64_t sequence,
                             std::chrono::steady_clock::time_point start, std::exception_ptr error) {
@@ -49,7 +47,7 @@ void throw_collective_error(Group& group, const std::string& op, std::uint64_t s
   try {
     std::rethrow_exception(error);
   } catch (const CollectiveError&) {
-    throw;  // already has its context
+    throw;                         // already has its context
   } catch (const shm::Error& e) {  // also the hierarchy's (collectives/hierarchy.hpp)
     cause = e.what();
     ranks = e.ranks();
@@ -72,8 +70,8 @@ void throw_collective_error(Group& group, const std::string& op, std::uint64_t s
     ranks = group.ranks_not_reaching(sequence, wait);
   }
   std::ostringstream msg;
-  msg << "lspawn " << op << " (op #" << sequence << ") on " << group.describe() << " failed after "
-      << elapsed << " s (timeout " << std::chrono::duration<double>(group.timeout()).count() << " s): " << cause;
+  msg << "lspawn " << op << " (op #" << sequence << ") on " << group.describe() << " failed after " << elapsed
+      << " s (timeout " << std::chrono::duration<double>(group.timeout()).count() << " s): " << cause;
   if (!ranks.empty() && kind != Mismatch) {
     msg << (ranks_known ? "; ranks concerned:" : "; ranks that did not reach op #" + std::to_string(sequence) + ":");
     for (int r : ranks) msg << " " << r;

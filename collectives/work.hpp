@@ -59,7 +59,6 @@ class Work {
 // Rethrows `error` (from a transport) as a CollectiveError naming op, sequence and group; on a
 // timeout or a lost peer it first asks the store which ranks did not reach the op.
 [[noreturn]] void throw_collective_error(Group& group, const std::string& op, std::uint64_t sequence,
-                                         std::chrono::steady_clock::time_point start,
-                                         std::exception_ptr error);
+                                         std::chrono::steady_clock::time_point start, std::exception_ptr error);
 
 }  // namespace lspawn

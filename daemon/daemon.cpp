@@ -45,8 +45,7 @@ void log_line(const Options& o, const std::string& line) {
   }
   try {
     sys::write_all(2, "lspawn daemon: " + line + "\n", "stderr");
-  } catch (const sys::SysError&) {
-  }
+  } catch (const sys::SysError&) {}
 }
 
 // The socket's directory: created 0700 when missing; else it must be a directory (not a link)
@@ -63,10 +62,9 @@ void ensure_private_dir(const std::string& dir) {
   char mode[8];
   std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
   if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
-    throw DaemonError("socket directory " + dir + " is not a private directory of uid " +
-                      std::to_string(::geteuid()) + " (" + (S_ISDIR(st.st_mode) ? "a directory" : "not a directory") +
-                      ", owner uid " + std::to_string(st.st_uid) + ", mode " + mode +
-                      "); use a directory of mode 0700 (--socket PATH)");
+    throw DaemonError("socket directory " + dir + " is not a private directory of uid " + std::to_string(::geteuid()) +
+                      " (" + (S_ISDIR(st.st_mode) ? "a directory" : "not a directory") + ", owner uid " +
+                      std::to_string(st.st_uid) + ", mode " + mode + "); use a directory of mode 0700 (--socket PATH)");
   }
 }
 
@@ -74,15 +72,14 @@ void ensure_private_dir(const std::string& dir) {
 // times. A rebuilt binary (new inode, or rewritten in place: new size/mtime/ctime) differs.
 std::string file_identity(const struct stat& st) {
   std::ostringstream s;
-  s << "dev " << st.st_dev << " ino " << st.st_ino << " size " << st.st_size << " mtime "
-    << st.st_mtim.tv_sec << "." << st.st_mtim.tv_nsec << " ctime " << st.st_ctim.tv_sec << "."
-    << st.st_ctim.tv_nsec;
+  s << "dev " << st.st_dev << " ino " << st.st_ino << " size " << st.st_size << " mtime " << st.st_mtim.tv_sec << "."
+    << st.st_mtim.tv_nsec << " ctime " << st.st_ctim.tv_sec << "." << st.st_ctim.tv_nsec;
   return s.str();
 }
 
 // One program's warm forkserver.
 struct Warm {
-  std::string key;       // path, identity, argv, environment
+  std::string key;  // path, identity, argv, environment
   std::string path;
   std::string identity;  // file_identity() of path when it was executed
   std::unique_ptr<Forkserver> server;
@@ -98,9 +95,7 @@ struct Conn {
   sys::PeerCred peer;
   std::string buf;
   Clock::time_point deadline;
-  std::string who() const {
-    return "pid " + std::to_string(peer.pid) + " (uid " + std::to_string(peer.uid) + ")";
-  }
+  std::string who() const { return "pid " + std::to_string(peer.pid) + " (uid " + std::to_string(peer.uid) + ")"; }
 };
 
 class Server {
@@ -185,8 +180,8 @@ class Server {
       if (!w.runs_alive.empty()) continue;
       const bool idle = o_.idle_timeout.count() > 0 && now >= w.last_used + o_.idle_timeout;
       if (!idle && !w.stale) continue;
-      log("stopping the forkserver of " + w.path + " (pid " + std::to_string(w.server->pid()) + "): " +
-          (w.stale ? "the program file changed" : "unused for " + elapsed_text(now - w.last_used)));
+      log("stopping the forkserver of " + w.path + " (pid " + std::to_string(w.server->pid()) +
+          "): " + (w.stale ? "the program file changed" : "unused for " + elapsed_text(now - w.last_used)));
       warm_.erase(warm_.begin() + static_cast<long>(i--));
     }
   }
@@ -282,9 +277,8 @@ class Server {
       const auto now = Clock::now();
       for (const auto& w : warm_) {
         std::ostringstream line;
-        line << "forkserver pid " << w->server->pid() << ", runs " << w->runs << ", running "
-             << w->runs_alive.size() << ", idle "
-             << (w->runs_alive.empty() ? elapsed_text(now - w->last_used) : std::string("no")) << ": "
+        line << "forkserver pid " << w->server->pid() << ", runs " << w->runs << ", running " << w->runs_alive.size()
+             << ", idle " << (w->runs_alive.empty() ? elapsed_text(now - w->last_used) : std::string("no")) << ": "
              << w->path << " (" << w->identity << ")" << (w->stale ? " [changed; stopping]" : "");
         r.forkservers.push_back(line.str());
       }
@@ -315,7 +309,8 @@ class Server {
   }
 
   void serve_forkserver(Conn& c, const proto::DaemonRequest& req, proto::DaemonReply& r) {
-    if (req.path.empty() || req.path[0] != '/') throw DaemonError("the program path '" + req.path + "' is not absolute");
+    if (req.path.empty() || req.path[0] != '/')
+      throw DaemonError("the program path '" + req.path + "' is not absolute");
     if (req.argv.empty()) throw DaemonError("empty argv for " + req.path);
     struct stat st;
     if (::stat(req.path.c_str(), &st) != 0) {
@@ -362,9 +357,9 @@ class Server {
       nw->path = req.path;
       nw->identity = identity;
       nw->server = Forkserver::exec(req.path, req.argv, req.env, o_.ready_timeout, &stop_);
-      log("started the forkserver of " + req.path +
-          (req.preload ? " preloading " + req.argv.back() : std::string()) + " (pid " + std::to_string(nw->server->pid()) +
-          ", ready after " + elapsed_text(Clock::now() - t0) + ") for " + c.who());
+      log("started the forkserver of " + req.path + (req.preload ? " preloading " + req.argv.back() : std::string()) +
+          " (pid " + std::to_string(nw->server->pid()) + ", ready after " + elapsed_text(Clock::now() - t0) + ") for " +
+          c.who());
       warm_.push_back(std::move(nw));
       w = warm_.back().get();
     }
@@ -470,8 +465,8 @@ int run(const Options& in) {
     say(e.what());
     return 1;
   }
-  say("listening on " + o.socket_path + " (pid " + std::to_string(::getpid()) + ", uid " +
-      std::to_string(::geteuid()) + ")");
+  say("listening on " + o.socket_path + " (pid " + std::to_string(::getpid()) + ", uid " + std::to_string(::geteuid()) +
+      ")");
   Server server(o, std::move(listener), sigfd.get(), stop);
   int code = 0;
   try {
@@ -490,8 +485,9 @@ int run_command(const std::vector<std::string>& args) {
   Options o;
   std::string query;
   auto bad = [](const std::string& msg) {
-    std::fprintf(stderr, "lspawn daemon: %s\nusage: lspawn daemon [--socket PATH] [--max-forkservers N] "
-                         "[--idle-timeout SECONDS] | lspawn daemon --status|--stop [--socket PATH]\n",
+    std::fprintf(stderr,
+                 "lspawn daemon: %s\nusage: lspawn daemon [--socket PATH] [--max-forkservers N] "
+                 "[--idle-timeout SECONDS] | lspawn daemon --status|--stop [--socket PATH]\n",
                  msg.c_str());
     return exit_codes::kUsage;
   };
@@ -537,8 +533,8 @@ int run_command(const std::vector<std::string>& args) {
     return 1;
   }
   if (query == "status") {
-    std::printf("lspawn daemon pid %lld on %s: %zu forkserver%s\n", static_cast<long long>(r->daemon_pid),
-                path.c_str(), r->forkservers.size(), r->forkservers.size() == 1 ? "" : "s");
+    std::printf("lspawn daemon pid %lld on %s: %zu forkserver%s\n", static_cast<long long>(r->daemon_pid), path.c_str(),
+                r->forkservers.size(), r->forkservers.size() == 1 ? "" : "s");
     for (const auto& line : r->forkservers) std::printf("  %s\n", line.c_str());
   } else {
     std::printf("lspawn daemon pid %lld on %s: stopping\n", static_cast<long long>(r->daemon_pid), path.c_str());

@@ -49,12 +49,12 @@ class DaemonError : public lspawn::Error {
 };
 
 struct Options {
-  std::string socket_path;                  // empty: default_socket_path()
-  size_t max_forkservers = 4;               // idle ones beyond this are stopped, oldest first
-  std::chrono::seconds idle_timeout{3600};  // an unused forkserver is stopped after this; 0: never
-  std::chrono::milliseconds ready_timeout{120000};   // a program's static initialisation
-  std::chrono::milliseconds request_timeout{5000};   // a connection's request must arrive by then
-  std::function<void(const std::string&)> log;       // one line, no "\n"; empty: stderr
+  std::string socket_path;                          // empty: default_socket_path()
+  size_t max_forkservers = 4;                       // idle ones beyond this are stopped, oldest first
+  std::chrono::seconds idle_timeout{3600};          // an unused forkserver is stopped after this; 0: never
+  std::chrono::milliseconds ready_timeout{120000};  // a program's static initialisation
+  std::chrono::milliseconds request_timeout{5000};  // a connection's request must arrive by then
+  std::function<void(const std::string&)> log;      // one line, no "\n"; empty: stderr
 };
 
 // Binds the socket and serves until SIGTERM, SIGINT or SIGHUP (blocked in the calling thread

@@ -59,8 +59,7 @@ proto::DaemonReply call(int fd, const proto::DaemonRequest& req, sys::Fd* fds, s
 
 }  // namespace
 
-std::optional<proto::DaemonReply> ask(const std::string& socket_path, const std::string& op,
-                                      std::string* why) {
+std::optional<proto::DaemonReply> ask(const std::string& socket_path, const std::string& op, std::string* why) {
   sys::Fd fd = connect(socket_path, why);
   if (!fd) return std::nullopt;
   proto::DaemonRequest req;
@@ -70,8 +69,7 @@ std::optional<proto::DaemonReply> ask(const std::string& socket_path, const std:
 }
 
 std::optional<WarmServer> warm_server(const std::string& socket_path, const std::string& path,
-                                      const std::vector<std::string>& argv,
-                                      const std::vector<std::string>& env,
+                                      const std::vector<std::string>& argv, const std::vector<std::string>& env,
                                       const sigset_t* interrupt, std::string* why, bool preload) {
   sys::Fd fd = connect(socket_path, why);
   if (!fd) return std::nullopt;
@@ -86,8 +84,9 @@ std::optional<WarmServer> warm_server(const std::string& socket_path, const std:
   sys::Fd fds[2];
   WarmServer w;
   w.reply = call(fd.get(), req, fds, 2, interrupt, context);
-  if (!w.reply.error.empty()) throw SpawnError("the daemon (pid " + std::to_string(w.reply.daemon_pid) + ") on " +
-                                               socket_path + ": " + w.reply.error);
+  if (!w.reply.error.empty())
+    throw SpawnError("the daemon (pid " + std::to_string(w.reply.daemon_pid) + ") on " + socket_path + ": " +
+                     w.reply.error);
   if (!fds[0] || !fds[1] || w.reply.server_pid <= 0) {
     throw wire::WireError(context + ": the reply carries no server");
   }

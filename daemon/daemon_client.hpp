@@ -16,8 +16,7 @@ namespace lspawn::daemon {
 
 // Sends {op} ("status", "stop") to the daemon on `socket_path` and returns its reply; nullopt
 // when no daemon listens there (*why: the connect error). Throws on a broken reply.
-std::optional<proto::DaemonReply> ask(const std::string& socket_path, const std::string& op,
-                                      std::string* why);
+std::optional<proto::DaemonReply> ask(const std::string& socket_path, const std::string& op, std::string* why);
 
 // A per-run server of the daemon's warm forkserver of a program, driven by this process.
 struct WarmServer {
@@ -33,9 +32,7 @@ struct WarmServer {
 // a forkserver, ForkserverInterrupted when a signal of `interrupt` (blocked by the caller)
 // arrives while waiting, sys::SysError / wire::WireError when the daemon broke off.
 std::optional<WarmServer> warm_server(const std::string& socket_path, const std::string& path,
-                                      const std::vector<std::string>& argv,
-                                      const std::vector<std::string>& env,
-                                      const sigset_t* interrupt, std::string* why,
-                                      bool preload = false);
+                                      const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                                      const sigset_t* interrupt, std::string* why, bool preload = false);
 
 }  // namespace lspawn::daemon

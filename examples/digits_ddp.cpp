@@ -97,15 +97,24 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) throw std::invalid_argument(k + " needs a value");
       return argv[++i];
     };
-    if (k == "--spawn") a.spawn = std::stoi(value());
-    else if (k == "--start") a.start = value();
-    else if (k == "--epochs") a.epochs = std::stoll(value());
-    else if (k == "--batch") a.batch = std::stoll(value());
-    else if (k == "--lr") a.lr = std::stod(value());
-    else if (k == "--csv") a.csv = value();
-    else if (k == "--accelerator") a.accelerator = lspawn::parse_accelerator(value());
-    else if (k == "--precision") a.precision = lspawn::parse_precision(value());
-    else throw std::invalid_argument("unknown option " + k);
+    if (k == "--spawn")
+      a.spawn = std::stoi(value());
+    else if (k == "--start")
+      a.start = value();
+    else if (k == "--epochs")
+      a.epochs = std::stoll(value());
+    else if (k == "--batch")
+      a.batch = std::stoll(value());
+    else if (k == "--lr")
+      a.lr = std::stod(value());
+    else if (k == "--csv")
+      a.csv = value();
+    else if (k == "--accelerator")
+      a.accelerator = lspawn::parse_accelerator(value());
+    else if (k == "--precision")
+      a.precision = lspawn::parse_precision(value());
+    else
+      throw std::invalid_argument("unknown option " + k);
   }
   return a;
 }
@@ -144,7 +153,8 @@ int digits_main(int argc, char** argv) {
   const auto tr = perm.slice(0, 0, n_train), te = perm.slice(0, n_train);
   lspawn::DataLoader train(lspawn::TensorDataset({x.index_select(0, tr), y.index_select(0, tr)}),
                            {args.batch, /*shuffle=*/true, /*seed=*/42, /*drop_last=*/false});
-  lspawn::DataLoader test(lspawn::TensorDataset({x.index_select(0, te), y.index_select(0, te)}), {128, false, 0, false});
+  lspawn::DataLoader test(lspawn::TensorDataset({x.index_select(0, te), y.index_select(0, te)}),
+                          {128, false, 0, false});
 
   lspawn::TrainerOptions topt;
   topt.max_epochs = args.epochs;
@@ -167,9 +177,8 @@ int digits_main(int argc, char** argv) {
     lspawn::Trainer evaluator(single, {});
     const auto m = evaluator.test(*net, test);
     std::printf("DDPSpawn (%d workers, %s, %s, %s): train_loss %.4f after %lld steps, first step %.3f s after fit()\n",
-                args.spawn, args.start.c_str(), lspawn::to_string(args.accelerator),
-                lspawn::to_string(args.precision), r.metrics.at("train_loss"), static_cast<long long>(r.global_step),
-                r.time_to_first_step);
+                args.spawn, args.start.c_str(), lspawn::to_string(args.accelerator), lspawn::to_string(args.precision),
+                r.metrics.at("train_loss"), static_cast<long long>(r.global_step), r.time_to_first_step);
     std::printf("test accuracy %.4f\n", m.at("test_accuracy"));
     return 0;
   }

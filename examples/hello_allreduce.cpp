@@ -63,20 +63,36 @@ Flags parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
-    auto take = [&] { ++i; return number(a.c_str(), v); };
-    if (a == "--size") f.size = take();
-    else if (a == "--iters") f.iters = static_cast<int>(take());
-    else if (a == "--delay-ms") f.delay_ms = static_cast<int>(take());
-    else if (a == "--fail-rank") f.fail_rank = static_cast<int>(take());
-    else if (a == "--exit-code") f.exit_code = static_cast<int>(take());
-    else if (a == "--throw-rank") f.throw_rank = static_cast<int>(take());
-    else if (a == "--signal-rank") f.signal_rank = static_cast<int>(take());
-    else if (a == "--signal") f.signal = static_cast<int>(take());
-    else if (a == "--hang-rank") f.hang_rank = static_cast<int>(take());
-    else if (a == "--no-init") f.no_init = true;
-    else if (a == "--before-init") f.before_init = true;
-    else if (a == "--fail-on-attempt") f.fail_attempt = static_cast<int>(take());
-    else throw std::invalid_argument("unknown flag '" + a + "' (see examples/hello_allreduce.cpp)");
+    auto take = [&] {
+      ++i;
+      return number(a.c_str(), v);
+    };
+    if (a == "--size")
+      f.size = take();
+    else if (a == "--iters")
+      f.iters = static_cast<int>(take());
+    else if (a == "--delay-ms")
+      f.delay_ms = static_cast<int>(take());
+    else if (a == "--fail-rank")
+      f.fail_rank = static_cast<int>(take());
+    else if (a == "--exit-code")
+      f.exit_code = static_cast<int>(take());
+    else if (a == "--throw-rank")
+      f.throw_rank = static_cast<int>(take());
+    else if (a == "--signal-rank")
+      f.signal_rank = static_cast<int>(take());
+    else if (a == "--signal")
+      f.signal = static_cast<int>(take());
+    else if (a == "--hang-rank")
+      f.hang_rank = static_cast<int>(take());
+    else if (a == "--no-init")
+      f.no_init = true;
+    else if (a == "--before-init")
+      f.before_init = true;
+    else if (a == "--fail-on-attempt")
+      f.fail_attempt = static_cast<int>(take());
+    else
+      throw std::invalid_argument("unknown flag '" + a + "' (see examples/hello_allreduce.cpp)");
   }
   if (f.size < 1) throw std::invalid_argument("--size must be >= 1");
   return f;
@@ -126,8 +142,8 @@ int hello(int argc, char** argv) {
     t = ts[0];
   }
   if (!t.eq(want).all().item<bool>()) {
-    std::fprintf(stderr, "rank %d/%d: allreduce sum is wrong: got %g, want %g\n", r, n,
-                 t.flatten()[0].item<double>(), want);
+    std::fprintf(stderr, "rank %d/%d: allreduce sum is wrong: got %g, want %g\n", r, n, t.flatten()[0].item<double>(),
+                 want);
     return 2;
   }
   std::printf("rank %d/%d: allreduce sum = %g\n", r, n, t.flatten()[0].item<double>());
@@ -153,8 +169,9 @@ int hello(int argc, char** argv) {
   }
 
   w.pg->barrier()->wait();
-  if (r == 0) std::printf("rank 0/%d: broadcast, all_gather, barrier ok (init %lld ms)\n", n,
-                          static_cast<long long>(w.init_time.count()));
+  if (r == 0)
+    std::printf("rank 0/%d: broadcast, all_gather, barrier ok (init %lld ms)\n", n,
+                static_cast<long long>(w.init_time.count()));
   return 0;
 }
 

@@ -19,7 +19,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const auto o = lspawn::parse_cli(args);
     (void)o.program.size();
-  } catch (const lspawn::UsageError&) {
-  }
+  } catch (const lspawn::UsageError&) {}
   return 0;
 }

@@ -68,9 +68,12 @@ std::string format_bytes(std::uint64_t b) {
     ++u;
   }
   char buf[32];
-  if (u == 0) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
-  else if (v == static_cast<double>(static_cast<long long>(v))) std::snprintf(buf, sizeof buf, "%lld %s", static_cast<long long>(v), units[u]);
-  else std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+  else if (v == static_cast<double>(static_cast<long long>(v)))
+    std::snprintf(buf, sizeof buf, "%lld %s", static_cast<long long>(v), units[u]);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
   return buf;
 }
 
@@ -125,9 +128,8 @@ HangAnalysis analyse_hang(const std::vector<RankInput>& ranks, std::int64_t now_
   }
   // Clusters in order: the groups' frontiers first, then older ops.
   std::vector<std::pair<Key, std::vector<int>>> ordered(clusters.begin(), clusters.end());
-  std::stable_sort(ordered.begin(), ordered.end(), [](const auto& x, const auto& y) {
-    return std::get<1>(x.first) > std::get<1>(y.first);
-  });
+  std::stable_sort(ordered.begin(), ordered.end(),
+                   [](const auto& x, const auto& y) { return std::get<1>(x.first) > std::get<1>(y.first); });
   std::set<int> placed;
   for (const auto& [k, rs] : ordered) {
     const auto& [group, seq, op] = k;
@@ -148,12 +150,16 @@ HangAnalysis analyse_hang(const std::vector<RankInput>& ranks, std::int64_t now_
     if (r.exited) {
       line += " " + (r.exit_text.empty() ? std::string("exited") : r.exit_text);
       behind = a.any_in_collective;
-      if (behind) a.behind.push_back(line);
-      else a.other.push_back(line);
+      if (behind)
+        a.behind.push_back(line);
+      else
+        a.other.push_back(line);
       continue;
     }
     if (!r.record) {
-      line += " has no status record: it has not started lspawn's runtime or collectives (a Python worker: python/lspawn_hang.py)";
+      line +=
+          " has no status record: it has not started lspawn's runtime or collectives (a Python worker: "
+          "python/lspawn_hang.py)";
       if (r.started_us) line += " (started " + secs(now_us - r.started_us) + " ago)";
       if (!r.record_problem.empty()) line += " (" + r.record_problem + ")";
       if (a.any_in_collective) {
@@ -200,7 +206,8 @@ HangAnalysis analyse_hang(const std::vector<RankInput>& ranks, std::int64_t now_
   return a;
 }
 
-std::string format_hang_report(const std::string& headline, const HangAnalysis& a, const std::vector<RankInput>& ranks) {
+std::string format_hang_report(const std::string& headline, const HangAnalysis& a,
+                               const std::vector<RankInput>& ranks) {
   std::ostringstream os;
   os << "lspawn: " << headline << "\n";
   for (const auto& l : a.waiting) os << "lspawn:   " << l << "\n";

@@ -19,15 +19,15 @@ namespace lspawn {
 // What is known of one rank.
 struct RankInput {
   int rank = -1;
-  int pid = 0;                 // the supervisor's pid for it; 0 unknown
-  std::string host;            // empty: this node
-  bool exited = false;         // its process is gone
-  std::string exit_text;       // "exited with code 0", when exited
-  std::int64_t started_us = 0; // when it was started (CLOCK_REALTIME µs), 0 unknown
+  int pid = 0;                             // the supervisor's pid for it; 0 unknown
+  std::string host;                        // empty: this node
+  bool exited = false;                     // its process is gone
+  std::string exit_text;                   // "exited with code 0", when exited
+  std::int64_t started_us = 0;             // when it was started (CLOCK_REALTIME µs), 0 unknown
   std::optional<status::RankView> record;  // none: no status record (yet)
-  std::string record_problem;  // a record that exists but could not be read
-  std::vector<std::string> stack;  // its main thread's frames, when fetched
-  std::string stack_problem;       // why there is no stack ("no handler", "no answer in 1 s")
+  std::string record_problem;              // a record that exists but could not be read
+  std::vector<std::string> stack;          // its main thread's frames, when fetched
+  std::string stack_problem;               // why there is no stack ("no handler", "no answer in 1 s")
 };
 
 struct HangAnalysis {
@@ -35,7 +35,7 @@ struct HangAnalysis {
   std::vector<std::string> waiting;
   std::vector<std::string> behind;
   std::vector<std::string> other;
-  std::vector<int> lagging;    // ranks behind: the ones whose stacks matter
+  std::vector<int> lagging;  // ranks behind: the ones whose stacks matter
   bool any_in_collective = false;
 };
 
@@ -44,8 +44,7 @@ HangAnalysis analyse_hang(const std::vector<RankInput>& ranks, std::int64_t now_
 
 // The whole report, every line prefixed "lspawn: ": `headline`, the analysis, the stacks of the
 // lagging ranks (demangled).
-std::string format_hang_report(const std::string& headline, const HangAnalysis& a,
-                               const std::vector<RankInput>& ranks);
+std::string format_hang_report(const std::string& headline, const HangAnalysis& a, const std::vector<RankInput>& ranks);
 
 // "16 MiB", "4 B", "1.5 KiB".
 std::string format_bytes(std::uint64_t bytes);

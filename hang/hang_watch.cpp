@@ -56,15 +56,16 @@ void HangWatch::note_unseen_ranks(Clock::time_point now, const std::vector<Worke
   const auto after_others = std::max<std::chrono::milliseconds>(opts_.timeout, std::chrono::seconds(5));
   const auto after_start = std::max<std::chrono::milliseconds>(opts_.timeout, std::chrono::seconds(20));
   const char* why =
-      "such ranks run neither lspawn's runtime (init_process_group(), lspawn's collectives) nor Python's lspawn_hang (a "
+      "such ranks run neither lspawn's runtime (init_process_group(), lspawn's collectives) nor Python's lspawn_hang "
+      "(a "
       "Python started with -E, -I or -S, or with LSPAWN_PYTHON_SITE=0), or have not reached it yet";
   std::sort(unseen.begin(), unseen.end());
   if (first_record_ && now - *first_record_ >= after_others) {
     unseen_said_ = true;
     opts_.print("lspawn: hang watch: " + std::string(unseen.size() > 1 ? "ranks " : "rank ") + format_ranks(unseen) +
-                 (unseen.size() > 1 ? " have" : " has") + " written no status record " +
-                 elapsed_text(now - *first_record_) + " after the first rank did, so " + opts_.timeout_flag +
-                 " cannot see " + (unseen.size() > 1 ? "them" : "it") + ": " + why + "\n");
+                (unseen.size() > 1 ? " have" : " has") + " written no status record " +
+                elapsed_text(now - *first_record_) + " after the first rank did, so " + opts_.timeout_flag +
+                " cannot see " + (unseen.size() > 1 ? "them" : "it") + ": " + why + "\n");
   } else if (!first_record_ && now - started_ >= after_start) {
     unseen_said_ = true;
     opts_.print("lspawn: hang watch: no rank has written a status record in " + elapsed_text(now - started_) + ", so " +
@@ -80,7 +81,8 @@ Clock::time_point HangWatch::next_deadline() const {
   if (stack_job_) return std::min(last_poll_ + kCollectPoll, stack_job_->deadline);
   if (pending_) return std::min(last_poll_ + kCollectPoll, pending_->deadline);
   if (opts_.timeout.count() <= 0 || fired_) return Clock::time_point::max();
-  const auto step = std::min<std::chrono::milliseconds>(kMaxPoll, std::max<std::chrono::milliseconds>(opts_.timeout / 4, std::chrono::milliseconds(10)));
+  const auto step = std::min<std::chrono::milliseconds>(
+      kMaxPoll, std::max<std::chrono::milliseconds>(opts_.timeout / 4, std::chrono::milliseconds(10)));
   return std::min(last_poll_ + step, last_progress_ + opts_.timeout);
 }
 
@@ -256,12 +258,15 @@ void HangWatch::ask_stacks_for(const std::vector<int>& ranks, const std::vector<
   job.answer = std::move(answer);
   for (auto& in : collect_inputs(workers)) {
     if (std::find(ranks.begin(), ranks.end(), in.rank) == ranks.end()) continue;
-    if (in.exited) in.stack_problem = "it has exited";
-    else if (ask_stack(in)) job.asked.push_back(in.rank);
+    if (in.exited)
+      in.stack_problem = "it has exited";
+    else if (ask_stack(in))
+      job.asked.push_back(in.rank);
     job.inputs.push_back(std::move(in));
   }
   for (int r : ranks) {
-    const bool known = std::any_of(job.inputs.begin(), job.inputs.end(), [r](const RankInput& in) { return in.rank == r; });
+    const bool known =
+        std::any_of(job.inputs.begin(), job.inputs.end(), [r](const RankInput& in) { return in.rank == r; });
     if (!known) {
       RankInput in;
       in.rank = r;
@@ -286,7 +291,8 @@ void HangWatch::finish_stack_job(bool force) {
     a.rank = in.rank;
     a.stack_problem = in.stack_problem;
     if (std::find(job.asked.begin(), job.asked.end(), in.rank) != job.asked.end()) {
-      if (auto frames = read_stack(status::stack_path(opts_.dir, in.rank))) a.stack = std::move(*frames);
+      if (auto frames = read_stack(status::stack_path(opts_.dir, in.rank)))
+        a.stack = std::move(*frames);
       else
         a.stack_problem = "no answer within " + seconds_text(opts_.stack_wait);
     }
@@ -308,12 +314,12 @@ void HangWatch::finish_report() {
   Pending& p = *pending_;
   for (auto& in : p.inputs) {
     if (std::find(p.remote_asked.begin(), p.remote_asked.end(), in.rank) != p.remote_asked.end()) {
-      in.stack_problem = "its node's lspawn sent no answer within " +
-                         seconds_text(opts_.stack_wait);
+      in.stack_problem = "its node's lspawn sent no answer within " + seconds_text(opts_.stack_wait);
       continue;
     }
     if (std::find(p.asked.begin(), p.asked.end(), in.rank) == p.asked.end()) continue;
-    if (auto frames = read_stack(status::stack_path(opts_.dir, in.rank))) in.stack = std::move(*frames);
+    if (auto frames = read_stack(status::stack_path(opts_.dir, in.rank)))
+      in.stack = std::move(*frames);
     else
       in.stack_problem = "no answer within " + seconds_text(opts_.stack_wait);
   }
@@ -323,8 +329,8 @@ void HangWatch::finish_report() {
                elapsed_text(std::chrono::duration<double>(p.quiet_s)) + " (" + opts_.timeout_flag + " " +
                seconds_number(opts_.timeout) + ")";
   } else {
-    headline = "status of " + std::to_string(p.inputs.size()) + " rank" + (p.inputs.size() == 1 ? "" : "s") +
-               " (on request)";
+    headline =
+        "status of " + std::to_string(p.inputs.size()) + " rank" + (p.inputs.size() == 1 ? "" : "s") + " (on request)";
   }
   last_report_ = format_hang_report(headline, p.analysis, p.inputs);
   if (opts_.print) opts_.print(last_report_);

@@ -44,11 +44,11 @@ namespace lspawn {
 inline constexpr int kReportSignal = SIGURG;
 
 struct HangWatchOptions {
-  std::string dir;                          // the status directory (LSPAWN_STATUS_DIR of the ranks)
-  std::chrono::milliseconds timeout{0};     // no progress for this long → hang; 0: on request only
-  std::chrono::milliseconds stack_wait{1500};  // how long to wait for the lagging ranks' stacks
+  std::string dir;                                // the status directory (LSPAWN_STATUS_DIR of the ranks)
+  std::chrono::milliseconds timeout{0};           // no progress for this long → hang; 0: on request only
+  std::chrono::milliseconds stack_wait{1500};     // how long to wait for the lagging ranks' stacks
   std::function<void(const std::string&)> print;  // the report (several lines, each "lspawn: ...")
-  std::string timeout_flag = "--hang-timeout";     // named in the headline
+  std::string timeout_flag = "--hang-timeout";    // named in the headline
   // Multi-node, coordinator: asks node `node_rank`'s launcher for the stacks of its `ranks`; the
   // answers come back through add_remote_stacks(). Null: remote ranks get no stack.
   std::function<void(int node_rank, const std::vector<int>& ranks)> ask_remote_stacks;
@@ -105,8 +105,8 @@ class HangWatch {
   std::int64_t started_us_ = 0;
   bool requested_ = false;
   bool fired_ = false;
-  sys::Clock::time_point last_poll_;           // the last poll()'s `now` (next_deadline() counts from it)
-  sys::Clock::time_point started_;             // the watch's start: no record at all by started_ + ...
+  sys::Clock::time_point last_poll_;                    // the last poll()'s `now` (next_deadline() counts from it)
+  sys::Clock::time_point started_;                      // the watch's start: no record at all by started_ + ...
   std::optional<sys::Clock::time_point> first_record_;  // when the first rank's record was seen
   bool unseen_said_ = false;
   // A report being collected.
@@ -115,7 +115,7 @@ class HangWatch {
     sys::Clock::time_point deadline;
     std::vector<RankInput> inputs;
     HangAnalysis analysis;
-    std::vector<int> asked;  // ranks sent the stack signal
+    std::vector<int> asked;         // ranks sent the stack signal
     std::vector<int> remote_asked;  // ranks of other nodes asked through their launchers
     std::int64_t now_us = 0;
     double quiet_s = 0;

@@ -63,8 +63,7 @@ int run_status_command(const std::vector<std::string>& args) {
       w.rank = rank;
       try {
         if (auto r = status::RecordReader::open(status::record_path(*dir, rank))) w.pid = r->read().pid;
-      } catch (const std::exception&) {
-      }
+      } catch (const std::exception&) {}
       workers.push_back(w);
     }
     ::closedir(d);
@@ -79,7 +78,8 @@ int run_status_command(const std::vector<std::string>& args) {
   while (report.empty()) {
     const auto due = watch.next_deadline();
     const auto now = sys::Clock::now();
-    if (due > now) ::usleep(static_cast<useconds_t>(std::chrono::duration_cast<std::chrono::microseconds>(due - now).count()));
+    if (due > now)
+      ::usleep(static_cast<useconds_t>(std::chrono::duration_cast<std::chrono::microseconds>(due - now).count()));
     watch.poll(sys::Clock::now(), workers);
   }
   std::fputs(report.c_str(), stdout);

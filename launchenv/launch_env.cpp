@@ -66,14 +66,14 @@ std::optional<Detected> detect_slurm(const EnvLookup& env) {
     const std::vector<int> counts = slurm::expand_tasks_per_node(tpn->second, tpn->first);
     if (static_cast<int>(counts.size()) != *d.nnodes) {
       throw EnvSyntaxError(tpn->first, tpn->second,
-                           "describes " + std::to_string(counts.size()) + " nodes but " + nn->first +
-                               "=" + nn->second);
+                           "describes " + std::to_string(counts.size()) + " nodes but " + nn->first + "=" + nn->second);
     }
     for (int c : counts) {
       if (c != 1) {
         usage("Slurm job " + *job + ": " + tpn->first + "=" + tpn->second +
-              ": lspawn must run once per node (it starts the workers itself); use srun -N" +
-              nn->second + " -n" + nn->second + " --ntasks-per-node=1 lspawn ..., or run the "
+              ": lspawn must run once per node (it starts the workers itself); use srun -N" + nn->second + " -n" +
+              nn->second +
+              " --ntasks-per-node=1 lspawn ..., or run the "
               "program without lspawn: srun --ntasks-per-node=K prog");
       }
     }
@@ -85,12 +85,12 @@ std::optional<Detected> detect_slurm(const EnvLookup& env) {
     const std::vector<std::string> hosts = slurm::expand_hostlist(nl->second, nl->first);
     if (static_cast<int>(hosts.size()) != *d.nnodes) {
       throw EnvSyntaxError(nl->first, nl->second,
-                           "names " + std::to_string(hosts.size()) + " hosts but " + nn->first + "=" +
-                               nn->second);
+                           "names " + std::to_string(hosts.size()) + " hosts but " + nn->first + "=" + nn->second);
     }
     d.master_addr = hosts.front();
   } else {
-    usage("Slurm job " + *job + ": no SLURM_STEP_NODELIST/SLURM_JOB_NODELIST to find the master node in (or export MASTER_ADDR)");
+    usage("Slurm job " + *job +
+          ": no SLURM_STEP_NODELIST/SLURM_JOB_NODELIST to find the master node in (or export MASTER_ADDR)");
   }
   if (const auto p = env("MASTER_PORT"); p && !p->empty()) {
     d.master_port = static_cast<int>(env_int("MASTER_PORT", *p, 1, 65535));
@@ -225,7 +225,9 @@ LaunchSettings resolve_launch(const LaunchFlags& f, const EnvLookup& env) {
   s.scheduler = det.scheduler;
 
   const std::string nn_name = f.was_given("--nnodes") ? "--nnodes" : det.nnodes ? det.nnodes_var : "--nnodes";
-  const std::string nr_name = f.was_given("--node-rank") ? "--node-rank" : det.node_rank ? det.node_rank_var : "--node-rank";
+  const std::string nr_name = f.was_given("--node-rank") ? "--node-rank"
+                              : det.node_rank            ? det.node_rank_var
+                                                         : "--node-rank";
   if (s.node_rank >= s.nnodes) {
     usage(nr_name + ": " + std::to_string(s.node_rank) + " must be less than " + nn_name + " " +
           std::to_string(s.nnodes) + " (--node-rank R with 0 <= R < N)");
@@ -236,35 +238,36 @@ LaunchSettings resolve_launch(const LaunchFlags& f, const EnvLookup& env) {
           std::to_string(s.nnodes) + ") numbers its nodes at each rendezvous; leave --node-rank out");
   }
   if (s.nnodes > 1 && f.rdzv_endpoint.empty() && s.master_port == 0) {
-    usage("--master-port: required when --nnodes > 1 without --rdzv-endpoint (every node must agree "
-          "on it: --master-port PORT)");
+    usage(
+        "--master-port: required when --nnodes > 1 without --rdzv-endpoint (every node must agree "
+        "on it: --master-port PORT)");
   }
   if (s.nnodes > 1 && f.rdzv_endpoint.empty() && !s.node_rank_given) {
-    usage("--node-rank: required when --nnodes > 1 with --master-addr/--master-port (static "
-          "rendezvous); use --rdzv-endpoint HOST:PORT to have node ranks assigned");
+    usage(
+        "--node-rank: required when --nnodes > 1 with --master-addr/--master-port (static "
+        "rendezvous); use --rdzv-endpoint HOST:PORT to have node ranks assigned");
   }
   if (!d) {
     // lspawn in a Slurm batch script but not under srun: one node only; say how to use them all.
     const auto job = env("SLURM_JOB_ID");
     const auto nodes = first_set(env, {"SLURM_JOB_NUM_NODES", "SLURM_NNODES"});
     if (job && nodes && nodes->second != "1" && !f.was_given("--nnodes") && !f.standalone) {
-      s.detected = "Slurm job " + *job + " has " + nodes->second + " nodes but this lspawn is not a task "
+      s.detected = "Slurm job " + *job + " has " + nodes->second +
+                   " nodes but this lspawn is not a task "
                    "of a job step (no SLURM_STEP_ID): running on this node only; start one lspawn per "
                    "node with srun --ntasks-per-node=1 (docs/multi-node.md)";
     }
   } else {
-    const std::string workers = !s.nproc_spec.empty()
-                                    ? "workers per node: " + s.nproc_spec + " (" + s.nproc_var + ")"
-                                    : std::to_string(s.nproc_per_node) + " worker" +
-                                          (s.nproc_per_node == 1 ? "" : "s") + " per node";
+    const std::string workers = !s.nproc_spec.empty() ? "workers per node: " + s.nproc_spec + " (" + s.nproc_var + ")"
+                                                      : std::to_string(s.nproc_per_node) + " worker" +
+                                                            (s.nproc_per_node == 1 ? "" : "s") + " per node";
     if (s.node_rank_given || f.rdzv_endpoint.empty()) {
-      s.detected = d->what + ": node " + std::to_string(s.node_rank) + " of " + std::to_string(s.nnodes) +
-                   ", master " + s.master_addr + ":" + std::to_string(s.master_port) + ", " + workers;
+      s.detected = d->what + ": node " + std::to_string(s.node_rank) + " of " + std::to_string(s.nnodes) + ", master " +
+                   s.master_addr + ":" + std::to_string(s.master_port) + ", " + workers;
     } else {
-      s.detected = d->what + ": " +
-                   (s.min_nnodes > 0 ? "elastic, " + std::to_string(s.min_nnodes) + " to " : std::string()) +
-                   std::to_string(s.nnodes) + " nodes, node rank from the rendezvous at " +
-                   f.rdzv_endpoint + ", " + workers;
+      s.detected =
+          d->what + ": " + (s.min_nnodes > 0 ? "elastic, " + std::to_string(s.min_nnodes) + " to " : std::string()) +
+          std::to_string(s.nnodes) + " nodes, node rank from the rendezvous at " + f.rdzv_endpoint + ", " + workers;
     }
   }
   return s;

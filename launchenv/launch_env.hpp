@@ -49,18 +49,18 @@ namespace lspawn {
 // What the command line says about where the job runs: the flags resolve_launch() reads. The
 // CLI's options (launcher/cli_options.hpp) extend it.
 struct LaunchFlags {
-  int nproc_per_node = 1;          // --nprocs / --nproc-per-node, >= 1
-  std::string nproc_spec;          // --nproc-per-node gpu|cpu|auto (counted by the CLI); empty:
-                                   // nproc_per_node is the count
-  int nnodes = 1;                  // --nnodes, >= 1 (with MIN:MAX: MAX)
-  int min_nnodes = 0;              // --nnodes MIN:MAX: MIN; 0: a fixed count
-  int node_rank = 0;               // --node-rank, 0 <= node_rank < nnodes
+  int nproc_per_node = 1;                 // --nprocs / --nproc-per-node, >= 1
+  std::string nproc_spec;                 // --nproc-per-node gpu|cpu|auto (counted by the CLI); empty:
+                                          // nproc_per_node is the count
+  int nnodes = 1;                         // --nnodes, >= 1 (with MIN:MAX: MAX)
+  int min_nnodes = 0;                     // --nnodes MIN:MAX: MIN; 0: a fixed count
+  int node_rank = 0;                      // --node-rank, 0 <= node_rank < nnodes
   std::string master_addr = "127.0.0.1";  // --master-addr
-  int master_port = 0;             // --master-port; 0: a free port is reserved
-  std::string run_id;              // --run-id / --rdzv-id; empty: random (drawn by node 0)
-  std::string rdzv_endpoint;       // --rdzv-endpoint HOST[:PORT]; empty: static (master addr/port)
-  bool standalone = false;         // --standalone: one node, rendezvous on a free local port,
-                                   // cluster detection (Slurm, PyTorchJob) off
+  int master_port = 0;                    // --master-port; 0: a free port is reserved
+  std::string run_id;                     // --run-id / --rdzv-id; empty: random (drawn by node 0)
+  std::string rdzv_endpoint;              // --rdzv-endpoint HOST[:PORT]; empty: static (master addr/port)
+  bool standalone = false;                // --standalone: one node, rendezvous on a free local port,
+                                          // cluster detection (Slurm, PyTorchJob) off
   // Options given on the command line, by their canonical name ("--nprocs" for both spellings,
   // "--node-rank", ...): what the user said explicitly wins over what is detected.
   std::set<std::string> given;
@@ -76,16 +76,16 @@ EnvLookup process_environment();
 enum class Scheduler { None, Slurm, PyTorchJob };
 
 struct LaunchSettings {
-  int nproc_per_node = 1;                // when nproc_spec is empty
-  std::string nproc_spec;                // gpu|cpu|auto, for the CLI to count (torchrun's forms)
-  std::string nproc_var;                 // where nproc_spec came from: --nproc-per-node, PET_NPROC_PER_NODE
-  int nnodes = 1;                        // an elastic job's MAX
-  int min_nnodes = 0;                    // an elastic job's MIN (a rendezvous endpoint is set); 0: fixed
-  int node_rank = 0;                     // 0 <= node_rank < nnodes
-  bool node_rank_given = false;          // by --node-rank or the scheduler (else: assigned by rendezvous)
+  int nproc_per_node = 1;        // when nproc_spec is empty
+  std::string nproc_spec;        // gpu|cpu|auto, for the CLI to count (torchrun's forms)
+  std::string nproc_var;         // where nproc_spec came from: --nproc-per-node, PET_NPROC_PER_NODE
+  int nnodes = 1;                // an elastic job's MAX
+  int min_nnodes = 0;            // an elastic job's MIN (a rendezvous endpoint is set); 0: fixed
+  int node_rank = 0;             // 0 <= node_rank < nnodes
+  bool node_rank_given = false;  // by --node-rank or the scheduler (else: assigned by rendezvous)
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;                   // 0 only with nnodes == 1: a free port is reserved
-  std::string run_id;                    // empty: the CLI draws a random one (single node)
+  int master_port = 0;  // 0 only with nnodes == 1: a free port is reserved
+  std::string run_id;   // empty: the CLI draws a random one (single node)
   Scheduler scheduler = Scheduler::None;
   // One line for the user, e.g. "Slurm job 42: node 1 of 2, master n01:29500, 2 workers per
   // node"; or a hint when lspawn runs in a multi-node Slurm batch script without srun; empty

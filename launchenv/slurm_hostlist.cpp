@@ -27,9 +27,7 @@ class Parser {
   Parser(std::string_view text, const std::string& variable, size_t max_hosts)
       : s_(text), var_(variable), max_(max_hosts) {}
 
-  [[noreturn]] void fail(const std::string& problem) const {
-    throw EnvSyntaxError(var_, std::string(s_), problem);
-  }
+  [[noreturn]] void fail(const std::string& problem) const { throw EnvSyntaxError(var_, std::string(s_), problem); }
 
   std::vector<Item> parse() {
     if (s_.empty()) fail("empty hostlist: expected names such as n[01-04,07],gpu-a[1-2]");
@@ -66,8 +64,8 @@ class Parser {
       if (c == '[') {
         Group g = parse_group(i);  // i: past the ']'
         item.count = item.count > max_ || g.count > max_ ? max_ + 1
-                     : item.count * g.count > max_        ? max_ + 1
-                                                          : item.count * g.count;
+                     : item.count * g.count > max_       ? max_ + 1
+                                                         : item.count * g.count;
         item.groups.push_back(std::move(g));
         item.texts.emplace_back();
         continue;
@@ -94,8 +92,8 @@ class Parser {
         ++i;
         r.hi = number(i, open, nullptr);
         if (r.hi < r.lo) {
-          fail("range " + std::to_string(r.lo) + "-" + std::to_string(r.hi) + " at offset " +
-               std::to_string(open) + " goes down (expected lo-hi with lo <= hi)");
+          fail("range " + std::to_string(r.lo) + "-" + std::to_string(r.hi) + " at offset " + std::to_string(open) +
+               " goes down (expected lo-hi with lo <= hi)");
         }
       }
       const uint64_t n = r.hi - r.lo + 1;
@@ -112,7 +110,8 @@ class Parser {
         return g;
       }
       if (s_[i] == '[') fail("'[' at offset " + std::to_string(i) + " inside another '['");
-      if (s_[i] == 'x') fail("'x' at offset " + std::to_string(i) + ": multi-dimensional (prism) ranges are not supported");
+      if (s_[i] == 'x')
+        fail("'x' at offset " + std::to_string(i) + ": multi-dimensional (prism) ranges are not supported");
       fail("unexpected '" + std::string(1, s_[i]) + "' at offset " + std::to_string(i) +
            " in the range list (expected digits, '-', ',' or ']')");
     }
@@ -123,8 +122,8 @@ class Parser {
     while (i < s_.size() && s_[i] >= '0' && s_[i] <= '9') ++i;
     if (i == b) {
       if (i >= s_.size()) fail("'[' at offset " + std::to_string(open) + " is never closed");
-      fail("expected a number at offset " + std::to_string(b) + " in the range list, got '" +
-           std::string(1, s_[b]) + "'");
+      fail("expected a number at offset " + std::to_string(b) + " in the range list, got '" + std::string(1, s_[b]) +
+           "'");
     }
     if (i - b > 18) fail("number at offset " + std::to_string(b) + " has more than 18 digits");
     uint64_t v = 0;
@@ -183,8 +182,7 @@ void expand_item(const Item& item, std::vector<std::string>& out, size_t limit) 
 
 }  // namespace
 
-std::vector<std::string> expand_hostlist(std::string_view text, const std::string& variable,
-                                         size_t max_hosts) {
+std::vector<std::string> expand_hostlist(std::string_view text, const std::string& variable, size_t max_hosts) {
   const std::vector<Item> items = Parser(text, variable, max_hosts).parse();
   std::vector<std::string> out;
   for (const Item& item : items) expand_item(item, out, max_hosts);

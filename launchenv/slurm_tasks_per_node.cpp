@@ -28,7 +28,8 @@ std::vector<int> expand_tasks_per_node(std::string_view text, const std::string&
     uint64_t repeat = 1;
     const size_t at = i;
     if (!number(i, count)) fail("expected a count at offset " + std::to_string(at) + form);
-    if (count > 1'000'000) fail("count " + std::to_string(count) + " at offset " + std::to_string(at) + " is above 1000000");
+    if (count > 1'000'000)
+      fail("count " + std::to_string(count) + " at offset " + std::to_string(at) + " is above 1000000");
     if (i < text.size() && text[i] == '(') {
       if (i + 1 >= text.size() || text[i + 1] != 'x') fail("expected '(x' at offset " + std::to_string(i) + form);
       i += 2;

@@ -72,8 +72,8 @@ std::optional<int> add_python_interpreter(CliOptions& o, bool* python) {
   if (!o.quiet) {
     std::string line = "running";  // the interpreter and its options up to the script/module
     for (size_t k = 0; k <= argv.size() - o.program.size(); ++k) line += " " + argv[k];
-    say(line + " ... (" + reason + "; Python: " +
-        (source == "default" ? std::string("python3 on PATH, else set $LSPAWN_PYTHON") : "$" + source) +
+    say(line + " ... (" + reason +
+        "; Python: " + (source == "default" ? std::string("python3 on PATH, else set $LSPAWN_PYTHON") : "$" + source) +
         "; --no-python execs the program directly)");
   }
   o.program = argv;
@@ -133,8 +133,8 @@ std::optional<int> add_log_dirs(CliOptions& o) {
   // torchrun's --duplicate-*-filters write their files to the log directory, else to one of
   // their own (the console stays as it is).
   if (!o.duplicate_filters[0].empty() || !o.duplicate_filters[1].empty()) {
-    o.filtered_dir = o.log_dir.empty() ? own_log_dir("--duplicate-stdout/stderr-filters", "the filtered copies")
-                                       : o.log_dir;
+    o.filtered_dir =
+        o.log_dir.empty() ? own_log_dir("--duplicate-stdout/stderr-filters", "the filtered copies") : o.log_dir;
     if (o.filtered_dir.empty()) return exit_codes::kUsage;
   }
   return std::nullopt;

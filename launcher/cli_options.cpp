@@ -16,16 +16,14 @@ constexpr int kMaxProcs = 4096;
 [[noreturn]] void usage(const std::string& msg) { throw UsageError(msg); }
 
 // form: the placeholder ("N"); what: what it must be ("a positive integer").
-int parse_int(const std::string& opt, const std::string& v, int lo, int hi, const char* form,
-              const char* what) {
+int parse_int(const std::string& opt, const std::string& v, int lo, int hi, const char* form, const char* what) {
   const std::string accepted = " (" + opt + " " + form + ")";
   if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 9) {
     usage(opt + ": expected " + what + accepted + ", got '" + v + "'");
   }
   const long n = std::strtol(v.c_str(), nullptr, 10);
   if (n < lo || n > hi) {
-    usage(opt + ": " + v + " is out of range " + std::to_string(lo) + ".." + std::to_string(hi) +
-          accepted);
+    usage(opt + ": " + v + " is out of range " + std::to_string(lo) + ".." + std::to_string(hi) + accepted);
   }
   return static_cast<int>(n);
 }
@@ -44,22 +42,22 @@ double parse_seconds(const std::string& opt, const std::string& v) {
 
 // The multi-node options (docs/multi-node.md), kept apart from the rest. Returns false when
 // `name` is not one of them.
-bool parse_multinode_option(const std::string& name,
-                            const std::function<std::string(const char*)>& take, CliOptions& o) {
+bool parse_multinode_option(const std::string& name, const std::function<std::string(const char*)>& take,
+                            CliOptions& o) {
   if (name == "--max-restarts") {
     o.max_restarts = parse_int(name, take("K"), 0, 10000, "K", "an integer >= 0");
   } else if (name == "--no-restart-exit-codes") {
     o.no_restart_exit_codes.clear();
     for (const std::string& c : split_commas(take("CODE[,CODE...]"))) {
-      o.no_restart_exit_codes.push_back(parse_int(name, c, 0, 255, "CODE[,CODE...]", "exit codes 0..255 separated by commas"));
+      o.no_restart_exit_codes.push_back(
+          parse_int(name, c, 0, 255, "CODE[,CODE...]", "exit codes 0..255 separated by commas"));
     }
   } else if (name == "--rdzv-endpoint") {
     o.rdzv_endpoint = take("HOST:PORT");
     std::string host = o.rdzv_endpoint;
     int port = 29400;  // torchrun's default rendezvous port
     const auto colon = host.rfind(':');
-    if (colon != std::string::npos && host.find(']') == std::string::npos &&
-        host.find(':') == colon) {
+    if (colon != std::string::npos && host.find(']') == std::string::npos && host.find(':') == colon) {
       port = parse_int(name, host.substr(colon + 1), 1, 65535, "HOST:PORT", "HOST:PORT with PORT 1..65535");
       host = host.substr(0, colon);
     } else if (!host.empty() && host.front() == '[') {  // [v6]:port
@@ -77,8 +75,10 @@ bool parse_multinode_option(const std::string& name,
   } else if (name == "--rdzv-backend") {
     const std::string b = take("c10d|static");
     if (b != "c10d" && b != "static") {
-      usage(name + ": lspawn's own rendezvous replaces c10d and static; accepted values are c10d "
-            "and static (" + name + " c10d), got '" + b + "'");
+      usage(name +
+            ": lspawn's own rendezvous replaces c10d and static; accepted values are c10d "
+            "and static (" +
+            name + " c10d), got '" + b + "'");
     }
   } else if (name == "--hostfile") {
     o.hostfile = take("FILE");
@@ -88,7 +88,8 @@ bool parse_multinode_option(const std::string& name,
     if (o.hosts_list.empty()) usage(name + ": names no host (" + name + " A[:N],B[:N],...)");
   } else if (name == "--rsh") {
     o.rsh = take("CMD");
-    if (o.rsh.find_first_not_of(" \t") == std::string::npos) usage(name + ": empty command (" + name + " CMD, e.g. ssh)");
+    if (o.rsh.find_first_not_of(" \t") == std::string::npos)
+      usage(name + ": empty command (" + name + " CMD, e.g. ssh)");
   } else if (name == "--node-timeout") {
     o.node_timeout_s = parse_seconds(name, take("SECONDS"));
     if (o.node_timeout_s < 0.1) usage(name + ": must be at least 0.1 s, got " + std::to_string(o.node_timeout_s));
@@ -193,12 +194,14 @@ bool parse_torchrun_option(const std::string& name, bool has_value, const std::s
       bool known = false;
       for (const char* f : kForwardedSignals) known = known || sig == f;
       if (!known) {
-        usage(name + ": lspawn forwards SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the "
-              "workers, always, and no other signal; '" + sig + "' in '" + v + "' is not one of them (" +
-              name + " SIGTERM,SIGUSR1, or drop the flag)");
+        usage(name +
+              ": lspawn forwards SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the "
+              "workers, always, and no other signal; '" +
+              sig + "' in '" + v + "' is not one of them (" + name + " SIGTERM,SIGUSR1, or drop the flag)");
       }
     }
-    o.notes.push_back(name + ": lspawn always forwards SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the workers");
+    o.notes.push_back(name +
+                      ": lspawn always forwards SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the workers");
   } else {
     return false;
   }
@@ -218,18 +221,21 @@ void check_torchrun_options(CliOptions& o) {
     }
   }
   if (o.was_given("--shutdown-timeout") && o.was_given("--grace-period")) {
-    usage("--shutdown-timeout: cannot be combined with --grace-period (torchrun's and lspawn's names of "
-          "the same delay between SIGTERM and SIGKILL; give one)");
+    usage(
+        "--shutdown-timeout: cannot be combined with --grace-period (torchrun's and lspawn's names of "
+        "the same delay between SIGTERM and SIGKILL; give one)");
   }
   if (!o.log_line_prefix_template.empty() && !o.prefix) {
-    usage("--log-line-prefix-template: cannot be combined with --no-prefix (the template replaces "
-          "lspawn's \"[rank N] \" prefix, --no-prefix drops it; give one of them)");
+    usage(
+        "--log-line-prefix-template: cannot be combined with --no-prefix (the template replaces "
+        "lspawn's \"[rank N] \" prefix, --no-prefix drops it; give one of them)");
   }
   if (o.program_convention.no_python && o.program_convention.module) {
     usage("--no-python: cannot be combined with -m/--module (as torchrun)");
   }
   if (!o.local_addr.empty() && o.rdzv_endpoint.empty()) {
-    o.notes.push_back("--local-addr " + o.local_addr + ": ignored without --rdzv-endpoint (a static "
+    o.notes.push_back("--local-addr " + o.local_addr +
+                      ": ignored without --rdzv-endpoint (a static "
                       "job's workers meet at --master-addr)");
   }
   std::vector<std::string> ignored;
@@ -250,7 +256,8 @@ void check_torchrun_options(CliOptions& o) {
   if (!ignored.empty()) {
     std::string keys;
     for (const auto& k : ignored) keys += (keys.empty() ? "" : ", ") + k;
-    o.notes.push_back("--rdzv-conf: ignored " + keys + " (lspawn honours join_timeout and timeout, as --rdzv-timeout, and last_call_timeout)");
+    o.notes.push_back("--rdzv-conf: ignored " + keys +
+                      " (lspawn honours join_timeout and timeout, as --rdzv-timeout, and last_call_timeout)");
   }
 }
 
@@ -400,7 +407,7 @@ std::string usage_text() { return kUsageText; }
 namespace {
 
 using TakeValue = std::function<std::string(const char* form)>;  // the option's value, else usage()
-using NoValue = std::function<void()>;                            // usage() when the option has one
+using NoValue = std::function<void()>;                           // usage() when the option has one
 
 // --nnodes N|MIN:MAX.
 void parse_nnodes(const std::string& name, const std::string& v, CliOptions& o) {
@@ -464,7 +471,8 @@ void parse_start_method(const std::string& name, const std::string& m, CliOption
   } else if (m == "spawn" || m == "fork") {
     // torchrun's Python multiprocessing start methods: every lspawn worker is a fresh exec.
     o.start_method = CliStartMethod::Exec;
-    o.notes.push_back(name + " " + m + ": torchrun's start method; lspawn starts each worker by "
+    o.notes.push_back(name + " " + m +
+                      ": torchrun's start method; lspawn starts each worker by "
                       "fork + exec (--start-method exec)");
   } else {
     usage(name + ": expected exec, forkserver or warm (" + name + " exec|forkserver|warm), got '" + m + "'");
@@ -509,7 +517,8 @@ bool parse_run_option(const std::string& name, const NoValue& flag, const TakeVa
   } else if (name == "--cpu-backend") {
     const std::string value = take("lspawn|gloo");
     if (value != "lspawn" && value != "gloo") {
-      usage(name + ": '" + value + "' is not a backend (lspawn: the workers' gloo groups use lspawn's shared-memory "
+      usage(name + ": '" + value +
+            "' is not a backend (lspawn: the workers' gloo groups use lspawn's shared-memory "
             "backend for CPU tensors; gloo: unchanged, the default)");
     }
     o.cpu_backend_lspawn = value == "lspawn";
@@ -605,7 +614,8 @@ CliOptions parse_flags(const std::vector<std::string>& args) {
 void check_host_options(const CliOptions& o) {
   const bool hosts = !o.hostfile.empty() || !o.hosts_list.empty();
   if (!hosts) {
-    if (o.was_given("--rsh")) usage("--rsh: only with --hostfile FILE or --hosts A,B,... (the remote shell they start lspawn with)");
+    if (o.was_given("--rsh"))
+      usage("--rsh: only with --hostfile FILE or --hosts A,B,... (the remote shell they start lspawn with)");
     return;
   }
   const std::string which = o.hostfile.empty() ? "--hosts" : "--hostfile";
@@ -626,17 +636,19 @@ void check_options(CliOptions& o) {
   if (o.min_nnodes > 0 && !o.standalone) {  // --standalone says its own (check_torchrun_options)
     const std::string range = std::to_string(o.min_nnodes) + ":" + std::to_string(o.nnodes);
     if (o.rdzv_endpoint.empty()) {
-      usage("--nnodes " + range + ": an elastic range needs --rdzv-endpoint HOST:PORT (the nodes meet "
+      usage("--nnodes " + range +
+            ": an elastic range needs --rdzv-endpoint HOST:PORT (the nodes meet "
             "there; --master-addr/--master-port is a static job of a fixed node count)");
     }
     if (o.was_given("--node-rank")) {
-      usage("--node-rank: an elastic job (--nnodes " + range + ") numbers its nodes at each rendezvous; "
+      usage("--node-rank: an elastic job (--nnodes " + range +
+            ") numbers its nodes at each rendezvous; "
             "leave --node-rank out");
     }
   }
   if (o.was_given("--node-rank") && o.was_given("--nnodes") && o.node_rank >= o.nnodes) {
-    usage("--node-rank: " + std::to_string(o.node_rank) + " must be less than --nnodes " +
-          std::to_string(o.nnodes) + " (--node-rank R with 0 <= R < N)");
+    usage("--node-rank: " + std::to_string(o.node_rank) + " must be less than --nnodes " + std::to_string(o.nnodes) +
+          " (--node-rank R with 0 <= R < N)");
   }
   check_host_options(o);
   if (o.tee && o.log_dir.empty() && !o.redirects && !o.tee_spec) {
@@ -685,8 +697,7 @@ CliOptions parse_cli(const std::vector<std::string>& args, const EnvLookup& env)
     try {
       parse_cli(alone);
     } catch (const UsageError& e) {
-      throw UsageError(f.var + "='" + f.value + "' (torchrun's environment default of " + f.flag +
-                       "): " + e.what());
+      throw UsageError(f.var + "='" + f.value + "' (torchrun's environment default of " + f.flag + "): " + e.what());
     }
     all.insert(all.end(), f.args.begin(), f.args.end());
     used += (used.empty() ? "" : ", ") + f.var + "=" + f.value;

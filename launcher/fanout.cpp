@@ -34,12 +34,12 @@ using Clock = std::chrono::steady_clock;
 struct Remote {
   hosts::Host host;
   pid_t pid = -1;
-  sys::Fd control;              // its stdin: the channel (control_stdin.hpp)
-  sys::Fd out, err;             // its stdout and stderr
+  sys::Fd control;                 // its stdin: the channel (control_stdin.hpp)
+  sys::Fd out, err;                // its stdout and stderr
   std::string out_part, err_part;  // a line not ended yet
-  std::string last_err_line;    // for a message about a remote shell that failed
-  bool lspawn_spoke = false;    // a line of its lspawn came ("lspawn: ..."): it ran there
-  std::optional<int> status;    // its wait status, once reaped
+  std::string last_err_line;       // for a message about a remote shell that failed
+  bool lspawn_spoke = false;       // a line of its lspawn came ("lspawn: ..."): it ran there
+  std::optional<int> status;       // its wait status, once reaped
   bool running() const { return !status || out || err; }
 };
 
@@ -233,10 +233,10 @@ class Fanout {
   Plan p_;
   const CliOptions& o_;
   std::vector<Remote> rs_;
-  int signal_ = 0;                         // the caller's first stop signal
+  int signal_ = 0;                            // the caller's first stop signal
   std::optional<Clock::time_point> stop_at_;  // then: stop every host still running
   std::optional<Clock::time_point> kill_at_;  // then: SIGKILL the remote shells
-  const Remote* failed_shell_ = nullptr;   // a remote shell that failed (exit 255)
+  const Remote* failed_shell_ = nullptr;      // a remote shell that failed (exit 255)
 };
 
 void Fanout::on_exit(Remote& r) {
@@ -248,8 +248,9 @@ void Fanout::on_exit(Remote& r) {
   if ((code == 255 || !r.lspawn_spoke) && !failed_shell_ && !signal_) {
     failed_shell_ = &r;
     say("host " + r.host.name + ": the remote shell '" + p_.rsh[0] + "' failed (exit " + std::to_string(code) + ") " +
-        (r.lspawn_spoke ? "after lspawn had started there (its connection ended, or lspawn there was killed by a signal)"
-                        : "before lspawn ran there") +
+        (r.lspawn_spoke
+             ? "after lspawn had started there (its connection ended, or lspawn there was killed by a signal)"
+             : "before lspawn ran there") +
         (r.last_err_line.empty() ? std::string() : ": " + r.last_err_line) + "; stopping the other hosts");
     if (const std::string hint = hosts::ssh_failure_hint(p_.rsh, r.last_err_line); !hint.empty()) {
       say("host " + r.host.name + ": " + hint);

@@ -125,8 +125,9 @@ int workers_per_node(const std::vector<Host>& hosts, std::optional<int> nprocs) 
   }
   for (const Host& h : hosts) {
     if (h.slots == 0) {
-      usage("host '" + h.name + "' has no slots while " + with_slots->name + " has slots=" +
-            std::to_string(with_slots->slots) + ": give every host the same slots, or --nprocs N (every node "
+      usage("host '" + h.name + "' has no slots while " + with_slots->name +
+            " has slots=" + std::to_string(with_slots->slots) +
+            ": give every host the same slots, or --nprocs N (every node "
             "runs as many workers)");
     }
     if (h.slots != hosts[0].slots) {
@@ -253,8 +254,9 @@ std::string shell_quote(const std::string& s) {
 }
 
 std::vector<std::string> remote_lspawn_args(const RemoteJob& job, int node_rank) {
-  std::vector<std::string> a = {job.lspawn, "--control-stdin", "--nnodes", std::to_string(job.hosts.size()),
-                                "--node-rank", std::to_string(node_rank), "--master-addr", job.hosts.at(0).name};
+  std::vector<std::string> a = {
+      job.lspawn,    "--control-stdin",         "--nnodes",      std::to_string(job.hosts.size()),
+      "--node-rank", std::to_string(node_rank), "--master-addr", job.hosts.at(0).name};
   if (job.add_master_port) {
     a.push_back("--master-port");
     a.push_back(std::to_string(job.master_port));

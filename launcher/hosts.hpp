@@ -69,15 +69,15 @@ std::string shell_quote(const std::string& s);
 
 // What every host's lspawn is told (remote_command()).
 struct RemoteJob {
-  std::string lspawn;                   // its path there (the caller's own: the same install)
-  std::string cwd;                      // the caller's working directory; $HOME where it is missing
-  std::vector<Host> hosts;              // node i is hosts[i]; node 0's name is the master address
-  int master_port = 29500;              // node 0's rendezvous port (torchrun's default)
-  std::string run_id;                   // the job's run id (the same on every node)
-  std::optional<int> nprocs;            // --nprocs to add; nullopt when `forwarded` has it
-  bool add_master_port = true;          // false when `forwarded` has --master-port
-  bool add_run_id = true;               // false when `forwarded` has --run-id / --rdzv-id
-  std::vector<std::string> forwarded;   // the caller's arguments but --hostfile, --hosts, --rsh
+  std::string lspawn;                  // its path there (the caller's own: the same install)
+  std::string cwd;                     // the caller's working directory; $HOME where it is missing
+  std::vector<Host> hosts;             // node i is hosts[i]; node 0's name is the master address
+  int master_port = 29500;             // node 0's rendezvous port (torchrun's default)
+  std::string run_id;                  // the job's run id (the same on every node)
+  std::optional<int> nprocs;           // --nprocs to add; nullopt when `forwarded` has it
+  bool add_master_port = true;         // false when `forwarded` has --master-port
+  bool add_run_id = true;              // false when `forwarded` has --run-id / --rdzv-id
+  std::vector<std::string> forwarded;  // the caller's arguments but --hostfile, --hosts, --rsh
 };
 
 // The command line host `node_rank` runs through the remote shell: a shell command that changes

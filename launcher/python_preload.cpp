@@ -75,8 +75,8 @@ Files locate() {
   return files;
 }
 
-std::vector<std::string> server_argv(const std::vector<std::string>& program,
-                                     const std::vector<std::string>& modules, const Files& files) {
+std::vector<std::string> server_argv(const std::vector<std::string>& program, const std::vector<std::string>& modules,
+                                     const Files& files) {
   std::string joined;
   for (const auto& m : modules) joined += (joined.empty() ? "" : ",") + m;
   return {program.at(0), files.bootstrap, "--lib", files.library, "--modules", joined};

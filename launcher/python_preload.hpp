@@ -42,8 +42,8 @@ struct Files {
 Files locate();
 
 // The server's argv: program[0], the bootstrap, --lib, --modules.
-std::vector<std::string> server_argv(const std::vector<std::string>& program,
-                                     const std::vector<std::string>& modules, const Files& files);
+std::vector<std::string> server_argv(const std::vector<std::string>& program, const std::vector<std::string>& modules,
+                                     const Files& files);
 
 // The value of kArgvEnv for `program` (program[1..]).
 std::string worker_argv(const std::vector<std::string>& program);

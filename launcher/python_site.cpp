@@ -20,7 +20,7 @@ std::string blocking_option(const std::vector<std::string>& program) {
   for (std::size_t i = 1; i < program.size(); ++i) {
     const std::string& a = program[i];
     if (a.size() < 2 || a[0] != '-' || a == "--") return "";  // the script (or "-": stdin)
-    if (a[1] == '-') continue;                                 // --help-env, --check-hash-based-pycs ...
+    if (a[1] == '-') continue;                                // --help-env, --check-hash-based-pycs ...
     for (std::size_t k = 1; k < a.size(); ++k) {
       const char c = a[k];
       if (c == 'E' || c == 'I' || c == 'S') return std::string("-") + c;

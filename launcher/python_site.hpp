@@ -22,9 +22,9 @@ namespace lspawn::python_site {
 inline constexpr const char* kEnv = "LSPAWN_PYTHON_SITE";
 
 struct Decision {
-  bool python = false;    // argv[0] names a Python interpreter
-  std::string site_dir;   // the folder to put first on PYTHONPATH; "" when off
-  std::string off_why;    // why it is off ("" when on, or not Python)
+  bool python = false;   // argv[0] names a Python interpreter
+  std::string site_dir;  // the folder to put first on PYTHONPATH; "" when off
+  std::string off_why;   // why it is off ("" when on, or not Python)
 };
 
 // `program`: the workers' argv; `env`: their environment ("NAME=value" entries).

@@ -58,7 +58,8 @@ struct RunDir {
 // Removes NAME from an environment list.
 void unset_env(std::vector<std::string>& env, const std::string& name) {
   const std::string prefix = name + "=";
-  env.erase(std::remove_if(env.begin(), env.end(), [&](const std::string& kv) { return kv.compare(0, prefix.size(), prefix) == 0; }),
+  env.erase(std::remove_if(env.begin(), env.end(),
+                           [&](const std::string& kv) { return kv.compare(0, prefix.size(), prefix) == 0; }),
             env.end());
 }
 
@@ -91,8 +92,8 @@ std::vector<std::string> warm_environment(const std::vector<std::vector<std::str
   env.erase(std::remove_if(env.begin(), env.end(),
                            [](const std::string& kv) {
                              const std::string name = kv.substr(0, kv.find('='));
-                             return name == status::kDirEnv || name == "PWD" || name == "OLDPWD" ||
-                                    name == "SHLVL" || name == "_" || name == preload::kArgvEnv;
+                             return name == status::kDirEnv || name == "PWD" || name == "OLDPWD" || name == "SHLVL" ||
+                                    name == "_" || name == preload::kArgvEnv;
                            }),
             env.end());
   return env;
@@ -118,8 +119,7 @@ std::string absolute_program_path(const std::string& path, bool interpreter) {
 // daemon::warm_server throws.
 std::unique_ptr<Forkserver> warm_forkserver(const CliOptions& o, const std::string& path,
                                             const std::vector<std::string>& argv,
-                                            const std::vector<std::vector<std::string>>& envs,
-                                            const sigset_t* stop) {
+                                            const std::vector<std::vector<std::string>>& envs, const sigset_t* stop) {
   const std::string socket = o.daemon_socket.empty() ? daemon::default_socket_path() : o.daemon_socket;
   const std::vector<std::string> env = warm_environment(envs);
   const std::string absolute = absolute_program_path(path, !o.preload.empty());
@@ -219,7 +219,8 @@ struct Run {
   std::optional<int> check_forkserver_hook() const;
   node::NodeGroupOptions group_options();
   std::vector<ExecSpec> specs_for(int restart_count);
-  std::unique_ptr<Forkserver> cold_forkserver(const std::vector<std::vector<std::string>>& envs, const sigset_t* stop) const;
+  std::unique_ptr<Forkserver> cold_forkserver(const std::vector<std::vector<std::string>>& envs,
+                                              const sigset_t* stop) const;
   void begin_round(bool first);
   void say_round() const;
   std::optional<int> start_workers();
@@ -242,9 +243,9 @@ struct Run {
   const bool multi;  // --nnodes > 1
 
   // resolve_program(): the program, and what executes it.
-  std::string path;           // the program's file
-  bool use_forkserver = false;  // --start-method forkserver|warm, --preload
-  bool preloading = false;      // --preload
+  std::string path;              // the program's file
+  bool use_forkserver = false;   // --start-method forkserver|warm, --preload
+  bool preloading = false;       // --preload
   const char* method_flag = "";  // the flag that asked for the forkserver, for its messages
   // The program executed once as the forkserver: the program itself, or for --preload the Python
   // preload server (python_preload.hpp), which gets the script per worker.
@@ -261,14 +262,14 @@ struct Run {
   // make_run_dir(), make_hang_watch(), read_environment().
   env::JobEnv job;
   RunDir run_dir;
-  std::string status_dir;      // the ranks' status records (docs/hang-diagnosis.md)
-  sys::Fd status_dir_handle;   // O_PATH: `lspawn status PID` finds status_dir through /proc/PID/fd
+  std::string status_dir;     // the ranks' status records (docs/hang-diagnosis.md)
+  sys::Fd status_dir_handle;  // O_PATH: `lspawn status PID` finds status_dir through /proc/PID/fd
   std::optional<HangWatch> hang_watch;
   std::vector<std::string> base_env;  // the workers' environment before their own variables
   python_site::Decision python_site;  // a Python program's hang diagnosis in exec mode
-  env::OmpDefault omp;                 // decide_omp_threads(): OMP_NUM_THREADS's default
-  bool omp_per_worker = false;         // with --numa-binding: each worker's own CPU count
-  placement::Topology topology;        // decide_placement(): --numa-binding's CPUs per local rank
+  env::OmpDefault omp;                // decide_omp_threads(): OMP_NUM_THREADS's default
+  bool omp_per_worker = false;        // with --numa-binding: each worker's own CPU count
+  placement::Topology topology;       // decide_placement(): --numa-binding's CPUs per local rank
   std::vector<placement::Placement> placements;
 
   // make_sinks(), start_supervisor(): the Supervisor writes to `output`'s sinks.
@@ -284,9 +285,9 @@ struct Run {
   std::optional<ForkedWorkers> forked;
 
   // The rounds (drive_rounds()).
-  int watched = -1;  // the group's fd, watched by the supervisor's loop
-  int round = 0;             // group->round() when this round began
-  int restarts_before = 0;   // restarts_used() when the last round began
+  int watched = -1;         // the group's fd, watched by the supervisor's loop
+  int round = 0;            // group->round() when this round began
+  int restarts_before = 0;  // restarts_used() when the last round began
   // This round's hang, local failure and end are the group's (group->hang(),
   // local_failure_sent(), local_done_sent()): they start over with each round take_start() hands out.
 };
@@ -302,7 +303,7 @@ std::optional<int> Run::resolve_program() {
   path = *found;
   use_forkserver = o.start_method == CliStartMethod::Forkserver || o.start_method == CliStartMethod::Warm;
   preloading = !o.preload.empty();
-  method_flag = preloading                                   ? "--preload"
+  method_flag = preloading                               ? "--preload"
                 : o.start_method == CliStartMethod::Warm ? "--start-method warm"
                                                          : "--start-method forkserver";
   server_argv = o.program;
@@ -331,7 +332,8 @@ std::optional<int> Run::check_forkserver_hook() const {
   if (!hooked) {
     say(std::string(method_flag) + ": '" + path +
         "' does not link lspawn's forkserver hook (lspawn::runtime or lspawn::forkserver_hook; "
-        "no " + kForkserverNoteSection + " section); use --start-method exec");
+        "no " +
+        kForkserverNoteSection + " section); use --start-method exec");
     return exit_codes::kUsage;
   }
   return std::nullopt;
@@ -359,7 +361,9 @@ std::optional<int> Run::settle_job_secret() {
     } else if (o.nnodes == 1) {
       job_secret = generate_job_secret();
     } else if (!o.quiet) {
-      say("--nnodes " + (o.min_nnodes > 0 ? std::to_string(o.min_nnodes) + ":" : std::string()) + std::to_string(o.nnodes) + " without LSPAWN_JOB_SECRET: the store records of this job are "
+      say("--nnodes " + (o.min_nnodes > 0 ? std::to_string(o.min_nnodes) + ":" : std::string()) +
+          std::to_string(o.nnodes) +
+          " without LSPAWN_JOB_SECRET: the store records of this job are "
           "not authenticated; export the same secret on every node (e.g. LSPAWN_JOB_SECRET=$(openssl rand -hex 32))");
     }
   } catch (const std::exception& e) {
@@ -480,9 +484,10 @@ void Run::read_environment() {
     // Read by lspawn's sitecustomize (exec) and --preload's bootstrap in each Python worker.
     set_env(base_env, "LSPAWN_CPU_BACKEND", "lspawn");
     if (!use_forkserver && !(python_site.python && !python_site.site_dir.empty())) {
-      throw UsageError(std::string("--cpu-backend lspawn applies to Python workers started with lspawn's site hook or ") +
-                       "--preload; " + (python_site.python ? python_site.off_why : "the program is not a Python interpreter") +
-                       " (docs/python-backend.md)");
+      throw UsageError(
+          std::string("--cpu-backend lspawn applies to Python workers started with lspawn's site hook or ") +
+          "--preload; " + (python_site.python ? python_site.off_why : "the program is not a Python interpreter") +
+          " (docs/python-backend.md)");
     }
     say("--cpu-backend lspawn: the workers' torch.distributed gloo groups use lspawn's backend for CPU tensors "
         "(shared memory within a host; docs/python-backend.md)");
@@ -548,11 +553,14 @@ void Run::say_starting() const {
   const node::AssignMsg& assign = group->assignment();
   say("starting " + workers_text(o.nproc_per_node) + " of '" + path +
       (preloading ? " " + o.program[1] + "' (preloaded: " + preload_modules + ")" : "'") +
-      (o.start_method == CliStartMethod::Warm ? " by warm forkserver" : use_forkserver ? " by forkserver" : "") +
+      (o.start_method == CliStartMethod::Warm ? " by warm forkserver"
+       : use_forkserver                       ? " by forkserver"
+                                              : "") +
       " (node " + std::to_string(node_rank) + "/" + std::to_string(assign.nnodes) + (multi ? " on " + host : "") +
       ", master " + assign.master_addr + ":" + std::to_string(assign.master_port) + ", run id " + job.run_id + ")");
   if (!placements.empty()) {
-    say("--numa-binding " + o.numa_binding + ": " + placement::placement_text(topology, placements, node_rank * o.nproc_per_node) +
+    say("--numa-binding " + o.numa_binding + ": " +
+        placement::placement_text(topology, placements, node_rank * o.nproc_per_node) +
         (omp_per_worker ? "; OMP_NUM_THREADS = each rank's CPU count" : ""));
   }
 }
@@ -651,8 +659,8 @@ void Run::say_round() const {
   if (group->restarts_used() == restarts_before) {
     say("round " + std::to_string(round) + ": starting " + workers_text(o.nproc_per_node) + place);
   } else {
-    say("restart " + std::to_string(group->restarts_used()) + " of " + std::to_string(o.max_restarts) +
-        ": starting " + workers_text(o.nproc_per_node) + place);
+    say("restart " + std::to_string(group->restarts_used()) + " of " + std::to_string(o.max_restarts) + ": starting " +
+        workers_text(o.nproc_per_node) + place);
   }
 }
 
@@ -732,8 +740,8 @@ void Run::report_local_events() {
 void Run::step_workers() {
   send_status();
   const auto watch_due = hang_watch->next_deadline();
-  sup->step(std::min({group->next_wakeup(), watch_due,
-                      multi && !group->coordinator() ? next_status : Clock::time_point::max()}));
+  sup->step(std::min(
+      {group->next_wakeup(), watch_due, multi && !group->coordinator() ? next_status : Clock::time_point::max()}));
   if (Clock::now() >= watch_due && hang_watch->poll(Clock::now(), sup->results()) && !sup->finished() &&
       !sup->root_cause()) {
     group->set_hang();
@@ -780,7 +788,8 @@ void Run::send_status() {
   st.ranks = hang_watch->collect_inputs(sup->results());
   for (auto& in : st.ranks) in.host = host;
   node::Body j = node::body_of(st);
-  if (j == last_status && now - status_sent < std::max<Clock::duration>(std::chrono::seconds(1), group->heartbeat_interval()))
+  if (j == last_status &&
+      now - status_sent < std::max<Clock::duration>(std::chrono::seconds(1), group->heartbeat_interval()))
     return;
   group->send_hang_message(group->assignment().coordinator, "status", j);
   last_status = std::move(j);
@@ -813,8 +822,8 @@ node::Cause Run::local_cause() const {
     c.kind = node::CauseKind::Signal;
     c.exit_code = 128 + sig;
     c.time_us = now_us();
-    c.text = multi ? "lspawn: root cause: lspawn on node " + std::to_string(node_rank) + " (" + host +
-                         ") received " + sys::signal_name(sig) + "\n"
+    c.text = multi ? "lspawn: root cause: lspawn on node " + std::to_string(node_rank) + " (" + host + ") received " +
+                         sys::signal_name(sig) + "\n"
                    : "lspawn: stopped by " + sys::signal_name(sig) + "\n";
   }
   return c;
@@ -830,15 +839,16 @@ void Run::fill_hang_cause(node::Cause& c) const {
   // Multi-node: the report travels with the cause (the other nodes print it too).
   c.text = (multi ? hang_watch->last_report() : std::string()) +
            "lspawn: root cause: no rank made progress in its collectives for " + secs.str() + " s on node " +
-           std::to_string(node_rank) + " (" + host + "): stopped by the hang watchdog "
+           std::to_string(node_rank) + " (" + host +
+           "): stopped by the hang watchdog "
            "(--hang-timeout; the report is above)\n";
 }
 
 std::string Run::attempt_text() const {
-  return multi ? "lspawn:   on node " + std::to_string(node_rank) + " of " +
-                     std::to_string(group->assignment().nnodes) + " (" + host + "), attempt " +
-                     std::to_string(round) + "\n"
-               : std::string();
+  return multi
+             ? "lspawn:   on node " + std::to_string(node_rank) + " of " + std::to_string(group->assignment().nnodes) +
+                   " (" + host + "), attempt " + std::to_string(round) + "\n"
+             : std::string();
 }
 
 // The job is over: every node prints the same root cause and exits with its code.
@@ -853,8 +863,10 @@ int Run::print_outcome() {
   if (!group->failed_attempts().empty()) {
     std::string line = "lspawn: attempts:";
     for (const std::string& a : group->failed_attempts()) line += " " + a + ";";
-    line += " " + (fin.failed ? node::attempt_failed_text(fin.restart_count, fin.cause)
-                              : "attempt " + std::to_string(fin.restart_count) + " succeeded") + "\n";
+    line += " " +
+            (fin.failed ? node::attempt_failed_text(fin.restart_count, fin.cause)
+                        : "attempt " + std::to_string(fin.restart_count) + " succeeded") +
+            "\n";
     write_stderr(line);
   }
   const int code = multi ? fin.exit_code : group->hang() && !sup->root_cause() ? exit_codes::kHang : sup->exit_code();
@@ -866,12 +878,14 @@ std::string Run::outcome_summary(const node::FinishMsg& fin) const {
   if (!fin.failed) return sup->summary();
   if (!multi) {  // the supervisor's own summary, and the decision's line about a code not retried
     const size_t at = fin.cause.text.find(node::kNotRestartedLine);
-    return sup->summary() + (at == std::string::npos ? "" : fin.cause.text.substr(at, fin.cause.text.find('\n', at) + 1 - at));
+    return sup->summary() +
+           (at == std::string::npos ? "" : fin.cause.text.substr(at, fin.cause.text.find('\n', at) + 1 - at));
   }
   std::string summary = fin.cause.text;
   // This node's own hang: its report is printed already; the root-cause line only.
   const std::string& report = hang_watch->last_report();
-  if (fin.cause.kind == node::CauseKind::Hang && fin.cause.node_rank == node_rank && summary.compare(0, report.size(), report) == 0) {
+  if (fin.cause.kind == node::CauseKind::Hang && fin.cause.node_rank == node_rank &&
+      summary.compare(0, report.size(), report) == 0) {
     summary.erase(0, report.size());
   }
   const bool ours = fin.cause.kind == node::CauseKind::Worker && fin.cause.node_rank == node_rank;
@@ -901,9 +915,10 @@ void Run::on_hang_message(int from, const node::Message& m) {
     } else if (m.type == "stacks?") {
       const auto ask = m.as<node::StackAskMsg>();
       if (ask.restart_count != group->round()) return;
-      hang_watch->ask_stacks_for(ask.ranks, sup->results(), [this, from, asked = ask.restart_count](std::vector<RankInput> a) {
-        send_stacks(from, asked, std::move(a));
-      });
+      hang_watch->ask_stacks_for(ask.ranks, sup->results(),
+                                 [this, from, asked = ask.restart_count](std::vector<RankInput> a) {
+                                   send_stacks(from, asked, std::move(a));
+                                 });
     } else if (m.type == "stacks") {
       hang_watch->add_remote_stacks(m.as<node::StacksMsg>().ranks);
     }

@@ -71,9 +71,11 @@ std::string output_note(const StdRouting& routing, const LogDirSink& logs, int r
 void route_sinks(const CliOptions& o, RunOutput& out) {
   const StdRouting routing = std_routing(o);
   out.sinks.clear();
-  out.routes.push_back(std::make_unique<RoutedSink>(*out.console, [routing](int r, Stream s) { return routing(r, s).console; }));
+  out.routes.push_back(
+      std::make_unique<RoutedSink>(*out.console, [routing](int r, Stream s) { return routing(r, s).console; }));
   if (out.logs) {
-    out.routes.push_back(std::make_unique<RoutedSink>(*out.logs, [routing](int r, Stream s) { return routing(r, s).file; }));
+    out.routes.push_back(
+        std::make_unique<RoutedSink>(*out.logs, [routing](int r, Stream s) { return routing(r, s).file; }));
     out.output_note = [routing, logs = out.logs.get()](int rank) { return output_note(routing, *logs, rank); };
   }
   for (auto& r : out.routes) out.sinks.push_back(r.get());
@@ -121,8 +123,9 @@ RunOutput make_run_output(const CliOptions& o, const std::string& host,
     ConsoleSink::Options fo = co;
     fo.prefix = true;
     try {
-      out.filtered = std::make_unique<FilteredCopySink>(o.filtered_dir, o.duplicate_filters[0], o.duplicate_filters[1],
-                                                        [fo](int rank) { return console_prefix(fo, rank); }, warn);
+      out.filtered = std::make_unique<FilteredCopySink>(
+          o.filtered_dir, o.duplicate_filters[0], o.duplicate_filters[1],
+          [fo](int rank) { return console_prefix(fo, rank); }, warn);
     } catch (const sys::SysError& e) {
       throw UsageError("--duplicate-stdout/stderr-filters: " + std::string(e.what()));
     }

@@ -17,12 +17,12 @@
 namespace lspawn::cli {
 
 struct RunOutput {
-  std::unique_ptr<ConsoleSink> console;         // null: --log-dir alone sends nothing there
-  std::unique_ptr<LogDirSink> logs;             // --log-dir
-  std::unique_ptr<FilteredCopySink> filtered;   // --duplicate-*-filters
+  std::unique_ptr<ConsoleSink> console;             // null: --log-dir alone sends nothing there
+  std::unique_ptr<LogDirSink> logs;                 // --log-dir
+  std::unique_ptr<FilteredCopySink> filtered;       // --duplicate-*-filters
   std::vector<std::unique_ptr<OutputSink>> routes;  // --redirects/--tee SPEC/--local-ranks-filter:
                                                     // the console's and the files' share, per rank
-  std::vector<OutputSink*> sinks;               // SupervisorOptions::sinks
+  std::vector<OutputSink*> sinks;                   // SupervisorOptions::sinks
   // SupervisorOptions::output_note: where a failed rank's output is when the console does not
   // show it (routed to the files only). Null without routes into --log-dir.
   std::function<std::string(int rank)> output_note;

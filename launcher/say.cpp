@@ -9,8 +9,7 @@ void say(const std::string& line) { write_stderr("lspawn: " + line + "\n"); }
 void write_stderr(const std::string& text) {
   try {
     sys::write_all(2, text, "stderr");
-  } catch (const sys::SysError&) {
-  }
+  } catch (const sys::SysError&) {}
 }
 
 std::string workers_text(int n) { return std::to_string(n) + " worker" + (n == 1 ? "" : "s"); }

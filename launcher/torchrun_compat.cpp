@@ -85,8 +85,8 @@ StdRoute filter_route(StdRoute route, const std::set<int>& shown, int local_rank
   return StdRoute{false, true};
 }
 
-int resolve_nproc_spec(const std::string& spec, int gpus, int cpus, const char* cuda_visible_devices,
-                       int max_procs, std::string* how) {
+int resolve_nproc_spec(const std::string& spec, int gpus, int cpus, const char* cuda_visible_devices, int max_procs,
+                       std::string* how) {
   const std::string flag = "--nproc-per-node " + spec;
   int n = 0;
   std::string what;
@@ -104,8 +104,10 @@ int resolve_nproc_spec(const std::string& spec, int gpus, int cpus, const char* 
     n = cpus < 1 ? 1 : cpus;
     what = std::to_string(n) + " CPU" + (n == 1 ? "" : "s") + " usable by this process";
   } else {
-    throw UsageError("--nproc-per-node: expected a positive integer, gpu, cpu or auto "
-                     "(--nproc-per-node N|gpu|cpu|auto), got '" + spec + "'");
+    throw UsageError(
+        "--nproc-per-node: expected a positive integer, gpu, cpu or auto "
+        "(--nproc-per-node N|gpu|cpu|auto), got '" +
+        spec + "'");
   }
   if (n > max_procs) {
     throw UsageError(flag + ": " + what + ", more than " + std::to_string(max_procs) +
@@ -240,7 +242,8 @@ std::optional<std::string> refused_torchrun_flag(const std::string& name) {
   static const Refusal kRefused[] = {
       {"--logs-specs", "lspawn has no log plugins; its own files are --log-dir DIR with --redirects/--tee"},
       {"--event-log-handler", "lspawn has no event log; its info lines and the failure summary go to stderr"},
-      {"--use-env", "that is torch.distributed.launch's flag; lspawn (like torchrun) always sets LOCAL_RANK in the environment"},
+      {"--use-env",
+       "that is torch.distributed.launch's flag; lspawn (like torchrun) always sets LOCAL_RANK in the environment"},
   };
   for (const auto& r : kRefused) {
     if (name == r.name) {
@@ -253,11 +256,24 @@ std::optional<std::string> refused_torchrun_flag(const std::string& name) {
 EnvFlags torchrun_env_flags(const std::function<std::optional<std::string>(const std::string&)>& env,
                             const std::set<std::string>& given) {
   // torchrun 2.15's flags with an environment default that lspawn has (canonical '-' names).
-  static const char* const kValued[] = {
-      "--rdzv-backend", "--rdzv-endpoint", "--rdzv-conf", "--max-restarts", "--monitor-interval",
-      "--start-method", "--role", "--log-dir", "--redirects", "--tee", "--local-ranks-filter",
-      "--local-addr", "--signals-to-handle", "--shutdown-timeout", "--log-line-prefix-template",
-      "--duplicate-stdout-filters", "--duplicate-stderr-filters", "--numa-binding"};
+  static const char* const kValued[] = {"--rdzv-backend",
+                                        "--rdzv-endpoint",
+                                        "--rdzv-conf",
+                                        "--max-restarts",
+                                        "--monitor-interval",
+                                        "--start-method",
+                                        "--role",
+                                        "--log-dir",
+                                        "--redirects",
+                                        "--tee",
+                                        "--local-ranks-filter",
+                                        "--local-addr",
+                                        "--signals-to-handle",
+                                        "--shutdown-timeout",
+                                        "--log-line-prefix-template",
+                                        "--duplicate-stdout-filters",
+                                        "--duplicate-stderr-filters",
+                                        "--numa-binding"};
   static const char* const kSwitches[] = {"--standalone", "--module", "--no-python", "--run-path",
                                           "--virtual-local-rank"};
   // ... and those lspawn does not have: their variables are noted, not read.
@@ -277,8 +293,9 @@ EnvFlags torchrun_env_flags(const std::function<std::optional<std::string>(const
     const auto v = env(var);
     if (!v || v->empty() || given.count(flag) != 0) continue;
     // torchrun: bool(int(value)).
-    const bool integer = v->find_first_not_of("0123456789") == std::string::npos ||
-                         ((*v)[0] == '-' && v->size() > 1 && v->find_first_not_of("0123456789", 1) == std::string::npos);
+    const bool integer =
+        v->find_first_not_of("0123456789") == std::string::npos ||
+        ((*v)[0] == '-' && v->size() > 1 && v->find_first_not_of("0123456789", 1) == std::string::npos);
     if (!integer) {
       throw UsageError(var + "='" + *v + "': expected an integer (torchrun's switch " + flag +
                        ": 0 off, any other integer on)");

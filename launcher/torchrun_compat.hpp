@@ -27,11 +27,11 @@ std::vector<std::string> split_commas(const std::string& v);
 // stderr, per local rank. "3" applies to every local rank; "0:1,1:2" to the ranks named
 // (the others: 0, no stream).
 struct StdSpec {
-  int all = 0;                 // 0..3, for every local rank when per_rank is empty
+  int all = 0;                  // 0..3, for every local rank when per_rank is empty
   std::map<int, int> per_rank;  // local rank -> 0..3 ("LR:V,..." form); ranks absent: 0
-  bool mapped = false;         // the "LR:V,..." form was given
+  bool mapped = false;          // the "LR:V,..." form was given
   int mask_for(int local_rank) const;
-  bool any() const;            // some stream of some rank is selected
+  bool any() const;  // some stream of some rank is selected
 };
 
 // "0".."3" or "LR:V[,LR:V...]" (LR a local rank, V 0..3); nullopt for anything else.
@@ -61,8 +61,8 @@ StdRoute filter_route(StdRoute route, const std::set<int>& shown, int local_rank
 // Returns the count and sets *how to a phrase for the info line ("2 GPUs", "8 CPUs").
 // Throws UsageError for gpu when gpus == 0 (naming the flag and CUDA_VISIBLE_DEVICES's value,
 // `cuda_visible_devices` null when unset) and for a count above max_procs.
-int resolve_nproc_spec(const std::string& spec, int gpus, int cpus, const char* cuda_visible_devices,
-                       int max_procs, std::string* how);
+int resolve_nproc_spec(const std::string& spec, int gpus, int cpus, const char* cuda_visible_devices, int max_procs,
+                       std::string* how);
 
 // The worker's command line, by torchrun's program conventions (docs/cli.md "Python programs"):
 //   --no-python            program as given (exec'd directly); with -m: UsageError
@@ -73,11 +73,11 @@ int resolve_nproc_spec(const std::string& spec, int gpus, int cpus, const char* 
 // `python` is the interpreter (python_interpreter()). *reason (may be null) is set to why the
 // program runs under Python ("a .py program", "-m", "--run-path"), empty when it does not.
 struct ProgramConvention {
-  bool module = false;      // -m / --module
-  bool no_python = false;   // --no-python
-  bool run_path = false;    // --run-path
-  bool unbuffered = true;   // python -u, as torchrun; off under --preload, whose one interpreter
-                            // serves every worker (PYTHONUNBUFFERED=1 does it for all of them)
+  bool module = false;     // -m / --module
+  bool no_python = false;  // --no-python
+  bool run_path = false;   // --run-path
+  bool unbuffered = true;  // python -u, as torchrun; off under --preload, whose one interpreter
+                           // serves every worker (PYTHONUNBUFFERED=1 does it for all of them)
 };
 std::vector<std::string> worker_command(const std::vector<std::string>& program, const ProgramConvention& c,
                                         const std::string& python, std::string* reason);
@@ -126,8 +126,8 @@ struct EnvFlag {
   std::vector<std::string> args;  // what it stands for: {"--max-restarts=3"}; {} for a switch off
 };
 struct EnvFlags {
-  std::vector<EnvFlag> flags;     // in a fixed order, one per variable set
-  std::vector<std::string> notes; // variables of torchrun flags lspawn does not have (ignored)
+  std::vector<EnvFlag> flags;      // in a fixed order, one per variable set
+  std::vector<std::string> notes;  // variables of torchrun flags lspawn does not have (ignored)
 };
 // `given`: the canonical names of the flags on the command line (CliOptions::given), whose
 // variables are not read. Throws UsageError naming the variable for a switch that is not an

@@ -45,9 +45,9 @@ CpuList exclusive(const Topology& t, int node, const CpuList& cpus, int index, i
   const auto cores = group_by(t, cpus, &Cpu::core);
   const int ncores = static_cast<int>(cores.size());
   if (ncores < count) {
-    throw TopologyError("--numa-binding exclusive: NUMA node " + std::to_string(node) + " has " + std::to_string(ncores) +
-                        " physical core" + (ncores == 1 ? "" : "s") + " lspawn may use for " + std::to_string(count) +
-                        " ranks; use --numa-binding node, or fewer ranks");
+    throw TopologyError("--numa-binding exclusive: NUMA node " + std::to_string(node) + " has " +
+                        std::to_string(ncores) + " physical core" + (ncores == 1 ? "" : "s") + " lspawn may use for " +
+                        std::to_string(count) + " ranks; use --numa-binding node, or fewer ranks");
   }
   const int per = ncores / count, extra = ncores % count;
   const int start = index * per + std::min(index, extra);
@@ -82,11 +82,13 @@ std::vector<Placement> place(const Topology& t, Mode mode, int nlocal, const std
   std::vector<int> node_of(out.size()), index_on_node(out.size()), count_on_node(out.size());
   if (!gpus.empty()) {
     if (nlocal > static_cast<int>(gpus.size())) {
-      throw TopologyError("--numa-binding: " + std::to_string(nlocal) + " local ranks but " + std::to_string(gpus.size()) +
-                          " visible GPU" + (gpus.size() == 1 ? "" : "s") + " (local rank r is placed by GPU r)");
+      throw TopologyError("--numa-binding: " + std::to_string(nlocal) + " local ranks but " +
+                          std::to_string(gpus.size()) + " visible GPU" + (gpus.size() == 1 ? "" : "s") +
+                          " (local rank r is placed by GPU r)");
     }
     std::map<int, std::vector<int>> on_node;  // node -> visible GPU positions
-    for (size_t v = 0; v < gpus.size(); ++v) on_node[t.gpus[static_cast<size_t>(gpus[v])].numa_node].push_back(static_cast<int>(v));
+    for (size_t v = 0; v < gpus.size(); ++v)
+      on_node[t.gpus[static_cast<size_t>(gpus[v])].numa_node].push_back(static_cast<int>(v));
     for (int r = 0; r < nlocal; ++r) {
       const int node = t.gpus[static_cast<size_t>(gpus[static_cast<size_t>(r)])].numa_node;
       const auto& list = on_node[node];
@@ -100,7 +102,8 @@ std::vector<Placement> place(const Topology& t, Mode mode, int nlocal, const std
     for (const auto& [node, cpus] : t.nodes) {
       if (!intersect(cpus, allowed).empty()) usable.push_back(node);
     }
-    if (usable.empty()) throw TopologyError("--numa-binding: no NUMA node has a CPU lspawn may use (" + cpu_list_text(allowed) + ")");
+    if (usable.empty())
+      throw TopologyError("--numa-binding: no NUMA node has a CPU lspawn may use (" + cpu_list_text(allowed) + ")");
     const int k = static_cast<int>(usable.size());
     std::vector<int> block(out.size());
     for (int r = 0; r < nlocal; ++r) block[r] = static_cast<int>(static_cast<long long>(r) * k / nlocal);

@@ -17,7 +17,9 @@ int parse_number(const std::string& s, const std::string& what, const std::strin
     throw std::invalid_argument(what + ": '" + text + "' is not a CPU list (such as 0-3,8)");
   }
   const int n = std::atoi(s.c_str());
-  if (n > kMaxCpu) throw std::invalid_argument(what + ": CPU " + s + " is beyond the " + std::to_string(kMaxCpu + 1) + " lspawn handles");
+  if (n > kMaxCpu)
+    throw std::invalid_argument(what + ": CPU " + s + " is beyond the " + std::to_string(kMaxCpu + 1) +
+                                " lspawn handles");
   return n;
 }
 }  // namespace
@@ -39,7 +41,8 @@ CpuList parse_cpu_list(const std::string& text, const std::string& what) {
     } else {
       const int lo = parse_number(item.substr(0, dash), what, text);
       const int hi = parse_number(item.substr(dash + 1), what, text);
-      if (hi < lo) throw std::invalid_argument(what + ": '" + text + "' has the range " + item + ", which ends before it starts");
+      if (hi < lo)
+        throw std::invalid_argument(what + ": '" + text + "' has the range " + item + ", which ends before it starts");
       for (int c = lo; c <= hi; ++c) out.push_back(c);
     }
     pos = comma + 1;

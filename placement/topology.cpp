@@ -32,8 +32,7 @@ int to_int(const std::string& s, const std::string& path) {
     size_t used = 0;
     const int v = std::stoi(s, &used);
     if (used == s.size()) return v;
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   throw TopologyError("--numa-binding: " + path + " holds '" + s + "', not an integer");
 }
 
@@ -113,7 +112,8 @@ Topology read_topology(const std::string& sys_root, const std::string& proc_root
     c.id = id;
     c.package = to_int(must_read(d + "/topology/physical_package_id"), d + "/topology/physical_package_id");
     std::string siblings;
-    if (!read_file(d + "/topology/thread_siblings_list", &siblings) && !read_file(d + "/topology/core_cpus_list", &siblings)) {
+    if (!read_file(d + "/topology/thread_siblings_list", &siblings) &&
+        !read_file(d + "/topology/core_cpus_list", &siblings)) {
       throw TopologyError("--numa-binding: cannot read " + d + "/topology/thread_siblings_list");
     }
     CpuList sib;
@@ -141,7 +141,8 @@ Topology read_topology(const std::string& sys_root, const std::string& proc_root
     const std::string d = pci_root + "/" + addr;
     std::string vendor, cls;
     if (!read_file(d + "/vendor", &vendor) || vendor != "0x10de") continue;
-    if (!read_file(d + "/class", &cls) || (cls.compare(0, 6, "0x0300") != 0 && cls.compare(0, 6, "0x0302") != 0)) continue;
+    if (!read_file(d + "/class", &cls) || (cls.compare(0, 6, "0x0300") != 0 && cls.compare(0, 6, "0x0302") != 0))
+      continue;
     Gpu g;
     g.pci = addr;
     std::string node;
@@ -189,11 +190,13 @@ std::vector<int> visible_gpus(const Topology& topo, const char* visible, const c
       if (i < static_cast<int>(topo.gpus.size())) found = i;
     } else if (item.compare(0, 4, "GPU-") == 0) {
       for (size_t i = 0; i < topo.gpus.size(); ++i) {
-        if (!topo.gpus[i].uuid.empty() && topo.gpus[i].uuid.compare(0, item.size(), item) == 0) found = static_cast<int>(i);
+        if (!topo.gpus[i].uuid.empty() && topo.gpus[i].uuid.compare(0, item.size(), item) == 0)
+          found = static_cast<int>(i);
       }
       if (found < 0) {
-        throw TopologyError("--numa-binding: CUDA_VISIBLE_DEVICES='" + std::string(visible) + "': no GPU of this node has the UUID " +
-                            item + " (read from /proc/driver/nvidia/gpus/*/information)");
+        throw TopologyError("--numa-binding: CUDA_VISIBLE_DEVICES='" + std::string(visible) +
+                            "': no GPU of this node has the UUID " + item +
+                            " (read from /proc/driver/nvidia/gpus/*/information)");
       }
     } else if (item.compare(0, 4, "MIG-") == 0) {
       throw TopologyError("--numa-binding: CUDA_VISIBLE_DEVICES='" + std::string(visible) +

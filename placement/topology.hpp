@@ -21,25 +21,25 @@ class TopologyError : public lspawn::Error {
 
 struct Cpu {
   int id = 0;
-  int package = 0;    // topology/physical_package_id: the socket
-  int core = 0;       // the lowest CPU of topology/thread_siblings_list: one per physical core
-  int cache = 0;      // the lowest CPU sharing its highest-level data cache: one per core complex
+  int package = 0;  // topology/physical_package_id: the socket
+  int core = 0;     // the lowest CPU of topology/thread_siblings_list: one per physical core
+  int cache = 0;    // the lowest CPU sharing its highest-level data cache: one per core complex
   int numa_node = 0;
 };
 
 struct Gpu {
-  std::string pci;        // "0000:1b:00.0"
-  int numa_node = 0;      // its numa_node file; -1 (a machine of one node) reads as 0, as torch
-  std::string model;      // the PCI device id ("0x2330")
-  std::string uuid;       // "GPU-…" from /proc/driver/nvidia/gpus/<pci>/information; "" unknown
+  std::string pci;    // "0000:1b:00.0"
+  int numa_node = 0;  // its numa_node file; -1 (a machine of one node) reads as 0, as torch
+  std::string model;  // the PCI device id ("0x2330")
+  std::string uuid;   // "GPU-…" from /proc/driver/nvidia/gpus/<pci>/information; "" unknown
 };
 
 struct Topology {
-  std::vector<Cpu> cpus;               // the online CPUs, by id
-  std::map<int, CpuList> nodes;        // NUMA node -> its online CPUs
-  std::vector<Gpu> gpus;               // NVIDIA GPUs in PCI bus order
-  bool nodes_known = true;             // false: no devices/system/node (one node 0 assumed)
-  bool caches_known = true;            // false: no cache/ directory (a node is one complex)
+  std::vector<Cpu> cpus;         // the online CPUs, by id
+  std::map<int, CpuList> nodes;  // NUMA node -> its online CPUs
+  std::vector<Gpu> gpus;         // NVIDIA GPUs in PCI bus order
+  bool nodes_known = true;       // false: no devices/system/node (one node 0 assumed)
+  bool caches_known = true;      // false: no cache/ directory (a node is one complex)
   const Cpu* cpu(int id) const;
 };
 

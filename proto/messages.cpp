@@ -72,8 +72,8 @@ const char* kind_name(Value::Kind kind) {
 
 bool operator==(const ErrorReport& a, const ErrorReport& b) {
   auto t = [](const ErrorReport& r) {
-    return std::tie(r.version, r.rank, r.local_rank, r.pid, r.host, r.exception_type, r.message,
-                    r.backtrace, r.timestamp_us, r.failed_at_us);
+    return std::tie(r.version, r.rank, r.local_rank, r.pid, r.host, r.exception_type, r.message, r.backtrace,
+                    r.timestamp_us, r.failed_at_us);
   };
   return t(a) == t(b);
 }
@@ -85,8 +85,7 @@ bool operator==(const Value& a, const Value& b) {
 
 bool operator==(const SpawnCall& a, const SpawnCall& b) {
   auto t = [](const SpawnCall& c) {
-    return std::tie(c.version, c.function, c.index, c.nprocs, c.args, c.want_result,
-                    c.result_path);
+    return std::tie(c.version, c.function, c.index, c.nprocs, c.args, c.want_result, c.result_path);
   };
   return t(a) == t(b);
 }
@@ -98,8 +97,7 @@ bool operator==(const SpawnResult& a, const SpawnResult& b) {
 
 bool operator==(const ForkRequest& a, const ForkRequest& b) {
   auto t = [](const ForkRequest& r) {
-    return std::tie(r.version, r.index, r.shutdown, r.call, r.env, r.has_stdio, r.server, r.cwd,
-                    r.umask);
+    return std::tie(r.version, r.index, r.shutdown, r.call, r.env, r.has_stdio, r.server, r.cwd, r.umask);
   };
   return t(a) == t(b);
 }
@@ -110,9 +108,7 @@ bool operator==(const ForkReply& a, const ForkReply& b) {
 }
 
 bool operator==(const ChildExit& a, const ChildExit& b) {
-  auto t = [](const ChildExit& e) {
-    return std::tie(e.version, e.index, e.pid, e.exit_code, e.signal);
-  };
+  auto t = [](const ChildExit& e) { return std::tie(e.version, e.index, e.pid, e.exit_code, e.signal); };
   return t(a) == t(b);
 }
 
@@ -123,8 +119,7 @@ bool operator==(const DaemonRequest& a, const DaemonRequest& b) {
 
 bool operator==(const DaemonReply& a, const DaemonReply& b) {
   auto t = [](const DaemonReply& r) {
-    return std::tie(r.version, r.error, r.daemon_pid, r.forkserver_pid, r.server_pid, r.reused,
-                    r.runs, r.forkservers);
+    return std::tie(r.version, r.error, r.daemon_pid, r.forkserver_pid, r.server_pid, r.reused, r.runs, r.forkservers);
   };
   return t(a) == t(b);
 }

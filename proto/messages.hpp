@@ -30,8 +30,8 @@ namespace lspawn::proto {
 // (what files written by earlier lspawn builds, through protobuf's JSON mapping, hold).
 struct ErrorReport {
   uint32_t version = 0;
-  int32_t rank = 0;            // global rank, -1 when unknown
-  int32_t local_rank = 0;      // -1 when unknown
+  int32_t rank = 0;        // global rank, -1 when unknown
+  int32_t local_rank = 0;  // -1 when unknown
   int64_t pid = 0;
   std::string host;
   std::string exception_type;  // demangled C++ type, e.g. "std::runtime_error"
@@ -87,7 +87,7 @@ const char* kind_name(Value::Kind kind);
 // which registered function to run, with which index and arguments, and where to put the result.
 struct SpawnCall {
   uint32_t version = 0;
-  std::string function;     // name given to LSPAWN_REGISTER
+  std::string function;  // name given to LSPAWN_REGISTER
   int32_t index = 0;
   int32_t nprocs = 0;
   ValueList args;
@@ -100,7 +100,7 @@ struct SpawnResult {
   uint32_t version = 0;
   int32_t index = 0;
   Value value;
-  bool returned = false;    // false when the function returned void (value unset)
+  bool returned = false;  // false when the function returned void (value unset)
 };
 
 // Forkserver protocol: parent → server requests; server → parent replies.
@@ -116,15 +116,15 @@ struct ForkRequest {
   // request carries the new server's request socket and exit pipe (SCM_RIGHTS, in that order)
   // instead of stdio. How the warm daemon gives each run a server of its own (docs/warm-start.md).
   bool server = false;
-  std::string cwd;               // the worker's working directory; empty: the server's
-  int32_t umask = -1;            // the worker's umask; -1: the server's
+  std::string cwd;     // the worker's working directory; empty: the server's
+  int32_t umask = -1;  // the worker's umask; -1: the server's
 };
 
 struct ForkReply {
   uint32_t version = 0;
   int32_t index = 0;
-  int64_t pid = 0;      // pid of the forked worker, 0 on failure
-  std::string error;    // why the fork failed, empty on success
+  int64_t pid = 0;    // pid of the forked worker, 0 on failure
+  std::string error;  // why the fork failed, empty on success
 };
 
 // Forkserver → parent: a worker the server forked has exited (the server is its parent, and
@@ -140,7 +140,7 @@ struct ChildExit {
 // Client → warm daemon (`lspawn daemon`, docs/warm-start.md), on its unix socket.
 struct DaemonRequest {
   uint32_t version = 0;
-  std::string op;                 // "forkserver" | "status" | "stop"
+  std::string op;  // "forkserver" | "status" | "stop"
   // forkserver: the program (absolute path), its argv (argv[0] included) and the environment
   // it is executed with; together with the file's identity they key the warm forkserver.
   std::string path;
@@ -156,12 +156,12 @@ struct DaemonRequest {
 // Forkserver of its own.
 struct DaemonReply {
   uint32_t version = 0;
-  std::string error;               // why the request was refused or failed; empty: done
+  std::string error;  // why the request was refused or failed; empty: done
   int64_t daemon_pid = 0;
-  int64_t forkserver_pid = 0;      // the warm forkserver (kept between runs)
-  int64_t server_pid = 0;          // this run's server, a fork of the warm forkserver
-  bool reused = false;             // the warm forkserver existed before this request
-  int64_t runs = 0;                // runs the warm forkserver has served, this one included
+  int64_t forkserver_pid = 0;            // the warm forkserver (kept between runs)
+  int64_t server_pid = 0;                // this run's server, a fork of the warm forkserver
+  bool reused = false;                   // the warm forkserver existed before this request
+  int64_t runs = 0;                      // runs the warm forkserver has served, this one included
   std::vector<std::string> forkservers;  // status: one line per warm forkserver
 };
 
@@ -170,14 +170,14 @@ struct DaemonReply {
 // vector (columns, not rows: a row would be a nested message, which this schema does not have).
 struct RunResult {
   uint32_t version = 0;
-  int32_t exit_code = 0;             // lspawn's own exit code
-  bool hang = false;                 // ended by --hang-timeout
-  int32_t root_cause = -1;           // local rank of this node's root cause, -1 when none
-  std::vector<int64_t> ranks;        // global rank
+  int32_t exit_code = 0;       // lspawn's own exit code
+  bool hang = false;           // ended by --hang-timeout
+  int32_t root_cause = -1;     // local rank of this node's root cause, -1 when none
+  std::vector<int64_t> ranks;  // global rank
   std::vector<int64_t> pids;
-  std::vector<int64_t> exit_codes;   // WEXITSTATUS, 0 when killed by a signal
-  std::vector<int64_t> signals;      // the terminating signal, 0 when it exited
-  std::vector<int64_t> stopped;      // 1: stopped by lspawn (a consequence, not its own failure)
+  std::vector<int64_t> exit_codes;  // WEXITSTATUS, 0 when killed by a signal
+  std::vector<int64_t> signals;     // the terminating signal, 0 when it exited
+  std::vector<int64_t> stopped;     // 1: stopped by lspawn (a consequence, not its own failure)
 };
 
 // Field-by-field equality (tests, and callers that compare a round trip).

@@ -45,13 +45,13 @@ std::optional<CauseKind> parse_cause_kind(const std::string& name);
 // Why a job (or a round) failed: the one root cause every lspawn reports.
 struct Cause {
   CauseKind kind = CauseKind::Worker;
-  int restart_count = 0;        // the round it happened in
-  int rank = -1;                // worker: its global rank
-  int node_rank = -1;           // where it happened (node-lost: the node that was lost)
+  int restart_count = 0;  // the round it happened in
+  int rank = -1;          // worker: its global rank
+  int node_rank = -1;     // where it happened (node-lost: the node that was lost)
   std::string host;
-  int exit_code = 1;            // what every lspawn exits with
-  int64_t time_us = 0;          // wall clock when it failed (the earliest failure wins)
-  std::string text;             // the report, lines starting "lspawn: ", ending with '\n'
+  int exit_code = 1;               // what every lspawn exits with
+  int64_t time_us = 0;             // wall clock when it failed (the earliest failure wins)
+  std::string text;                // the report, lines starting "lspawn: ", ending with '\n'
   bool before_rendezvous = false;  // worker: it failed before it entered its rendezvous (status/phase.hpp)
 };
 
@@ -59,9 +59,9 @@ struct Cause {
 struct JoinMsg {
   int version = kNodeProtocolVersion;
   std::string host;
-  int node_rank = -1;       // -1: assign one
-  int nnodes = 0;           // --nnodes N, or MAX of MIN:MAX
-  int min_nnodes = 0;       // MIN of --nnodes MIN:MAX; 0: a fixed count
+  int node_rank = -1;  // -1: assign one
+  int nnodes = 0;      // --nnodes N, or MAX of MIN:MAX
+  int min_nnodes = 0;  // MIN of --nnodes MIN:MAX; 0: a fixed count
   int nproc_per_node = 0;
   int max_restarts = 0;
   std::string run_id;       // empty: none given
@@ -88,7 +88,7 @@ struct AssignMsg {
   // The round this assignment starts: 0 at the rendezvous. An elastic job sends a new
   // assignment before each round whose nodes changed (and to a node admitted later).
   int restart_count = 0;
-  int restarts_used = 0;           // of --max-restarts: rounds started after a failure
+  int restarts_used = 0;  // of --max-restarts: rounds started after a failure
 };
 
 // "reject", coordinator → member: the rendezvous failed; the member exits.
@@ -143,14 +143,14 @@ struct GroupRecord {
   int group_rank = 0;
   int group_size = 0;
   bool in_collective = false;
-  uint64_t seq = 0;            // current op (in_collective) or the last one entered, 0: none
+  uint64_t seq = 0;  // current op (in_collective) or the last one entered, 0: none
   std::string op;
   uint64_t bytes = 0;
   int64_t since_us = 0;        // entered (in_collective) / left (idle), CLOCK_REALTIME µs
   uint64_t completed_seq = 0;  // 0: none completed yet
   std::string completed_op;
   int64_t completed_us = 0;
-  uint64_t version = 0;        // changes on every update: progress
+  uint64_t version = 0;  // changes on every update: progress
 };
 
 // A rank's status record, as read (status::RankView, field for field).

@@ -45,8 +45,7 @@ void decode_node_body(const std::string& cbor, Msg& msg);
 
 // The frame of `type` with `body` (the bytes of encode_node_body; empty: no fields), length
 // included. Throws WireError when it would exceed max_bytes.
-std::string encode_node_frame(const std::string& type, const std::string& body,
-                              uint32_t max_bytes = kMaxNodeFrame);
+std::string encode_node_frame(const std::string& type, const std::string& body, uint32_t max_bytes = kMaxNodeFrame);
 
 // One frame read: its type and its body's CBOR (decode_node_body reads it).
 struct NodeFrame {

@@ -16,11 +16,9 @@ inline constexpr bool kAlwaysFalse = false;
 // The top-level messages of messages.hpp: each carries `version`, checked when it is read.
 template <class T>
 inline constexpr bool kIsMessage =
-    std::is_same_v<T, ErrorReport> || std::is_same_v<T, SpawnCall> ||
-    std::is_same_v<T, SpawnResult> || std::is_same_v<T, ForkRequest> ||
-    std::is_same_v<T, ForkReply> || std::is_same_v<T, ChildExit> ||
-    std::is_same_v<T, DaemonRequest> || std::is_same_v<T, DaemonReply> ||
-    std::is_same_v<T, RunResult>;
+    std::is_same_v<T, ErrorReport> || std::is_same_v<T, SpawnCall> || std::is_same_v<T, SpawnResult> ||
+    std::is_same_v<T, ForkRequest> || std::is_same_v<T, ForkReply> || std::is_same_v<T, ChildExit> ||
+    std::is_same_v<T, DaemonRequest> || std::is_same_v<T, DaemonReply> || std::is_same_v<T, RunResult>;
 
 // The bodies of the control channel (node_messages.hpp): no version of their own (the join's
 // says the channel's).
@@ -34,42 +32,70 @@ inline constexpr bool kIsNodeMessage =
 
 // Every struct written as a map of its fields: the messages and the records nested in them.
 template <class T>
-inline constexpr bool kIsRecord = kIsMessage<T> || kIsNodeMessage<T> || std::is_same_v<T, Cause> ||
-                                  std::is_same_v<T, GroupRecord> || std::is_same_v<T, RankRecord> ||
-                                  std::is_same_v<T, RankStatus>;
+inline constexpr bool kIsRecord =
+    kIsMessage<T> || kIsNodeMessage<T> || std::is_same_v<T, Cause> || std::is_same_v<T, GroupRecord> ||
+    std::is_same_v<T, RankRecord> || std::is_same_v<T, RankStatus>;
 
 // The name errors give the struct ("AssignMsg").
 template <class M>
 const char* type_name() {
   using T = std::remove_const_t<M>;
-  if constexpr (std::is_same_v<T, ErrorReport>) return "ErrorReport";
-  else if constexpr (std::is_same_v<T, SpawnCall>) return "SpawnCall";
-  else if constexpr (std::is_same_v<T, SpawnResult>) return "SpawnResult";
-  else if constexpr (std::is_same_v<T, ForkRequest>) return "ForkRequest";
-  else if constexpr (std::is_same_v<T, ForkReply>) return "ForkReply";
-  else if constexpr (std::is_same_v<T, ChildExit>) return "ChildExit";
-  else if constexpr (std::is_same_v<T, DaemonRequest>) return "DaemonRequest";
-  else if constexpr (std::is_same_v<T, DaemonReply>) return "DaemonReply";
-  else if constexpr (std::is_same_v<T, RunResult>) return "RunResult";
-  else if constexpr (std::is_same_v<T, Cause>) return "Cause";
-  else if constexpr (std::is_same_v<T, JoinMsg>) return "JoinMsg";
-  else if constexpr (std::is_same_v<T, JoinedMsg>) return "JoinedMsg";
-  else if constexpr (std::is_same_v<T, AssignMsg>) return "AssignMsg";
-  else if constexpr (std::is_same_v<T, RejectMsg>) return "RejectMsg";
-  else if constexpr (std::is_same_v<T, FailedMsg>) return "FailedMsg";
-  else if constexpr (std::is_same_v<T, StopMsg>) return "StopMsg";
-  else if constexpr (std::is_same_v<T, DoneMsg>) return "DoneMsg";
-  else if constexpr (std::is_same_v<T, BusyMsg>) return "BusyMsg";
-  else if constexpr (std::is_same_v<T, StartMsg>) return "StartMsg";
-  else if constexpr (std::is_same_v<T, FinishMsg>) return "FinishMsg";
-  else if constexpr (std::is_same_v<T, Heartbeat>) return "Heartbeat";
-  else if constexpr (std::is_same_v<T, GroupRecord>) return "GroupRecord";
-  else if constexpr (std::is_same_v<T, RankRecord>) return "RankRecord";
-  else if constexpr (std::is_same_v<T, RankStatus>) return "RankStatus";
-  else if constexpr (std::is_same_v<T, StatusMsg>) return "StatusMsg";
-  else if constexpr (std::is_same_v<T, StackAskMsg>) return "StackAskMsg";
-  else if constexpr (std::is_same_v<T, StacksMsg>) return "StacksMsg";
-  else static_assert(kAlwaysFalse<T>, "not a message of proto/messages.hpp or proto/node_messages.hpp");
+  if constexpr (std::is_same_v<T, ErrorReport>)
+    return "ErrorReport";
+  else if constexpr (std::is_same_v<T, SpawnCall>)
+    return "SpawnCall";
+  else if constexpr (std::is_same_v<T, SpawnResult>)
+    return "SpawnResult";
+  else if constexpr (std::is_same_v<T, ForkRequest>)
+    return "ForkRequest";
+  else if constexpr (std::is_same_v<T, ForkReply>)
+    return "ForkReply";
+  else if constexpr (std::is_same_v<T, ChildExit>)
+    return "ChildExit";
+  else if constexpr (std::is_same_v<T, DaemonRequest>)
+    return "DaemonRequest";
+  else if constexpr (std::is_same_v<T, DaemonReply>)
+    return "DaemonReply";
+  else if constexpr (std::is_same_v<T, RunResult>)
+    return "RunResult";
+  else if constexpr (std::is_same_v<T, Cause>)
+    return "Cause";
+  else if constexpr (std::is_same_v<T, JoinMsg>)
+    return "JoinMsg";
+  else if constexpr (std::is_same_v<T, JoinedMsg>)
+    return "JoinedMsg";
+  else if constexpr (std::is_same_v<T, AssignMsg>)
+    return "AssignMsg";
+  else if constexpr (std::is_same_v<T, RejectMsg>)
+    return "RejectMsg";
+  else if constexpr (std::is_same_v<T, FailedMsg>)
+    return "FailedMsg";
+  else if constexpr (std::is_same_v<T, StopMsg>)
+    return "StopMsg";
+  else if constexpr (std::is_same_v<T, DoneMsg>)
+    return "DoneMsg";
+  else if constexpr (std::is_same_v<T, BusyMsg>)
+    return "BusyMsg";
+  else if constexpr (std::is_same_v<T, StartMsg>)
+    return "StartMsg";
+  else if constexpr (std::is_same_v<T, FinishMsg>)
+    return "FinishMsg";
+  else if constexpr (std::is_same_v<T, Heartbeat>)
+    return "Heartbeat";
+  else if constexpr (std::is_same_v<T, GroupRecord>)
+    return "GroupRecord";
+  else if constexpr (std::is_same_v<T, RankRecord>)
+    return "RankRecord";
+  else if constexpr (std::is_same_v<T, RankStatus>)
+    return "RankStatus";
+  else if constexpr (std::is_same_v<T, StatusMsg>)
+    return "StatusMsg";
+  else if constexpr (std::is_same_v<T, StackAskMsg>)
+    return "StackAskMsg";
+  else if constexpr (std::is_same_v<T, StacksMsg>)
+    return "StacksMsg";
+  else
+    static_assert(kAlwaysFalse<T>, "not a message of proto/messages.hpp or proto/node_messages.hpp");
 }
 
 // Calls f(name, member) for every field of `m` (const or not), in the order written.

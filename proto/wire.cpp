@@ -43,9 +43,9 @@ constexpr struct {
   const char* name;
   Value::Kind kind;
 } kValueKeys[] = {
-    {"i", Value::Kind::kInt},       {"f", Value::Kind::kDouble}, {"b", Value::Kind::kBool},
-    {"s", Value::Kind::kString},    {"tensor", Value::Kind::kTensor},
-    {"list", Value::Kind::kList},   {"blob", Value::Kind::kBlob},
+    {"i", Value::Kind::kInt},     {"f", Value::Kind::kDouble},      {"b", Value::Kind::kBool},
+    {"s", Value::Kind::kString},  {"tensor", Value::Kind::kTensor}, {"list", Value::Kind::kList},
+    {"blob", Value::Kind::kBlob},
 };
 
 const char* value_key(Value::Kind kind) {
@@ -59,9 +59,7 @@ const char* value_key(Value::Kind kind) {
 
 json to_doc(const Value& v);
 
-json bytes_doc(const std::string& s) {
-  return json::binary(std::vector<std::uint8_t>(s.begin(), s.end()));
-}
+json bytes_doc(const std::string& s) { return json::binary(std::vector<std::uint8_t>(s.begin(), s.end())); }
 
 template <class T>
 struct IsVector : std::false_type {};
@@ -137,8 +135,8 @@ bool is_decimal(const std::string& s) {
 
 // An integer field: a CBOR/JSON integer, or a string of decimal digits; range-checked into Int.
 template <class Int>
-std::enable_if_t<std::is_integral_v<Int> && !std::is_same_v<Int, bool>> from_doc(
-    const json& j, Int& out, const std::string& field) {
+std::enable_if_t<std::is_integral_v<Int> && !std::is_same_v<Int, bool>> from_doc(const json& j, Int& out,
+                                                                                 const std::string& field) {
   constexpr Int lo = std::numeric_limits<Int>::min();
   constexpr Int hi = std::numeric_limits<Int>::max();
   if (j.is_null()) return;
@@ -398,12 +396,11 @@ std::string parse_into(const char* data, size_t n, Msg& msg, json::input_format_
 }
 
 template <class Msg>
-void decode(const char* data, size_t n, Msg& msg, json::input_format_t format,
-            const std::string& what, const char* failure) {
+void decode(const char* data, size_t n, Msg& msg, json::input_format_t format, const std::string& what,
+            const char* failure) {
   const std::string problem = parse_into(data, n, msg, format);
   if (!problem.empty()) {
-    throw WireError(what + ": " + failure + " " + type_name<Msg>() + " (" + std::to_string(n) +
-                    " bytes): " + problem);
+    throw WireError(what + ": " + failure + " " + type_name<Msg>() + " (" + std::to_string(n) + " bytes): " + problem);
   }
   check_version(msg.version, (what + ": " + type_name<Msg>()).c_str());
 }
@@ -447,8 +444,8 @@ uint32_t decode_len(const unsigned char* b) {
 
 void check_len(uint32_t len, uint32_t max_bytes, const char* what) {
   if (len > max_bytes) {
-    throw WireError(std::string(what) + ": frame of " + std::to_string(len) +
-                    " bytes exceeds the bound of " + std::to_string(max_bytes) + " bytes");
+    throw WireError(std::string(what) + ": frame of " + std::to_string(len) + " bytes exceeds the bound of " +
+                    std::to_string(max_bytes) + " bytes");
   }
 }
 
@@ -488,8 +485,7 @@ void read_frame(int fd, Msg& msg, const char* what, uint32_t max_bytes) {
   check_len(len, max_bytes, what);
   std::string body(len, '\0');
   if (read_all(fd, body.data(), len, what) < len) {
-    throw WireError(std::string(what) + ": truncated frame (expected " + std::to_string(len) +
-                    " bytes)");
+    throw WireError(std::string(what) + ": truncated frame (expected " + std::to_string(len) + " bytes)");
   }
   decode(body.data(), len, msg, json::input_format_t::cbor, what, "malformed");
 }
@@ -505,10 +501,10 @@ bool try_decode_frame(std::string& buf, Msg& msg, const char* what, uint32_t max
   return true;
 }
 
-#define LSPAWN_WIRE_INSTANTIATE(Msg)                                                          \
-  template std::string encode_frame<Msg>(const Msg&);                                         \
-  template void write_frame<Msg>(int, const Msg&, const char*);                               \
-  template void read_frame<Msg>(int, Msg&, const char*, uint32_t);                            \
+#define LSPAWN_WIRE_INSTANTIATE(Msg)                               \
+  template std::string encode_frame<Msg>(const Msg&);              \
+  template void write_frame<Msg>(int, const Msg&, const char*);    \
+  template void read_frame<Msg>(int, Msg&, const char*, uint32_t); \
   template bool try_decode_frame<Msg>(std::string&, Msg&, const char*, uint32_t);
 LSPAWN_WIRE_INSTANTIATE(proto::ErrorReport)
 LSPAWN_WIRE_INSTANTIATE(proto::SpawnCall)
@@ -530,11 +526,16 @@ void append_cbor_head(std::string& out, unsigned major, uint64_t n) {
     out.push_back(static_cast<char>(major << 5 | info));
     for (int s = 8 * (bytes - 1); s >= 0; s -= 8) out.push_back(static_cast<char>((n >> s) & 0xff));
   };
-  if (n < 24) head(static_cast<unsigned>(n), 0);
-  else if (n <= 0xff) head(24, 1);
-  else if (n <= 0xffff) head(25, 2);
-  else if (n <= 0xffffffffu) head(26, 4);
-  else head(27, 8);
+  if (n < 24)
+    head(static_cast<unsigned>(n), 0);
+  else if (n <= 0xff)
+    head(24, 1);
+  else if (n <= 0xffff)
+    head(25, 2);
+  else if (n <= 0xffffffffu)
+    head(26, 4);
+  else
+    head(27, 8);
 }
 
 constexpr unsigned kCborText = 3;
@@ -638,8 +639,8 @@ std::string AssignEncoder::for_node(int node_rank) const {
   return out;
 }
 
-#define LSPAWN_NODE_WIRE_INSTANTIATE(Msg)                        \
-  template std::string encode_node_body<Msg>(const Msg&);        \
+#define LSPAWN_NODE_WIRE_INSTANTIATE(Msg)                 \
+  template std::string encode_node_body<Msg>(const Msg&); \
   template void decode_node_body<Msg>(const std::string&, Msg&);
 LSPAWN_NODE_WIRE_INSTANTIATE(proto::JoinMsg)
 LSPAWN_NODE_WIRE_INSTANTIATE(proto::JoinedMsg)
@@ -660,8 +661,7 @@ LSPAWN_NODE_WIRE_INSTANTIATE(proto::StacksMsg)
 namespace {
 template <class Msg>
 void write_json_file_of(const std::string& path, const Msg& msg) {
-  const std::string text =
-      to_doc(msg).dump(2, ' ', /*ensure_ascii=*/false, json::error_handler_t::replace) + "\n";
+  const std::string text = to_doc(msg).dump(2, ' ', /*ensure_ascii=*/false, json::error_handler_t::replace) + "\n";
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw WireError(errno_text("open", tmp.c_str(), errno));

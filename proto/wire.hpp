@@ -59,8 +59,7 @@ template <class Msg>
 std::string encode_frame(const Msg& msg);
 // If `buf` holds a whole frame, parses it into msg, erases it from buf and returns true.
 template <class Msg>
-bool try_decode_frame(std::string& buf, Msg& msg, const char* what,
-                      uint32_t max_bytes = kDefaultMaxFrame);
+bool try_decode_frame(std::string& buf, Msg& msg, const char* what, uint32_t max_bytes = kDefaultMaxFrame);
 
 // JSON files (error reports): one object, the field names of messages.hpp, int64 fields as
 // numbers (strings of digits are accepted too, as protobuf's JSON mapping wrote them).
@@ -69,8 +68,7 @@ bool try_decode_frame(std::string& buf, Msg& msg, const char* what,
 // max_bytes.
 void write_json_file(const std::string& path, const proto::ErrorReport& msg);
 void write_json_file(const std::string& path, const proto::RunResult& msg);
-void read_json_file(const std::string& path, proto::ErrorReport& msg,
-                    uint32_t max_bytes = 1u << 20);
+void read_json_file(const std::string& path, proto::ErrorReport& msg, uint32_t max_bytes = 1u << 20);
 void read_json_file(const std::string& path, proto::RunResult& msg, uint32_t max_bytes = 1u << 20);
 
 // The bytes of `path`, at most max_bytes (WireError naming the path when larger or unreadable).

@@ -57,8 +57,7 @@ class AuthenticatedStore final : public compat::ForwardingStore<AuthenticatedSto
  public:
   using Report = std::function<void(const std::string&)>;
   // `who` ("rank 2/4") starts each report; `report` defaults to one "[lspawn] ..." line on stderr.
-  AuthenticatedStore(c10::intrusive_ptr<c10d::Store> store, RecordAuth auth, std::string who,
-                     Report report = {});
+  AuthenticatedStore(c10::intrusive_ptr<c10d::Store> store, RecordAuth auth, std::string who, Report report = {});
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override;
   std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,

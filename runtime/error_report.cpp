@@ -74,11 +74,11 @@ std::string emit(const proto::ErrorReport& report, const char* verb) {
     wire::write_json_file(path, report);
     return path;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "[lspawn] rank %s: could not write the error report: %s\n",
-                 rank_text(report.rank).c_str(), e.what());
+    std::fprintf(stderr, "[lspawn] rank %s: could not write the error report: %s\n", rank_text(report.rank).c_str(),
+                 e.what());
   } catch (...) {
-    std::fprintf(stderr, "[lspawn] rank %s: could not write the error report to %s\n",
-                 rank_text(report.rank).c_str(), path.c_str());
+    std::fprintf(stderr, "[lspawn] rank %s: could not write the error report to %s\n", rank_text(report.rank).c_str(),
+                 path.c_str());
   }
   std::fflush(stderr);
   return "";
@@ -122,9 +122,9 @@ proto::ErrorReport make_error_report(std::exception_ptr error, const std::string
   r.pid = ::getpid();
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) == 0) r.host = utf8(host);
-  r.timestamp_us = std::chrono::duration_cast<std::chrono::microseconds>(
-                       std::chrono::system_clock::now().time_since_epoch())
-                       .count();
+  r.timestamp_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   r.failed_at_us = detail::throw_site_time_us(error);
   r.backtrace = utf8(backtrace);
   if (!error) {
@@ -178,9 +178,7 @@ std::string write_error_report(const std::exception& error) {
   }
 }
 
-std::terminate_handler install_error_handler() {
-  return std::set_terminate(on_terminate);
-}
+std::terminate_handler install_error_handler() { return std::set_terminate(on_terminate); }
 
 int record(const std::function<int()>& fn) {
   TermHold hold;  // a SIGTERM while the exception unwinds waits for the report

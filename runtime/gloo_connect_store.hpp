@@ -67,8 +67,7 @@ class GlooConnectStore final : public compat::ForwardingStore<GlooConnectStore> 
       }
       if (inner_->check(keys)) return;
       if (std::chrono::steady_clock::now() >= deadline) {
-        throw std::runtime_error(named + " not all set within " + std::to_string(inner_->getTimeout().count()) +
-                                 " ms");
+        throw std::runtime_error(named + " not all set within " + std::to_string(inner_->getTimeout().count()) + " ms");
       }
     }
   }

@@ -174,8 +174,8 @@ std::string read_token(GuardState& s, int c) {
 void report_refusal(GuardState& s, const std::string& listener, const std::string& peer, const std::string& why) {
   const uint64_t n = s.refused.fetch_add(1, std::memory_order_relaxed) + 1;
   if (n > static_cast<uint64_t>(kGlooRefusalsPrinted)) return;
-  std::string line = "[lspawn] " + s.who + ": gloo at " + listener + " refused a connection from " + peer + ": " +
-                     why + "; the job goes on";
+  std::string line = "[lspawn] " + s.who + ": gloo at " + listener + " refused a connection from " + peer + ": " + why +
+                     "; the job goes on";
   if (n == static_cast<uint64_t>(kGlooRefusalsPrinted)) {
     line += " (further refusals on gloo's listeners are counted, not printed)";
   }

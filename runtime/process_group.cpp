@@ -94,8 +94,8 @@ std::string local_address_towards(const std::string& host, uint16_t port, const 
     ::close(fd);
   }
   ::freeaddrinfo(res);
-  throw ProcessGroupError(who + ": no route to MASTER_ADDR='" + host + "' to choose the gloo interface: " +
-                          why + " (set LSPAWN_GLOO_HOST or GLOO_SOCKET_IFNAME)");
+  throw ProcessGroupError(who + ": no route to MASTER_ADDR='" + host + "' to choose the gloo interface: " + why +
+                          " (set LSPAWN_GLOO_HOST or GLOO_SOCKET_IFNAME)");
 }
 
 // `chosen`: set to the address the device binds to ("" for an interface named by GLOO_SOCKET_IFNAME).
@@ -107,8 +107,7 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const InitOptions& option
     if (host.empty()) {
       const std::string ifname = getenv_or("GLOO_SOCKET_IFNAME", "");
       if (!ifname.empty()) return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
-      host = env.group_world_size == 1 ? "127.0.0.1"
-                                       : local_address_towards(env.master_addr, env.master_port, who);
+      host = env.group_world_size == 1 ? "127.0.0.1" : local_address_towards(env.master_addr, env.master_port, who);
     }
     chosen = host;
     return c10d::ProcessGroupGloo::createDeviceForHostname(host);
@@ -130,15 +129,13 @@ struct TickingSlot {
   explicit TickingSlot(const std::vector<std::shared_ptr<::gloo::transport::Device>>& devices) noexcept {
     try {
       for (const auto& d : devices) tickers.push_back(std::make_unique<GlooLoopTicker>(d));
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
   }
   void set_ticking(bool on) noexcept {
     for (auto& t : tickers) {
       try {
         on ? t->resume() : t->pause();
-      } catch (const std::exception&) {
-      }
+      } catch (const std::exception&) {}
     }
   }
   // Destroyed after ProcessGroupGloo: the tickers then hold the last references to the devices.
@@ -175,8 +172,7 @@ struct GlooLoopTicker::Impl final : ::gloo::transport::tcp::Handler {
   }
 };
 
-GlooLoopTicker::GlooLoopTicker(std::shared_ptr<::gloo::transport::Device> device,
-                               std::chrono::microseconds period) {
+GlooLoopTicker::GlooLoopTicker(std::shared_ptr<::gloo::transport::Device> device, std::chrono::microseconds period) {
   if (!compat::kGlooLoopTicker) return;  // LibTorch 2.x's own gloo: left alone (torch_compat.hpp)
   auto tcp = std::dynamic_pointer_cast<::gloo::transport::tcp::Device>(device);
   if (!tcp) return;
@@ -265,12 +261,13 @@ World init_process_group(const InitOptions& options) {
                             "): expected gloo, nccl, shm or auto");
   }
   if (w.backend == "nccl" && !have_nccl()) {
-    throw ProcessGroupError(who + ": backend 'nccl' requested but lspawn was built without NCCL "
-                                  "(reconfigure with -DLSPAWN_WITH_NCCL=ON and a CUDA LibTorch)");
+    throw ProcessGroupError(who +
+                            ": backend 'nccl' requested but lspawn was built without NCCL "
+                            "(reconfigure with -DLSPAWN_WITH_NCCL=ON and a CUDA LibTorch)");
   }
-  w.timeout = options.timeout.count() > 0 ? options.timeout
-                                          : duration_from_environment("LSPAWN_PG_TIMEOUT").value_or(
-                                                kDefaultCollectiveTimeout);
+  w.timeout = options.timeout.count() > 0
+                  ? options.timeout
+                  : duration_from_environment("LSPAWN_PG_TIMEOUT").value_or(kDefaultCollectiveTimeout);
   if (w.timeout.count() <= 0) w.timeout = kDefaultCollectiveTimeout;
 
   if (w.backend == "nccl") {  // checked before the rendezvous: no peer waits for a worker that cannot start
@@ -300,8 +297,8 @@ World init_process_group(const InitOptions& options) {
       auto opts = c10d::ProcessGroupGloo::Options::create(w.timeout);
       opts->devices.push_back(gloo_device(options, w.env, who, w.gloo_host));
       opts->threads = options.gloo_threads > 0 ? options.gloo_threads : 2;
-      auto gloo = c10::make_intrusive<RecordedBackend<TickingProcessGroupGloo>>(pg_store, w.env.rank,
-                                                                                 w.env.world_size, opts);
+      auto gloo =
+          c10::make_intrusive<RecordedBackend<TickingProcessGroupGloo>>(pg_store, w.env.rank, w.env.world_size, opts);
       record = &gloo->record();
       record->open("world.pg", w.env.rank, w.env.world_size);
       w.pg = compat::wrap_backend(gloo, pg_store, w.backend);
@@ -310,8 +307,8 @@ World init_process_group(const InitOptions& options) {
       set_cuda_device(w.cuda_device);
       auto opts = c10d::ProcessGroupNCCL::Options::create();
       opts->timeout = w.timeout;
-      auto nccl = c10::make_intrusive<RecordedBackend<c10d::ProcessGroupNCCL>>(pg_store, w.env.rank,
-                                                                                w.env.world_size, opts);
+      auto nccl =
+          c10::make_intrusive<RecordedBackend<c10d::ProcessGroupNCCL>>(pg_store, w.env.rank, w.env.world_size, opts);
       record = &nccl->record();
       // NCCL's Work future completes when the kernels are queued, not when they finish: polled.
       record->open("world.pg", w.env.rank, w.env.world_size, Completion::Poll);
@@ -331,8 +328,8 @@ World init_process_group(const InitOptions& options) {
   } catch (const ProcessGroupError&) {
     throw;
   } catch (const std::exception& e) {
-    throw ProcessGroupError(who + ": cannot set up the " + w.backend + " process group (store " +
-                            rdzv.host + ":" + std::to_string(rdzv.port) + "): " + e.what());
+    throw ProcessGroupError(who + ": cannot set up the " + w.backend + " process group (store " + rdzv.host + ":" +
+                            std::to_string(rdzv.port) + "): " + e.what());
   }
   w.init_time = std::chrono::duration_cast<milliseconds>(Clock::now() - t0);
   return w;

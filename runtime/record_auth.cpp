@@ -29,16 +29,16 @@ void put_u64(std::vector<uint8_t>& out, uint64_t v) {
 
 // HMAC-SHA256(secret, domain ‖ len(key) ‖ key ‖ value): the domain keeps key tags and value
 // MACs apart, the length makes (key, value) splits unambiguous.
-std::array<uint8_t, RecordAuth::kMacSize> mac(const std::string& secret, const char* domain,
-                                              const std::string& key, const uint8_t* value, size_t n) {
+std::array<uint8_t, RecordAuth::kMacSize> mac(const std::string& secret, const char* domain, const std::string& key,
+                                              const uint8_t* value, size_t n) {
   std::vector<uint8_t> msg(domain, domain + std::strlen(domain) + 1);
   put_u64(msg, key.size());
   msg.insert(msg.end(), key.begin(), key.end());
   msg.insert(msg.end(), value, value + n);
   std::array<uint8_t, RecordAuth::kMacSize> out{};
   unsigned int len = 0;
-  if (::HMAC(::EVP_sha256(), secret.data(), static_cast<int>(secret.size()), msg.data(), msg.size(),
-             out.data(), &len) == nullptr ||
+  if (::HMAC(::EVP_sha256(), secret.data(), static_cast<int>(secret.size()), msg.data(), msg.size(), out.data(),
+             &len) == nullptr ||
       len != out.size()) {
     throw std::runtime_error("HMAC-SHA256 failed (OpenSSL)");
   }
@@ -79,8 +79,7 @@ std::vector<uint8_t> RecordAuth::seal(const std::string& key, const std::vector<
   return out;
 }
 
-std::optional<std::vector<uint8_t>> RecordAuth::open(const std::string& key,
-                                                     const std::vector<uint8_t>& sealed) const {
+std::optional<std::vector<uint8_t>> RecordAuth::open(const std::string& key, const std::vector<uint8_t>& sealed) const {
   if (sealed.size() < kHeaderSize || std::memcmp(sealed.data(), kMagic, 4) != 0) return std::nullopt;
   const uint8_t* value = sealed.data() + kHeaderSize;
   const size_t n = sealed.size() - kHeaderSize;

@@ -30,9 +30,9 @@ namespace lspawn {
 
 class RecordAuth {
  public:
-  static constexpr size_t kMacSize = 32;           // HMAC-SHA256
-  static constexpr size_t kMinSecretSize = 16;     // characters of LSPAWN_JOB_SECRET
-  static constexpr char kMagic[5] = "LSA1";        // version of the sealed format
+  static constexpr size_t kMacSize = 32;        // HMAC-SHA256
+  static constexpr size_t kMinSecretSize = 16;  // characters of LSPAWN_JOB_SECRET
+  static constexpr char kMagic[5] = "LSA1";     // version of the sealed format
   static constexpr size_t kHeaderSize = 4 + kMacSize;
 
   // Throws std::invalid_argument when the secret is shorter than kMinSecretSize (the message

@@ -130,7 +130,8 @@ class RecordedBackend : public Base {
     return record_.run("all_reduce", bytes_of(t), [&] { return Base::allreduce(t, o); });
   }
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
-      std::vector<at::Tensor>& t, const c10d::AllreduceCoalescedOptions& o = c10d::AllreduceCoalescedOptions()) override {
+      std::vector<at::Tensor>& t,
+      const c10d::AllreduceCoalescedOptions& o = c10d::AllreduceCoalescedOptions()) override {
     return record_.run("all_reduce_coalesced", bytes_of(t), [&] { return Base::allreduce_coalesced(t, o); });
   }
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& t,
@@ -158,8 +159,9 @@ class RecordedBackend : public Base {
                                          const c10d::ScatterOptions& o = c10d::ScatterOptions()) override {
     return record_.run("scatter", bytes_of(out), [&] { return Base::scatter(out, in, o); });
   }
-  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& out, std::vector<std::vector<at::Tensor>>& in,
-                                                const c10d::ReduceScatterOptions& o = c10d::ReduceScatterOptions()) override {
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& out, std::vector<std::vector<at::Tensor>>& in,
+      const c10d::ReduceScatterOptions& o = c10d::ReduceScatterOptions()) override {
     return record_.run("reduce_scatter", bytes_of(out), [&] { return Base::reduce_scatter(out, in, o); });
   }
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& o = c10d::BarrierOptions()) override {

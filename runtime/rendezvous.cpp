@@ -35,14 +35,9 @@ constexpr milliseconds kOutcomeGrace{2000};
 // TCPStore (1.13) converts its connect timeout to std::chrono::seconds, truncating.
 constexpr milliseconds kMinConnectTimeout{2000};
 
-std::string endpoint(const std::string& host, uint16_t port) {
-  return host + ":" + std::to_string(port);
-}
+std::string endpoint(const std::string& host, uint16_t port) { return host + ":" + std::to_string(port); }
 
-
-milliseconds since(Clock::time_point t0) {
-  return std::chrono::duration_cast<milliseconds>(Clock::now() - t0);
-}
+milliseconds since(Clock::time_point t0) { return std::chrono::duration_cast<milliseconds>(Clock::now() - t0); }
 
 // Rounded up: a wait given this does not end before the deadline for want of the last fraction
 // of a millisecond.
@@ -130,8 +125,8 @@ PeerInfo parse_peer(int rank, const std::string& value, const std::string& where
   PeerInfo p;
   p.rank = rank;
   if (nl == std::string::npos || value.size() > 1024) {
-    throw RendezvousError("rendezvous at " + where + ": malformed record of rank " +
-                          std::to_string(rank) + " (" + std::to_string(value.size()) + " bytes)");
+    throw RendezvousError("rendezvous at " + where + ": malformed record of rank " + std::to_string(rank) + " (" +
+                          std::to_string(value.size()) + " bytes)");
   }
   p.host = value.substr(0, nl);
   p.pid = std::strtoll(value.c_str() + nl + 1, nullptr, 10);
@@ -167,8 +162,7 @@ std::vector<std::string> decode_records(const std::string& s, size_t n) {
     char* end = nullptr;
     const unsigned long len = std::strtoul(s.c_str() + pos + 1, &end, 10);
     const size_t at = static_cast<size_t>(end - s.c_str());
-    if (end == s.c_str() + pos + 1 || at >= s.size() || s[at] != ' ' || len > 1024 ||
-        len > s.size() - at - 1) {
+    if (end == s.c_str() + pos + 1 || at >= s.size() || s[at] != ' ' || len > 1024 || len > s.size() - at - 1) {
       return {};
     }
     out.push_back(s.substr(at + 1, len));
@@ -208,7 +202,6 @@ std::vector<int> find_missing(c10d::Store& store, int world_size) {
   return missing;
 }
 
-
 }  // namespace
 
 std::optional<std::vector<uint8_t>> try_get(c10d::Store& store, const std::string& key) {
@@ -229,8 +222,8 @@ std::vector<uint8_t> get_when_set(c10d::Store& store, const std::string& key) {
     if (!v.empty() || store.check({key})) return v;
     // Woken without the key: someone's compareSet() found it missing. Wait again.
     if (Clock::now() >= deadline) {
-      throw std::runtime_error("store key '" + key + "' not set within " +
-                               std::to_string(store.getTimeout().count()) + " ms");
+      throw std::runtime_error("store key '" + key + "' not set within " + std::to_string(store.getTimeout().count()) +
+                               " ms");
     }
   }
 }
@@ -246,8 +239,7 @@ namespace {
 // The TCPStore server rank 0 runs, on 127.0.0.1 and a port of its own choosing: only the gate
 // (and rank 0's own client) talk to it. 2.x: a loopback socket handed over; 1.13: its wildcard
 // bind() steered to loopback.
-c10d::TCPStoreOptions loopback_server_options(milliseconds timeout, std::optional<BindSteering>& steering,
-                                              int& fd) {
+c10d::TCPStoreOptions loopback_server_options(milliseconds timeout, std::optional<BindSteering>& steering, int& fd) {
   c10d::TCPStoreOptions o;
   o.port = 0;
   o.isServer = true;
@@ -330,8 +322,7 @@ c10::intrusive_ptr<HostedStore> host_store(const std::string& host, uint16_t por
   }
 }
 
-c10::intrusive_ptr<c10d::TCPStore> connect_store(const std::string& host, uint16_t port,
-                                                 milliseconds timeout) {
+c10::intrusive_ptr<c10d::TCPStore> connect_store(const std::string& host, uint16_t port, milliseconds timeout) {
   const auto t0 = Clock::now();
   const auto deadline = t0 + timeout;
   milliseconds backoff{2};
@@ -344,10 +335,9 @@ c10::intrusive_ptr<c10d::TCPStore> connect_store(const std::string& host, uint16
     why = probe_listener(host, port, std::min(remaining(deadline), milliseconds(1000)));
     if (why.empty()) break;
     if (Clock::now() + backoff >= deadline) {
-      throw RendezvousError("cannot connect to the rendezvous store at " + endpoint(host, port) +
-                            " after " + elapsed_text(since(t0)) + " (timeout " +
-                            seconds_text(timeout) + ", " + std::to_string(attempts) +
-                            " attempts): " + why);
+      throw RendezvousError("cannot connect to the rendezvous store at " + endpoint(host, port) + " after " +
+                            elapsed_text(since(t0)) + " (timeout " + seconds_text(timeout) + ", " +
+                            std::to_string(attempts) + " attempts): " + why);
     }
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, milliseconds(100));
@@ -364,9 +354,8 @@ c10::intrusive_ptr<c10d::TCPStore> connect_store(const std::string& host, uint16
     store->setTimeout(timeout);
     return store;
   } catch (const std::exception& e) {
-    throw RendezvousError("cannot connect to the rendezvous store at " + endpoint(host, port) +
-                          " after " + elapsed_text(since(t0)) + " (timeout " +
-                          seconds_text(timeout) + "): " + e.what());
+    throw RendezvousError("cannot connect to the rendezvous store at " + endpoint(host, port) + " after " +
+                          elapsed_text(since(t0)) + " (timeout " + seconds_text(timeout) + "): " + e.what());
   }
 }
 
@@ -402,8 +391,8 @@ struct Meeting {
   }
   // Any store failure (other than our own timeouts) means the store went away or broke.
   RendezvousError lost(const std::exception& e) const {
-    return RendezvousError("rendezvous '" + env.run_id + "' (" + who() + ") lost the store at " + where() +
-                           " after " + elapsed_text(since(t0)) + ": " + e.what());
+    return RendezvousError("rendezvous '" + env.run_id + "' (" + who() + ") lost the store at " + where() + " after " +
+                           elapsed_text(since(t0)) + ": " + e.what());
   }
   c10d::Store& store() { return *out.store; }
 
@@ -445,8 +434,8 @@ void Meeting::open_store() {
     out.auth->watch_strangers(true);
     base = out.auth;
   }
-  out.store = c10::make_intrusive<c10d::PrefixStore>(
-      "lspawn/" + env.run_id + "/" + std::to_string(env.restart_count), base);
+  out.store =
+      c10::make_intrusive<c10d::PrefixStore>("lspawn/" + env.run_id + "/" + std::to_string(env.restart_count), base);
 }
 
 // Rank 0, the arbiter: waits for everyone, then publishes the outcome; returns every rank's

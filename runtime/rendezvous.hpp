@@ -59,15 +59,15 @@ struct RendezvousOptions {
 };
 
 struct Rendezvous {
-  c10::intrusive_ptr<c10d::Store> store;        // prefixed view "lspawn/<run_id>/<restart>/"
+  c10::intrusive_ptr<c10d::Store> store;         // prefixed view "lspawn/<run_id>/<restart>/"
   c10::intrusive_ptr<c10d::TCPStore> tcp_store;  // the underlying store (server on rank 0)
   // The authenticated view under `store` when the worker has a job secret (env.job_secret),
   // else null. Watches for strangers' records until told otherwise (watch_strangers(false)).
   c10::intrusive_ptr<AuthenticatedStore> auth;
-  std::string host;                              // store host as given (MASTER_ADDR)
-  uint16_t port = 0;                             // store port; the real one when MASTER_PORT=0
-  std::vector<PeerInfo> peers;                   // indexed by rank, all world_size of them
-  std::chrono::milliseconds elapsed{0};          // time spent in rendezvous()
+  std::string host;                      // store host as given (MASTER_ADDR)
+  uint16_t port = 0;                     // store port; the real one when MASTER_PORT=0
+  std::vector<PeerInfo> peers;           // indexed by rank, all world_size of them
+  std::chrono::milliseconds elapsed{0};  // time spent in rendezvous()
 };
 
 // Joins the job described by `env`. Blocking; throws RendezvousError / RendezvousTimeout.
@@ -93,8 +93,7 @@ class HostedStore : public c10d::TCPStore {
 // public_port()) without waiting for workers, listening on `bind_addr` only (a numeric address;
 // "" → every interface, as torch does; runtime/store_listener.hpp). Throws RendezvousError naming
 // host:port when the port cannot be bound.
-c10::intrusive_ptr<HostedStore> host_store(const std::string& host, uint16_t port,
-                                           std::chrono::milliseconds timeout,
+c10::intrusive_ptr<HostedStore> host_store(const std::string& host, uint16_t port, std::chrono::milliseconds timeout,
                                            const std::string& bind_addr = "");
 
 // Lower level: connects a TCPStore client to host:port, retrying (with a short backoff, unlike

@@ -21,9 +21,9 @@ namespace lspawn::detail {
 bool socket_calls_interposed();
 
 // The hooks, defined by their owners.
-int steered_bind(int fd, const sockaddr* addr, socklen_t len);  // store_listener.cpp
-void gloo_guard_note_bind(int fd) noexcept;                      // gloo_guard.cpp
-int gloo_guard_accept(int fd, sockaddr* addr, socklen_t* len, int flags);                  // gloo_guard.cpp
+int steered_bind(int fd, const sockaddr* addr, socklen_t len);                                // store_listener.cpp
+void gloo_guard_note_bind(int fd) noexcept;                                                   // gloo_guard.cpp
+int gloo_guard_accept(int fd, sockaddr* addr, socklen_t* len, int flags);                     // gloo_guard.cpp
 void gloo_guard_after_connect(int fd, const sockaddr* addr, socklen_t len, int rc) noexcept;  // gloo_guard.cpp
 
 }  // namespace lspawn::detail

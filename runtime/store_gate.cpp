@@ -65,9 +65,9 @@ struct Conn {
   Clock::time_point connect_start{};  // Connecting: when the connect began
   std::string out[2];
   Phase phase = Phase::Head;
-  bool closed = false;                     // done with: removed after the current batch of events
-  std::uint32_t client_mask = 0, store_mask = 0;  // what epoll watches on each fd now
-  std::list<Conn>::iterator self;          // its place in Loop::conns
+  bool closed = false;                              // done with: removed after the current batch of events
+  std::uint32_t client_mask = 0, store_mask = 0;    // what epoll watches on each fd now
+  std::list<Conn>::iterator self;                   // its place in Loop::conns
   std::optional<std::list<Conn*>::iterator> timed;  // its place in Loop::heads or Loop::connecting
 };
 
@@ -144,16 +144,18 @@ struct StoreGate::Loop {
   void rearm(Conn& c) {
     std::uint32_t client = 0, store = 0;
     switch (c.phase) {
-      case Phase::Head:
-        client = EPOLLIN;
-        break;
-      case Phase::Connecting:
-        store = EPOLLOUT;
-        break;
+      case Phase::Head: client = EPOLLIN; break;
+      case Phase::Connecting: store = EPOLLOUT; break;
       case Phase::Relaying:
         // Each direction: read its source while nothing is pending, else wait to write.
-        if (c.out[0].empty()) client |= EPOLLIN; else store |= EPOLLOUT;
-        if (c.out[1].empty()) store |= EPOLLIN; else client |= EPOLLOUT;
+        if (c.out[0].empty())
+          client |= EPOLLIN;
+        else
+          store |= EPOLLOUT;
+        if (c.out[1].empty())
+          store |= EPOLLIN;
+        else
+          client |= EPOLLOUT;
         break;
     }
     if (client != c.client_mask) {
@@ -203,8 +205,7 @@ struct StoreGate::Loop {
       case HeadVerdict::Refuse:
         refuse(c, "not a c10d store request (first bytes " + hex_bytes(c.head.data(), c.head.size()) + ")");
         return false;
-      case HeadVerdict::Accept:
-        break;
+      case HeadVerdict::Accept: break;
     }
     untime(c, heads);
     return start_connect(c);
@@ -237,8 +238,8 @@ struct StoreGate::Loop {
   }
 
   bool cannot_reach(Conn& c, int err) {
-    say("store at " + where + ": cannot reach the store server on 127.0.0.1:" + std::to_string(store_port) +
-        " for " + c.peer + ": " + std::strerror(err));
+    say("store at " + where + ": cannot reach the store server on 127.0.0.1:" + std::to_string(store_port) + " for " +
+        c.peer + ": " + std::strerror(err));
     return false;
   }
 
@@ -272,14 +273,12 @@ struct StoreGate::Loop {
   // One event on one of `c`'s fds; false when the connection is done with.
   bool on_event(Conn& c, bool store_side, std::uint32_t revents) {
     switch (c.phase) {
-      case Phase::Head:
-        return read_head(c);
+      case Phase::Head: return read_head(c);
       case Phase::Connecting:
         // The client's fd is watched for nothing now, but epoll reports a reset or hang-up anyway
         // (level-triggered: again on every wait until the connection is closed).
         return store_side ? finish_connect(c) : !(revents & (EPOLLERR | EPOLLHUP));
-      case Phase::Relaying:
-        break;
+      case Phase::Relaying: break;
     }
     if (revents & EPOLLERR) return false;  // reset: reported on every wait, whatever is watched
     const bool in = revents & (EPOLLIN | EPOLLHUP | EPOLLERR);
@@ -391,9 +390,9 @@ struct StoreGate::Loop {
       const HeadVerdict v = check_store_head(protocol, c.head.data(), c.head.size());
       if (v == HeadVerdict::Accept) continue;  // a request in flight as the store closed
       const std::string bytes = hex_bytes(c.head.data(), c.head.size());
-      refuse(c, v == HeadVerdict::Refuse
-                    ? "not a c10d store request (first bytes " + bytes + ")"
-                    : "sent " + byte_count(c.head.size()) + " of a request (" + bytes + "), then nothing until the store closed");
+      refuse(c, v == HeadVerdict::Refuse ? "not a c10d store request (first bytes " + bytes + ")"
+                                         : "sent " + byte_count(c.head.size()) + " of a request (" + bytes +
+                                               "), then nothing until the store closed");
     }
   }
 
@@ -405,8 +404,8 @@ struct StoreGate::Loop {
         fd = sys::tcp_accept(listen.get(), "store gate " + where, &peer);
       } catch (const sys::SysError& e) {
         // EMFILE and the like: said once per pause; the clients wait in the backlog meanwhile.
-        say("store at " + where + ": " + e.what() + "; accepting again in " +
-            std::to_string(kAcceptPause.count()) + " ms");
+        say("store at " + where + ": " + e.what() + "; accepting again in " + std::to_string(kAcceptPause.count()) +
+            " ms");
         if (!listen_paused_until) watch(EPOLL_CTL_MOD, listen.get(), 0, kListenTag);
         listen_paused_until = Clock::now() + kAcceptPause;
         return;

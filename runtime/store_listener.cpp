@@ -78,9 +78,8 @@ std::string store_bind_address(const WorkerEnv& env) {
   hints.ai_flags = AI_PASSIVE;
   addrinfo* res = nullptr;
   if (const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res); rc != 0) {
-    throw std::runtime_error(std::string("cannot resolve ") + (from_var ? env::kLspawnBindAddr : "MASTER_ADDR") +
-                             "='" + host + "' to choose the store's listening address: getaddrinfo: " +
-                             ::gai_strerror(rc));
+    throw std::runtime_error(std::string("cannot resolve ") + (from_var ? env::kLspawnBindAddr : "MASTER_ADDR") + "='" +
+                             host + "' to choose the store's listening address: getaddrinfo: " + ::gai_strerror(rc));
   }
   char buf[INET6_ADDRSTRLEN] = {};
   const void* a = res->ai_family == AF_INET
@@ -103,7 +102,8 @@ int listen_socket(const std::string& numeric_addr, uint16_t port) {
     reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port = htons(port);
     len = sizeof(sockaddr_in6);
   } else {
-    throw std::system_error(EINVAL, std::generic_category(), "listen_socket: '" + numeric_addr + "' is not a numeric address");
+    throw std::system_error(EINVAL, std::generic_category(),
+                            "listen_socket: '" + numeric_addr + "' is not a numeric address");
   }
   const std::string where = numeric_addr + ":" + std::to_string(port);
   const int fd = ::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);

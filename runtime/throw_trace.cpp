@@ -33,7 +33,6 @@ bool capture_enabled() {
   return enabled;
 }
 
-
 // libstdc++'s std::exception_ptr is exactly a pointer to the thrown object.
 const void* object_of(const std::exception_ptr& e) {
   static_assert(sizeof(std::exception_ptr) == sizeof(void*), "libstdc++ exception_ptr layout");
@@ -46,8 +45,7 @@ const void* object_of(const std::exception_ptr& e) {
 
 std::string demangle(const char* mangled) {
   int status = 0;
-  std::unique_ptr<char, void (*)(void*)> out(abi::__cxa_demangle(mangled, nullptr, nullptr, &status),
-                                             std::free);
+  std::unique_ptr<char, void (*)(void*)> out(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
   return (status == 0 && out) ? std::string(out.get()) : std::string(mangled);
 }
 

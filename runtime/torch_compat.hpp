@@ -59,8 +59,9 @@ using Backend = ::c10d::ProcessGroup;
 template <typename PG, typename = void>
 struct HasSetDefaultBackend : std::false_type {};
 template <typename PG>
-struct HasSetDefaultBackend<PG, std::void_t<decltype(std::declval<PG&>().setDefaultBackend(
-                                    std::declval<const typename PG::BackendType&>()))>> : std::true_type {};
+struct HasSetDefaultBackend<
+    PG, std::void_t<decltype(std::declval<PG&>().setDefaultBackend(std::declval<const typename PG::BackendType&>()))>>
+    : std::true_type {};
 
 // The process group over `backend`, which was constructed over `store` with `rank`/`size`.
 // `name` is "gloo" or "nccl": gloo serves CPU tensors (and CUDA tensors, staged through the host),
@@ -95,8 +96,8 @@ inline c10::intrusive_ptr<PG> wrap_backend(c10::intrusive_ptr<Backend> backend,
 template <typename PG, typename = void>
 struct HasBackendQuery : std::false_type {};
 template <typename PG>
-struct HasBackendQuery<PG, std::void_t<decltype(std::declval<PG&>().hasBackendForDeviceType(
-                               c10::DeviceType::CPU))>> : std::true_type {};
+struct HasBackendQuery<PG, std::void_t<decltype(std::declval<PG&>().hasBackendForDeviceType(c10::DeviceType::CPU))>>
+    : std::true_type {};
 
 // The backend under `pg` that serves tensors of `device` (gloo's for the CPU); null if none.
 template <typename PG = ::c10d::ProcessGroup>

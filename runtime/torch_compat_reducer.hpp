@@ -23,9 +23,9 @@ namespace lspawn::compat {
 
 // What a Reducer is built from (the arguments both lines share), named.
 struct ReducerArgs {
-  std::vector<at::Tensor> params;                    // leaves that require grad, in module order
-  std::vector<std::vector<size_t>> bucket_indices;   // buckets, in the order their all-reduce starts
-  std::vector<size_t> per_bucket_size_limits;        // bytes, one per bucket (1.13 takes them)
+  std::vector<at::Tensor> params;                   // leaves that require grad, in module order
+  std::vector<std::vector<size_t>> bucket_indices;  // buckets, in the order their all-reduce starts
+  std::vector<size_t> per_bucket_size_limits;       // bytes, one per bucket (1.13 takes them)
   c10::intrusive_ptr<c10d::ProcessGroup> process_group;
   int64_t bucket_bytes_cap = c10d::kDefaultBucketBytesCap;
   int64_t first_bucket_bytes_cap = c10d::kDefaultFirstBucketBytes;

@@ -15,9 +15,7 @@ namespace {
 
 using Lookup = std::function<std::optional<std::string>(const std::string&)>;
 
-std::string quoted(const std::string& name, const std::string& value) {
-  return name + "='" + value + "'";
-}
+std::string quoted(const std::string& name, const std::string& value) { return name + "='" + value + "'"; }
 
 // Parses a whole decimal integer in [lo, hi]; throws EnvError naming the variable otherwise.
 long parse_integer(const std::string& name, const std::string& value, long lo, long hi) {
@@ -29,8 +27,8 @@ long parse_integer(const std::string& name, const std::string& value, long lo, l
     throw EnvError(quoted(name, value) + " is not an integer");
   }
   if (errno == ERANGE || v < lo || v > hi) {
-    throw EnvError(quoted(name, value) + " is out of range: expected " + std::to_string(lo) +
-                   ".." + std::to_string(hi));
+    throw EnvError(quoted(name, value) + " is out of range: expected " + std::to_string(lo) + ".." +
+                   std::to_string(hi));
   }
   return v;
 }
@@ -60,8 +58,7 @@ class Reader {
 // "LOCAL_RANK=5 is not below LOCAL_WORLD_SIZE=4"
 void check_below(const char* a_name, int a, const char* b_name, int b) {
   if (a >= b) {
-    throw EnvError(std::string(a_name) + "=" + std::to_string(a) + " is not below " + b_name +
-                   "=" + std::to_string(b));
+    throw EnvError(std::string(a_name) + "=" + std::to_string(a) + " is not below " + b_name + "=" + std::to_string(b));
   }
 }
 
@@ -116,9 +113,11 @@ Lookup open_mpi(const Lookup& lookup) {
       }
     }
     if (l < n && !lookup("MASTER_ADDR")) {
-      throw EnvError("MASTER_ADDR missing: the ranks of this mpirun span several nodes "
-                     "(OMPI_COMM_WORLD_LOCAL_SIZE=" + *local_size + " < OMPI_COMM_WORLD_SIZE=" + *size +
-                     "); pass the host of rank 0: mpirun -x MASTER_ADDR=<host> ...");
+      throw EnvError(
+          "MASTER_ADDR missing: the ranks of this mpirun span several nodes "
+          "(OMPI_COMM_WORLD_LOCAL_SIZE=" +
+          *local_size + " < OMPI_COMM_WORLD_SIZE=" + *size +
+          "); pass the host of rank 0: mpirun -x MASTER_ADDR=<host> ...");
     }
   }
   if (auto job = lookup("OMPI_MCA_ess_base_jobid")) {
@@ -155,8 +154,8 @@ Lookup slurm_task(const Lookup& lookup) {
   if (const auto tpn = first_set(lookup, {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"})) {
     const std::vector<int> counts = slurm::expand_tasks_per_node(tpn->second, tpn->first);
     if (static_cast<long>(counts.size()) != nodes) {
-      throw EnvError(tpn->first + "='" + tpn->second + "' describes " + std::to_string(counts.size()) +
-                     " nodes but " + nnodes->first + "=" + nnodes->second);
+      throw EnvError(tpn->first + "='" + tpn->second + "' describes " + std::to_string(counts.size()) + " nodes but " +
+                     nnodes->first + "=" + nnodes->second);
     }
     if (node >= nodes) {
       throw EnvError("SLURM_NODEID=" + nodeid + " is not below " + nnodes->first + "=" + nnodes->second);
@@ -180,9 +179,10 @@ Lookup with_cluster_fallback(const Lookup& lookup) {
   if (lookup("OMPI_COMM_WORLD_RANK")) return open_mpi(lookup);
   if (lookup("SLURM_STEP_ID")) return slurm_task(lookup);
   if (lookup("SLURM_PROCID")) {
-    throw EnvError("RANK missing: SLURM_PROCID is set but SLURM_STEP_ID is not, so this is a Slurm "
-                   "batch script, not one of the job's tasks; start the program with srun "
-                   "(srun --ntasks-per-node=K prog) or lspawn");
+    throw EnvError(
+        "RANK missing: SLURM_PROCID is set but SLURM_STEP_ID is not, so this is a Slurm "
+        "batch script, not one of the job's tasks; start the program with srun "
+        "(srun --ntasks-per-node=K prog) or lspawn");
   }
   return lookup;
 }
@@ -225,14 +225,14 @@ WorkerEnv WorkerEnv::from_lookup(const Lookup& plain_lookup) {
   } else if (e.group_world_size == 1) {
     e.master_addr = "127.0.0.1";
   } else {
-    throw EnvError("MASTER_ADDR missing (required with GROUP_WORLD_SIZE=" +
-                   std::to_string(e.group_world_size) + " nodes): set it or run under lspawn/torchrun");
+    throw EnvError("MASTER_ADDR missing (required with GROUP_WORLD_SIZE=" + std::to_string(e.group_world_size) +
+                   " nodes): set it or run under lspawn/torchrun");
   }
 
   e.master_port = static_cast<uint16_t>(r.required_integer("MASTER_PORT", 0, 65535));
   if (e.master_port == 0 && e.world_size > 1) {
-    throw EnvError("MASTER_PORT=0 is only valid for WORLD_SIZE=1 (got WORLD_SIZE=" +
-                   std::to_string(e.world_size) + "): other ranks could not find the store");
+    throw EnvError("MASTER_PORT=0 is only valid for WORLD_SIZE=1 (got WORLD_SIZE=" + std::to_string(e.world_size) +
+                   "): other ranks could not find the store");
   }
 
   e.run_id = r.get("TORCHELASTIC_RUN_ID").value_or("none");
@@ -285,9 +285,9 @@ WorkerEnv WorkerEnv::from_environment() {
 }
 
 std::string WorkerEnv::describe() const {
-  return "rank " + std::to_string(rank) + "/" + std::to_string(world_size) + " (local " +
-         std::to_string(local_rank) + "/" + std::to_string(local_world_size) + ", node " +
-         std::to_string(group_rank) + "/" + std::to_string(group_world_size) + ")";
+  return "rank " + std::to_string(rank) + "/" + std::to_string(world_size) + " (local " + std::to_string(local_rank) +
+         "/" + std::to_string(local_world_size) + ", node " + std::to_string(group_rank) + "/" +
+         std::to_string(group_world_size) + ")";
 }
 
 std::optional<std::chrono::milliseconds> duration_from_environment(const char* name) {

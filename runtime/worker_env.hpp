@@ -29,29 +29,29 @@ class EnvError : public lspawn::Error {
 };
 
 struct WorkerEnv {
-  int rank = 0;              // RANK (required): global rank, 0 <= rank < world_size
-  int local_rank = 0;        // LOCAL_RANK, default RANK: rank among the workers of this node
-  int world_size = 1;        // WORLD_SIZE (required): number of workers in the job, >= 1
-  int local_world_size = 1;  // LOCAL_WORLD_SIZE, default WORLD_SIZE: workers on this node
-  int group_rank = 0;        // GROUP_RANK, default 0: rank of this node
-  int group_world_size = 1;  // GROUP_WORLD_SIZE, default 1: number of nodes
-  int role_rank = 0;         // ROLE_RANK, default RANK
-  int role_world_size = 1;   // ROLE_WORLD_SIZE, default WORLD_SIZE
-  std::string master_addr;   // MASTER_ADDR: store host; default 127.0.0.1 on a single node
-                             // (GROUP_WORLD_SIZE=1), required with several nodes
-  uint16_t master_port = 0;  // MASTER_PORT (required): store port, 1..65535 (0 only for a
-                             // one-worker job: the store then picks a free port)
-  std::string run_id;        // TORCHELASTIC_RUN_ID, default "none" (torchrun's default)
-  int restart_count = 0;     // TORCHELASTIC_RESTART_COUNT, default 0
-  int max_restarts = 0;      // TORCHELASTIC_MAX_RESTARTS, default 0
-  std::string error_file;    // TORCHELASTIC_ERROR_FILE, else LSPAWN_ERROR_FILE, else "" (none)
+  int rank = 0;                  // RANK (required): global rank, 0 <= rank < world_size
+  int local_rank = 0;            // LOCAL_RANK, default RANK: rank among the workers of this node
+  int world_size = 1;            // WORLD_SIZE (required): number of workers in the job, >= 1
+  int local_world_size = 1;      // LOCAL_WORLD_SIZE, default WORLD_SIZE: workers on this node
+  int group_rank = 0;            // GROUP_RANK, default 0: rank of this node
+  int group_world_size = 1;      // GROUP_WORLD_SIZE, default 1: number of nodes
+  int role_rank = 0;             // ROLE_RANK, default RANK
+  int role_world_size = 1;       // ROLE_WORLD_SIZE, default WORLD_SIZE
+  std::string master_addr;       // MASTER_ADDR: store host; default 127.0.0.1 on a single node
+                                 // (GROUP_WORLD_SIZE=1), required with several nodes
+  uint16_t master_port = 0;      // MASTER_PORT (required): store port, 1..65535 (0 only for a
+                                 // one-worker job: the store then picks a free port)
+  std::string run_id;            // TORCHELASTIC_RUN_ID, default "none" (torchrun's default)
+  int restart_count = 0;         // TORCHELASTIC_RESTART_COUNT, default 0
+  int max_restarts = 0;          // TORCHELASTIC_MAX_RESTARTS, default 0
+  std::string error_file;        // TORCHELASTIC_ERROR_FILE, else LSPAWN_ERROR_FILE, else "" (none)
   bool use_agent_store = false;  // TORCHELASTIC_USE_AGENT_STORE == "True": the store at
                                  // MASTER_ADDR:MASTER_PORT is hosted by the launcher (torchrun's
                                  // static rendezvous), so rank 0 connects as a client too
-  std::string job_secret;    // LSPAWN_JOB_SECRET, "" when unset (torchrun): authenticates the
-                             // store records (runtime/authenticated_store.hpp). Never printed.
-  std::string bind_addr;     // LSPAWN_BIND_ADDR, "" when unset: where rank 0's store listens
-                             // (runtime/store_listener.hpp; default MASTER_ADDR's address)
+  std::string job_secret;        // LSPAWN_JOB_SECRET, "" when unset (torchrun): authenticates the
+                                 // store records (runtime/authenticated_store.hpp). Never printed.
+  std::string bind_addr;         // LSPAWN_BIND_ADDR, "" when unset: where rank 0's store listens
+                                 // (runtime/store_listener.hpp; default MASTER_ADDR's address)
 
   // Reads the process environment. Throws EnvError on a missing required or malformed variable.
   // Workers started without lspawn/torchrun (RANK unset) read their cluster manager's names
@@ -76,8 +76,7 @@ struct WorkerEnv {
   static WorkerEnv from_map(const std::map<std::string, std::string>& vars);
 
   // Same rules over any lookup: returns the value of a variable, or nullopt when it is unset.
-  static WorkerEnv from_lookup(
-      const std::function<std::optional<std::string>(const std::string&)>& lookup);
+  static WorkerEnv from_lookup(const std::function<std::optional<std::string>(const std::string&)>& lookup);
 
   // "rank 2/4 (local 0/2, node 1/2)": for messages.
   std::string describe() const;

@@ -27,7 +27,9 @@
 #include <immintrin.h>
 #define LSPAWN_CPU_RELAX() _mm_pause()
 #else
-#define LSPAWN_CPU_RELAX() do {} while (0)
+#define LSPAWN_CPU_RELAX() \
+  do {                     \
+  } while (0)
 #endif
 
 namespace lspawn::shm {
@@ -75,9 +77,7 @@ const char* op_name(std::uint32_t op) {
 
 std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
 
-std::string errno_text(const char* call, int err) {
-  return std::string(call) + ": " + std::strerror(err);
-}
+std::string errno_text(const char* call, int err) { return std::string(call) + ": " + std::strerror(err); }
 
 long futex(std::atomic<std::uint32_t>* addr, int op, std::uint32_t val, const timespec* ts) {
   return syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(addr), op, val, ts, nullptr, 0);
@@ -163,9 +163,10 @@ static std::size_t ctrl_bytes_for(int size, std::size_t segment_bytes) {
 
 #define LSPAWN_SEG_ARRIVE(seg, r) \
   (reinterpret_cast<ArriveLine*>(reinterpret_cast<unsigned char*>(seg) + round_up(sizeof(Segment), kLine)) + (r))
-#define LSPAWN_SEG_INFO(seg, n, r)                                                                  \
+#define LSPAWN_SEG_INFO(seg, n, r)                                                                        \
   (reinterpret_cast<InfoLine*>(reinterpret_cast<unsigned char*>(seg) + round_up(sizeof(Segment), kLine) + \
-                               (n) * sizeof(ArriveLine)) + (r))
+                               (n) * sizeof(ArriveLine)) +                                                \
+   (r))
 
 int single_copy_from_env() {
   const char* env = std::getenv("LSPAWN_SHM_SINGLE_COPY");
@@ -203,19 +204,22 @@ Communicator::Communicator(int rank, int size, const Rendezvous& rendezvous, Com
       const int e = errno;
       ::close(fd);
       ::shm_unlink(name.c_str());
-      throw Error(Error::Kind::System, {}, "shm: " + errno_text("ftruncate", e) + " (" + name + ", " +
-                                               std::to_string(map_bytes_) + " bytes)");
+      throw Error(Error::Kind::System, {},
+                  "shm: " + errno_text("ftruncate", e) + " (" + name + ", " + std::to_string(map_bytes_) + " bytes)");
     }
   } else {
     name = rendezvous.get("shm_name");
     fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0) throw Error(Error::Kind::System, {}, "shm: " + errno_text("shm_open", errno) + " (" + name + ", rank " + std::to_string(rank) + ")");
+    if (fd < 0)
+      throw Error(Error::Kind::System, {},
+                  "shm: " + errno_text("shm_open", errno) + " (" + name + ", rank " + std::to_string(rank) + ")");
     struct stat st {};
     if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != map_bytes_) {
       ::close(fd);
-      throw Error(Error::Kind::System, {}, "shm: segment " + name + " has " + std::to_string(st.st_size) +
-                                               " bytes, rank " + std::to_string(rank) + " expects " +
-                                               std::to_string(map_bytes_) + " (different slot_bytes or size across ranks?)");
+      throw Error(Error::Kind::System, {},
+                  "shm: segment " + name + " has " + std::to_string(st.st_size) + " bytes, rank " +
+                      std::to_string(rank) + " expects " + std::to_string(map_bytes_) +
+                      " (different slot_bytes or size across ranks?)");
     }
   }
   void* base = ::mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
@@ -249,8 +253,8 @@ Communicator::Communicator(int rank, int size, const Rendezvous& rendezvous, Com
              seg_->slot_bytes != options_.slot_bytes) {
     ::munmap(base, map_bytes_);
     seg_ = nullptr;
-    throw Error(Error::Kind::System, {}, "shm: segment " + name + " does not match rank " + std::to_string(rank) +
-                                             "'s size/slot_bytes/version");
+    throw Error(Error::Kind::System, {},
+                "shm: segment " + name + " does not match rank " + std::to_string(rank) + "'s size/slot_bytes/version");
   }
   LSPAWN_SEG_INFO(seg_, size, rank)->pid = static_cast<std::int32_t>(getpid());
   // First round: everybody has mapped the segment; then nobody needs the name any more.
@@ -309,8 +313,8 @@ void Communicator::peer_copy(int q, void* local, std::uint64_t remote, std::size
     if (done <= 0) {
       const int e = done < 0 ? errno : EIO;
       std::ostringstream msg;
-      msg << "shm " << current_op_ << ": " << me() << " cannot " << (to_peer ? "write" : "read") << " rank "
-          << shown(q) << " (pid " << pid << "): " << errno_text(to_peer ? "process_vm_writev" : "process_vm_readv", e);
+      msg << "shm " << current_op_ << ": " << me() << " cannot " << (to_peer ? "write" : "read") << " rank " << shown(q)
+          << " (pid " << pid << "): " << errno_text(to_peer ? "process_vm_writev" : "process_vm_readv", e);
       if (e == ESRCH || process_dead(pid)) fail(Error(Error::Kind::PeerDied, {q}, msg.str()));
       fail(Error(Error::Kind::System, {q}, msg.str()));
     }
@@ -381,8 +385,10 @@ int Communicator::shown(int q) const {
 
 std::string Communicator::me() const {
   std::ostringstream s;
-  if (options_.shown_ranks.empty()) s << "rank " << rank_ << "/" << size_ << " (pid " << getpid() << ")";
-  else s << "rank " << shown(rank_) << " (" << rank_ << "/" << size_ << " here, pid " << getpid() << ")";
+  if (options_.shown_ranks.empty())
+    s << "rank " << rank_ << "/" << size_ << " (pid " << getpid() << ")";
+  else
+    s << "rank " << shown(rank_) << " (" << rank_ << "/" << size_ << " here, pid " << getpid() << ")";
   return s.str();
 }
 
@@ -442,13 +448,13 @@ void Communicator::wait_all(std::uint32_t target, const char* what) {
         const int pid = LSPAWN_SEG_INFO(seg_, size_, p)->pid;
         late.push_back(p);
         if (process_dead(pid)) dead.push_back(p);
-        who << (late.size() > 1 ? ", " : "") << "rank " << shown(p) << " (pid " << pid << (process_dead(pid) ? ", dead" : "") << ")";
+        who << (late.size() > 1 ? ", " : "") << "rank " << shown(p) << " (pid " << pid
+            << (process_dead(pid) ? ", dead" : "") << ")";
       }
       std::ostringstream msg;
       msg << "shm " << what << ": " << me() << " ";
       if (!dead.empty()) {
-        msg << "peer died during the collective: " << who.str() << " after " << seconds(now - start)
-            << " s of waiting";
+        msg << "peer died during the collective: " << who.str() << " after " << seconds(now - start) << " s of waiting";
         fail(Error(Error::Kind::PeerDied, dead, msg.str()));
       }
       if (timed_out) {
@@ -486,8 +492,8 @@ void Communicator::check_descs(const Desc& mine) {
 
 void Communicator::begin_round(const Desc& desc) {
   if (broken_)
-    throw Error(Error::Kind::Broken, {}, std::string("shm ") + current_op_ +
-                                            ": communicator is unusable after an earlier failure");
+    throw Error(Error::Kind::Broken, {},
+                std::string("shm ") + current_op_ + ": communicator is unusable after an earlier failure");
   const int parity = static_cast<int>(round_ % 2);
   std::memcpy(LSPAWN_SEG_INFO(seg_, size_, rank_)->desc[parity], &desc, sizeof(Desc));
   arrive();
@@ -499,8 +505,8 @@ void Communicator::begin_round(const Desc& desc) {
 void Communicator::all_reduce(void* data, std::size_t count, ElemType type, KernelOp op) {
   current_op_ = "all_reduce";
   if (!kernel_supports(type, op))
-    throw Error(Error::Kind::Mismatch, {}, std::string("shm all_reduce: ") + kernel_op_name(op) +
-                                              " is not defined on " + elem_name(type));
+    throw Error(Error::Kind::Mismatch, {},
+                std::string("shm all_reduce: ") + kernel_op_name(op) + " is not defined on " + elem_name(type));
   if (size_ == 1) return;
   const std::size_t es = elem_size(type);
   Desc d;
@@ -542,7 +548,8 @@ void Communicator::all_reduce(void* data, std::size_t count, ElemType type, Kern
 void Communicator::broadcast(void* data, std::size_t bytes, int root) {
   current_op_ = "broadcast";
   if (root < 0 || root >= size_)
-    throw Error(Error::Kind::Mismatch, {}, "shm broadcast: root " + std::to_string(root) + " out of range for size " + std::to_string(size_));
+    throw Error(Error::Kind::Mismatch, {},
+                "shm broadcast: root " + std::to_string(root) + " out of range for size " + std::to_string(size_));
   if (size_ == 1) return;
   Desc d;
   d.op = static_cast<std::uint32_t>(OpCode::Broadcast);

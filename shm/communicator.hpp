@@ -125,7 +125,7 @@ class Communicator {
  private:
   struct Segment;
   struct Desc;
-  void begin_round(const Desc& desc);   // publish descriptor, arrive, wait for all, check
+  void begin_round(const Desc& desc);  // publish descriptor, arrive, wait for all, check
   void arrive();
   void wait_all(std::uint32_t target, const char* what);
   void check_descs(const Desc& mine);
@@ -140,18 +140,18 @@ class Communicator {
   int rank_;
   int size_;
   CommOptions options_;
-  Segment* seg_ = nullptr;      // mapped control block
+  Segment* seg_ = nullptr;  // mapped control block
   std::size_t map_bytes_ = 0;
   unsigned char* data_ = nullptr;  // first slot
-  std::uint64_t round_ = 0;     // rounds completed by this rank (same on all ranks)
-  bool oversubscribed_ = false; // more ranks than online CPUs: do not spin
+  std::uint64_t round_ = 0;        // rounds completed by this rank (same on all ranks)
+  bool oversubscribed_ = false;    // more ranks than online CPUs: do not spin
   bool broken_ = false;
-  bool single_copy_ = false;      // every rank can process_vm_readv every other
-  std::uint64_t canary_ = 0;      // read by the neighbour's probe at construction
-  std::vector<const void*> srcs_;  // all_reduce: the slots to fold, in rank order (no allocation per call)
+  bool single_copy_ = false;                 // every rank can process_vm_readv every other
+  std::uint64_t canary_ = 0;                 // read by the neighbour's probe at construction
+  std::vector<const void*> srcs_;            // all_reduce: the slots to fold, in rank order (no allocation per call)
   std::vector<unsigned char> piece_buffer_;  // single copy all_reduce: size pieces (peers' + result)
   const char* current_op_ = "";
-  std::uint64_t epoch_ = 0;      // data rounds started: picks the slot set (epoch % 2)
+  std::uint64_t epoch_ = 0;  // data rounds started: picks the slot set (epoch % 2)
 };
 
 }  // namespace lspawn::shm

@@ -92,9 +92,9 @@ extern "C" {
 
 int lspawn_engine_abi(void) { return LSPAWN_ENGINE_ABI; }
 
-lspawn_engine* lspawn_engine_create(int rank, int size, const char* label, int64_t timeout_ms,
-                                    const int* shown_ranks, lspawn_engine_set_fn set,
-                                    lspawn_engine_get_fn get, void* ctx, lspawn_engine_error* err) {
+lspawn_engine* lspawn_engine_create(int rank, int size, const char* label, int64_t timeout_ms, const int* shown_ranks,
+                                    lspawn_engine_set_fn set, lspawn_engine_get_fn get, void* ctx,
+                                    lspawn_engine_error* err) {
   if (size < 1 || rank < 0 || rank >= size) {
     invalid(err, "rank " + std::to_string(rank) + " of " + std::to_string(size) + " is not a rank of the group");
     return nullptr;
@@ -155,8 +155,7 @@ int lspawn_engine_broadcast(lspawn_engine* engine, void* data, size_t bytes, int
   return guarded(err, &engine->comm->options().shown_ranks, [&] { engine->comm->broadcast(data, bytes, root); });
 }
 
-int lspawn_engine_all_gather(lspawn_engine* engine, const void* in, size_t bytes, void* out,
-                             lspawn_engine_error* err) {
+int lspawn_engine_all_gather(lspawn_engine* engine, const void* in, size_t bytes, void* out, lspawn_engine_error* err) {
   return guarded(err, &engine->comm->options().shown_ranks, [&] { engine->comm->all_gather(in, bytes, out); });
 }
 

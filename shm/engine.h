@@ -35,19 +35,34 @@ extern "C" {
 
 /* Element types (shm::ElemType's order). */
 enum {
-  LSPAWN_ENGINE_FLOAT32 = 0, LSPAWN_ENGINE_FLOAT64 = 1, LSPAWN_ENGINE_FLOAT16 = 2,
-  LSPAWN_ENGINE_BFLOAT16 = 3, LSPAWN_ENGINE_INT8 = 4, LSPAWN_ENGINE_UINT8 = 5,
-  LSPAWN_ENGINE_INT32 = 6, LSPAWN_ENGINE_INT64 = 7, LSPAWN_ENGINE_BOOL = 8
+  LSPAWN_ENGINE_FLOAT32 = 0,
+  LSPAWN_ENGINE_FLOAT64 = 1,
+  LSPAWN_ENGINE_FLOAT16 = 2,
+  LSPAWN_ENGINE_BFLOAT16 = 3,
+  LSPAWN_ENGINE_INT8 = 4,
+  LSPAWN_ENGINE_UINT8 = 5,
+  LSPAWN_ENGINE_INT32 = 6,
+  LSPAWN_ENGINE_INT64 = 7,
+  LSPAWN_ENGINE_BOOL = 8
 };
 /* Reductions (shm::KernelOp's order). Mean is the caller's: sum, then divide. */
 enum {
-  LSPAWN_ENGINE_SUM = 0, LSPAWN_ENGINE_PRODUCT = 1, LSPAWN_ENGINE_MIN = 2, LSPAWN_ENGINE_MAX = 3,
-  LSPAWN_ENGINE_BAND = 4, LSPAWN_ENGINE_BOR = 5, LSPAWN_ENGINE_BXOR = 6
+  LSPAWN_ENGINE_SUM = 0,
+  LSPAWN_ENGINE_PRODUCT = 1,
+  LSPAWN_ENGINE_MIN = 2,
+  LSPAWN_ENGINE_MAX = 3,
+  LSPAWN_ENGINE_BAND = 4,
+  LSPAWN_ENGINE_BOR = 5,
+  LSPAWN_ENGINE_BXOR = 6
 };
 /* lspawn_engine_error::kind (0: no error). */
 enum {
-  LSPAWN_ENGINE_OK = 0, LSPAWN_ENGINE_TIMEOUT = 1, LSPAWN_ENGINE_PEER_DIED = 2,
-  LSPAWN_ENGINE_MISMATCH = 3, LSPAWN_ENGINE_BROKEN = 4, LSPAWN_ENGINE_SYSTEM = 5,
+  LSPAWN_ENGINE_OK = 0,
+  LSPAWN_ENGINE_TIMEOUT = 1,
+  LSPAWN_ENGINE_PEER_DIED = 2,
+  LSPAWN_ENGINE_MISMATCH = 3,
+  LSPAWN_ENGINE_BROKEN = 4,
+  LSPAWN_ENGINE_SYSTEM = 5,
   LSPAWN_ENGINE_INVALID = 6
 };
 
@@ -62,8 +77,7 @@ typedef struct lspawn_engine_error {
  * returns the value's length, or -1 after filling err. */
 typedef int (*lspawn_engine_set_fn)(void* ctx, const char* key, const void* value, size_t len,
                                     lspawn_engine_error* err);
-typedef long (*lspawn_engine_get_fn)(void* ctx, const char* key, void* buf, size_t cap,
-                                     lspawn_engine_error* err);
+typedef long (*lspawn_engine_get_fn)(void* ctx, const char* key, void* buf, size_t cap, lspawn_engine_error* err);
 
 typedef struct lspawn_engine lspawn_engine;
 
@@ -73,8 +87,8 @@ LSPAWN_ENGINE_API int lspawn_engine_abi(void);
  * name); `shown_ranks` (NULL or `size` ints) are the numbers messages give the ranks (their
  * global ranks); `timeout_ms` bounds every call. NULL on failure, with err filled. */
 LSPAWN_ENGINE_API lspawn_engine* lspawn_engine_create(int rank, int size, const char* label, int64_t timeout_ms,
-                                    const int* shown_ranks, lspawn_engine_set_fn set,
-                                    lspawn_engine_get_fn get, void* ctx, lspawn_engine_error* err);
+                                                      const int* shown_ranks, lspawn_engine_set_fn set,
+                                                      lspawn_engine_get_fn get, void* ctx, lspawn_engine_error* err);
 LSPAWN_ENGINE_API void lspawn_engine_destroy(lspawn_engine* engine);
 
 /* 1 when `op` is defined on `type` (bitwise ops on integer and bool types only). */
@@ -82,12 +96,12 @@ LSPAWN_ENGINE_API int lspawn_engine_supports(int type, int op);
 
 /* Each returns 0, or the error's kind after filling err. */
 LSPAWN_ENGINE_API int lspawn_engine_all_reduce(lspawn_engine* engine, void* data, size_t count, int type, int op,
-                             lspawn_engine_error* err);
+                                               lspawn_engine_error* err);
 LSPAWN_ENGINE_API int lspawn_engine_broadcast(lspawn_engine* engine, void* data, size_t bytes, int root,
-                            lspawn_engine_error* err);
+                                              lspawn_engine_error* err);
 /* out (size * bytes) = every rank's `in` (bytes each), in rank order. */
 LSPAWN_ENGINE_API int lspawn_engine_all_gather(lspawn_engine* engine, const void* in, size_t bytes, void* out,
-                             lspawn_engine_error* err);
+                                               lspawn_engine_error* err);
 LSPAWN_ENGINE_API int lspawn_engine_barrier(lspawn_engine* engine, lspawn_engine_error* err);
 
 /* The status record (docs/hang-diagnosis.md), for a backend whose operations it brackets,

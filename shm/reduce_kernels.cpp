@@ -11,13 +11,21 @@ namespace lspawn::shm {
 namespace {
 
 template <typename T>
-struct SumOp { static T apply(T a, T b) { return a + b; } };
+struct SumOp {
+  static T apply(T a, T b) { return a + b; }
+};
 template <typename T>
-struct ProdOp { static T apply(T a, T b) { return a * b; } };
+struct ProdOp {
+  static T apply(T a, T b) { return a * b; }
+};
 template <typename T>
-struct MinOp { static T apply(T a, T b) { return b < a ? b : a; } };
+struct MinOp {
+  static T apply(T a, T b) { return b < a ? b : a; }
+};
 template <typename T>
-struct MaxOp { static T apply(T a, T b) { return a < b ? b : a; } };
+struct MaxOp {
+  static T apply(T a, T b) { return a < b ? b : a; }
+};
 // Integer sum/product wrap around like LibTorch's (computed unsigned: no signed-overflow UB).
 template <typename T>
 struct WrapSumOp {
@@ -27,16 +35,20 @@ struct WrapSumOp {
 template <typename T>
 struct WrapProdOp {
   using U = std::make_unsigned_t<T>;
-  static T apply(T a, T b) {
-    return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
-  }
+  static T apply(T a, T b) { return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b))); }
 };
 template <typename T>
-struct AndOp { static T apply(T a, T b) { return a & b; } };
+struct AndOp {
+  static T apply(T a, T b) { return a & b; }
+};
 template <typename T>
-struct OrOp { static T apply(T a, T b) { return a | b; } };
+struct OrOp {
+  static T apply(T a, T b) { return a | b; }
+};
 template <typename T>
-struct XorOp { static T apply(T a, T b) { return a ^ b; } };
+struct XorOp {
+  static T apply(T a, T b) { return a ^ b; }
+};
 
 // Half types: compute in float, round once per step (what gloo does for float16).
 template <typename H, template <typename> class Op>
@@ -62,8 +74,7 @@ void fold(void* dst, const void* const* srcs, int nsrc, std::size_t count) {
   for (std::size_t off = 0; off < count; off += kBlock) {
     const std::size_t n = std::min(kBlock, count - off);
     pass<T, Op>(d + off, static_cast<const T*>(srcs[0]) + off, static_cast<const T*>(srcs[1]) + off, n);
-    for (int s = 2; s < nsrc; ++s)
-      pass<T, Op>(d + off, d + off, static_cast<const T*>(srcs[s]) + off, n);
+    for (int s = 2; s < nsrc; ++s) pass<T, Op>(d + off, d + off, static_cast<const T*>(srcs[s]) + off, n);
   }
 }
 
@@ -107,10 +118,15 @@ void half(void* dst, const void* const* srcs, int nsrc, std::size_t count, Kerne
 
 std::size_t elem_size(ElemType t) {
   switch (t) {
-    case ElemType::Float64: case ElemType::Int64: return 8;
-    case ElemType::Float32: case ElemType::Int32: return 4;
-    case ElemType::Float16: case ElemType::BFloat16: return 2;
-    case ElemType::Int8: case ElemType::UInt8: case ElemType::Bool: return 1;
+    case ElemType::Float64:
+    case ElemType::Int64: return 8;
+    case ElemType::Float32:
+    case ElemType::Int32: return 4;
+    case ElemType::Float16:
+    case ElemType::BFloat16: return 2;
+    case ElemType::Int8:
+    case ElemType::UInt8:
+    case ElemType::Bool: return 1;
   }
   return 1;
 }
@@ -144,24 +160,26 @@ const char* kernel_op_name(KernelOp op) {
 }
 
 bool kernel_supports(ElemType t, KernelOp op) {
-  const bool bitwise =
-      op == KernelOp::BitwiseAnd || op == KernelOp::BitwiseOr || op == KernelOp::BitwiseXor;
+  const bool bitwise = op == KernelOp::BitwiseAnd || op == KernelOp::BitwiseOr || op == KernelOp::BitwiseXor;
   if (!bitwise) return true;
   switch (t) {
-    case ElemType::Float32: case ElemType::Float64: case ElemType::Float16: case ElemType::BFloat16:
-      return false;
+    case ElemType::Float32:
+    case ElemType::Float64:
+    case ElemType::Float16:
+    case ElemType::BFloat16: return false;
     default: return true;
   }
 }
 
-void reduce_into(void* dst, const void* const* srcs, int nsrc, std::size_t count, ElemType t,
-                 KernelOp op) {
+void reduce_into(void* dst, const void* const* srcs, int nsrc, std::size_t count, ElemType t, KernelOp op) {
   if (count == 0) return;
   if (t == ElemType::Bool) {
     // 0/1 bytes: sum and max are "any", product and min are "all"; xor is parity.
     switch (op) {
-      case KernelOp::Sum: case KernelOp::Max: op = KernelOp::BitwiseOr; break;
-      case KernelOp::Product: case KernelOp::Min: op = KernelOp::BitwiseAnd; break;
+      case KernelOp::Sum:
+      case KernelOp::Max: op = KernelOp::BitwiseOr; break;
+      case KernelOp::Product:
+      case KernelOp::Min: op = KernelOp::BitwiseAnd; break;
       default: break;
     }
     return integral<std::uint8_t>(dst, srcs, nsrc, count, op);

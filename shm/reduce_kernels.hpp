@@ -14,7 +14,15 @@ namespace lspawn::shm {
 
 // The element types the shm backend reduces. Bool is reduced as a byte holding 0 or 1.
 enum class ElemType : std::uint8_t {
-  Float32, Float64, Float16, BFloat16, Int8, UInt8, Int32, Int64, Bool,
+  Float32,
+  Float64,
+  Float16,
+  BFloat16,
+  Int8,
+  UInt8,
+  Int32,
+  Int64,
+  Bool,
 };
 
 // The operations the kernels implement. Mean is not here: the caller sums, then divides.
@@ -29,7 +37,6 @@ bool kernel_supports(ElemType t, KernelOp op);
 
 // dst[i] = srcs[0][i] op srcs[1][i] op … op srcs[nsrc-1][i] for i in [0, count).
 // `dst` may alias srcs[0] (and only srcs[0]). nsrc >= 1. Precondition: kernel_supports(t, op).
-void reduce_into(void* dst, const void* const* srcs, int nsrc, std::size_t count, ElemType t,
-                 KernelOp op);
+void reduce_into(void* dst, const void* const* srcs, int nsrc, std::size_t count, ElemType t, KernelOp op);
 
 }  // namespace lspawn::shm

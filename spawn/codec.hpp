@@ -76,9 +76,7 @@ struct has_codec<T, std::void_t<typename Codec<T>::is_lspawn_codec>> : std::true
 template <>
 struct Codec<bool> {
   using is_lspawn_codec = void;
-  static proto::Value encode(bool b) {
-    return proto::Value::of_bool(b);
-  }
+  static proto::Value encode(bool b) { return proto::Value::of_bool(b); }
   static bool decode(const proto::Value& v) {
     if (v.kind != proto::Value::Kind::kBool) codec_detail::throw_kind_mismatch("bool", v);
     return v.b;
@@ -124,9 +122,7 @@ struct Codec<T, std::enable_if_t<std::is_enum_v<T>>> {
 template <class T>
 struct Codec<T, std::enable_if_t<std::is_floating_point_v<T>>> {
   using is_lspawn_codec = void;
-  static proto::Value encode(T x) {
-    return proto::Value::of_double(static_cast<double>(x));
-  }
+  static proto::Value encode(T x) { return proto::Value::of_double(static_cast<double>(x)); }
   static T decode(const proto::Value& v) {
     if (v.kind != proto::Value::Kind::kDouble) codec_detail::throw_kind_mismatch("double", v);
     return static_cast<T>(v.f);
@@ -136,9 +132,7 @@ struct Codec<T, std::enable_if_t<std::is_floating_point_v<T>>> {
 template <>
 struct Codec<std::string> {
   using is_lspawn_codec = void;
-  static proto::Value encode(const std::string& s) {
-    return proto::Value::of_string(s);
-  }
+  static proto::Value encode(const std::string& s) { return proto::Value::of_string(s); }
   static std::string decode(const proto::Value& v) {
     if (v.kind != proto::Value::Kind::kString) codec_detail::throw_kind_mismatch("string", v);
     return v.s;
@@ -235,9 +229,7 @@ template <class... Ts>
 proto::ValueList encode_args(const std::tuple<Ts...>& args) {
   proto::ValueList list;
   list.reserve(sizeof...(Ts));
-  std::apply([&](const auto&... x) {
-    (list.push_back(Codec<std::decay_t<decltype(x)>>::encode(x)), ...);
-  }, args);
+  std::apply([&](const auto&... x) { (list.push_back(Codec<std::decay_t<decltype(x)>>::encode(x)), ...); }, args);
   return list;
 }
 

@@ -34,8 +34,8 @@ bool has_section(const std::string& path, const std::string& name) {
   Elf64_Ehdr eh;
   if (!read_at(fd.get(), &eh, sizeof eh, 0, path)) return false;
   if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
-      eh.e_ident[EI_DATA] != ELFDATA2LSB || eh.e_shentsize != sizeof(Elf64_Shdr) ||
-      eh.e_shnum == 0 || eh.e_shstrndx >= eh.e_shnum || eh.e_shnum > 65000) {
+      eh.e_ident[EI_DATA] != ELFDATA2LSB || eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shnum == 0 ||
+      eh.e_shstrndx >= eh.e_shnum || eh.e_shnum > 65000) {
     return false;
   }
   std::vector<Elf64_Shdr> sh(eh.e_shnum);

@@ -54,8 +54,7 @@ class ProcessException : public lspawn::Error {
 // The worker's function threw. type() is the demangled C++ type, what_text() its what().
 class ProcessRaisedException : public ProcessException {
  public:
-  ProcessRaisedException(int index, pid_t pid, std::string type, std::string what_text,
-                         std::string backtrace);
+  ProcessRaisedException(int index, pid_t pid, std::string type, std::string what_text, std::string backtrace);
   const std::string& type() const { return type_; }
   const std::string& what_text() const { return what_; }
   const std::string& backtrace() const { return backtrace_; }

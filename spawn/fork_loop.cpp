@@ -42,8 +42,7 @@ bool receive_request(int sock, proto::ForkRequest& req, int fds[2]) {
 }
 
 // In the forked worker, before it returns to its caller.
-void set_up_worker(const proto::ForkRequest& req, pid_t server, const int stdio[2],
-                   const sigset_t& old_mask) {
+void set_up_worker(const proto::ForkRequest& req, pid_t server, const int stdio[2], const sigset_t& old_mask) {
   sys::child_setup(server);
   ::signal(SIGPIPE, SIG_DFL);
   ::signal(SIGCHLD, SIG_DFL);
@@ -72,8 +71,7 @@ void set_up_worker(const proto::ForkRequest& req, pid_t server, const int stdio[
   }
   if (!req.cwd.empty() && ::chdir(req.cwd.c_str()) != 0) {
     std::fprintf(stderr, "lspawn forkserver: worker %d (pid %d): cannot change to the directory '%s': %s\n",
-                 static_cast<int>(req.index), static_cast<int>(::getpid()), req.cwd.c_str(),
-                 std::strerror(errno));
+                 static_cast<int>(req.index), static_cast<int>(::getpid()), req.cwd.c_str(), std::strerror(errno));
     std::fflush(stderr);
     ::_exit(126);
   }
@@ -102,8 +100,7 @@ int open_pidfd(pid_t pid) {
 
 }  // namespace
 
-proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& check,
-                         const ForkHooks& hooks) {
+proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& check, const ForkHooks& hooks) {
   sys::child_setup(owner, SIGKILL, sys::ChildGroup::kInherit);
   ::signal(SIGPIPE, SIG_IGN);
   sigset_t chld, old_mask;
@@ -161,11 +158,11 @@ proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& c
       const int n = ::poll(pfd.data(), pfd.size(), live.size() > pidfds.size() ? 100 : -1);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) shutdown();
-      const bool child_event = n == 0 || std::any_of(pfd.begin() + 1, pfd.end(), [](const pollfd& p) { return p.revents != 0; });
+      const bool child_event =
+          n == 0 || std::any_of(pfd.begin() + 1, pfd.end(), [](const pollfd& p) { return p.revents != 0; });
       if (child_event) {
         signalfd_siginfo si;
-        while (::read(sigfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-        }
+        while (::read(sigfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {}
         reap();
       }
       if (!pfd[0].revents) continue;
@@ -215,8 +212,7 @@ proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& c
       wire::write_frame(sock, reply, "forkserver reply");
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "lspawn forkserver (pid %d): %s; stopping its workers\n",
-                 static_cast<int>(self), e.what());
+    std::fprintf(stderr, "lspawn forkserver (pid %d): %s; stopping its workers\n", static_cast<int>(self), e.what());
     shutdown();
   }
   ::_exit(0);  // not reached: shutdown() exits

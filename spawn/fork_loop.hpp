@@ -53,7 +53,6 @@ struct ForkHooks {
 // replaced by the request's (when it has one), umask and working directory from the request
 // (when given; a directory it cannot enter ends the worker with 126 and a message), and sock,
 // exits and the server's own fds closed; `hooks` run around each fork (see ForkHooks).
-proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& check,
-                         const ForkHooks& hooks = {});
+proto::ForkRequest serve(int sock, int exits, pid_t owner, const RequestCheck& check, const ForkHooks& hooks = {});
 
 }  // namespace lspawn::fork_loop

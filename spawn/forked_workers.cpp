@@ -19,11 +19,10 @@ int wait_status_of(const proto::ChildExit& e) {
 
 ForkedWorkers::ForkedWorkers(Forkserver& server, Supervisor& sup, std::string noun,
                              std::function<void(const std::string&)> on_server_death)
-    : server_(server), sup_(sup), noun_(std::move(noun)),
-      on_server_death_(std::move(on_server_death)) {}
+    : server_(server), sup_(sup), noun_(std::move(noun)), on_server_death_(std::move(on_server_death)) {}
 
-pid_t ForkedWorkers::start(int id, const proto::SpawnCall& call,
-                           const std::vector<std::string>& env, std::string error_file) {
+pid_t ForkedWorkers::start(int id, const proto::SpawnCall& call, const std::vector<std::string>& env,
+                           std::string error_file) {
   const std::string ctx = noun_ + " " + std::to_string(id);
   sys::Pipe out = sys::make_pipe("stdout of " + ctx);
   sys::Pipe err = sys::make_pipe("stderr of " + ctx);

@@ -35,8 +35,7 @@ class ForkedWorkers {
   // Asks the server for a worker running `call` with environment `env`, its stdout/stderr on
   // new pipes, and adopts it as worker `id` (its own process group). Returns its pid. Throws
   // what Forkserver::fork_worker and the supervisor throw.
-  pid_t start(int id, const proto::SpawnCall& call, const std::vector<std::string>& env,
-              std::string error_file);
+  pid_t start(int id, const proto::SpawnCall& call, const std::vector<std::string>& env, std::string error_file);
 
   // Stops watching the server's exit pipe. Idempotent.
   void unwatch();

@@ -112,15 +112,12 @@ std::unique_ptr<Forkserver> Forkserver::start() {
   server_end.reset();
   exits.write.reset();
   sys::set_nonblocking(exits.read.get(), "forkserver exit pipe");
-  return std::unique_ptr<Forkserver>(
-      new Forkserver(pid, std::move(parent_end), std::move(exits.read)));
+  return std::unique_ptr<Forkserver>(new Forkserver(pid, std::move(parent_end), std::move(exits.read)));
 }
 
-std::unique_ptr<Forkserver> Forkserver::exec(const std::string& path,
-                                             const std::vector<std::string>& argv,
+std::unique_ptr<Forkserver> Forkserver::exec(const std::string& path, const std::vector<std::string>& argv,
                                              const std::vector<std::string>& env,
-                                             std::chrono::milliseconds ready_timeout,
-                                             const sigset_t* interrupt) {
+                                             std::chrono::milliseconds ready_timeout, const sigset_t* interrupt) {
   if (argv.empty()) throw std::invalid_argument("lspawn: Forkserver::exec with an empty argv");
   const std::string what = "forkserver '" + path + "'";
   int sv[2];
@@ -134,8 +131,8 @@ std::unique_ptr<Forkserver> Forkserver::exec(const std::string& path,
   if (!devnull) sys::throw_errno("open", "/dev/null");
   // Everything the child needs is built before fork: it only makes system calls.
   std::vector<std::string> full_env = env;
-  full_env.push_back(std::string(kForkserverFdsEnv) + "=" + std::to_string(server_end.get()) +
-                     "," + std::to_string(exits.write.get()));
+  full_env.push_back(std::string(kForkserverFdsEnv) + "=" + std::to_string(server_end.get()) + "," +
+                     std::to_string(exits.write.get()));
   std::vector<char*> cargv, cenv;
   for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);
@@ -167,8 +164,7 @@ std::unique_ptr<Forkserver> Forkserver::exec(const std::string& path,
     int st = 0;
     try {
       sys::waitpid(pid, &st, 0, what);
-    } catch (...) {
-    }
+    } catch (...) {}
     return SpawnError(what + " (pid " + std::to_string(pid) + ") " + why);
   };
   if (const int exec_errno = sys::read_exec_errno(status.read.get()); exec_errno != 0) {
@@ -182,7 +178,8 @@ std::unique_ptr<Forkserver> Forkserver::exec(const std::string& path,
   }
   const auto deadline = std::chrono::steady_clock::now() + ready_timeout;
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       throw reap("was not ready within " + std::to_string(ready_timeout.count() / 1000.0).substr(0, 5) +
                  " s (its static initialisation did not finish, or it does not link lspawn's "
@@ -207,8 +204,7 @@ std::unique_ptr<Forkserver> Forkserver::exec(const std::string& path,
     int st = 0;
     try {
       sys::waitpid(pid, &st, 0, what);
-    } catch (...) {
-    }
+    } catch (...) {}
     std::string how = WIFSIGNALED(st) ? "was killed by signal " + std::to_string(WTERMSIG(st))
                                       : "exited with code " + std::to_string(WEXITSTATUS(st));
     throw SpawnError(what + " (pid " + std::to_string(pid) + ") " + how +
@@ -217,8 +213,7 @@ std::unique_ptr<Forkserver> Forkserver::exec(const std::string& path,
   wire::check_version(ready.version, "ForkReply");
   if (!ready.error.empty()) throw reap("refused: " + ready.error);
   sys::set_nonblocking(exits.read.get(), what + " exit pipe");
-  return std::unique_ptr<Forkserver>(
-      new Forkserver(pid, std::move(parent_end), std::move(exits.read)));
+  return std::unique_ptr<Forkserver>(new Forkserver(pid, std::move(parent_end), std::move(exits.read)));
 }
 
 std::unique_ptr<Forkserver> Forkserver::attach(pid_t pid, sys::Fd requests, sys::Fd exits) {
@@ -230,7 +225,7 @@ std::unique_ptr<Forkserver> Forkserver::attach(pid_t pid, sys::Fd requests, sys:
 
 Forkserver::~Forkserver() {
   if (owner_ != ::getpid()) return;  // a forked copy: the server is not ours to stop
-  requests_.reset();  // EOF: the server kills what is left and exits
+  requests_.reset();                 // EOF: the server kills what is left and exits
   if (attached_) {
     // Not our child: its exit pipe's EOF says it is gone (its workers killed and reaped).
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -249,12 +244,11 @@ Forkserver::~Forkserver() {
   try {
     int status;
     sys::waitpid(pid_, &status, 0, "forkserver");
-  } catch (...) {
-  }
+  } catch (...) {}
 }
 
-pid_t Forkserver::fork_worker(const proto::SpawnCall& call, const std::vector<std::string>& env,
-                              int stdout_fd, int stderr_fd) {
+pid_t Forkserver::fork_worker(const proto::SpawnCall& call, const std::vector<std::string>& env, int stdout_fd,
+                              int stderr_fd) {
   proto::ForkRequest req;
   req.version = wire::kSchemaVersion;
   req.index = call.index;
@@ -263,8 +257,8 @@ pid_t Forkserver::fork_worker(const proto::SpawnCall& call, const std::vector<st
   req.has_stdio = stdout_fd >= 0 && stderr_fd >= 0;
   req.cwd = worker_cwd_;
   req.umask = worker_umask_;
-  const std::string context = "forkserver (pid " + std::to_string(pid_) + ") request for process " +
-                              std::to_string(call.index);
+  const std::string context =
+      "forkserver (pid " + std::to_string(pid_) + ") request for process " + std::to_string(call.index);
   const proto::ForkReply reply = request(req, stdout_fd, stderr_fd, context);
   return static_cast<pid_t>(reply.pid);
 }
@@ -287,16 +281,14 @@ Forkserver::Handle Forkserver::fork_server() {
   return h;
 }
 
-proto::ForkReply Forkserver::request(const proto::ForkRequest& req, int a, int b,
-                                     const std::string& context) {
+proto::ForkReply Forkserver::request(const proto::ForkRequest& req, int a, int b, const std::string& context) {
   const int fds[2] = {a, b};
   fd_frame::write(requests_.get(), req, fds, a >= 0 && b >= 0 ? 2 : 0, context);
   proto::ForkReply reply;
   wire::read_frame(requests_.get(), reply, context.c_str());
   wire::check_version(reply.version, "ForkReply");
   if (reply.pid <= 0) {
-    throw SpawnError(context + " failed: " +
-                     (reply.error.empty() ? std::string("no pid") : reply.error));
+    throw SpawnError(context + " failed: " + (reply.error.empty() ? std::string("no pid") : reply.error));
   }
   return reply;
 }

@@ -50,8 +50,7 @@ inline constexpr const char* kForkserverFdsEnv = "LSPAWN_FORKSERVER_FDS";
 // Forkserver::exec() was interrupted by signal `sig` before the server was ready.
 class ForkserverInterrupted : public lspawn::Error {
  public:
-  explicit ForkserverInterrupted(int sig)
-      : lspawn::Error("interrupted by signal " + std::to_string(sig)), sig_(sig) {}
+  explicit ForkserverInterrupted(int sig) : lspawn::Error("interrupted by signal " + std::to_string(sig)), sig_(sig) {}
   int signal() const { return sig_; }
 
  private:
@@ -73,10 +72,8 @@ class Forkserver {
   // e.g. threads running after static initialisation) before it is ready, or is not ready
   // within `ready_timeout` (it is killed). A signal of `interrupt` (blocked by the caller)
   // arriving while waiting kills it and throws ForkserverInterrupted.
-  static std::unique_ptr<Forkserver> exec(const std::string& path,
-                                          const std::vector<std::string>& argv,
-                                          const std::vector<std::string>& env,
-                                          std::chrono::milliseconds ready_timeout,
+  static std::unique_ptr<Forkserver> exec(const std::string& path, const std::vector<std::string>& argv,
+                                          const std::vector<std::string>& env, std::chrono::milliseconds ready_timeout,
                                           const sigset_t* interrupt = nullptr);
 
   // A server this process did not start, handed over with its two fds (the warm daemon's
@@ -96,8 +93,8 @@ class Forkserver {
   // both: inherit the server's) become the worker's fds 1 and 2. Returns the worker's pid
   // (also its pgid). Throws SpawnError with the server's reason when the fork failed, and
   // sys::SysError / wire::WireError when the server is gone.
-  pid_t fork_worker(const proto::SpawnCall& call, const std::vector<std::string>& env,
-                    int stdout_fd = -1, int stderr_fd = -1);
+  pid_t fork_worker(const proto::SpawnCall& call, const std::vector<std::string>& env, int stdout_fd = -1,
+                    int stderr_fd = -1);
 
   // Asks the server to fork a server of its own (a child of it, same memory, same loop; its
   // exit is reported on exit_fd() like a worker's). Returns its pid and the fds to drive it

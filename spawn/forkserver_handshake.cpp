@@ -19,9 +19,8 @@ std::optional<Fds> take_fds() {
   ::unsetenv(kForkserverFdsEnv);
   Fds fds;
   char tail = 0;
-  if (std::sscanf(value.c_str(), "%d,%d%c", &fds.requests, &fds.exits, &tail) != 2 ||
-      fds.requests < 0 || fds.exits < 0 || ::fcntl(fds.requests, F_GETFD) < 0 ||
-      ::fcntl(fds.exits, F_GETFD) < 0) {
+  if (std::sscanf(value.c_str(), "%d,%d%c", &fds.requests, &fds.exits, &tail) != 2 || fds.requests < 0 ||
+      fds.exits < 0 || ::fcntl(fds.requests, F_GETFD) < 0 || ::fcntl(fds.exits, F_GETFD) < 0) {
     throw std::runtime_error(std::string(kForkserverFdsEnv) + "='" + value +
                              "': expected two open fds REQUEST_SOCKET,EXIT_PIPE (set only by lspawn)");
   }

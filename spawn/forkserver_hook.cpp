@@ -25,8 +25,7 @@ struct ForkserverNote {
 };
 
 [[noreturn]] void fail(const std::string& why) {
-  std::fprintf(stderr, "lspawn forkserver hook (pid %d): %s\n", static_cast<int>(::getpid()),
-               why.c_str());
+  std::fprintf(stderr, "lspawn forkserver hook (pid %d): %s\n", static_cast<int>(::getpid()), why.c_str());
   std::fflush(stderr);
   ::_exit(125);
 }

@@ -53,9 +53,9 @@ ProgramImage& image() {
     if (call.want_result) body.result_path = call.result_path;
     const Invoker* invoker = FunctionRegistry::global().find(call.function);
     if (!invoker) {
-      throw SpawnError("function '" + call.function +
-                       "' is not registered in this program (LSPAWN_REGISTER); registered: " +
-                       FunctionRegistry::global().names());
+      throw SpawnError(
+          "function '" + call.function +
+          "' is not registered in this program (LSPAWN_REGISTER); registered: " + FunctionRegistry::global().names());
     }
     return (*invoker)(call.index, call.args);
   };

@@ -68,9 +68,9 @@ struct ProcessContext::Impl {
   std::vector<std::optional<proto::Value>> results;
   std::vector<WorkerResult> no_workers;
   std::shared_ptr<void> arguments;  // SpawnPlan::arguments, released once all workers are gone
-  bool done = false;            // every worker gone; results read or failure recorded
-  bool terminated = false;      // terminate() was called
-  std::exception_ptr failure;   // what join() throws
+  bool done = false;                // every worker gone; results read or failure recorded
+  bool terminated = false;          // terminate() was called
+  std::exception_ptr failure;       // what join() throws
   std::unique_ptr<HangWatch> hang;  // with SpawnOptions::hang_timeout
   std::string hang_report;          // set when the watchdog fired
 
@@ -165,26 +165,27 @@ void ProcessContext::Impl::check_start_method(const SpawnPlan& plan, const std::
     const int threads = count_threads();
     const int baseline = init_detail::thread_baseline();
     if (threads > baseline) {
-      const std::string why =
-          what + ": this process runs " + std::to_string(threads) + " threads (" +
-          std::to_string(baseline) +
-          " when lspawn::init ran; LibTorch's thread pools and a process group start more); a "
-          "forked child keeps only the calling thread and may deadlock on locks the others held. "
-          "Use StartMethod::Forkserver (start it first thing in main: lspawn::init with "
-          "StartupOptions::start_forkserver) or StartMethod::Spawn";
+      const std::string why = what + ": this process runs " + std::to_string(threads) + " threads (" +
+                              std::to_string(baseline) +
+                              " when lspawn::init ran; LibTorch's thread pools and a process group start more); a "
+                              "forked child keeps only the calling thread and may deadlock on locks the others held. "
+                              "Use StartMethod::Forkserver (start it first thing in main: lspawn::init with "
+                              "StartupOptions::start_forkserver) or StartMethod::Spawn";
       if (!opts.allow_fork_with_threads) {
         throw SpawnError(why + ", or set SpawnOptions::allow_fork_with_threads to fork anyway");
       }
       std::fprintf(stderr, "lspawn: warning: %s\n", why.c_str());
     }
   } else if (plan.function.empty()) {
-    throw SpawnError(what + ": the function is not registered; start methods other than Fork "
-                            "run it in another program image and find it by name: add "
-                            "LSPAWN_REGISTER(<function>) at namespace scope");
+    throw SpawnError(what +
+                     ": the function is not registered; start methods other than Fork "
+                     "run it in another program image and find it by name: add "
+                     "LSPAWN_REGISTER(<function>) at namespace scope");
   }
   if (method == StartMethod::Spawn && !init_detail::initialized()) {
-    throw SpawnError(what + ": lspawn::init(argc, argv) was not called; StartMethod::Spawn "
-                            "re-executes this program, whose main() must call it first");
+    throw SpawnError(what +
+                     ": lspawn::init(argc, argv) was not called; StartMethod::Spawn "
+                     "re-executes this program, whose main() must call it first");
   }
   if (method == StartMethod::Forkserver) lease_forkserver(what);
 }
@@ -352,17 +353,15 @@ void ProcessContext::Impl::finish() {
   } else if (sup->root_cause()) {
     const WorkerResult& r = sup->result(*sup->root_cause());
     if (r.report) {
-      failure = std::make_exception_ptr(ProcessRaisedException(
-          r.rank, r.pid, r.report->exception_type, r.report->message, r.report->backtrace));
-    } else {
       failure = std::make_exception_ptr(
-          ProcessExitedException(r.rank, r.pid, r.exit_code, r.term_signal));
+          ProcessRaisedException(r.rank, r.pid, r.report->exception_type, r.report->message, r.report->backtrace));
+    } else {
+      failure = std::make_exception_ptr(ProcessExitedException(r.rank, r.pid, r.exit_code, r.term_signal));
     }
   } else if (!terminated) {
     for (const WorkerResult& r : sup->results()) {
       if (r.failed()) {  // stopped from outside (a signal to a worker nobody asked for)
-        failure = std::make_exception_ptr(
-            ProcessExitedException(r.rank, r.pid, r.exit_code, r.term_signal));
+        failure = std::make_exception_ptr(ProcessExitedException(r.rank, r.pid, r.exit_code, r.term_signal));
         break;
       }
     }
@@ -373,9 +372,8 @@ void ProcessContext::Impl::finish() {
         try {
           read_frame_file(result_paths[i], res, opts.max_result_bytes);
         } catch (const std::exception& e) {
-          failure = std::make_exception_ptr(SpawnError(
-              "process " + std::to_string(i) + " exited 0 but its result cannot be read: " +
-              e.what()));
+          failure = std::make_exception_ptr(
+              SpawnError("process " + std::to_string(i) + " exited 0 but its result cannot be read: " + e.what()));
           break;
         }
         if (res.returned) results[i] = res.value;
@@ -399,8 +397,7 @@ void ProcessContext::Impl::cleanup() noexcept {
   }
 }
 
-ProcessContext::ProcessContext(const SpawnPlan& plan, const SpawnOptions& opts)
-    : impl_(std::make_unique<Impl>()) {
+ProcessContext::ProcessContext(const SpawnPlan& plan, const SpawnOptions& opts) : impl_(std::make_unique<Impl>()) {
   impl_->opts = opts;
   impl_->nprocs = plan.nprocs;
   impl_->arguments = plan.arguments;

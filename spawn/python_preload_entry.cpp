@@ -56,8 +56,7 @@ __attribute__((visibility("default"))) int lspawn_preload_threads_after_fork(voi
   if (pid == 0) ::_exit(0);
   if (pid < 0) return -1;
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
   return lspawn::count_threads();
 }
 
@@ -74,7 +73,7 @@ __attribute__((visibility("default"))) int lspawn_preload_refuse(const char* why
 }
 
 __attribute__((visibility("default"))) int lspawn_preload_serve(void (*before)(void), void (*parent)(void),
-                                                                 void (*child)(void), char* err, size_t err_len) {
+                                                                void (*child)(void), char* err, size_t err_len) {
   std::string problem;
   const auto f = fds(&problem);
   if (!f) return failed(err, err_len, problem);

@@ -43,7 +43,6 @@ int lspawn_preload_refuse(const char* why, char* err, size_t err_len);
 // PyOS_AfterFork_Parent, PyOS_AfterFork_Child). Never returns in the server. Returns 0 in each
 // forked worker, set up as fork_loop.hpp says (C environment replaced by the request's). -1
 // when not started by lspawn or lspawn is gone before the loop starts.
-int lspawn_preload_serve(void (*before)(void), void (*parent)(void), void (*child)(void), char* err,
-                         size_t err_len);
+int lspawn_preload_serve(void (*before)(void), void (*parent)(void), void (*child)(void), char* err, size_t err_len);
 
 }  // extern "C"

@@ -8,8 +8,7 @@ namespace registry_detail {
 void check_arity(const proto::ValueList& args, size_t expected) {
   if (args.size() != expected) {
     throw CodecError("spawn call carries " + std::to_string(args.size()) +
-                     " arguments, the registered function takes " + std::to_string(expected) +
-                     " after the index");
+                     " arguments, the registered function takes " + std::to_string(expected) + " after the index");
   }
 }
 }  // namespace registry_detail
@@ -22,8 +21,7 @@ FunctionRegistry& FunctionRegistry::global() {
 void FunctionRegistry::add(const std::string& name, FunctionAddress address, Invoker invoker) {
   auto [it, inserted] = by_name_.emplace(name, Entry{address, std::move(invoker)});
   if (!inserted && it->second.address != address) {
-    throw std::logic_error("LSPAWN_REGISTER(" + name +
-                           "): the name is already registered for another function");
+    throw std::logic_error("LSPAWN_REGISTER(" + name + "): the name is already registered for another function");
   }
 }
 

@@ -39,11 +39,9 @@ namespace registry_detail {
 void check_arity(const proto::ValueList& args, size_t expected);
 
 template <class... P, class F, size_t... I>
-std::optional<proto::Value> decode_and_call(F& call, const proto::ValueList& args,
-                                            std::index_sequence<I...>) {
+std::optional<proto::Value> decode_and_call(F& call, const proto::ValueList& args, std::index_sequence<I...>) {
   // Braced init decodes left to right, so the first bad argument is the one reported.
-  std::tuple<std::decay_t<P>...> decoded{
-      Codec<std::decay_t<P>>::decode(args[I])...};
+  std::tuple<std::decay_t<P>...> decoded{Codec<std::decay_t<P>>::decode(args[I])...};
   return std::apply(call, std::move(decoded));
 }
 }  // namespace registry_detail
@@ -111,6 +109,5 @@ struct Registration {
 #define LSPAWN_DETAIL_CAT(a, b) LSPAWN_DETAIL_CAT2(a, b)
 // Registers a function for spawn() under its own name. Use once, at namespace scope, in the
 // program that calls spawn() (not in a header included twice): LSPAWN_REGISTER(train);
-#define LSPAWN_REGISTER(fn)                                                              \
-  static const ::lspawn::Registration LSPAWN_DETAIL_CAT(lspawn_registration_, __LINE__)( \
-      #fn, &fn)
+#define LSPAWN_REGISTER(fn) \
+  static const ::lspawn::Registration LSPAWN_DETAIL_CAT(lspawn_registration_, __LINE__)(#fn, &fn)

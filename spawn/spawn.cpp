@@ -37,8 +37,7 @@ int local_accelerator_count() {
   if (DIR* d = ::opendir("/dev")) {
     while (const dirent* e = ::readdir(d)) {
       const std::string name = e->d_name;
-      if (name.size() > 6 && name.compare(0, 6, "nvidia") == 0 &&
-          std::isdigit(static_cast<unsigned char>(name[6]))) {
+      if (name.size() > 6 && name.compare(0, 6, "nvidia") == 0 && std::isdigit(static_cast<unsigned char>(name[6]))) {
         bool digits = true;
         for (size_t i = 6; i < name.size(); ++i) digits = digits && std::isdigit(static_cast<unsigned char>(name[i]));
         n += digits;

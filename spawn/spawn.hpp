@@ -108,9 +108,7 @@ ProcessContext spawn(Fn fn, std::tuple<A...> args, const SpawnOptions& opts = {}
   }
   plan.arguments = params;
   plan.encode_args = [params] { return encode_args(*params); };
-  plan.run_in_child = [fn, params](int index) mutable {
-    return spawn_detail::call_encoded<R>(fn, index, *params);
-  };
+  plan.run_in_child = [fn, params](int index) mutable { return spawn_detail::call_encoded<R>(fn, index, *params); };
   ProcessContext ctx(plan, opts);
   if (opts.join) ctx.join();
   return ctx;

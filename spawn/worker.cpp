@@ -22,8 +22,7 @@ namespace {
 
 std::string demangle(const char* mangled) {
   int status = 0;
-  std::unique_ptr<char, void (*)(void*)> out(abi::__cxa_demangle(mangled, nullptr, nullptr, &status),
-                                             std::free);
+  std::unique_ptr<char, void (*)(void*)> out(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
   return status == 0 && out ? std::string(out.get()) : std::string(mangled);
 }
 
@@ -46,9 +45,9 @@ proto::ErrorReport report_current_exception(int index) {
   r.local_rank = index;
   r.pid = ::getpid();
   r.host = host_name();
-  r.timestamp_us = std::chrono::duration_cast<std::chrono::microseconds>(
-                       std::chrono::system_clock::now().time_since_epoch())
-                       .count();
+  r.timestamp_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   try {
     throw;
   } catch (const std::exception& e) {
@@ -100,12 +99,8 @@ void read_frame_file_of(const std::string& path, Msg& msg, uint32_t max_bytes) {
 
 }  // namespace
 
-void write_frame_file(const std::string& path, const proto::SpawnCall& msg) {
-  write_frame_file_of(path, msg);
-}
-void write_frame_file(const std::string& path, const proto::SpawnResult& msg) {
-  write_frame_file_of(path, msg);
-}
+void write_frame_file(const std::string& path, const proto::SpawnCall& msg) { write_frame_file_of(path, msg); }
+void write_frame_file(const std::string& path, const proto::SpawnResult& msg) { write_frame_file_of(path, msg); }
 void read_frame_file(const std::string& path, proto::SpawnCall& msg, uint32_t max_bytes) {
   read_frame_file_of(path, msg, max_bytes);
 }
@@ -143,8 +138,7 @@ int run_worker(const WorkerBody& body) noexcept {
       try {
         write_error_file(body.error_file, report);
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "lspawn: process %d could not write its error report: %s\n",
-                     body.index, e.what());
+        std::fprintf(stderr, "lspawn: process %d could not write its error report: %s\n", body.index, e.what());
       }
     }
     return 1;

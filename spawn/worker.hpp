@@ -19,10 +19,10 @@
 namespace lspawn {
 
 struct WorkerBody {
-  int index = 0;                 // process index (rank) of this worker
-  int nprocs = 1;                // number of workers in the spawn() call
-  std::string result_path;       // where to write the SpawnResult; "" = the result is not wanted
-  std::string error_file;        // where to write the ErrorReport; "" = stderr only
+  int index = 0;            // process index (rank) of this worker
+  int nprocs = 1;           // number of workers in the spawn() call
+  std::string result_path;  // where to write the SpawnResult; "" = the result is not wanted
+  std::string error_file;   // where to write the ErrorReport; "" = stderr only
   // Runs the user's function; returns its encoded result, nullopt for void functions.
   std::function<std::optional<proto::Value>()> call;
 };

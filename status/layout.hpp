@@ -30,9 +30,9 @@ namespace lspawn::status {
 
 inline constexpr char kMagic[8] = {'L', 'S', 'P', 'S', 'T', 'A', 'T', '\0'};
 inline constexpr std::uint32_t kVersion = 1;
-inline constexpr std::uint32_t kMaxGroups = 32;   // groups per rank with a slot; later ones go unrecorded
-inline constexpr std::size_t kNameBytes = 64;     // group name, NUL-terminated (longer names are cut)
-inline constexpr std::size_t kOpBytes = 24;       // op name, NUL-terminated
+inline constexpr std::uint32_t kMaxGroups = 32;  // groups per rank with a slot; later ones go unrecorded
+inline constexpr std::size_t kNameBytes = 64;    // group name, NUL-terminated (longer names are cut)
+inline constexpr std::size_t kOpBytes = 24;      // op name, NUL-terminated
 // The environment variable naming the directory of the records (set by lspawn for each worker).
 inline constexpr const char* kDirEnv = "LSPAWN_STATUS_DIR";
 
@@ -44,12 +44,12 @@ enum class SlotState : std::uint32_t {
 struct FileHeader {
   char magic[8];
   std::uint32_t version;
-  std::uint32_t header_bytes;        // sizeof(FileHeader): where the slots start
-  std::uint32_t slot_bytes;          // sizeof(GroupSlot)
-  std::uint32_t slot_count;          // kMaxGroups
-  std::int32_t rank;                 // global rank (RANK)
-  std::int32_t pid;                  // the process that writes the record
-  std::int64_t opened_us;            // CLOCK_REALTIME µs when the record was created
+  std::uint32_t header_bytes;  // sizeof(FileHeader): where the slots start
+  std::uint32_t slot_bytes;    // sizeof(GroupSlot)
+  std::uint32_t slot_count;    // kMaxGroups
+  std::int32_t rank;           // global rank (RANK)
+  std::int32_t pid;            // the process that writes the record
+  std::int64_t opened_us;      // CLOCK_REALTIME µs when the record was created
   // Signal whose handler writes the main thread's stack (status/stack_dump.hpp), 0: none.
   std::atomic<std::int32_t> stack_signal;
   // Slots in use; slot i < groups is fully named (release-stored after the name).
@@ -65,15 +65,15 @@ struct GroupSlot {
   std::int32_t group_size;
   // Seqlock: odd while the writer changes the fields below; +2 per update.
   std::atomic<std::uint64_t> version;
-  std::atomic<std::uint32_t> state;            // SlotState
+  std::atomic<std::uint32_t> state;  // SlotState
   std::atomic<std::uint32_t> reserved0;
-  std::atomic<std::uint64_t> seq;              // current op (InCollective) or the last one entered
-  std::atomic<std::uint64_t> op[kOpBytes / 8]; // its name, NUL-padded
-  std::atomic<std::uint64_t> bytes;            // its payload on this rank
-  std::atomic<std::int64_t> since_us;          // CLOCK_REALTIME µs: entered (InCollective) / left (Idle)
-  std::atomic<std::uint64_t> completed_seq;    // last op that completed, 0: none yet
+  std::atomic<std::uint64_t> seq;               // current op (InCollective) or the last one entered
+  std::atomic<std::uint64_t> op[kOpBytes / 8];  // its name, NUL-padded
+  std::atomic<std::uint64_t> bytes;             // its payload on this rank
+  std::atomic<std::int64_t> since_us;           // CLOCK_REALTIME µs: entered (InCollective) / left (Idle)
+  std::atomic<std::uint64_t> completed_seq;     // last op that completed, 0: none yet
   std::atomic<std::uint64_t> completed_op[kOpBytes / 8];
-  std::atomic<std::int64_t> completed_us;      // when it completed
+  std::atomic<std::int64_t> completed_us;  // when it completed
 };
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shared-memory atomics must be lock-free");

@@ -16,14 +16,14 @@ struct GroupView {
   int group_rank = 0;
   int group_size = 0;
   bool in_collective = false;
-  std::uint64_t seq = 0;            // current op (in_collective) or the last one entered, 0: none
+  std::uint64_t seq = 0;  // current op (in_collective) or the last one entered, 0: none
   std::string op;
   std::uint64_t bytes = 0;
   std::int64_t since_us = 0;        // entered (in_collective) / left (idle), CLOCK_REALTIME µs
   std::uint64_t completed_seq = 0;  // 0: none completed yet
   std::string completed_op;
   std::int64_t completed_us = 0;
-  std::uint64_t version = 0;        // changes on every update: progress
+  std::uint64_t version = 0;  // changes on every update: progress
 };
 
 // A rank's record, as read.

@@ -70,7 +70,6 @@ struct WriteSection {
   ~WriteSection() { s->version.store(v + 2, std::memory_order_release); }
 };
 
-
 }  // namespace
 
 std::int64_t now_us() {

@@ -35,8 +35,7 @@ enum class Writers { One, Many };
 class SlotWriter {
  public:
   SlotWriter() = default;  // disabled
-  explicit SlotWriter(GroupSlot* slot, Writers writers = Writers::One)
-      : slot_(slot), many_(writers == Writers::Many) {}
+  explicit SlotWriter(GroupSlot* slot, Writers writers = Writers::One) : slot_(slot), many_(writers == Writers::Many) {}
 
   bool enabled() const { return slot_ != nullptr; }
   // This rank entered op #seq of the group (`op`: a name such as "all_reduce", cut to 23 chars).

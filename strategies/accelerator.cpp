@@ -31,8 +31,8 @@ int Accelerator::device_count(AcceleratorKind kind) {
 int cuda_device_index(int local_rank, int count, DeviceSharing sharing) {
   if (local_rank >= 0 && count > 0 && sharing == DeviceSharing::Allowed) return local_rank % count;
   if (local_rank >= 0 && local_rank < count) return local_rank;
-  throw std::invalid_argument("LOCAL_RANK " + std::to_string(local_rank) + " has no CUDA device: " +
-                              std::to_string(count) + " visible (one process per device" +
+  throw std::invalid_argument("LOCAL_RANK " + std::to_string(local_rank) +
+                              " has no CUDA device: " + std::to_string(count) + " visible (one process per device" +
                               (sharing == DeviceSharing::OnePerProcess
                                    ? std::string(", as NCCL requires; LSPAWN_BACKEND=shm or gloo lets ranks share one)")
                                    : std::string(")")));
@@ -42,8 +42,9 @@ Accelerator Accelerator::choose(AcceleratorKind kind, int local_rank, DeviceShar
   const bool cuda = torch::cuda::is_available();
   if (kind == AcceleratorKind::Cpu || (kind == AcceleratorKind::Auto && !cuda)) return cpu();
   if (!cuda) {
-    throw std::invalid_argument("accelerator 'cuda' asked for, but this LibTorch has no CUDA or no CUDA device is "
-                                "visible (torch::cuda::is_available() is false)");
+    throw std::invalid_argument(
+        "accelerator 'cuda' asked for, but this LibTorch has no CUDA or no CUDA device is "
+        "visible (torch::cuda::is_available() is false)");
   }
   const int index = cuda_device_index(local_rank, static_cast<int>(torch::cuda::device_count()), sharing);
   return Accelerator(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index)));

@@ -19,7 +19,8 @@ namespace lspawn {
 
 std::map<std::string, at::Tensor> module_state(const torch::nn::Module& module) {
   std::map<std::string, at::Tensor> state;
-  for (const auto& p : module.named_parameters(/*recurse=*/true)) state[p.key()] = p.value().detach().to(at::kCPU).clone();
+  for (const auto& p : module.named_parameters(/*recurse=*/true))
+    state[p.key()] = p.value().detach().to(at::kCPU).clone();
   for (const auto& b : module.named_buffers(/*recurse=*/true)) state[b.key()] = b.value().detach().to(at::kCPU).clone();
   return state;
 }
@@ -38,8 +39,8 @@ void load_module_state(torch::nn::Module& module, const std::map<std::string, at
   for (auto& b : module.named_buffers(true)) copy(b.key(), b.value());
 }
 
-Checkpoint Checkpoint::capture(const torch::nn::Module& module, const torch::optim::Optimizer* optimizer,
-                               int64_t epoch, int64_t global_step) {
+Checkpoint Checkpoint::capture(const torch::nn::Module& module, const torch::optim::Optimizer* optimizer, int64_t epoch,
+                               int64_t global_step) {
   Checkpoint c;
   c.epoch = epoch;
   c.global_step = global_step;

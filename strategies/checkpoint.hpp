@@ -26,15 +26,15 @@ class CheckpointError : public lspawn::Error {
 };
 
 struct Checkpoint {
-  int64_t epoch = 0;        // epochs completed
-  int64_t global_step = 0;  // optimizer steps taken
+  int64_t epoch = 0;                        // epochs completed
+  int64_t global_step = 0;                  // optimizer steps taken
   std::map<std::string, at::Tensor> model;  // named parameters and buffers (CPU copies)
   std::string optimizer;                    // Optimizer::save() archive, empty when none
   std::map<std::string, double> metrics;
 
   // Captures the module (and the optimizer, when given).
-  static Checkpoint capture(const torch::nn::Module& module, const torch::optim::Optimizer* optimizer,
-                            int64_t epoch, int64_t global_step);
+  static Checkpoint capture(const torch::nn::Module& module, const torch::optim::Optimizer* optimizer, int64_t epoch,
+                            int64_t global_step);
   // Copies the state into `module` (same names and shapes; CheckpointError naming the first
   // mismatch) and `optimizer` (when given and saved).
   void restore(torch::nn::Module& module, torch::optim::Optimizer* optimizer) const;

@@ -71,8 +71,7 @@ std::vector<int64_t> DistributedSampler::indices() const {
   return mine;
 }
 
-DataLoader::DataLoader(TensorDataset dataset, LoaderOptions options)
-    : dataset_(std::move(dataset)), options_(options) {
+DataLoader::DataLoader(TensorDataset dataset, LoaderOptions options) : dataset_(std::move(dataset)), options_(options) {
   if (options_.batch_size < 1)
     throw std::invalid_argument("DataLoader: batch_size " + std::to_string(options_.batch_size) + " < 1");
   reorder();
@@ -101,8 +100,10 @@ void DataLoader::set_epoch(int64_t epoch) {
 }
 
 void DataLoader::reorder() {
-  if (sampler_) order_ = sampler_->indices();
-  else order_ = permutation(dataset_.size(), options_.shuffle, options_.seed + static_cast<uint64_t>(epoch_));
+  if (sampler_)
+    order_ = sampler_->indices();
+  else
+    order_ = permutation(dataset_.size(), options_.shuffle, options_.seed + static_cast<uint64_t>(epoch_));
 }
 
 int64_t DataLoader::size() const {

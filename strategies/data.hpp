@@ -67,7 +67,7 @@ struct DistributedSampler {
 
 struct LoaderOptions {
   int64_t batch_size = 1;
-  bool shuffle = false;    // without a sampler: randperm seeded with seed + epoch
+  bool shuffle = false;  // without a sampler: randperm seeded with seed + epoch
   uint64_t seed = 0;
   bool drop_last = false;  // drop the last incomplete batch (and, distributed, the sampler's tail)
 };

@@ -27,8 +27,10 @@ class ReplicaGradSum : public torch::autograd::Node {
     at::Tensor sum;
     for (auto& g : grads) {
       if (!g.defined()) continue;
-      if (!sum.defined()) sum = g.to(root_, /*non_blocking=*/false, /*copy=*/true);
-      else sum.add_(g.to(root_));
+      if (!sum.defined())
+        sum = g.to(root_, /*non_blocking=*/false, /*copy=*/true);
+      else
+        sum.add_(g.to(root_));
     }
     return {sum};
   }
@@ -42,8 +44,7 @@ c10::Device normalise(const c10::Device& d) {
   if (d.is_cpu()) return c10::Device(c10::kCPU);
   if (d.is_cuda() && !d.has_index())
     throw std::invalid_argument("DataParallel: device '" + d.str() + "' has no index (write cuda:0, cuda:1, …)");
-  if (!d.is_cuda())
-    throw std::invalid_argument("DataParallel: device '" + d.str() + "' is neither CPU nor CUDA");
+  if (!d.is_cuda()) throw std::invalid_argument("DataParallel: device '" + d.str() + "' is neither CPU nor CUDA");
   return d;
 }
 
@@ -61,7 +62,7 @@ std::string message_of(const std::exception_ptr& e) {
 
 ReplicaError::ReplicaError(int replica, c10::Device device, const std::string& step, const std::string& message)
     : lspawn::Error("DataParallel: replica " + std::to_string(replica) + " on device " + device_name(device) +
-                         " failed in " + step + ": " + message),
+                    " failed in " + step + ": " + message),
       replica_(replica),
       device_(device) {}
 
@@ -137,7 +138,8 @@ void DataParallel::setup(TrainingModule& module) {
   for (std::size_t r = 1; r < devices_.size(); ++r) {
     std::shared_ptr<TrainingModule> replica = module.make_replica();
     if (!replica || replica.get() == &module)
-      throw std::logic_error("DataParallel: make_replica() must return a new module (replica " + std::to_string(r) + ")");
+      throw std::logic_error("DataParallel: make_replica() must return a new module (replica " + std::to_string(r) +
+                             ")");
     auto params = replica->named_parameters(true);
     auto buffers = replica->named_buffers(true);
     if (params.size() != root_params.size() || buffers.size() != root_buffers.size())
@@ -146,7 +148,8 @@ void DataParallel::setup(TrainingModule& module) {
                                   std::to_string(root_params.size()) + " and " + std::to_string(root_buffers.size()));
     {
       at::NoGradGuard no_grad;
-      auto check_and_copy = [](const std::string& kind, const std::string& name, at::Tensor& dst, const at::Tensor& src) {
+      auto check_and_copy = [](const std::string& kind, const std::string& name, at::Tensor& dst,
+                               const at::Tensor& src) {
         if (dst.sizes() != src.sizes() || dst.scalar_type() != src.scalar_type())
           throw std::invalid_argument("DataParallel: make_replica() built " + kind + " '" + name + "' as " +
                                       std::string(c10::toString(dst.scalar_type())) + c10::str(dst.sizes()) +
@@ -157,7 +160,8 @@ void DataParallel::setup(TrainingModule& module) {
       for (const auto& p : root_params) {
         auto* dst = params.find(p.key());
         if (dst == nullptr)
-          throw std::invalid_argument("DataParallel: make_replica() built a module without parameter '" + p.key() + "'");
+          throw std::invalid_argument("DataParallel: make_replica() built a module without parameter '" + p.key() +
+                                      "'");
         check_and_copy("parameter", p.key(), *dst, p.value());
       }
       for (const auto& b : root_buffers) {
@@ -174,8 +178,10 @@ void DataParallel::setup(TrainingModule& module) {
     params = replica->named_parameters(true);  // after to(): same tensors, possibly new data
     for (const auto& p : root_params) {
       at::Tensor t = params[p.key()];
-      if (nodes[i]) torch::autograd::set_history(t, nodes[i]);
-      else t.set_requires_grad(false);
+      if (nodes[i])
+        torch::autograd::set_history(t, nodes[i]);
+      else
+        t.set_requires_grad(false);
       ++i;
     }
     replicas_.push_back(std::move(replica));
@@ -189,10 +195,12 @@ DataParallel::Chunks DataParallel::scatter(const Batch& batch) const {
   for (std::size_t k = 0; k < batch.size(); ++k) {
     const auto& t = batch[k];
     if (!t.defined() || t.dim() == 0) continue;
-    if (rows < 0) rows = t.size(0);
+    if (rows < 0)
+      rows = t.size(0);
     else if (t.size(0) != rows)
-      throw std::invalid_argument("DataParallel: batch tensor " + std::to_string(k) + " has " + std::to_string(t.size(0)) +
-                                  " rows, tensor 0 has " + std::to_string(rows) + " (they are split along dim 0 together)");
+      throw std::invalid_argument("DataParallel: batch tensor " + std::to_string(k) + " has " +
+                                  std::to_string(t.size(0)) + " rows, tensor 0 has " + std::to_string(rows) +
+                                  " (they are split along dim 0 together)");
   }
   if (rows <= 0 || n < 2) {  // nothing to split: the root takes the batch as it is
     c.parts.push_back(batch);
@@ -208,9 +216,12 @@ DataParallel::Chunks DataParallel::scatter(const Batch& batch) const {
     c.rows.push_back(len);
     auto& part = c.parts[r];
     for (const auto& t : batch) {
-      if (!t.defined()) part.push_back(t);
-      else if (t.dim() == 0) part.push_back(t.to(devices_[r]));
-      else part.push_back(t.narrow(0, begin, len).to(devices_[r], /*non_blocking=*/true));
+      if (!t.defined())
+        part.push_back(t);
+      else if (t.dim() == 0)
+        part.push_back(t.to(devices_[r]));
+      else
+        part.push_back(t.narrow(0, begin, len).to(devices_[r], /*non_blocking=*/true));
     }
   }
   c.total = rows;
@@ -298,7 +309,8 @@ at::Tensor DataParallel::training_step(const Batch& batch, int64_t batch_idx) {
   for (auto& l : losses) gathered.push_back(l.reshape({}).to(root));
   at::Tensor stacked = at::stack(gathered);
   if (options_.reduction == LossReduction::Mean) return stacked.mean();
-  auto weights = at::tensor(chunks.rows, at::TensorOptions().dtype(at::kDouble)).div_(static_cast<double>(chunks.total));
+  auto weights =
+      at::tensor(chunks.rows, at::TensorOptions().dtype(at::kDouble)).div_(static_cast<double>(chunks.total));
   return (stacked * weights.to(stacked.options())).sum();
 }
 
@@ -317,9 +329,10 @@ StepMetrics DataParallel::reduce_metrics(const std::vector<StepMetrics>& outputs
       values.push_back(it->second.reshape({}).to(root, at::kDouble));
     }
     at::Tensor stacked = at::stack(values);
-    at::Tensor v = options_.reduction == LossReduction::Mean
-                       ? stacked.mean()
-                       : (stacked * at::tensor(chunks.rows, stacked.options())).sum() / static_cast<double>(chunks.total);
+    at::Tensor v =
+        options_.reduction == LossReduction::Mean
+            ? stacked.mean()
+            : (stacked * at::tensor(chunks.rows, stacked.options())).sum() / static_cast<double>(chunks.total);
     out[name] = v.to(first.scalar_type());
   }
   return out;
@@ -328,8 +341,8 @@ StepMetrics DataParallel::reduce_metrics(const std::vector<StepMetrics>& outputs
 StepMetrics DataParallel::validation_step(const Batch& batch, int64_t batch_idx) {
   torch::NoGradGuard no_grad;
   const Chunks chunks = scatter(batch);
-  auto outs = parallel_apply<StepMetrics>(chunks, "validation_step",
-                                          [&](TrainingModule& m, const Batch& b) { return m.validation_step(b, batch_idx); });
+  auto outs = parallel_apply<StepMetrics>(
+      chunks, "validation_step", [&](TrainingModule& m, const Batch& b) { return m.validation_step(b, batch_idx); });
   return reduce_metrics(outs, chunks, "validation_step");
 }
 
@@ -344,8 +357,8 @@ StepMetrics DataParallel::test_step(const Batch& batch, int64_t batch_idx) {
 at::Tensor DataParallel::predict_step(const Batch& batch, int64_t batch_idx) {
   torch::NoGradGuard no_grad;
   const Chunks chunks = scatter(batch);
-  auto outs = parallel_apply<at::Tensor>(chunks, "predict_step",
-                                         [&](TrainingModule& m, const Batch& b) { return m.predict_step(b, batch_idx); });
+  auto outs = parallel_apply<at::Tensor>(
+      chunks, "predict_step", [&](TrainingModule& m, const Batch& b) { return m.predict_step(b, batch_idx); });
   if (outs.size() == 1) return outs[0];
   for (auto& o : outs) o = o.to(devices_.front());
   return at::cat(outs, 0);

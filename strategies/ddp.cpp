@@ -150,7 +150,8 @@ void DDP::setup(TrainingModule& module) {
   }
   std::vector<size_t> caps = {static_cast<size_t>(ddp_.first_bucket_cap_bytes),
                               static_cast<size_t>(ddp_.bucket_cap_bytes)};
-  auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(params, caps, std::vector<bool>(params.size(), false));
+  auto [buckets, limits] =
+      c10d::compute_bucket_assignment_by_size(params, caps, std::vector<bool>(params.size(), false));
   std::reverse(buckets.begin(), buckets.end());
   std::reverse(limits.begin(), limits.end());
   num_buckets_ = buckets.size();
@@ -236,8 +237,10 @@ at::Tensor DDP::training_step(const Batch& batch, int64_t batch_idx) {
     loss = m.training_step(batch, batch_idx);
   }
   if (sync) {
-    if (ddp_.find_unused_parameters) reducer_->prepare_for_backward({loss});
-    else reducer_->prepare_for_backward({});
+    if (ddp_.find_unused_parameters)
+      reducer_->prepare_for_backward({loss});
+    else
+      reducer_->prepare_for_backward({});
   }
   return loss;
 }

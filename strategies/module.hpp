@@ -48,8 +48,10 @@ class TrainingModule : public torch::nn::Module {
   //   std::shared_ptr<lspawn::TrainingModule> make_replica() const override { return std::make_shared<Net>(); }
   // Default: std::logic_error (only DataParallel with more than one device calls it).
   virtual std::shared_ptr<TrainingModule> make_replica() const {
-    throw std::logic_error("DataParallel over several devices needs TrainingModule::make_replica() (a new module of "
-                           "the same architecture); " + name() + " does not override it");
+    throw std::logic_error(
+        "DataParallel over several devices needs TrainingModule::make_replica() (a new module of "
+        "the same architecture); " +
+        name() + " does not override it");
   }
 };
 

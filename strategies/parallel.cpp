@@ -83,8 +83,9 @@ void ParallelStrategy::setup_environment() {
   }
   if (!collectives_) collectives_ = std::make_unique<StrategyCollectives>(group_);
   if (!accelerator_) {
-    accelerator_ = Accelerator::choose(options_.accelerator, local_rank_,
-                                       group_->backend() == "nccl" ? DeviceSharing::OnePerProcess : DeviceSharing::Allowed);
+    accelerator_ =
+        Accelerator::choose(options_.accelerator, local_rank_,
+                            group_->backend() == "nccl" ? DeviceSharing::OnePerProcess : DeviceSharing::Allowed);
     accelerator_->setup_device();
   }
 }

@@ -43,9 +43,10 @@ AutocastScope::~AutocastScope() {
 PrecisionPlugin::PrecisionPlugin(Precision precision, c10::Device device) : precision_(precision), device_(device) {
   if (precision_ == Precision::F16Mixed) {
     if (!device_.is_cuda()) {
-      throw std::invalid_argument(std::string("precision '16-mixed' needs a CUDA device (gradient scaling of float16 is "
-                                              "only supported there); this worker's device is ") +
-                                  device_.str() + ": use 'bf16-mixed' or '32-true' on CPU");
+      throw std::invalid_argument(
+          std::string("precision '16-mixed' needs a CUDA device (gradient scaling of float16 is "
+                      "only supported there); this worker's device is ") +
+          device_.str() + ": use 'bf16-mixed' or '32-true' on CPU");
     }
     scale_ = at::full({1}, 65536.0, at::TensorOptions().dtype(at::kFloat).device(device_));
     growth_tracker_ = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(device_));

@@ -42,13 +42,11 @@ std::string to_json_text(const SpawnFitConfig& c) {
               {"broadcast_buffers", c.ddp.broadcast_buffers},
               {"gradient_as_bucket_view", c.ddp.gradient_as_bucket_view},
               {"shm_comm_hook", c.ddp.shm_comm_hook}};
-  j["trainer"] = {{"max_epochs", c.trainer.max_epochs},
-                  {"accumulate_grad_batches", c.trainer.accumulate_grad_batches},
-                  {"checkpoint_dir", c.trainer.checkpoint_dir},
-                  {"keep_every_epoch", c.trainer.keep_every_epoch},
-                  {"resume_from", c.trainer.resume_from},
-                  {"progress_bar", c.trainer.progress_bar},
-                  {"print_epochs", c.trainer.print_epochs}};
+  j["trainer"] = {
+      {"max_epochs", c.trainer.max_epochs},         {"accumulate_grad_batches", c.trainer.accumulate_grad_batches},
+      {"checkpoint_dir", c.trainer.checkpoint_dir}, {"keep_every_epoch", c.trainer.keep_every_epoch},
+      {"resume_from", c.trainer.resume_from},       {"progress_bar", c.trainer.progress_bar},
+      {"print_epochs", c.trainer.print_epochs}};
   j["train_loader"] = loader_json(c.train_loader);
   j["val_loader"] = loader_json(c.val_loader);
   j["has_val"] = c.has_val;
@@ -115,7 +113,8 @@ SpawnFitReturn run_spawn_fit(int index, TrainingModule& module, const SpawnFitCo
         const int fd = ::open(c.serial_marker.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         if (fd >= 0) {
           const std::string who = std::to_string(index) + "\n";
-          if (::write(fd, who.data(), who.size()) < 0) { /* the marker's existence is what counts */ }
+          if (::write(fd, who.data(), who.size()) < 0) { /* the marker's existence is what counts */
+          }
           ::close(fd);
         }
       }

@@ -116,10 +116,10 @@ class SpawnStrategyBase {
     o.start_method = options_.start_method;
     o.results = ResultFrom::Rank0;
     std::vector<at::Tensor> val_tensors = val ? val->dataset().tensors() : std::vector<at::Tensor>{};
-    auto ctx = lspawn::spawn(&spawn_fit_worker<M>,
-                             std::make_tuple(ModelWrapper<M>(module), to_json_text(c), train.dataset().tensors(),
-                                             std::move(val_tensors)),
-                             o);
+    auto ctx = lspawn::spawn(
+        &spawn_fit_worker<M>,
+        std::make_tuple(ModelWrapper<M>(module), to_json_text(c), train.dataset().tensors(), std::move(val_tensors)),
+        o);
     auto results = ctx.template results<SpawnFitReturn>();
     if (results.empty() || !results[0]) throw std::runtime_error(kind_ + "Spawn::fit: rank 0 returned no result");
     return unpack(*module, *results[0], c.fit_started_ns);

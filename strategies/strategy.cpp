@@ -72,7 +72,9 @@ at::Tensor Strategy::predict_step(const Batch& batch, int64_t batch_idx) {
 
 void Strategy::backward(const at::Tensor& loss) { precision_plugin().backward(loss); }
 
-bool Strategy::optimizer_step(torch::optim::Optimizer& optimizer) { return precision_plugin().optimizer_step(optimizer); }
+bool Strategy::optimizer_step(torch::optim::Optimizer& optimizer) {
+  return precision_plugin().optimizer_step(optimizer);
+}
 
 void Strategy::zero_grad(torch::optim::Optimizer& optimizer) { optimizer.zero_grad(); }
 

@@ -206,7 +206,8 @@ at::Tensor Trainer::predict(TrainingModule& module, const DataLoader& loader) {
   DataLoader mine = strategy_.process_dataloader(loader);
   module.eval();
   std::vector<at::Tensor> out;
-  for (int64_t i = 0; i < mine.size(); ++i) out.push_back(strategy_.predict_step(strategy_.batch_to_device(mine.batch(i)), i));
+  for (int64_t i = 0; i < mine.size(); ++i)
+    out.push_back(strategy_.predict_step(strategy_.batch_to_device(mine.batch(i)), i));
   module.train();
   return out.empty() ? at::Tensor() : at::cat(out);
 }

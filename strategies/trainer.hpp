@@ -41,9 +41,9 @@ struct TrainerOptions {
   int64_t accumulate_grad_batches = 1;
   std::string checkpoint_dir;  // "" → no checkpoints
   bool keep_every_epoch = false;
-  std::string resume_from;     // "" → fresh start
-  bool progress_bar = true;    // only drawn on a terminal
-  bool print_epochs = true;    // "epoch 3/10: train_loss 0.1234, 5321 samples/s" on rank 0
+  std::string resume_from;   // "" → fresh start
+  bool progress_bar = true;  // only drawn on a terminal
+  bool print_epochs = true;  // "epoch 3/10: train_loss 0.1234, 5321 samples/s" on rank 0
 };
 
 struct FitResult {
@@ -51,7 +51,7 @@ struct FitResult {
   std::string last_checkpoint;  // "" when no checkpoint was written
   int64_t epochs = 0;           // epochs completed (including resumed ones)
   int64_t global_step = 0;
-  int64_t first_step_ns = 0;    // steady clock (ns) at the end of this run's first optimizer step
+  int64_t first_step_ns = 0;  // steady clock (ns) at the end of this run's first optimizer step
 };
 
 class Trainer {

@@ -53,9 +53,9 @@ VirtualDevice virtual_visible_device(const std::vector<std::string>& base, int l
     pos = comma + 1;
   }
   if (local_rank < 0 || local_rank >= static_cast<int>(devices.size()) || devices[local_rank].empty()) {
-    throw std::invalid_argument("local rank " + std::to_string(local_rank) + " has no device in " + var + "='" +
-                                *list + "' (" + std::to_string(devices.size()) + " entr" +
-                                (devices.size() == 1 ? "y" : "ies") + ")");
+    throw std::invalid_argument("local rank " + std::to_string(local_rank) + " has no device in " + var + "='" + *list +
+                                "' (" + std::to_string(devices.size()) + " entr" + (devices.size() == 1 ? "y" : "ies") +
+                                ")");
   }
   return {devices[local_rank], hip};
 }
@@ -70,7 +70,8 @@ OmpDefault omp_threads_default(const std::vector<std::string>& base_in, int npro
   if (slurm) {
     const std::string& v = *slurm_cpus;
     int n = 0;
-    const bool digits = !v.empty() && v.size() <= 6 && std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const bool digits =
+        !v.empty() && v.size() <= 6 && std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
     if (digits) n = std::stoi(v);
     if (n < 1) {
       throw std::invalid_argument("SLURM_CPUS_PER_TASK='" + v + "': not a count of CPUs (an integer >= 1), " +
@@ -88,9 +89,9 @@ OmpDefault omp_threads_default(const std::vector<std::string>& base_in, int npro
 
 std::vector<std::string> without_run_variables(const std::vector<std::string>& env) {
   static const char* const kPerRun[] = {
-      kRank, kLocalRank, kWorldSize, kLocalWorldSize, kGroupRank, kGroupWorldSize, kRoleRank,
-      kRoleWorldSize, kMasterAddr, kMasterPort, kRunId, kRestartCount, kMaxRestarts, kErrorFile,
-      kLspawnErrorFile, kLspawnRunDir, kLspawnJobSecret, kLspawnBindAddr};
+      kRank,        kLocalRank,     kWorldSize,       kLocalWorldSize, kGroupRank,       kGroupWorldSize,
+      kRoleRank,    kRoleWorldSize, kMasterAddr,      kMasterPort,     kRunId,           kRestartCount,
+      kMaxRestarts, kErrorFile,     kLspawnErrorFile, kLspawnRunDir,   kLspawnJobSecret, kLspawnBindAddr};
   std::vector<std::string> out;
   for (const auto& kv : env) {
     const std::string name = kv.substr(0, kv.find('='));
@@ -158,7 +159,7 @@ std::vector<std::string> worker_environment(const JobEnv& job, const WorkerPlace
   for (const auto& kv : base) {
     const auto eq = kv.find('=');
     const std::string name = kv.substr(0, eq);
-    if (set.count(name)) continue;  // replaced below
+    if (set.count(name)) continue;           // replaced below
     if (name == kLspawnJobSecret) continue;  // only the job's own secret, never an inherited one
     out.push_back(kv);
   }

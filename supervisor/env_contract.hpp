@@ -62,9 +62,9 @@ struct WorkerPlace {
 // What is common to every worker of a run.
 struct JobEnv {
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;          // the real port (never 0 once a run starts)
-  std::string run_id;           // TORCHELASTIC_RUN_ID
-  std::string run_dir;          // LSPAWN_RUN_DIR; error files live here
+  int master_port = 0;  // the real port (never 0 once a run starts)
+  std::string run_id;   // TORCHELASTIC_RUN_ID
+  std::string run_dir;  // LSPAWN_RUN_DIR; error files live here
   std::string role_name = "default";
   int restart_count = 0;
   int max_restarts = 0;

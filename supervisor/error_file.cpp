@@ -20,8 +20,7 @@ constexpr uint32_t kMaxErrorFile = 1u << 20;  // as error_file.hpp says
 bool looks_like_type_name(const std::string& s) {
   if (s.empty() || s.size() > 200) return false;
   for (char c : s) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == ':' ||
-          c == '<' || c == '>')) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == ':' || c == '<' || c == '>')) {
       return false;
     }
   }
@@ -86,8 +85,8 @@ ErrorFileResult read_error_file(const std::string& path) {
     // lspawn's own format has "exception_type" / "message" as strings at top level; torchrun's
     // has "message" as an object.
     if (doc.is_object()) {
-      const bool torchrun_like = !doc.contains("exception_type") && doc.contains("message") &&
-                                 doc["message"].is_object();
+      const bool torchrun_like =
+          !doc.contains("exception_type") && doc.contains("message") && doc["message"].is_object();
       if (torchrun_like || (doc.contains("message") && doc.size() == 1)) {
         if (from_torchrun(doc, r)) {
           out.report = std::move(r);

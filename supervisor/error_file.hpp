@@ -19,7 +19,7 @@ namespace lspawn {
 
 struct ErrorFileResult {
   std::optional<proto::ErrorReport> report;  // set when the file existed and parsed
-  std::string problem;  // why a file that exists could not be used (empty otherwise)
+  std::string problem;                       // why a file that exists could not be used (empty otherwise)
 };
 
 // Reads `path`. A missing file is not a problem (the worker did not write one). Bounded at

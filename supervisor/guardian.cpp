@@ -50,8 +50,8 @@ pid_t spawn_program(const std::string& program, int channel) {
   sigfillset(&all);
   sigdelset(&all, SIGKILL);
   sigdelset(&all, SIGSTOP);
-  if (rc == 0) rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                                        POSIX_SPAWN_SETSIGDEF);
+  if (rc == 0)
+    rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   if (rc == 0) rc = posix_spawnattr_setpgroup(&attr, 0);
   if (rc == 0) rc = posix_spawnattr_setsigmask(&attr, &none);
   if (rc == 0) rc = posix_spawnattr_setsigdefault(&attr, &all);
@@ -119,8 +119,7 @@ Guardian::Guardian() {
 Guardian::~Guardian() {
   try {
     shutdown();
-  } catch (...) {
-  }
+  } catch (...) {}
 }
 
 void Guardian::send(int32_t value) { send_bytes(&value, sizeof value); }
@@ -132,8 +131,7 @@ void Guardian::send_bytes(const void* data, size_t n) {
     ssize_t w = ::send(pipe_.get(), p, n, MSG_NOSIGNAL);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
-      throw sys::SysError("send", w < 0 ? errno : EIO,
-                          "guardian channel, guardian pid " + std::to_string(pid_));
+      throw sys::SysError("send", w < 0 ? errno : EIO, "guardian channel, guardian pid " + std::to_string(pid_));
     }
     p += w;
     n -= static_cast<size_t>(w);
@@ -142,8 +140,10 @@ void Guardian::send_bytes(const void* data, size_t n) {
 
 void Guardian::remove_on_owner_death(const std::string& dir) {
   if (dir.empty() || dir[0] != '/' || dir.size() >= PATH_MAX || dir.find('\0') != std::string::npos) {
-    throw std::invalid_argument("guardian: the directory to remove if the owner dies must be an absolute path "
-                                "shorter than PATH_MAX, got '" + dir + "'");
+    throw std::invalid_argument(
+        "guardian: the directory to remove if the owner dies must be an absolute path "
+        "shorter than PATH_MAX, got '" +
+        dir + "'");
   }
   // One message: the guardian reads the stream in order and keeps the path only once it is whole.
   std::string msg(2 * sizeof(int32_t), '\0');

@@ -37,8 +37,7 @@ inline int become_guardian(int rfd) {
   // guardian ends only by EOF or a clean-shutdown message (or SIGKILL).
   struct sigaction sa {};
   sa.sa_handler = SIG_IGN;
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGTSTP, SIGTTIN,
-                SIGTTOU}) {
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU}) {
     ::sigaction(s, &sa, nullptr);
   }
   sigset_t none;
@@ -110,7 +109,7 @@ owner_died:
     for (int attempt = 0; attempt < 200; ++attempt) {
       sys::remove_tree_at(AT_FDCWD, owned_dir, sys::kRemoveTreeDepth);
       if (::faccessat(AT_FDCWD, owned_dir, F_OK, AT_SYMLINK_NOFOLLOW) != 0) break;
-      const struct timespec pause{0, 10 * 1000 * 1000};
+      const struct timespec pause { 0, 10 * 1000 * 1000 };
       ::nanosleep(&pause, nullptr);
     }
   }

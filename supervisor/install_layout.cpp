@@ -49,7 +49,8 @@ struct Layout {
 // A Python package folder (the wheel's site-packages/lspawn/, $LSPAWN_HOME).
 constexpr Layout kPackage{{"libexec", "lib", ".", "lspawn_site"}};
 // The `cmake --install` tree, from its bin/.
-constexpr Layout kInstallTree{{LSPAWN_REL_LIBEXEC, LSPAWN_REL_LIB, LSPAWN_REL_PYTHON, LSPAWN_REL_PYTHON "/lspawn_site"}};
+constexpr Layout kInstallTree{
+    {LSPAWN_REL_LIBEXEC, LSPAWN_REL_LIB, LSPAWN_REL_PYTHON, LSPAWN_REL_PYTHON "/lspawn_site"}};
 // A build tree, from its top.
 constexpr Layout kBuildTree{{"supervisor", "spawn", "python", "python/lspawn_site"}};
 

@@ -42,8 +42,8 @@ std::optional<std::string> job_secret_from_environment() {
   if (v == nullptr || *v == '\0') return std::nullopt;
   std::string s(v);
   if (s.size() < 16) {
-    throw std::invalid_argument(std::string(env::kLspawnJobSecret) + " is too short (" +
-                                std::to_string(s.size()) + " characters, at least 16 needed)");
+    throw std::invalid_argument(std::string(env::kLspawnJobSecret) + " is too short (" + std::to_string(s.size()) +
+                                " characters, at least 16 needed)");
   }
   return s;
 }

@@ -26,8 +26,7 @@ void warn_or_say(const std::function<void(const std::string&)>& warn, const std:
   }
   try {
     sys::write_all(2, "lspawn: " + msg + "\n", "stderr");
-  } catch (const sys::SysError&) {
-  }
+  } catch (const sys::SysError&) {}
 }
 }  // namespace
 

@@ -29,12 +29,8 @@ const char* stream_name(Stream s);  // "stdout" / "stderr"
 class OutputSink {
  public:
   virtual ~OutputSink() = default;
-  virtual void bytes(int rank, Stream stream, std::string_view data) {
-    (void)rank, (void)stream, (void)data;
-  }
-  virtual void line(int rank, Stream stream, std::string_view line) {
-    (void)rank, (void)stream, (void)line;
-  }
+  virtual void bytes(int rank, Stream stream, std::string_view data) { (void)rank, (void)stream, (void)data; }
+  virtual void line(int rank, Stream stream, std::string_view line) { (void)rank, (void)stream, (void)line; }
   // The stream of `rank` reached EOF (after its last bytes()/line()).
   virtual void closed(int rank, Stream stream) { (void)rank, (void)stream; }
   // The line() calls of one read of a worker's stream come between begin_lines() and
@@ -72,7 +68,7 @@ class ConsoleSink : public OutputSink {
   Options opts_;
   bool broken_[2] = {false, false};
   bool holding_ = false;
-  std::string pending_[2];  // whole lines not yet written, per console stream
+  std::string pending_[2];                            // whole lines not yet written, per console stream
   std::vector<std::optional<std::string>> prefixes_;  // index rank: its prefix, made once
 };
 

@@ -21,8 +21,7 @@ PortReservation::PortReservation(const std::string& addr, int port) : addr_(addr
   addrinfo* res = nullptr;
   const std::string service = std::to_string(port);
   if (int rc = ::getaddrinfo(addr.c_str(), service.c_str(), &hints, &res); rc != 0) {
-    throw PortError("cannot resolve " + addr + " (getaddrinfo: " + ::gai_strerror(rc) + ")",
-                    EINVAL);
+    throw PortError("cannot resolve " + addr + " (getaddrinfo: " + ::gai_strerror(rc) + ")", EINVAL);
   }
   std::string errors;
   int last_err = 0;

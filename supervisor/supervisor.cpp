@@ -49,11 +49,11 @@ struct Supervisor::Worker {
   size_t index = 0;  // into results_
   int rank = -1;
   pid_t pid = -1;
-  pid_t pgid = 0;           // 0: no group of its own (adopted without one)
-  bool adopted = false;     // exit comes from notify_exit(), not our pidfd
+  pid_t pgid = 0;        // 0: no group of its own (adopted without one)
+  bool adopted = false;  // exit comes from notify_exit(), not our pidfd
   bool group_registered = false;
   sys::Fd pidfd;
-  sys::Fd pipe[2];          // read ends: stdout, stderr
+  sys::Fd pipe[2];  // read ends: stdout, stderr
   std::unique_ptr<LineSplitter> split[2];
   Clock::time_point started{};
   Clock::time_point drain_deadline{};
@@ -61,9 +61,7 @@ struct Supervisor::Worker {
 
 namespace {
 
-std::string plural(size_t n, const char* word) {
-  return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
-}
+std::string plural(size_t n, const char* word) { return std::to_string(n) + " " + word + (n == 1 ? "" : "s"); }
 
 std::string demangled_current_exception_type() {
   std::type_info* t = abi::__cxa_current_exception_type();
@@ -106,15 +104,16 @@ Supervisor::~Supervisor() {
     for (auto& w : workers_) {
       auto& r = results_[w->index];
       if (r.exited) continue;
-      if (w->pgid > 0) sys::kill(-w->pgid, SIGKILL, "cleanup");
-      else if (w->pid > 0) sys::kill(w->pid, SIGKILL, "cleanup");
+      if (w->pgid > 0)
+        sys::kill(-w->pgid, SIGKILL, "cleanup");
+      else if (w->pid > 0)
+        sys::kill(w->pid, SIGKILL, "cleanup");
       if (!w->adopted) {
         int status;
         sys::waitpid(w->pid, &status, 0, "cleanup of rank " + std::to_string(w->rank));
       }
     }
-  } catch (...) {
-  }
+  } catch (...) {}
   guardian_.shutdown();
   // A forwarded signal that came after the last step() read it (Slurm signals lspawn and the
   // workers at once; the workers may exit first) is still pending: restoring the mask would
@@ -163,8 +162,8 @@ std::vector<int> Supervisor::owned_fds() const {
   return fds;
 }
 
-Supervisor::Worker& Supervisor::add_worker(int rank, pid_t pid, pid_t pgid, sys::Fd out,
-                                           sys::Fd err, std::string error_file) {
+Supervisor::Worker& Supervisor::add_worker(int rank, pid_t pid, pid_t pgid, sys::Fd out, sys::Fd err,
+                                           std::string error_file) {
   if (by_rank_.count(rank)) {
     throw std::invalid_argument("lspawn: rank " + std::to_string(rank) + " started twice");
   }
@@ -198,9 +197,8 @@ Supervisor::Worker& Supervisor::add_worker(int rank, pid_t pid, pid_t pgid, sys:
     }
   }
   if (phase_ == Phase::Stopping || phase_ == Phase::Killing) {
-    const int sig = phase_ == Phase::Killing || opts_.grace_period.count() <= 0
-                        ? SIGKILL
-                        : (stop_signal_ ? stop_signal_ : SIGTERM);
+    const int sig =
+        phase_ == Phase::Killing || opts_.grace_period.count() <= 0 ? SIGKILL : (stop_signal_ ? stop_signal_ : SIGTERM);
     const pid_t target = added.pgid > 0 ? -added.pgid : added.pid;
     sys::kill(target, sig, "stopping rank " + std::to_string(rank) + ", started while stopping");
     results_.back().stop_signal_sent = sig;
@@ -209,8 +207,7 @@ Supervisor::Worker& Supervisor::add_worker(int rank, pid_t pid, pid_t pgid, sys:
   return added;
 }
 
-pid_t Supervisor::fork_child(int rank, const std::function<void()>& in_child, sys::Pipe& out,
-                             sys::Pipe& err) {
+pid_t Supervisor::fork_child(int rank, const std::function<void()>& in_child, sys::Pipe& out, sys::Pipe& err) {
   const pid_t parent = ::getpid();
   std::fflush(nullptr);
   // Every signal blocked across fork(): a signal sent to the new child (the supervisor stopping
@@ -291,8 +288,7 @@ pid_t Supervisor::start_exec(int rank, const ExecSpec& spec) {
   w.group_registered = true;
   w.pidfd = sys::pidfd_open(pid, ctx);
   if (exec_errno != 0) {
-    results_[w.index].exec_error =
-        "cannot execute '" + spec.path + "': " + std::strerror(exec_errno);
+    results_[w.index].exec_error = "cannot execute '" + spec.path + "': " + std::strerror(exec_errno);
   }
   return pid;
 }
@@ -324,9 +320,9 @@ pid_t Supervisor::start_fork(int rank, ForkSpec spec) {
           } catch (...) {
             rep.message = "(not a std::exception)";
           }
-          rep.timestamp_us = std::chrono::duration_cast<std::chrono::microseconds>(
-                                 std::chrono::system_clock::now().time_since_epoch())
-                                 .count();
+          rep.timestamp_us =
+              std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+                  .count();
           std::fprintf(stderr, "%s: %s\n", rep.exception_type.c_str(), rep.message.c_str());
           if (!spec.error_file.empty()) {
             try {
@@ -350,8 +346,7 @@ pid_t Supervisor::start_fork(int rank, ForkSpec spec) {
   return pid;
 }
 
-void Supervisor::adopt(int rank, pid_t pid, pid_t pgid, sys::Fd out, sys::Fd err,
-                       std::string error_file) {
+void Supervisor::adopt(int rank, pid_t pid, pid_t pgid, sys::Fd out, sys::Fd err, std::string error_file) {
   if (pgid > 0) guard(pgid);
   Worker& w = add_worker(rank, pid, pgid, std::move(out), std::move(err), std::move(error_file));
   w.adopted = true;
@@ -371,8 +366,7 @@ void Supervisor::watch_fd(int fd, short events, std::function<void(short)> cb) {
 }
 
 void Supervisor::unwatch_fd(int fd) {
-  watches_.erase(std::remove_if(watches_.begin(), watches_.end(),
-                                [fd](const Watch& w) { return w.fd == fd; }),
+  watches_.erase(std::remove_if(watches_.begin(), watches_.end(), [fd](const Watch& w) { return w.fd == fd; }),
                  watches_.end());
 }
 
@@ -409,8 +403,8 @@ void Supervisor::begin_stop(int sig) {
     kill_now();
     return;
   }
-  info("sending " + sys::signal_name(sig) + " to " + plural(running, "worker") +
-       " (SIGKILL after a grace period of " + seconds_text(opts_.grace_period) + ")");
+  info("sending " + sys::signal_name(sig) + " to " + plural(running, "worker") + " (SIGKILL after a grace period of " +
+       seconds_text(opts_.grace_period) + ")");
   signal_running(sig);
 }
 
@@ -497,8 +491,7 @@ void Supervisor::on_readable(Worker& w, int s) {
   ssize_t n;
   try {
     n = sys::read_some(w.pipe[s].get(), buf, sizeof buf,
-                       std::string(stream_name(static_cast<Stream>(s))) + " of rank " +
-                           std::to_string(w.rank));
+                       std::string(stream_name(static_cast<Stream>(s))) + " of rank " + std::to_string(w.rank));
   } catch (const sys::SysError& e) {
     info(e.what());
     n = 0;
@@ -542,9 +535,9 @@ void Supervisor::on_exit(Worker& w, int status) {
     r.exit_code = WEXITSTATUS(status);
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - w.started).count();
-  r.exit_time_us = std::chrono::duration_cast<std::chrono::microseconds>(
-                       std::chrono::system_clock::now().time_since_epoch())
-                       .count();
+  r.exit_time_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   w.pidfd.reset();
   // A shm segment it created and was killed before unlinking (sys/shm_segments.hpp) goes too.
   sys::remove_shm_segments_of(w.pid);
@@ -707,8 +700,7 @@ bool Supervisor::step(Clock::time_point deadline) {
   }
   for (auto& wp : workers_) {
     auto& w = *wp;
-    if (results_[w.index].state == WorkerState::Draining && after >= w.drain_deadline &&
-        (w.pipe[0] || w.pipe[1])) {
+    if (results_[w.index].state == WorkerState::Draining && after >= w.drain_deadline && (w.pipe[0] || w.pipe[1])) {
       info("rank " + std::to_string(w.rank) + " exited but its output pipes are still open after " +
            seconds_text(opts_.drain_timeout) + " (held by a process outside its group); closing them");
       close_stream(w, 0);
@@ -742,17 +734,15 @@ int Supervisor::exit_code() const {
 void Supervisor::detail(std::ostream& os, const WorkerResult& r, const char* head) const {
   const size_t world = opts_.world_size > 0 ? static_cast<size_t>(opts_.world_size) : results_.size();
   os << "lspawn: " << head << r.describe() << "\n";
-  os << "lspawn:   rank " << r.rank << " of " << world << ", pid " << r.pid << ", host "
-     << opts_.host << ", after " << std::fixed << std::setprecision(3) << r.seconds
-     << std::defaultfloat << " s\n";
+  os << "lspawn:   rank " << r.rank << " of " << world << ", pid " << r.pid << ", host " << opts_.host << ", after "
+     << std::fixed << std::setprecision(3) << r.seconds << std::defaultfloat << " s\n";
   if (opts_.output_note) {
     if (const std::string note = opts_.output_note(r.rank); !note.empty()) os << "lspawn:   " << note << "\n";
   }
   if (!r.exec_error.empty()) os << "lspawn:   " << r.exec_error << "\n";
   if (r.report) {
     const auto& rep = *r.report;
-    os << "lspawn:   error: " << (rep.exception_type.empty() ? "" : rep.exception_type + ": ")
-       << rep.message << "\n";
+    os << "lspawn:   error: " << (rep.exception_type.empty() ? "" : rep.exception_type + ": ") << rep.message << "\n";
     if (!rep.host.empty() && rep.host != opts_.host) os << "lspawn:   reported from host " << rep.host << "\n";
     if (!rep.backtrace.empty()) {
       os << "lspawn:   backtrace:\n";
@@ -762,8 +752,7 @@ void Supervisor::detail(std::ostream& os, const WorkerResult& r, const char* hea
   } else if (!r.report_problem.empty()) {
     os << "lspawn:   error file unreadable: " << r.report_problem << "\n";
   } else if (r.exec_error.empty()) {
-    os << "lspawn:   error file: none written (" << (r.error_file.empty() ? "not set" : r.error_file)
-       << ")\n";
+    os << "lspawn:   error file: none written (" << (r.error_file.empty() ? "not set" : r.error_file) << ")\n";
   }
 }
 
@@ -820,8 +809,7 @@ std::string Supervisor::summary(bool include_root_cause) const {
         // Failed on its own after the root cause: one line, not a second full report.
         os << "lspawn: also " << r.describe() << " (pid " << r.pid << ")";
         if (r.report) {
-          os << ": " << (r.report->exception_type.empty() ? "" : r.report->exception_type + ": ")
-             << r.report->message;
+          os << ": " << (r.report->exception_type.empty() ? "" : r.report->exception_type + ": ") << r.report->message;
         }
         os << "\n";
       } else {

@@ -83,7 +83,7 @@ struct SupervisorOptions {
   // Empty: none. The caller still removes it on every other way out.
   std::string run_dir;
   // Used in reports and summaries.
-  std::string host;  // default: gethostname()
+  std::string host;    // default: gethostname()
   int world_size = 0;  // "rank R of W" in the summary; 0: the number of workers started
 };
 
@@ -207,8 +207,7 @@ class Supervisor {
   struct Worker;
   Worker& worker(int rank);
   pid_t fork_child(int rank, const std::function<void()>& in_child, sys::Pipe& out, sys::Pipe& err);
-  Worker& add_worker(int rank, pid_t pid, pid_t pgid, sys::Fd out, sys::Fd err,
-                     std::string error_file);
+  Worker& add_worker(int rank, pid_t pid, pid_t pgid, sys::Fd out, sys::Fd err, std::string error_file);
   void on_signal(int sig);
   void on_exit(Worker& w, int status);
   void on_readable(Worker& w, int stream);

@@ -10,9 +10,9 @@ namespace lspawn {
 namespace {
 
 std::mutex g_mutex;
-int g_depth = 0;                      // TermHolds alive with the handler installed
-volatile sig_atomic_t g_held = 0;     // a SIGTERM came while unwinding or reporting
-std::atomic<int> g_reporting{0};      // TermHold::Reporting alive, on any thread
+int g_depth = 0;                   // TermHolds alive with the handler installed
+volatile sig_atomic_t g_held = 0;  // a SIGTERM came while unwinding or reporting
+std::atomic<int> g_reporting{0};   // TermHold::Reporting alive, on any thread
 static_assert(std::atomic<int>::is_always_lock_free, "read in a signal handler");
 
 void on_term(int sig) {
@@ -28,8 +28,7 @@ void on_term(int sig) {
 // Whether `sig`'s disposition is the plain handler `h` (SIG_DFL, SIG_IGN, or ours).
 bool disposition_is(int sig, void (*h)(int)) {
   struct sigaction current {};
-  return ::sigaction(sig, nullptr, &current) == 0 && (current.sa_flags & SA_SIGINFO) == 0 &&
-         current.sa_handler == h;
+  return ::sigaction(sig, nullptr, &current) == 0 && (current.sa_flags & SA_SIGINFO) == 0 && current.sa_handler == h;
 }
 
 }  // namespace

@@ -22,18 +22,18 @@ struct WorkerResult {
   int rank = -1;
   pid_t pid = -1;
   WorkerState state = WorkerState::Running;
-  bool exited = false;    // wait status known
-  int wait_status = 0;    // raw status (WIFEXITED/WIFSIGNALED) once exited
-  int exit_code = 0;      // WEXITSTATUS when it exited normally
-  int term_signal = 0;    // terminating signal, 0 when it exited normally
+  bool exited = false;  // wait status known
+  int wait_status = 0;  // raw status (WIFEXITED/WIFSIGNALED) once exited
+  int exit_code = 0;    // WEXITSTATUS when it exited normally
+  int term_signal = 0;  // terminating signal, 0 when it exited normally
   bool root_cause = false;
-  int stop_signal_sent = 0;  // last signal lspawn sent to stop it (SIGTERM, SIGINT, SIGKILL…), 0 none
-  std::string exec_error;    // "cannot execute '/x': No such file or directory" if exec failed
+  int stop_signal_sent = 0;                  // last signal lspawn sent to stop it (SIGTERM, SIGINT, SIGKILL…), 0 none
+  std::string exec_error;                    // "cannot execute '/x': No such file or directory" if exec failed
   std::optional<proto::ErrorReport> report;  // from its error file, when it failed and wrote one
-  std::string report_problem;  // an error file that existed but could not be read
+  std::string report_problem;                // an error file that existed but could not be read
   std::string error_file;
-  double seconds = 0;          // start to exit
-  int64_t exit_time_us = 0;    // wall clock (µs since the epoch) when its exit was seen
+  double seconds = 0;        // start to exit
+  int64_t exit_time_us = 0;  // wall clock (µs since the epoch) when its exit was seen
 
   // When it failed (wall clock, µs): its report's failed_at_us when set, else exit_time_us.
   int64_t failure_time_us() const;

@@ -15,13 +15,13 @@ namespace lspawn {
 // the root cause.
 namespace exit_codes {
 inline constexpr int kSuccess = 0;
-inline constexpr int kUsage = 2;              // bad option, port in use, log dir unusable
-inline constexpr int kRendezvous = 122;       // the nodes of a multi-node job did not meet
-inline constexpr int kNodeLost = 123;         // a node of the job was lost (its lspawn or link)
-inline constexpr int kHang = 124;             // --hang-timeout: no rank made progress (as timeout(1))
-inline constexpr int kInternal = 125;         // lspawn itself failed (fork, pipe, ...)
-inline constexpr int kCannotExecute = 126;    // program found but not executable
-inline constexpr int kNotFound = 127;         // program not found
+inline constexpr int kUsage = 2;            // bad option, port in use, log dir unusable
+inline constexpr int kRendezvous = 122;     // the nodes of a multi-node job did not meet
+inline constexpr int kNodeLost = 123;       // a node of the job was lost (its lspawn or link)
+inline constexpr int kHang = 124;           // --hang-timeout: no rank made progress (as timeout(1))
+inline constexpr int kInternal = 125;       // lspawn itself failed (fork, pipe, ...)
+inline constexpr int kCannotExecute = 126;  // program found but not executable
+inline constexpr int kNotFound = 127;       // program not found
 }  // namespace exit_codes
 
 // A command line (or a command line with its environment) lspawn cannot accept. what() names

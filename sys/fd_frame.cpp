@@ -29,8 +29,7 @@ void write(int sock, const Msg& msg, const int* fds, size_t nfds, const std::str
 }
 
 template <class Msg>
-bool read(int sock, Msg& msg, sys::Fd* fds, size_t max_fds, uint32_t max_bytes,
-          const std::string& context) {
+bool read(int sock, Msg& msg, sys::Fd* fds, size_t max_fds, uint32_t max_bytes, const std::string& context) {
   char hdr[4];
   const ssize_t r = sys::recv_with_fds(sock, hdr, sizeof hdr, fds, max_fds, context);
   if (r < 0) throw wire::WireError(context + ": the socket is non-blocking");
@@ -38,8 +37,8 @@ bool read(int sock, Msg& msg, sys::Fd* fds, size_t max_fds, uint32_t max_bytes,
   if (r < 4 && !read_exact(sock, hdr + r, 4 - static_cast<size_t>(r), context)) {
     throw wire::WireError(context + ": truncated frame header");
   }
-  const uint32_t len = uint32_t(uint8_t(hdr[0])) | uint32_t(uint8_t(hdr[1])) << 8 |
-                       uint32_t(uint8_t(hdr[2])) << 16 | uint32_t(uint8_t(hdr[3])) << 24;
+  const uint32_t len = uint32_t(uint8_t(hdr[0])) | uint32_t(uint8_t(hdr[1])) << 8 | uint32_t(uint8_t(hdr[2])) << 16 |
+                       uint32_t(uint8_t(hdr[3])) << 24;
   if (len > max_bytes) {
     throw wire::WireError(context + ": frame of " + std::to_string(len) + " bytes exceeds the bound of " +
                           std::to_string(max_bytes));

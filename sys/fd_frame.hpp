@@ -21,7 +21,6 @@ void write(int sock, const Msg& msg, const int* fds, size_t nfds, const std::str
 // Returns false on EOF before the frame's first byte. Throws wire::WireError on a truncated,
 // oversize (> max_bytes) or malformed frame, SysError on a socket error.
 template <class Msg>
-bool read(int sock, Msg& msg, sys::Fd* fds, size_t max_fds, uint32_t max_bytes,
-          const std::string& context);
+bool read(int sock, Msg& msg, sys::Fd* fds, size_t max_fds, uint32_t max_bytes, const std::string& context);
 
 }  // namespace lspawn::fd_frame

@@ -24,14 +24,11 @@
 namespace lspawn::sys {
 
 SysError::SysError(std::string call, int err, const std::string& context)
-    : lspawn::Error(call + (context.empty() ? "" : " (" + context + ")") + ": " +
-                         std::strerror(err)),
+    : lspawn::Error(call + (context.empty() ? "" : " (" + context + ")") + ": " + std::strerror(err)),
       call_(std::move(call)),
       err_(err) {}
 
-void throw_errno(const char* call, const std::string& context) {
-  throw SysError(call, errno, context);
-}
+void throw_errno(const char* call, const std::string& context) { throw SysError(call, errno, context); }
 
 Fd& Fd::operator=(Fd&& o) noexcept {
   if (this != &o) reset(o.release());
@@ -51,8 +48,7 @@ Pipe make_pipe(const std::string& context, int extra_flags) {
   return Pipe{Fd(fds[0]), Fd(fds[1])};
 }
 
-void execve_or_report(const char* path, char* const argv[], char* const envp[],
-                      int status_fd) noexcept {
+void execve_or_report(const char* path, char* const argv[], char* const envp[], int status_fd) noexcept {
   ::execve(path, argv, envp);
   const int e = errno;
   (void)!::write(status_fd, &e, sizeof e);
@@ -132,6 +128,8 @@ Fd pidfd_open(pid_t pid, const std::string& context) {
 
 // Our own table, not glibc's sigabbrev_np (2.32): the manylinux2014 wheel runs on glibc 2.17
 // (scripts/build-wheel-cross.sh). The same names sigabbrev_np gives; real-time signals by number.
+// One case per signal name, in rows: clang-format would stair-step the macro calls.
+// clang-format off
 std::string signal_name(int sig) {
   switch (sig) {
 #define LSPAWN_SIGNAL_NAME(s) \
@@ -155,6 +153,7 @@ std::string signal_name(int sig) {
       return "signal " + std::to_string(sig);
   }
 }
+// clang-format on
 
 std::string describe_wait_status(int status) {
   if (WIFSIGNALED(status)) return "terminated with signal " + signal_name(WTERMSIG(status));
@@ -360,11 +359,14 @@ Fd tcp_connect(const std::string& addr, int port, std::chrono::milliseconds time
     if (rc != 0) {
       *err = errno;
       switch (errno) {
-        case ECONNREFUSED: case ETIMEDOUT: case ENETUNREACH: case EHOSTUNREACH: case ECONNRESET:
-        case EADDRNOTAVAIL: case ENETDOWN:
-          continue;
-        default:
-          throw_errno("connect", ctx);
+        case ECONNREFUSED:
+        case ETIMEDOUT:
+        case ENETUNREACH:
+        case EHOSTUNREACH:
+        case ECONNRESET:
+        case EADDRNOTAVAIL:
+        case ENETDOWN: continue;
+        default: throw_errno("connect", ctx);
       }
     }
     *err = 0;
@@ -390,12 +392,14 @@ Fd tcp_accept(int listen_fd, const std::string& context, std::string* peer) {
 
 void tcp_set_liveness(int fd, std::chrono::milliseconds timeout, const std::string& context) {
   int one = 1;
-  if (::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) throw_errno("setsockopt(TCP_NODELAY)", context);
+  if (::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0)
+    throw_errno("setsockopt(TCP_NODELAY)", context);
   unsigned ut = static_cast<unsigned>(std::max<long long>(timeout.count(), 1));
   if (::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof ut) != 0) {
     throw_errno("setsockopt(TCP_USER_TIMEOUT)", context);
   }
-  if (::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one) != 0) throw_errno("setsockopt(SO_KEEPALIVE)", context);
+  if (::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one) != 0)
+    throw_errno("setsockopt(SO_KEEPALIVE)", context);
   int idle = static_cast<int>(std::max<long long>(timeout.count() / 2000, 1));
   int intvl = std::max(idle / 2, 1), cnt = 2;
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
@@ -434,8 +438,7 @@ std::string peer_endpoint(int fd) {
   return endpoint_text(ss);
 }
 
-void send_with_fds(int sock, std::string_view data, const int* fds, size_t nfds,
-                   const std::string& context) {
+void send_with_fds(int sock, std::string_view data, const int* fds, size_t nfds, const std::string& context) {
   iovec iov{const_cast<char*>(data.data()), data.size()};
   msghdr msg{};
   msg.msg_iov = &iov;
@@ -458,8 +461,7 @@ void send_with_fds(int sock, std::string_view data, const int* fds, size_t nfds,
   if (static_cast<size_t>(sent) < data.size()) write_all(sock, data.substr(static_cast<size_t>(sent)), context);
 }
 
-ssize_t recv_with_fds(int sock, char* buf, size_t n, Fd* fds, size_t max_fds,
-                      const std::string& context) {
+ssize_t recv_with_fds(int sock, char* buf, size_t n, Fd* fds, size_t max_fds, const std::string& context) {
   alignas(cmsghdr) char control[CMSG_SPACE(8 * sizeof(int))];
   iovec iov{buf, n};
   msghdr msg{};
@@ -495,8 +497,8 @@ sockaddr_un unix_address(const std::string& path) {
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   if (path.size() >= sizeof a.sun_path) {
-    throw SysError("bind", ENAMETOOLONG, "unix socket '" + path + "' (at most " +
-                                             std::to_string(sizeof a.sun_path - 1) + " bytes)");
+    throw SysError("bind", ENAMETOOLONG,
+                   "unix socket '" + path + "' (at most " + std::to_string(sizeof a.sun_path - 1) + " bytes)");
   }
   std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
   return a;
@@ -519,8 +521,8 @@ Fd unix_connect(const std::string& path, int* err) {
   for (;;) {
     if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) return fd;
     if (errno == EINTR) continue;
-    if (errno == ENOENT || errno == ECONNREFUSED || errno == ENOTSOCK || errno == EACCES ||
-        errno == ENOTDIR || errno == EPERM) {
+    if (errno == ENOENT || errno == ECONNREFUSED || errno == ENOTSOCK || errno == EACCES || errno == ENOTDIR ||
+        errno == EPERM) {
       *err = errno;
       return Fd();
     }

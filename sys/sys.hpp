@@ -110,8 +110,7 @@ int shell_exit_code(int status);
 // returns. In the child: execve(path, argv, envp); when that fails, writes its errno to
 // `status_fd` (the write end of a close-on-exec pipe: on success the parent reads EOF) and
 // _exits with the code a shell gives (127 not found, 126 otherwise). Async-signal-safe.
-[[noreturn]] void execve_or_report(const char* path, char* const argv[], char* const envp[],
-                                   int status_fd) noexcept;
+[[noreturn]] void execve_or_report(const char* path, char* const argv[], char* const envp[], int status_fd) noexcept;
 // In the parent, after closing its copy of the write end: reads the pipe to EOF. Returns 0
 // when the exec succeeded, else the child's execve errno.
 int read_exec_errno(int status_read_fd);
@@ -168,13 +167,11 @@ std::string peer_endpoint(int fd);
 
 // sendmsg(2) of `data` with `fds` attached (SCM_RIGHTS, with its first bytes), MSG_NOSIGNAL;
 // what one sendmsg did not take is written with write_all. Throws SysError (EPIPE included).
-void send_with_fds(int sock, std::string_view data, const int* fds, size_t nfds,
-                   const std::string& context);
+void send_with_fds(int sock, std::string_view data, const int* fds, size_t nfds, const std::string& context);
 // recvmsg(2) once into buf, EINTR retried, MSG_CMSG_CLOEXEC. The fds that came with the bytes
 // are stored in fds[0..max_fds) (the others unset; extra ones are closed). Returns bytes read
 // (0 = EOF), or -1 with errno EAGAIN on a non-blocking socket with nothing. Other errors throw.
-ssize_t recv_with_fds(int sock, char* buf, size_t n, Fd* fds, size_t max_fds,
-                      const std::string& context);
+ssize_t recv_with_fds(int sock, char* buf, size_t n, Fd* fds, size_t max_fds, const std::string& context);
 // A listening unix stream socket at `path` (O_CLOEXEC, non-blocking, backlog 64). Throws.
 Fd unix_listen(const std::string& path);
 // Connects to the unix stream socket at `path` (blocking, O_CLOEXEC). Returns an invalid Fd and

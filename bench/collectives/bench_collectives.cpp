@@ -62,10 +62,14 @@ std::int64_t parse_bytes(const std::string& s) {
   const double v = std::stod(s, &pos);
   const std::string unit = s.substr(pos);
   double m = 1;
-  if (unit == "K" || unit == "KiB") m = 1024;
-  else if (unit == "M" || unit == "MiB") m = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GiB") m = 1024.0 * 1024 * 1024;
-  else if (!unit.empty()) throw std::invalid_argument("bad size '" + s + "' (use 4, 4K, 64M)");
+  if (unit == "K" || unit == "KiB")
+    m = 1024;
+  else if (unit == "M" || unit == "MiB")
+    m = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB")
+    m = 1024.0 * 1024 * 1024;
+  else if (!unit.empty())
+    throw std::invalid_argument("bad size '" + s + "' (use 4, 4K, 64M)");
   return static_cast<std::int64_t>(v * m);
 }
 
@@ -77,16 +81,26 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) throw std::invalid_argument(k + " needs a value");
       return argv[++i];
     };
-    if (k == "--ops") a.ops = split(value());
-    else if (k == "--backends") a.backends = split(value());
-    else if (k == "--min-bytes") a.min_bytes = parse_bytes(value());
-    else if (k == "--max-bytes") a.max_bytes = parse_bytes(value());
-    else if (k == "--step") a.step = std::stoi(value());
-    else if (k == "--budget-ms") a.budget_ms = std::stod(value());
-    else if (k == "--json") a.json = value();
-    else if (k == "--label") a.label = value();
-    else if (k == "--device") a.device = value();
-    else throw std::invalid_argument("unknown argument " + k + " (see the header of bench_collectives.cpp)");
+    if (k == "--ops")
+      a.ops = split(value());
+    else if (k == "--backends")
+      a.backends = split(value());
+    else if (k == "--min-bytes")
+      a.min_bytes = parse_bytes(value());
+    else if (k == "--max-bytes")
+      a.max_bytes = parse_bytes(value());
+    else if (k == "--step")
+      a.step = std::stoi(value());
+    else if (k == "--budget-ms")
+      a.budget_ms = std::stod(value());
+    else if (k == "--json")
+      a.json = value();
+    else if (k == "--label")
+      a.label = value();
+    else if (k == "--device")
+      a.device = value();
+    else
+      throw std::invalid_argument("unknown argument " + k + " (see the header of bench_collectives.cpp)");
   }
   if (a.step < 2) throw std::invalid_argument("--step must be >= 2");
   if (a.device != "cpu" && a.device != "cuda")
@@ -108,15 +122,22 @@ struct Runner {
   void once() {
     if (pg) {
       std::vector<at::Tensor> v{in};
-      if (op == "all_reduce") pg->allreduce(v)->wait();
-      else if (op == "broadcast") pg->broadcast(v)->wait();
-      else throw std::invalid_argument("backend c10d: op " + op + " is not measured (all_reduce, broadcast)");
+      if (op == "all_reduce")
+        pg->allreduce(v)->wait();
+      else if (op == "broadcast")
+        pg->broadcast(v)->wait();
+      else
+        throw std::invalid_argument("backend c10d: op " + op + " is not measured (all_reduce, broadcast)");
       return;
     }
-    if (op == "all_reduce") lspawn::all_reduce(g, in);
-    else if (op == "broadcast") lspawn::broadcast(g, in, 0);
-    else if (op == "all_gather") lspawn::all_gather_async(g, in, out).wait();
-    else throw std::invalid_argument("unknown op " + op);
+    if (op == "all_reduce")
+      lspawn::all_reduce(g, in);
+    else if (op == "broadcast")
+      lspawn::broadcast(g, in, 0);
+    else if (op == "all_gather")
+      lspawn::all_gather_async(g, in, out).wait();
+    else
+      throw std::invalid_argument("unknown op " + op);
   }
 };
 
@@ -167,10 +188,10 @@ int main(int argc, char** argv) {
     }
     for (const auto& backend : args.backends) {
       lspawn::GroupOptions go;
-      go.backend = backend == "shm"    ? lspawn::Backend::Shm
+      go.backend = backend == "shm"                         ? lspawn::Backend::Shm
                    : backend == "gloo" || backend == "c10d" ? lspawn::Backend::Gloo
-                   : backend == "nccl" ? lspawn::Backend::Nccl
-                                       : lspawn::Backend::Auto;
+                   : backend == "nccl"                      ? lspawn::Backend::Nccl
+                                                            : lspawn::Backend::Auto;
       go.name = "bench-" + backend;
       auto g = lspawn::Group::from_world(world, go);
       // "auto" is reported as what it chose ("shm+gloo" on one node, "hierarchical" across nodes).
@@ -194,7 +215,9 @@ int main(int argc, char** argv) {
             fastest = std::min(fastest, std::chrono::duration<double>(Clock::now() - t).count());
           }
           const double one = max_over_ranks(*timing, fastest);
-          auto iters_t = at::full({1}, static_cast<std::int64_t>(std::clamp(args.budget_ms / 1e3 / std::max(one, 1e-7), 5.0, 2000.0)), at::kLong);
+          auto iters_t = at::full(
+              {1}, static_cast<std::int64_t>(std::clamp(args.budget_ms / 1e3 / std::max(one, 1e-7), 5.0, 2000.0)),
+              at::kLong);
           lspawn::broadcast(*timing, iters_t, 0);
           const auto iters = iters_t.item<std::int64_t>();
           lspawn::barrier(*timing);
@@ -220,10 +243,10 @@ int main(int argc, char** argv) {
       js << "[\n";
       for (std::size_t i = 0; i < rows.size(); ++i) {
         const auto& r = rows[i];
-        js << "  {\"impl\": \"" << args.label << "-" << r.backend << "\", \"op\": \"" << r.op << "\", \"bytes\": " << r.bytes
-           << ", \"nprocs\": " << n << ", \"backend\": \"" << r.backend << "\", \"time_us\": " << r.time_us
-           << ", \"algbw_gbs\": " << r.algbw << ", \"busbw_gbs\": " << r.busbw << "}" << (i + 1 < rows.size() ? "," : "")
-           << "\n";
+        js << "  {\"impl\": \"" << args.label << "-" << r.backend << "\", \"op\": \"" << r.op
+           << "\", \"bytes\": " << r.bytes << ", \"nprocs\": " << n << ", \"backend\": \"" << r.backend
+           << "\", \"time_us\": " << r.time_us << ", \"algbw_gbs\": " << r.algbw << ", \"busbw_gbs\": " << r.busbw
+           << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
       }
       js << "]\n";
       if (!js) throw std::runtime_error("writing " + args.json + " failed");

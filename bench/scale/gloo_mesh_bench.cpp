@@ -221,8 +221,8 @@ int main(int argc, char** argv) {
       std::printf(
           "{\"bench\":\"gloo_mesh\",\"torch\":\"%s\",\"world\":%d,\"mode\":\"%s\",\"threads\":%d,\"pair_ids\":%s,"
           "\"wall_s\":%.3f,\"requests\":%ld,\"gets\":%ld,\"multi_gets\":%ld,\"error\":\"%s\"}\n",
-          lspawn::compat::torch_version().c_str(), w, mode.name.c_str(), threads, pair_ids ? "true" : "false",
-          r.wall_s, r.requests, r.gets, r.multi_gets, r.error.empty() ? "" : "failed");
+          lspawn::compat::torch_version().c_str(), w, mode.name.c_str(), threads, pair_ids ? "true" : "false", r.wall_s,
+          r.requests, r.gets, r.multi_gets, r.error.empty() ? "" : "failed");
       std::fflush(stdout);
     }
   }

@@ -123,8 +123,8 @@ void raise_file_limit(int needed) {
     r.rlim_cur = want;
     if (setrlimit(RLIMIT_NOFILE, &r) != 0) {
       throw std::runtime_error("the open-file limit " + std::to_string(old_max) + " is below the " +
-                               std::to_string(needed) + " this run needs, and raising it failed: " +
-                               std::strerror(errno));
+                               std::to_string(needed) +
+                               " this run needs, and raising it failed: " + std::strerror(errno));
     }
     std::cerr << "lspawn_scale_agent: raised the open-file limit (hard) from " << old_max << " to " << want << "\n";
     return;
@@ -165,12 +165,23 @@ struct Coordinator {
   void start(const Options& o, int port) {
     int p[2];
     if (pipe2(p, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe2: ") + std::strerror(errno));
-    std::vector<std::string> args{o.lspawn,           "--nnodes",       std::to_string(o.nodes),
-                                  "--node-rank",      "0",              "--master-addr",
-                                  "127.0.0.1",        "--master-port",  std::to_string(port),
-                                  "--nprocs",         std::to_string(o.nproc), "--node-timeout",
-                                  std::to_string(o.node_timeout_s), "--rdzv-timeout", "600",
-                                  "/bin/sleep",       "3600"};
+    std::vector<std::string> args{o.lspawn,
+                                  "--nnodes",
+                                  std::to_string(o.nodes),
+                                  "--node-rank",
+                                  "0",
+                                  "--master-addr",
+                                  "127.0.0.1",
+                                  "--master-port",
+                                  std::to_string(port),
+                                  "--nprocs",
+                                  std::to_string(o.nproc),
+                                  "--node-timeout",
+                                  std::to_string(o.node_timeout_s),
+                                  "--rdzv-timeout",
+                                  "600",
+                                  "/bin/sleep",
+                                  "3600"};
     pid = fork();
     if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
     if (pid == 0) {
@@ -241,12 +252,12 @@ class Agent {
   int port_ = 0;
   sys::Fd epoll_;
   std::vector<Member> members_;
-  std::string partial_;           // the coordinator's unfinished output line
-  std::vector<Line> lines_;       // its output, timestamped
-  size_t next_slot_ = 0;          // status sends: members are spread over 100 slots of 10 ms
+  std::string partial_;      // the coordinator's unfinished output line
+  std::vector<Line> lines_;  // its output, timestamped
+  size_t next_slot_ = 0;     // status sends: members are spread over 100 slots of 10 ms
   Clock::time_point next_slot_at_ = Clock::time_point::max();  // set once the job has formed
   int64_t t0_us_ = now_us();
-  bool forming_ = false;  // stamp_assignment() before any decoding
+  bool forming_ = false;          // stamp_assignment() before any decoding
   Clock::time_point ready_at_{};  // when the current batch of events was returned
   bool coordinator_exited_ = false;
   int coordinator_status_ = 0;
@@ -255,9 +266,10 @@ class Agent {
 constexpr uint64_t kCoordinatorTag = ~0ull;
 
 void Agent::emit(const std::string& metric, double value, const std::string& note) const {
-  std::printf("{\"bench\": \"nodes\", \"tool\": \"%s\", \"K\": %d, \"nproc\": %d, \"metric\": \"%s\", \"value\": %.6g%s%s%s}\n",
-              o_.tool.c_str(), o_.nodes, o_.nproc, metric.c_str(), value, note.empty() ? "" : ", \"note\": \"",
-              note.c_str(), note.empty() ? "" : "\"");
+  std::printf(
+      "{\"bench\": \"nodes\", \"tool\": \"%s\", \"K\": %d, \"nproc\": %d, \"metric\": \"%s\", \"value\": %.6g%s%s%s}\n",
+      o_.tool.c_str(), o_.nodes, o_.nproc, metric.c_str(), value, note.empty() ? "" : ", \"note\": \"", note.c_str(),
+      note.empty() ? "" : "\"");
   std::fflush(stdout);
 }
 
@@ -343,8 +355,8 @@ void Agent::on_message(Member& m, const node::Message& msg) {
   } else if (msg.type == "assign") {
     const auto a = msg.as<node::AssignMsg>();
     if (a.nnodes != o_.nodes || static_cast<int>(a.hosts.size()) != o_.nodes) {
-      throw std::runtime_error("sim-" + std::to_string(m.index + 1) + ": an assignment for " + std::to_string(a.nnodes) +
-                               " nodes, expected " + std::to_string(o_.nodes));
+      throw std::runtime_error("sim-" + std::to_string(m.index + 1) + ": an assignment for " +
+                               std::to_string(a.nnodes) + " nodes, expected " + std::to_string(o_.nodes));
     }
     m.joined = m.assigned = true;
     m.assigned_at = now;
@@ -365,7 +377,8 @@ void Agent::on_message(Member& m, const node::Message& msg) {
     m.finished_at = now;
   } else if (msg.type == "stacks?") {
     const auto ask = msg.as<node::StackAskMsg>();
-    if (std::getenv("LSPAWN_SCALE_SHOW_REPORT")) std::cerr << "  stacks? to sim-" << m.index + 1 << " at " << now.time_since_epoch().count() / 1e9 << "\n";
+    if (std::getenv("LSPAWN_SCALE_SHOW_REPORT"))
+      std::cerr << "  stacks? to sim-" << m.index + 1 << " at " << now.time_since_epoch().count() / 1e9 << "\n";
     node::StacksMsg r;
     r.restart_count = ask.restart_count;
     for (int rank : ask.ranks) {
@@ -489,8 +502,8 @@ void Agent::loop_once(Clock::time_point until) {
       }
     }
   }
-  const int timeout = static_cast<int>(
-      std::max<int64_t>(0, std::chrono::duration_cast<milliseconds>(wake - Clock::now()).count() + 1));
+  const int timeout =
+      static_cast<int>(std::max<int64_t>(0, std::chrono::duration_cast<milliseconds>(wake - Clock::now()).count() + 1));
   epoll_event evs[512];
   const int n = epoll_wait(epoll_.get(), evs, 512, timeout);
   ready_at_ = Clock::now();
@@ -517,7 +530,8 @@ bool Agent::run_until(Pred done, double limit_s, const std::string& what) {
   while (!done()) {
     if (Clock::now() >= end) {
       if (what.empty()) return true;  // a wait for its own sake
-      std::cerr << "lspawn_scale_agent: K=" << o_.nodes << ": " << what << " did not happen within " << limit_s << " s\n";
+      std::cerr << "lspawn_scale_agent: K=" << o_.nodes << ": " << what << " did not happen within " << limit_s
+                << " s\n";
       return false;
     }
     if (coordinator_exited_ && what != "the coordinator's exit") {
@@ -638,7 +652,8 @@ int Agent::run() {
     const size_t from = lines_.size();
     const auto t = Clock::now();
     ::kill(coord_.pid, SIGURG);
-    if (std::getenv("LSPAWN_SCALE_SHOW_REPORT")) std::cerr << "  SIGURG at " << t.time_since_epoch().count() / 1e9 << "\n";
+    if (std::getenv("LSPAWN_SCALE_SHOW_REPORT"))
+      std::cerr << "  SIGURG at " << t.time_since_epoch().count() / 1e9 << "\n";
     size_t last = 0;  // the report's last line
     auto ended = [&] {
       for (size_t i = std::max(from, last); i < lines_.size(); ++i) {

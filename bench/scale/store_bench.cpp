@@ -174,7 +174,9 @@ Report run_ranks(std::uint16_t port, long first, long count, long world, long pe
     for (long k = 1; k <= n; ++k) {
       const long peer = (first + i + k) % world;
       const auto v = ranks[i]->get(address_key(peer));
-      if (v.size() != kAddressBytes) throw std::runtime_error("rank " + std::to_string(first + i) + ": key " + address_key(peer) + " has " + std::to_string(v.size()) + " bytes");
+      if (v.size() != kAddressBytes)
+        throw std::runtime_error("rank " + std::to_string(first + i) + ": key " + address_key(peer) + " has " +
+                                 std::to_string(v.size()) + " bytes");
       ++rep.ops;
     }
   }
@@ -299,8 +301,7 @@ Measurement measure(const std::string& mode, long world, const Options& opt) {
   for (pid_t pid : pids) {
     if (!m.error.empty()) ::kill(pid, SIGKILL);
     int st = 0;
-    while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
+    while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
   }
   m.client_cpu_s = process_cpu_s(RUSAGE_CHILDREN) - cpu_children0;
   server.store.reset();
@@ -370,7 +371,8 @@ Options parse(int argc, char** argv) {
   }
   for (const auto& m : o.modes) {
     if (m != "tcpstore" && m != "tcpstore-libuv" && m != "gate") usage("unknown mode '" + m + "'");
-    if (m == "tcpstore-libuv" && !has_libuv()) usage("tcpstore-libuv: this LibTorch (" + lspawn::compat::torch_version() + ") has no libuv server");
+    if (m == "tcpstore-libuv" && !has_libuv())
+      usage("tcpstore-libuv: this LibTorch (" + lspawn::compat::torch_version() + ") has no libuv server");
   }
   if (o.clients < 1 || o.repeat < 1) usage("--clients and --repeat must be at least 1");
   return o;
@@ -379,8 +381,7 @@ Options parse(int argc, char** argv) {
 long read_long(const char* path, int field = 0) {
   std::ifstream f(path);
   long v = -1;
-  for (int i = 0; i <= field && (f >> v); ++i) {
-  }
+  for (int i = 0; i <= field && (f >> v); ++i) {}
   return v;
 }
 
@@ -402,13 +403,15 @@ void raise_limits(const Options& o) {
   const int per_rank = lspawn::compat::store_protocol() == lspawn::StoreProtocol::Legacy ? 2 : 1;
   const long lo = read_long("/proc/sys/net/ipv4/ip_local_port_range", 0);
   const long hi = read_long("/proc/sys/net/ipv4/ip_local_port_range", 1);
-  std::printf("# limits: RLIMIT_NOFILE %llu (fs.nr_open %ld); ephemeral ports %ld-%ld (%ld); W=%ld needs %ld "
-              "connections per hop (%d per rank); somaxconn %ld; pid_max %ld\n",
-              static_cast<unsigned long long>(rl.rlim_cur), nr_open, lo, hi, hi - lo + 1, wmax, wmax * per_rank,
-              per_rank, read_long("/proc/sys/net/core/somaxconn"), read_long("/proc/sys/kernel/pid_max"));
+  std::printf(
+      "# limits: RLIMIT_NOFILE %llu (fs.nr_open %ld); ephemeral ports %ld-%ld (%ld); W=%ld needs %ld "
+      "connections per hop (%d per rank); somaxconn %ld; pid_max %ld\n",
+      static_cast<unsigned long long>(rl.rlim_cur), nr_open, lo, hi, hi - lo + 1, wmax, wmax * per_rank, per_rank,
+      read_long("/proc/sys/net/core/somaxconn"), read_long("/proc/sys/kernel/pid_max"));
   if (wmax * per_rank > hi - lo + 1) {
-    std::printf("# warning: more connections per destination than ephemeral ports: widen "
-                "net.ipv4.ip_local_port_range (store.py does, as root)\n");
+    std::printf(
+        "# warning: more connections per destination than ephemeral ports: widen "
+        "net.ipv4.ip_local_port_range (store.py does, as root)\n");
   }
 }
 
@@ -448,12 +451,15 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "%s W=%ld: failed: %s\n", mode.c_str(), w, m.error.c_str());
           failed = true;
         } else {
-          std::fprintf(stderr, "%-15s W=%-6ld init %.3f s (connect %.3f s), %.0f ops/s, server CPU %.3f s, clients CPU %.3f s\n",
-                       mode.c_str(), w, m.init_s, m.connect_s, m.ops / m.init_s, m.server_cpu_s, m.client_cpu_s);
+          std::fprintf(
+              stderr, "%-15s W=%-6ld init %.3f s (connect %.3f s), %.0f ops/s, server CPU %.3f s, clients CPU %.3f s\n",
+              mode.c_str(), w, m.init_s, m.connect_s, m.ops / m.init_s, m.server_cpu_s, m.client_cpu_s);
           if (json) {
-            const std::pair<const char*, double> metrics[] = {
-                {"init_s", m.init_s},           {"ops_per_s", m.ops / m.init_s}, {"server_cpu_s", m.server_cpu_s},
-                {"connect_s", m.connect_s},     {"client_cpu_s", m.client_cpu_s}};
+            const std::pair<const char*, double> metrics[] = {{"init_s", m.init_s},
+                                                              {"ops_per_s", m.ops / m.init_s},
+                                                              {"server_cpu_s", m.server_cpu_s},
+                                                              {"connect_s", m.connect_s},
+                                                              {"client_cpu_s", m.client_cpu_s}};
             for (const auto& [name, value] : metrics) {
               std::fprintf(json,
                            "{\"bench\":\"store\",\"tool\":\"%s\",\"W\":%ld,\"metric\":\"%s\",\"value\":%.6g,"
@@ -473,7 +479,8 @@ int main(int argc, char** argv) {
   // The table: W as rows, each mode's median init time, ops/s and server CPU as columns.
   std::printf("\n%7s", "W");
   for (const auto& mode : opt.modes) {
-    const std::string head = tool_name(mode) + (mode == "gate" && !backend[mode].empty() ? "(" + backend[mode] + ")" : "");
+    const std::string head =
+        tool_name(mode) + (mode == "gate" && !backend[mode].empty() ? "(" + backend[mode] + ")" : "");
     std::printf(" | %-30s", head.c_str());
   }
   if (std::find(opt.modes.begin(), opt.modes.end(), "gate") != opt.modes.end()) std::printf(" | gate/same server");

@@ -19,8 +19,7 @@
 namespace {
 
 int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
@@ -59,8 +58,7 @@ int main(int argc, char** argv) {
                : value == "forkserver" ? lspawn::StartMethod::Forkserver
                                        : lspawn::StartMethod::Fork;
     } else {
-      std::fprintf(stderr, "usage: %s [--nprocs N] [--runs R] [--method fork|spawn|forkserver]\n",
-                   argv[0]);
+      std::fprintf(stderr, "usage: %s [--nprocs N] [--runs R] [--method fork|spawn|forkserver]\n", argv[0]);
       return 2;
     }
   }
@@ -83,13 +81,15 @@ int main(int argc, char** argv) {
     to_group.push_back((grouped - t0) / 1e6);
     to_barrier.push_back((last - t0) / 1e6);
     total.push_back((t1 - t0) / 1e6);
-    std::printf("run %d: all ranks running after %.1f ms, process group ready %.1f ms, past the "
-                "barrier %.1f ms; spawn() returned after %.1f ms\n",
-                r, to_started.back(), to_group.back(), to_barrier.back(), total.back());
+    std::printf(
+        "run %d: all ranks running after %.1f ms, process group ready %.1f ms, past the "
+        "barrier %.1f ms; spawn() returned after %.1f ms\n",
+        r, to_started.back(), to_group.back(), to_barrier.back(), total.back());
   }
-  std::printf("lspawn.spawn method=%s nprocs=%d runs=%d median_ms_to_barrier=%.1f "
-              "median_ms_total=%.1f median_ms_to_running=%.1f median_ms_to_group=%.1f\n",
-              lspawn::start_method_name(method), nprocs, runs, median(to_barrier), median(total),
-              median(to_started), median(to_group));
+  std::printf(
+      "lspawn.spawn method=%s nprocs=%d runs=%d median_ms_to_barrier=%.1f "
+      "median_ms_total=%.1f median_ms_to_running=%.1f median_ms_to_group=%.1f\n",
+      lspawn::start_method_name(method), nprocs, runs, median(to_barrier), median(total), median(to_started),
+      median(to_group));
   return 0;
 }

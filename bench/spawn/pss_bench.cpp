@@ -37,8 +37,7 @@ struct BigModel : torch::nn::Module {
     const int64_t mb = mb_env ? std::atoll(mb_env) : 512;
     const int64_t layer_floats = 16 * 1024 * 1024;  // 64 MiB
     for (int64_t i = 0; i < mb / 64; ++i) {
-      layers.push_back(register_parameter("w" + std::to_string(i),
-                                          at::rand({layer_floats}, at::kFloat)));
+      layers.push_back(register_parameter("w" + std::to_string(i), at::rand({layer_floats}, at::kFloat)));
     }
   }
   std::vector<at::Tensor> layers;
@@ -116,9 +115,12 @@ int main(int argc, char** argv) {
   std::string modes = "fork-wrapper,fork-own,forkserver-wrapper,spawn-wrapper";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--nprocs") nprocs = std::atoi(argv[i + 1]);
-    else if (flag == "--mb") mb = argv[i + 1];
-    else if (flag == "--modes") modes = argv[i + 1];
+    if (flag == "--nprocs")
+      nprocs = std::atoi(argv[i + 1]);
+    else if (flag == "--mb")
+      mb = argv[i + 1];
+    else if (flag == "--modes")
+      modes = argv[i + 1];
   }
   ::setenv("PSS_BENCH_MB", mb.c_str(), 1);
   at::set_num_threads(1);  // keep the parent single-threaded: Fork is refused otherwise
@@ -130,8 +132,8 @@ int main(int argc, char** argv) {
     return b / 1024;
   }();
   std::printf("model: %.0f MiB of parameters; %d workers\n", model_kb / 1024.0, nprocs);
-  std::printf("%-20s %12s %12s %12s %12s %10s\n", "mode", "parent MiB", "workers MiB",
-              "helpers MiB", "total MiB", "x model");
+  std::printf("%-20s %12s %12s %12s %12s %10s\n", "mode", "parent MiB", "workers MiB", "helpers MiB", "total MiB",
+              "x model");
 
   std::stringstream ms(modes);
   std::string mode;
@@ -166,9 +168,8 @@ int main(int argc, char** argv) {
       std::ofstream(dir + "/go") << 1;
       ctx.join();
       const int64_t total = parent + workers + helpers;
-      std::printf("%-20s %12.0f %12.0f %12.0f %12.0f %10.2f\n", mode.c_str(), parent / 1024.0,
-                  workers / 1024.0, helpers / 1024.0, total / 1024.0,
-                  static_cast<double>(total) / model_kb);
+      std::printf("%-20s %12.0f %12.0f %12.0f %12.0f %10.2f\n", mode.c_str(), parent / 1024.0, workers / 1024.0,
+                  helpers / 1024.0, total / 1024.0, static_cast<double>(total) / model_kb);
     } catch (const std::exception& e) {
       std::printf("%-20s failed: %s\n", mode.c_str(), e.what());
     }

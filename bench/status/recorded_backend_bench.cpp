@@ -55,8 +55,10 @@ int main(int argc, char** argv) {
   not_started.open("world.pg.idle", 0, 2);
   const double on = ns_per_op(recording, work, n);
   const double off = ns_per_op(not_started, work, n);
-  std::printf("c10d backend op, recording: %.1f ns (enter, future callback, complete), not recording: %.1f ns "
-              "(%ld ops, best of 5)\n", on, off, n);
+  std::printf(
+      "c10d backend op, recording: %.1f ns (enter, future callback, complete), not recording: %.1f ns "
+      "(%ld ops, best of 5)\n",
+      on, off, n);
   ::unlink((std::string(dir) + "/rank-0.status").c_str());
   ::rmdir(dir);
   return 0;

@@ -35,8 +35,10 @@ int main(int argc, char** argv) {
   const double on = ns_per_pair(rec->add_group("world", 0, 2), n);
   const double many = ns_per_pair(rec->add_group("world.pg", 0, 2, lspawn::status::Writers::Many), n);
   const double off = ns_per_pair(lspawn::status::SlotWriter(), n);
-  std::printf("enter+complete per collective: %.1f ns recording, %.1f ns recording a c10d backend's slot "
-              "(Writers::Many: compare-and-swap), %.1f ns disabled (%ld pairs, best of 5)\n", on, many, off, n);
+  std::printf(
+      "enter+complete per collective: %.1f ns recording, %.1f ns recording a c10d backend's slot "
+      "(Writers::Many: compare-and-swap), %.1f ns disabled (%ld pairs, best of 5)\n",
+      on, many, off, n);
   ::unlink((std::string(dir) + "/rank-0.status").c_str());
   ::rmdir(dir);
   return 0;

@@ -51,13 +51,20 @@ int main(int argc, char** argv) {
   std::string backend = "gloo", start = "fork";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--steps") steps = std::stoi(argv[++i]);
-    else if (a == "--warmup") warmup = std::stoi(argv[++i]);
-    else if (a == "--hook") hook = true;
-    else if (a == "--bucket-view") bucket_view = true;
-    else if (a == "--backend") backend = argv[++i];
-    else if (a == "--spawn") spawn = std::stoi(argv[++i]);
-    else if (a == "--start") start = argv[++i];
+    if (a == "--steps")
+      steps = std::stoi(argv[++i]);
+    else if (a == "--warmup")
+      warmup = std::stoi(argv[++i]);
+    else if (a == "--hook")
+      hook = true;
+    else if (a == "--bucket-view")
+      bucket_view = true;
+    else if (a == "--backend")
+      backend = argv[++i];
+    else if (a == "--spawn")
+      spawn = std::stoi(argv[++i]);
+    else if (a == "--start")
+      start = argv[++i];
     else {
       std::fprintf(stderr, "train_bench: unknown argument '%s'\n", a.c_str());
       return 2;
@@ -72,8 +79,9 @@ int main(int argc, char** argv) {
     auto net = std::make_shared<Mlp>();
     lspawn::SpawnStrategyOptions so;
     so.nprocs = spawn;
-    so.start_method = start == "spawn" ? lspawn::StartMethod::Spawn
-                      : start == "forkserver" ? lspawn::StartMethod::Forkserver : lspawn::StartMethod::Fork;
+    so.start_method = start == "spawn"        ? lspawn::StartMethod::Spawn
+                      : start == "forkserver" ? lspawn::StartMethod::Forkserver
+                                              : lspawn::StartMethod::Fork;
     so.ddp.accelerator = lspawn::AcceleratorKind::Cpu;
     lspawn::TrainerOptions t;
     t.print_epochs = false;
@@ -82,15 +90,19 @@ int main(int argc, char** argv) {
     lspawn::DataLoader data(lspawn::TensorDataset({x, y}), {64, false, 0, false});
     lspawn::DDPSpawn strategy(so);
     const auto r = strategy.fit(net, data, std::nullopt, t);
-    std::printf("{\"impl\": \"lspawn-ddpspawn\", \"start\": \"%s\", \"nprocs\": %d, \"fit_to_first_step_s\": %.3f, "
-                "\"total_s\": %.3f}\n", start.c_str(), spawn, r.time_to_first_step, now() - t0);
+    std::printf(
+        "{\"impl\": \"lspawn-ddpspawn\", \"start\": \"%s\", \"nprocs\": %d, \"fit_to_first_step_s\": %.3f, "
+        "\"total_s\": %.3f}\n",
+        start.c_str(), spawn, r.time_to_first_step, now() - t0);
     return 0;
   }
 
   lspawn::DDPOptions o;
   o.accelerator = lspawn::AcceleratorKind::Cpu;
   // auto: shm on one node, hierarchical across nodes (bench/multinode/ddp.sh).
-  o.backend = backend == "shm" ? lspawn::Backend::Shm : backend == "auto" ? lspawn::Backend::Auto : lspawn::Backend::Gloo;
+  o.backend = backend == "shm"    ? lspawn::Backend::Shm
+              : backend == "auto" ? lspawn::Backend::Auto
+                                  : lspawn::Backend::Gloo;
   o.shm_comm_hook = hook;
   o.gradient_as_bucket_view = bucket_view;
   lspawn::DDP ddp(o);
@@ -150,17 +162,18 @@ int main(int argc, char** argv) {
   const double t_ar = (now() - a0) / reps;
   const double hidden = ddp.world_size() > 1 ? 1.0 - (t_ddp - t_compute) / t_ar : 0.0;
   if (ddp.is_global_zero()) {
-    std::printf("{\"impl\": \"lspawn-ddp\", \"path\": \"%s\", \"world\": %d, \"steps_per_s\": %.2f, \"step_ms\": %.2f, "
-                "\"compute_ms\": %.2f, \"allreduce_ms\": %.2f, \"grad_floats\": %lld, \"buckets\": %zu, "
-                "\"hidden\": %.2f, \"fwd_ms\": %.2f, \"bwd_ms\": %.2f, \"bwd_nosync_ms\": %.2f, \"opt_ms\": %.2f, "
-                "\"intra_op_threads\": %d, \"bucket_view\": %s}\n",
-                hook ? (!ddp.uses_shm_hook() ? "hook-unavailable"
-                        : ddp.group().backend() == "hierarchical" ? "hierarchical-hook" : "shm-hook")
-                     : "gloo",
-                ddp.world_size(),
-                1.0 / t_ddp, t_ddp * 1e3, t_compute * 1e3, t_ar * 1e3, static_cast<long long>(floats), ddp.num_buckets(),
-                hidden, f_sync * 1e3, b_sync * 1e3, b_compute * 1e3, o_sync * 1e3, at::get_num_threads(),
-                o.gradient_as_bucket_view ? "true" : "false");
+    std::printf(
+        "{\"impl\": \"lspawn-ddp\", \"path\": \"%s\", \"world\": %d, \"steps_per_s\": %.2f, \"step_ms\": %.2f, "
+        "\"compute_ms\": %.2f, \"allreduce_ms\": %.2f, \"grad_floats\": %lld, \"buckets\": %zu, "
+        "\"hidden\": %.2f, \"fwd_ms\": %.2f, \"bwd_ms\": %.2f, \"bwd_nosync_ms\": %.2f, \"opt_ms\": %.2f, "
+        "\"intra_op_threads\": %d, \"bucket_view\": %s}\n",
+        hook ? (!ddp.uses_shm_hook()                      ? "hook-unavailable"
+                : ddp.group().backend() == "hierarchical" ? "hierarchical-hook"
+                                                          : "shm-hook")
+             : "gloo",
+        ddp.world_size(), 1.0 / t_ddp, t_ddp * 1e3, t_compute * 1e3, t_ar * 1e3, static_cast<long long>(floats),
+        ddp.num_buckets(), hidden, f_sync * 1e3, b_sync * 1e3, b_compute * 1e3, o_sync * 1e3, at::get_num_threads(),
+        o.gradient_as_bucket_view ? "true" : "false");
   }
   ddp.barrier("end");
   return 0;

@@ -60,8 +60,7 @@ ModuleSnapshot::ModuleSnapshot(const torch::nn::Module& module) {
       for (int64_t s : t.sizes()) sizes.push_back(proto::Value::of_int(s));
       index.push_back(proto::Value::of_list(
           {proto::Value::of_string(name), proto::Value::of_int(static_cast<int64_t>(t.scalar_type())),
-           proto::Value::of_list(std::move(sizes)), proto::Value::of_int(offset),
-           proto::Value::of_int(nbytes)}));
+           proto::Value::of_list(std::move(sizes)), proto::Value::of_int(offset), proto::Value::of_int(nbytes)}));
       if (::pwrite(fd, "", 0, offset) < 0) sys::throw_errno("pwrite", path_);
       const char* p = static_cast<const char*>(t.data_ptr());
       int64_t done = 0;
@@ -74,8 +73,7 @@ ModuleSnapshot::ModuleSnapshot(const torch::nn::Module& module) {
       offset += (nbytes + kAlign - 1) / kAlign * kAlign;
     }
     if (::ftruncate(fd, offset) != 0) sys::throw_errno("ftruncate", path_);
-    value_ = proto::Value::of_list(
-        {proto::Value::of_string(path_), proto::Value::of_list(std::move(index))});
+    value_ = proto::Value::of_list({proto::Value::of_string(path_), proto::Value::of_list(std::move(index))});
   } catch (...) {
     ::unlink(path_.c_str());
     throw;
@@ -121,7 +119,8 @@ void ModuleSnapshot::load_into(torch::nn::Module& module, const proto::Value& v)
     }
     at::Tensor& target = it->second;
     if (target.sizes() != at::IntArrayRef(sizes) || target.scalar_type() != dtype) {
-      throw CodecError("ModelWrapper: '" + name + "' differs in shape or dtype between the "
+      throw CodecError("ModelWrapper: '" + name +
+                       "' differs in shape or dtype between the "
                        "parent's model and the worker's");
     }
     if (offset < 0 || nbytes < 0 || static_cast<uint64_t>(offset + nbytes) > mapping->size ||
@@ -130,7 +129,8 @@ void ModuleSnapshot::load_into(torch::nn::Module& module, const proto::Value& v)
     }
     if (nbytes == 0) continue;
     void* data = static_cast<char*>(mapping->addr) + offset;
-    at::Tensor mapped = at::from_blob(data, sizes, [mapping](void*) {}, at::TensorOptions(dtype));
+    at::Tensor mapped = at::from_blob(
+        data, sizes, [mapping](void*) {}, at::TensorOptions(dtype));
     target.set_data(mapped);
   }
 }

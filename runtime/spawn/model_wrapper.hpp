@@ -56,8 +56,7 @@ class ModuleSnapshot {
 template <class M>
 class ModelWrapper {
  public:
-  static_assert(std::is_base_of_v<torch::nn::Module, M>,
-                "ModelWrapper<M>: M must derive from torch::nn::Module");
+  static_assert(std::is_base_of_v<torch::nn::Module, M>, "ModelWrapper<M>: M must derive from torch::nn::Module");
 
   explicit ModelWrapper(std::shared_ptr<M> model)
       : model_(std::move(model)), snapshot_(std::make_shared<std::shared_ptr<ModuleSnapshot>>()) {}
@@ -78,8 +77,9 @@ class ModelWrapper {
       ModuleSnapshot::load_into(*model, v);
       return ModelWrapper(std::move(model));
     } else {
-      throw CodecError("ModelWrapper<M>: M is not default-constructible; only StartMethod::Fork "
-                       "can hand it to the workers");
+      throw CodecError(
+          "ModelWrapper<M>: M is not default-constructible; only StartMethod::Fork "
+          "can hand it to the workers");
     }
   }
 

@@ -16,12 +16,11 @@ at::Tensor Codec<at::Tensor>::decode(const proto::Value& v) {
   try {
     value = torch::jit::pickle_load(bytes);
   } catch (const std::exception& e) {
-    throw CodecError(std::string("lspawn::Codec<at::Tensor>: cannot unpickle ") +
-                     std::to_string(bytes.size()) + " bytes: " + e.what());
+    throw CodecError(std::string("lspawn::Codec<at::Tensor>: cannot unpickle ") + std::to_string(bytes.size()) +
+                     " bytes: " + e.what());
   }
   if (!value.isTensor()) {
-    throw CodecError("lspawn::Codec<at::Tensor>: the bytes unpickle to a " +
-                     value.tagKind() + ", not a tensor");
+    throw CodecError("lspawn::Codec<at::Tensor>: the bytes unpickle to a " + value.tagKind() + ", not a tensor");
   }
   return value.toTensor();
 }

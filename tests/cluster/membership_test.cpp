@@ -30,7 +30,7 @@ TEST_CASE("node ranks: a rank out of range or given twice is the problem, naming
 TEST_CASE("elastic node ranks: the coordinator, then the survivors in their old order, then the new ones in join order",
           "[cluster][membership]") {
   CHECK(elastic_node_ranks({1, 2, 3}, 0) == V{1, 2, 3});
-  CHECK(elastic_node_ranks({1, 3}, 0) == V{1, 2});         // node 2 was lost
-  CHECK(elastic_node_ranks({3, 1}, 2) == V{2, 1, 3, 4});   // by old rank, whatever the order given
-  CHECK(elastic_node_ranks({}, 2) == V{1, 2});             // only the coordinator survived
+  CHECK(elastic_node_ranks({1, 3}, 0) == V{1, 2});        // node 2 was lost
+  CHECK(elastic_node_ranks({3, 1}, 2) == V{2, 1, 3, 4});  // by old rank, whatever the order given
+  CHECK(elastic_node_ranks({}, 2) == V{1, 2});            // only the coordinator survived
 }

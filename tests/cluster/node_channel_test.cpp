@@ -87,15 +87,16 @@ TEST_CASE("node channel: a frame that is not CBOR, or lacks the envelope, closes
   }
 }
 
-TEST_CASE("node channel: a body of the wrong shape is a BadMessage naming it, a missing field takes its default", "[node_channel]") {
+TEST_CASE("node channel: a body of the wrong shape is a BadMessage naming it, a missing field takes its default",
+          "[node_channel]") {
   Message m{"assign", cbor_body(nlohmann::json{{"node_rank", "one"}})};
   CHECK_THROWS_AS(m.as<AssignMsg>(), BadMessage);
   CHECK_THROWS_WITH(m.as<AssignMsg>(), Catch::Contains("body of 'assign'") &&
-                                          Catch::Contains("AssignMsg.node_rank: expected an integer, got string"));
+                                           Catch::Contains("AssignMsg.node_rank: expected an integer, got string"));
   // A number out of the field's range is refused too (not truncated into another node rank).
   Message big{"assign", cbor_body(nlohmann::json{{"node_rank", int64_t{1} << 32}})};
-  CHECK_THROWS_WITH(big.as<AssignMsg>(), Catch::Contains("body of 'assign'") &&
-                                             Catch::Contains("4294967296 is out of the field's range"));
+  CHECK_THROWS_WITH(big.as<AssignMsg>(),
+                    Catch::Contains("body of 'assign'") && Catch::Contains("4294967296 is out of the field's range"));
   Message d{"done", cbor_body(nlohmann::json::object())};
   CHECK(d.as<DoneMsg>().failed == false);
 }
@@ -247,7 +248,8 @@ TEST_CASE("node channel: every field of a RankInput and its record survives the 
 // compares and names (node_group.cpp, join_mismatch).
 TEST_CASE("node channel: a join of another protocol version reads, with its version", "[node_channel]") {
   Pair p;
-  p.put(encode("join", cbor_body(nlohmann::json{{"version", kProtocolVersion + 1}, {"host", "lsp-z"}, {"new_field", 1}})));
+  p.put(encode("join",
+               cbor_body(nlohmann::json{{"version", kProtocolVersion + 1}, {"host", "lsp-z"}, {"new_field", 1}})));
   auto msgs = p.link->read();
   REQUIRE(msgs.size() == 1);
   const JoinMsg j = msgs[0].as<JoinMsg>();

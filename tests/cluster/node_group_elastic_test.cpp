@@ -16,7 +16,8 @@
 using namespace lspawn;
 using namespace lspawn::test;
 
-TEST_CASE("node group: elastic 2:3, a node lost with a restart left, the next round runs on the survivors", "[cluster][node_group]") {
+TEST_CASE("node group: elastic 2:3, a node lost with a restart left, the next round runs on the survivors",
+          "[cluster][node_group]") {
   LoopbackJob job;
   for (const char* h : {"a", "b", "c"}) {
     auto o = job.rdzv_options(3, 2, h);
@@ -56,7 +57,8 @@ TEST_CASE("node group: elastic 2:3, a node lost with a restart left, the next ro
   }
 }
 
-TEST_CASE("node group: elastic 2:3 forms with 2 after last call, a third joins and the next round admits it", "[cluster][node_group]") {
+TEST_CASE("node group: elastic 2:3 forms with 2 after last call, a third joins and the next round admits it",
+          "[cluster][node_group]") {
   LoopbackJob job;
   job.add(job.rdzv_options(3, 2, "a"));
   job.add(job.rdzv_options(3, 2, "b"));
@@ -75,15 +77,15 @@ TEST_CASE("node group: elastic 2:3 forms with 2 after last call, a third joins a
   for (size_t i : {0u, 1u}) {
     const NodeView v = job[i].view();
     INFO(job[i].host());
-    CHECK(v.stopped_in(0));                           // the join stopped round 0
+    CHECK(v.stopped_in(0));  // the join stopped round 0
     CHECK(v.rounds_started == std::vector<int>{1});
-    CHECK(v.restarts_used == 0);                      // not a restart
+    CHECK(v.restarts_used == 0);  // not a restart
     CHECK(v.failed_attempts.empty());
     CHECK(v.assignment.node_rank == (i == 0 ? rank_a : rank_b));  // the old nodes keep their order
   }
   const NodeView cv = c.view();
   CHECK(cv.formed);
-  CHECK(cv.rounds_started.empty());  // its assignment starts it
+  CHECK(cv.rounds_started.empty());     // its assignment starts it
   CHECK(cv.assignment.node_rank == 2);  // the new one after the old ones
   CHECK(cv.assignment.restart_count == 1);
   CHECK(cv.restarts_used == 0);
@@ -123,7 +125,8 @@ TEST_CASE("node group: elastic, a node that cannot join is turned away and the j
     job[coord].succeed();
     REQUIRE(job[coord].await([](const NodeView& v) { return v.rounds_done.size() == 1; }, kSettle));
     HarnessNode& c = job.add(job.rdzv_options(3, 2, "c"));
-    REQUIRE(job[coord].await([](const NodeView& v) { return v.has_info("it is admitted if the job goes on"); }, kSettle));
+    REQUIRE(
+        job[coord].await([](const NodeView& v) { return v.has_info("it is admitted if the job goes on"); }, kSettle));
     CHECK(job[member].view().rounds_stopped.empty());  // the round goes on: it may be about to succeed
     job[member].succeed();
     REQUIRE(c.await(ended, kSettle));
@@ -138,7 +141,8 @@ TEST_CASE("node group: elastic, a node that cannot join is turned away and the j
   }
 }
 
-TEST_CASE("node group: elastic, a node that comes while a failed round stops joins the restarted round", "[cluster][node_group]") {
+TEST_CASE("node group: elastic, a node that comes while a failed round stops joins the restarted round",
+          "[cluster][node_group]") {
   LoopbackJob job;
   for (const char* h : {"a", "b"}) {
     auto o = job.rdzv_options(3, 2, h);
@@ -168,13 +172,15 @@ TEST_CASE("node group: elastic, a node that comes while a failed round stops joi
   CHECK(c.view().assignment.node_rank == 2);
   CHECK(c.view().rounds_started.empty());
   CHECK(job[coord].view().failed_attempts ==
-        std::vector<std::string>{"attempt 0 failed (process " + std::to_string(job[member].view().assignment.node_rank) +
-                                 " terminated with exit code 3 on node " +
-                                 std::to_string(job[member].view().assignment.node_rank) + " (" + job[member].host() + "))"});
+        std::vector<std::string>{
+            "attempt 0 failed (process " + std::to_string(job[member].view().assignment.node_rank) +
+            " terminated with exit code 3 on node " + std::to_string(job[member].view().assignment.node_rank) + " (" +
+            job[member].host() + "))"});
   succeed_everywhere(job, 1);
 }
 
-TEST_CASE("node group: elastic, bytes that are no lspawn's on the endpoint are turned away and the job goes on", "[cluster][node_group]") {
+TEST_CASE("node group: elastic, bytes that are no lspawn's on the endpoint are turned away and the job goes on",
+          "[cluster][node_group]") {
   LoopbackJob job;
   job.add(job.rdzv_options(3, 2, "a"));
   job.add(job.rdzv_options(3, 2, "b"));
@@ -184,7 +190,8 @@ TEST_CASE("node group: elastic, bytes that are no lspawn's on the endpoint are t
   sys::Fd stranger(connect_to(static_cast<uint16_t>(job.port())));
   REQUIRE(stranger);
   sys::write_all(stranger.get(), std::string(8, '\xff'), "stranger");  // a length far beyond kMaxFrame
-  REQUIRE(job[coord].await([](const NodeView& v) { return v.has_info("rejected connection from 127.0.0.1:"); }, kSettle));
+  REQUIRE(
+      job[coord].await([](const NodeView& v) { return v.has_info("rejected connection from 127.0.0.1:"); }, kSettle));
   CHECK(job[coord].view().has_info("bad frame: length"));
   stranger.reset();
   for (auto& n : job.nodes()) CHECK(n->view().rounds_stopped.empty());

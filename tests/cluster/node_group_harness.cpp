@@ -282,8 +282,7 @@ void HarnessNode::drive(TestedGroup& g) {
     }
     if (woken) {
       char buf[64];
-      while (sys::read_some(wake_.read.get(), buf, sizeof buf, "harness wake-up") > 0) {
-      }
+      while (sys::read_some(wake_.read.get(), buf, sizeof buf, "harness wake-up") > 0) {}
     }
     g.tick();
   }

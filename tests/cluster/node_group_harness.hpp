@@ -52,21 +52,21 @@ using TestedRendezvousError = node::NodeRendezvousError;
 
 // What a node's group did, as its thread last saw it.
 struct NodeView {
-  bool formed = false;                  // form() returned
-  std::string rendezvous_error;         // form() threw RendezvousError: its what()
-  std::string other_error;              // anything else thrown on the node's thread: its what()
+  bool formed = false;           // form() returned
+  std::string rendezvous_error;  // form() threw RendezvousError: its what()
+  std::string other_error;       // anything else thrown on the node's thread: its what()
   bool coordinator = false;
-  node::AssignMsg assignment;           // this round's (an elastic job's changes between rounds)
+  node::AssignMsg assignment;  // this round's (an elastic job's changes between rounds)
   int round = -1;
   int restarts_used = 0;
   std::vector<std::string> failed_attempts;
-  std::vector<int> rounds_started;      // what take_start() gave, in order
-  std::vector<int> rounds_stopped;      // rounds in which stop_requested() was seen
-  std::vector<int> rounds_done;         // rounds whose local_done() was sent
+  std::vector<int> rounds_started;  // what take_start() gave, in order
+  std::vector<int> rounds_stopped;  // rounds in which stop_requested() was seen
+  std::vector<int> rounds_done;     // rounds whose local_done() was sent
   std::optional<node::FinishMsg> finish;
   std::vector<std::pair<int, std::string>> hang_messages;  // on_hang_message: (from, type)
-  std::vector<std::string> info;        // GroupOptions::info lines
-  bool ended = false;                   // the thread is over (finished, died, or failed to form)
+  std::vector<std::string> info;                           // GroupOptions::info lines
+  bool ended = false;                                      // the thread is over (finished, died, or failed to form)
 
   bool stopped_in(int r) const;
   bool has_info(const std::string& part) const;  // some info line contains `part`
@@ -125,11 +125,11 @@ class HarnessNode {
 
   mutable std::mutex mu_;
   mutable std::condition_variable changed_;
-  NodeView view_;                                    // under mu_
-  std::deque<Command> commands_;                     // under mu_
-  bool quit_ = false;                                // under mu_
-  bool silent_ = false;                              // under mu_
-  bool die_ = false;                                 // under mu_
+  NodeView view_;                 // under mu_
+  std::deque<Command> commands_;  // under mu_
+  bool quit_ = false;             // under mu_
+  bool silent_ = false;           // under mu_
+  bool die_ = false;              // under mu_
 
   std::thread thread_;
 };

@@ -35,7 +35,8 @@ TEST_CASE("node group: static mode, 3 nodes meet and agree on the job", "[cluste
   succeed_everywhere(job, 0);
 }
 
-TEST_CASE("node group: --rdzv-endpoint mode, whoever binds the endpoint hosts the rendezvous", "[cluster][node_group]") {
+TEST_CASE("node group: --rdzv-endpoint mode, whoever binds the endpoint hosts the rendezvous",
+          "[cluster][node_group]") {
   LoopbackJob job;
   for (const char* h : {"a", "b", "c"}) job.add(job.rdzv_options(3, 0, h));
   REQUIRE(job.await_all(formed, kForm));
@@ -79,7 +80,8 @@ TEST_CASE("node group: a node of another job shape is refused, naming the mismat
   }
 }
 
-TEST_CASE("node group: two nodes with the same --node-rank: every node is refused, naming both", "[cluster][node_group]") {
+TEST_CASE("node group: two nodes with the same --node-rank: every node is refused, naming both",
+          "[cluster][node_group]") {
   LoopbackJob job;
   job.add(job.static_options(3, 0));
   auto b = job.static_options(3, 1);
@@ -128,7 +130,8 @@ TEST_CASE("node group: the rendezvous times out, naming what is missing", "[clus
     two_of_three(milliseconds(1000), milliseconds(400));
     const NodeView v1 = job[1].view();
     INFO(v1.rendezvous_error);
-    CHECK(contains(v1.rendezvous_error, "timed out after 0.4 s waiting for the other nodes (2 had joined when this node did)"));
+    CHECK(contains(v1.rendezvous_error,
+                   "timed out after 0.4 s waiting for the other nodes (2 had joined when this node did)"));
     const NodeView v0 = job[0].view();
     INFO(v0.rendezvous_error);
     CHECK(contains(v0.rendezvous_error, "timed out after 1 s: 1/3 nodes joined"));

@@ -17,7 +17,8 @@ using namespace lspawn;
 using namespace lspawn::test;
 using std::chrono::milliseconds;
 
-TEST_CASE("node group: a worker fails on node 1, every node stops and finishes with its exit code", "[cluster][node_group]") {
+TEST_CASE("node group: a worker fails on node 1, every node stops and finishes with its exit code",
+          "[cluster][node_group]") {
   LoopbackJob job;
   for (int r = 0; r < 3; ++r) job.add(job.static_options(3, r));
   REQUIRE(job.await_all(formed, kForm));
@@ -37,7 +38,8 @@ TEST_CASE("node group: a worker fails on node 1, every node stops and finishes w
   }
 }
 
-TEST_CASE("node group: the root cause is the earliest worker failure, also one that failed while stopping", "[cluster][node_group]") {
+TEST_CASE("node group: the root cause is the earliest worker failure, also one that failed while stopping",
+          "[cluster][node_group]") {
   LoopbackJob job;
   for (int r = 0; r < 3; ++r) job.add(job.static_options(3, r));
   REQUIRE(job.await_all(formed, kForm));
@@ -54,7 +56,8 @@ TEST_CASE("node group: the root cause is the earliest worker failure, also one t
   }
 }
 
-TEST_CASE("node group: --max-restarts 1, a failure restarts every node, then the job succeeds", "[cluster][node_group]") {
+TEST_CASE("node group: --max-restarts 1, a failure restarts every node, then the job succeeds",
+          "[cluster][node_group]") {
   LoopbackJob job;
   for (int r = 0; r < 3; ++r) {
     auto o = job.static_options(3, r);
@@ -92,7 +95,8 @@ TEST_CASE("node group: --max-restarts 1, a failure restarts every node, then the
   }
 }
 
-TEST_CASE("node group: two nodes fail in the same round: one restart, the earlier failure named", "[cluster][node_group]") {
+TEST_CASE("node group: two nodes fail in the same round: one restart, the earlier failure named",
+          "[cluster][node_group]") {
   LoopbackJob job;
   for (int r = 0; r < 3; ++r) {
     auto o = job.static_options(3, r);
@@ -138,7 +142,8 @@ TEST_CASE("node group: an lspawn dies, the others finish with kNodeLost naming i
   }
 }
 
-TEST_CASE("node group: a node dies while its workers stop for another's failure: the lost node is the root cause", "[cluster][node_group]") {
+TEST_CASE("node group: a node dies while its workers stop for another's failure: the lost node is the root cause",
+          "[cluster][node_group]") {
   LoopbackJob job;
   for (int r = 0; r < 3; ++r) job.add(job.static_options(3, r));
   REQUIRE(job.await_all(formed, kForm));
@@ -158,7 +163,8 @@ TEST_CASE("node group: a node dies while its workers stop for another's failure:
   }
 }
 
-TEST_CASE("node group: a node dies around a restart decision: whenever it falls, the others finish with kNodeLost", "[cluster][node_group]") {
+TEST_CASE("node group: a node dies around a restart decision: whenever it falls, the others finish with kNodeLost",
+          "[cluster][node_group]") {
   LoopbackJob job;
   for (int r = 0; r < 3; ++r) {
     auto o = job.static_options(3, r);
@@ -179,7 +185,8 @@ TEST_CASE("node group: a node dies around a restart decision: whenever it falls,
   }
 }
 
-TEST_CASE("node group: the coordinator dies after a member's workers are done: the member finishes at once", "[cluster][node_group]") {
+TEST_CASE("node group: the coordinator dies after a member's workers are done: the member finishes at once",
+          "[cluster][node_group]") {
   LoopbackJob job;
   for (int r = 0; r < 2; ++r) job.add(job.static_options(2, r));
   REQUIRE(job.await_all(formed, kForm));
@@ -227,7 +234,8 @@ TEST_CASE("node group: a node that goes silent past --node-timeout is lost", "[c
   CHECK_FALSE(job[static_cast<size_t>(silent)].view().finish);
 }
 
-TEST_CASE("node group: a node goes silent while the others' workers are done: they are waiting, and see it", "[cluster][node_group]") {
+TEST_CASE("node group: a node goes silent while the others' workers are done: they are waiting, and see it",
+          "[cluster][node_group]") {
   constexpr milliseconds kTimeout{1500};  // as in the case above
   LoopbackJob job;
   for (int r = 0; r < 3; ++r) {
@@ -258,7 +266,8 @@ TEST_CASE("node group: a node goes silent while the others' workers are done: th
   }
 }
 
-TEST_CASE("node group: the coordinator's hang watchdog stops the job, every node finishes with kHang", "[cluster][node_group]") {
+TEST_CASE("node group: the coordinator's hang watchdog stops the job, every node finishes with kHang",
+          "[cluster][node_group]") {
   LoopbackJob job;
   for (int r = 0; r < 2; ++r) {
     auto o = job.static_options(2, r);

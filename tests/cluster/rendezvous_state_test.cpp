@@ -40,8 +40,7 @@ TEST_CASE("rendezvous state: the state x event table, written once", "[cluster][
   }
 }
 
-TEST_CASE("formation, fixed: formed with every node at once, else timed out at the deadline",
-          "[cluster][rendezvous]") {
+TEST_CASE("formation, fixed: formed with every node at once, else timed out at the deadline", "[cluster][rendezvous]") {
   Formation f(3, 0, milliseconds(1000), t0 + milliseconds(5000));
   CHECK(f.state() == S::Waiting);
   CHECK(f.gathering());

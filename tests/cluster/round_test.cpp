@@ -41,14 +41,14 @@ TEST_CASE("round state: the state x event table, written once", "[cluster][round
     std::optional<S> to;  // nullopt: not acted on
   };
   const std::vector<Row> rows = {
-      {S::Running, E::Failure, S::Stopping},       {S::Running, E::Restart, S::Restarting},
-      {S::Running, E::Start, S::Running},          {S::Running, E::Finish, S::Finished},
-      {S::Stopping, E::Failure, std::nullopt},     {S::Stopping, E::Restart, S::Restarting},
-      {S::Stopping, E::Start, S::Running},         {S::Stopping, E::Finish, S::Finished},
-      {S::Restarting, E::Failure, std::nullopt},   {S::Restarting, E::Restart, std::nullopt},
-      {S::Restarting, E::Start, S::Running},       {S::Restarting, E::Finish, S::Finished},
-      {S::Finished, E::Failure, std::nullopt},     {S::Finished, E::Restart, std::nullopt},
-      {S::Finished, E::Start, std::nullopt},       {S::Finished, E::Finish, std::nullopt},
+      {S::Running, E::Failure, S::Stopping},     {S::Running, E::Restart, S::Restarting},
+      {S::Running, E::Start, S::Running},        {S::Running, E::Finish, S::Finished},
+      {S::Stopping, E::Failure, std::nullopt},   {S::Stopping, E::Restart, S::Restarting},
+      {S::Stopping, E::Start, S::Running},       {S::Stopping, E::Finish, S::Finished},
+      {S::Restarting, E::Failure, std::nullopt}, {S::Restarting, E::Restart, std::nullopt},
+      {S::Restarting, E::Start, S::Running},     {S::Restarting, E::Finish, S::Finished},
+      {S::Finished, E::Failure, std::nullopt},   {S::Finished, E::Restart, std::nullopt},
+      {S::Finished, E::Start, std::nullopt},     {S::Finished, E::Finish, std::nullopt},
   };
   for (const Row& r : rows) {
     INFO(round_state_name(r.from) << " + event " << static_cast<int>(r.event));
@@ -59,10 +59,11 @@ TEST_CASE("round state: the state x event table, written once", "[cluster][round
 TEST_CASE("root cause: a lost node, then a signal, then a joining node, then the earliest failure by time",
           "[cluster][round]") {
   const Cause late_worker = cause("worker", 300), early_worker = cause("worker", 100), hang = cause("hang", 200);
-  const Cause signal = cause("signal", 400, 143), lost = cause("node-lost", 500, 123), joined = cause("membership", 50, 0);
+  const Cause signal = cause("signal", 400, 143), lost = cause("node-lost", 500, 123),
+              joined = cause("membership", 50, 0);
   CHECK(root_cause({late_worker, early_worker, hang}).time_us == 100);  // earliest, whatever came first
   CHECK(root_cause({late_worker, hang}).kind == CauseKind::Hang);
-  CHECK(root_cause({early_worker, signal}).kind == CauseKind::Signal);         // later, but more fundamental
+  CHECK(root_cause({early_worker, signal}).kind == CauseKind::Signal);  // later, but more fundamental
   CHECK(root_cause({early_worker, signal, lost}).kind == CauseKind::NodeLost);
   CHECK(root_cause({early_worker, joined}).kind == CauseKind::Membership);
   CHECK(root_cause({joined, signal}).kind == CauseKind::Signal);
@@ -103,14 +104,16 @@ TEST_CASE("round decision: a worker failure with restarts left restarts every no
   }
 }
 
-TEST_CASE("round decision: an exit code of --no-restart-exit-codes is not retried, and the report says why", "[cluster][round]") {
+TEST_CASE("round decision: an exit code of --no-restart-exit-codes is not retried, and the report says why",
+          "[cluster][round]") {
   RoundFacts f = facts({cause("worker", 100, 2)});
   f.no_restart_codes = {2, 3};
   RoundDecision d = decide_round(f);
   REQUIRE(d.finish);
   CHECK_FALSE(d.restart);
   CHECK(d.finish->exit_code == 2);
-  CHECK(d.finish->cause.text.find("lspawn:   not restarted (3 restarts left): exit code 2 is one of --no-restart-exit-codes 2,3\n") !=
+  CHECK(d.finish->cause.text.find(
+            "lspawn:   not restarted (3 restarts left): exit code 2 is one of --no-restart-exit-codes 2,3\n") !=
         std::string::npos);
   // Another code: restarted as before.
   f.causes = {cause("worker", 100, 4)};
@@ -171,7 +174,8 @@ TEST_CASE("attempt_failed_text: one attempt's end for the job's summary", "[clus
   CHECK(attempt_failed_text(2, lost) == "attempt 2 failed (node 1 (mn-b, 10.0.0.2) was lost)");
 }
 
-TEST_CASE("round decision: a lost node or a signal finishes a fixed job, whatever restarts are left", "[cluster][round]") {
+TEST_CASE("round decision: a lost node or a signal finishes a fixed job, whatever restarts are left",
+          "[cluster][round]") {
   RoundFacts f = facts({cause("worker", 100, 5), cause("node-lost", 200, 123)});
   f.any_lost = true;
   RoundDecision d = decide_round(f);
@@ -211,7 +215,8 @@ TEST_CASE("round decision, elastic: a lost node with restarts left and MIN nodes
     d = decide_round(f);
     REQUIRE(d.finish);
     CHECK(d.finish->exit_code == 123);
-    CHECK(d.finish->cause.text == "lspawn: root cause: node-lost\nlspawn:   1 node left, fewer than the 2 of --nnodes 2:3\n");
+    CHECK(d.finish->cause.text ==
+          "lspawn: root cause: node-lost\nlspawn:   1 node left, fewer than the 2 of --nnodes 2:3\n");
   }
   SECTION("no restart left: finish, no word about MIN") {
     f.restarts_used = 3;

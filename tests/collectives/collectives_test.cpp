@@ -12,10 +12,10 @@
 
 #include <algorithm>
 
-using lspawn::test::RunResult;
+using lspawn::test::machine_has_nvidia_gpu;
 using lspawn::test::require_all_ok;
 using lspawn::test::run_ranks;
-using lspawn::test::machine_has_nvidia_gpu;
+using lspawn::test::RunResult;
 
 namespace {
 // The worker run_ranks() starts: forked from this process, which links worker.cpp, or exec'd where
@@ -43,13 +43,16 @@ TEST_CASE("shm single copy, when asked for (LSPAWN_SHM_SINGLE_COPY=1), matches t
   for (int n : {2, 3}) {
     INFO("N=" << n);
     require_all_ok(run_ranks(kWorker, n, "suite", "shm",
-                             {{"LSPAWN_SHM_SINGLE_COPY", "1"}, {"LSPAWN_TEST_BIG", n == 3 ? "1" : "0"},
-                              {"LSPAWN_TEST_EXPECT_BACKEND", "shm+gloo"}, {"LSPAWN_TEST_EXPECT_SINGLE_COPY", "1"}}));
+                             {{"LSPAWN_SHM_SINGLE_COPY", "1"},
+                              {"LSPAWN_TEST_BIG", n == 3 ? "1" : "0"},
+                              {"LSPAWN_TEST_EXPECT_BACKEND", "shm+gloo"},
+                              {"LSPAWN_TEST_EXPECT_SINGLE_COPY", "1"}}));
   }
 }
 
-TEST_CASE("shm with tensors on the device: CUDA IPC device to device, or staged (LSPAWN_SHM_CUDA_IPC=0), CPU without a GPU",
-          "[collectives][processes][cuda]") {
+TEST_CASE(
+    "shm with tensors on the device: CUDA IPC device to device, or staged (LSPAWN_SHM_CUDA_IPC=0), CPU without a GPU",
+    "[collectives][processes][cuda]") {
   // On a machine with a GPU the ranks share it (N = 2 and 3 on one device) and go through CUDA
   // IPC, or through pinned host memory with LSPAWN_SHM_CUDA_IPC=0; without one the same checks
   // run on CPU tensors.
@@ -63,7 +66,8 @@ TEST_CASE("shm with tensors on the device: CUDA IPC device to device, or staged 
     for (int n : {2, 3}) {
       INFO("N=" << n << ", LSPAWN_SHM_CUDA_IPC=" << ipc << ", LSPAWN_SHM_CUDA_IPC_MIN_BYTES=" << min_bytes);
       auto r = run_ranks(kWorker, n, "device", "shm",
-                         {{"LSPAWN_SHM_CUDA_IPC", ipc}, {"LSPAWN_SHM_CUDA_IPC_MIN_BYTES", min_bytes},
+                         {{"LSPAWN_SHM_CUDA_IPC", ipc},
+                          {"LSPAWN_SHM_CUDA_IPC_MIN_BYTES", min_bytes},
                           {"LSPAWN_TEST_EXPECT_BACKEND", "shm+gloo"}},
                          std::chrono::seconds(180));
       require_all_ok(r);
@@ -79,7 +83,8 @@ TEST_CASE("shm with tensors on the device: CUDA IPC device to device, or staged 
     }
 }
 
-TEST_CASE("a bad LSPAWN_SHM_CUDA_IPC or LSPAWN_SHM_CUDA_IPC_MIN_BYTES fails group creation naming it", "[collectives][processes][failure]") {
+TEST_CASE("a bad LSPAWN_SHM_CUDA_IPC or LSPAWN_SHM_CUDA_IPC_MIN_BYTES fails group creation naming it",
+          "[collectives][processes][failure]") {
   auto r = run_ranks(kWorker, 2, "sum", "shm", {{"LSPAWN_SHM_CUDA_IPC", "yes"}}, std::chrono::seconds(60));
   INFO(r.all_output());
   REQUIRE_FALSE(r.timed_out);
@@ -114,7 +119,8 @@ TEST_CASE("a bad LSPAWN_SHM_SINGLE_COPY fails every rank naming it", "[collectiv
 // Created on a store of its own (Group::create, no init_process_group()), a group still makes a
 // peer's death an error rather than a SIGPIPE: seen on 2.4.1 in a clean-clone CI run, where the
 // leader of a hierarchical group died of SIGPIPE writing to the killed leader of the other node.
-TEST_CASE("a group created without init_process_group ignores SIGPIPE: a gone peer is EPIPE", "[collectives][processes]") {
+TEST_CASE("a group created without init_process_group ignores SIGPIPE: a gone peer is EPIPE",
+          "[collectives][processes]") {
   const std::string backend = GENERATE(as<std::string>{}, "gloo", "shm", "auto");
   INFO("backend " << backend);
   auto r = run_ranks(kWorker, 2, "sigpipe", backend, {});
@@ -124,7 +130,8 @@ TEST_CASE("a group created without init_process_group ignores SIGPIPE: a gone pe
 
 TEST_CASE("auto picks shm for ranks of one node", "[collectives][processes]") {
   // ... with the staged path: single copy is off unless asked for.
-  auto r = run_ranks(kWorker, 2, "objects", "auto", {{"LSPAWN_TEST_EXPECT_BACKEND", "shm+gloo"}, {"LSPAWN_TEST_EXPECT_SINGLE_COPY", "0"}});
+  auto r = run_ranks(kWorker, 2, "objects", "auto",
+                     {{"LSPAWN_TEST_EXPECT_BACKEND", "shm+gloo"}, {"LSPAWN_TEST_EXPECT_SINGLE_COPY", "0"}});
   require_all_ok(r);
 }
 
@@ -157,7 +164,8 @@ TEST_CASE("a rank that never joins makes the others time out naming it", "[colle
   CHECK(r.seconds < 30);
 }
 
-TEST_CASE("a rank SIGKILLed mid-collective makes the others fail within the timeout", "[collectives][processes][failure]") {
+TEST_CASE("a rank SIGKILLed mid-collective makes the others fail within the timeout",
+          "[collectives][processes][failure]") {
   const std::string backend = GENERATE(as<std::string>{}, "gloo", "shm");
   auto r = run_ranks(kWorker, 3, "kill", backend, {{"LSPAWN_TEST_TIMEOUT_MS", "10000"}}, std::chrono::seconds(60));
   INFO("backend " << backend << "\n" << r.all_output());
@@ -178,8 +186,9 @@ TEST_CASE("mismatched calls fail with CollectiveMismatch naming the ranks", "[co
   const std::string backend = GENERATE(as<std::string>{}, "gloo", "shm");
   const std::string scenario = GENERATE(as<std::string>{}, "mismatch_op", "mismatch_shape");
   // gloo detects it in checked mode; shm always.
-  auto r = run_ranks(kWorker, 3, scenario, backend, {{"LSPAWN_COLLECTIVES_CHECKED", "1"}, {"LSPAWN_TEST_TIMEOUT_MS", "20000"}},
-                     std::chrono::seconds(60));
+  auto r =
+      run_ranks(kWorker, 3, scenario, backend,
+                {{"LSPAWN_COLLECTIVES_CHECKED", "1"}, {"LSPAWN_TEST_TIMEOUT_MS", "20000"}}, std::chrono::seconds(60));
   INFO("backend " << backend << ", " << scenario << "\n" << r.all_output());
   REQUIRE_FALSE(r.timed_out);
   for (int q = 0; q < 3; ++q) {
@@ -188,7 +197,8 @@ TEST_CASE("mismatched calls fail with CollectiveMismatch naming the ranks", "[co
   }
 }
 
-TEST_CASE("backend nccl without NCCL built in fails at creation with a clear message", "[collectives][processes][failure]") {
+TEST_CASE("backend nccl without NCCL built in fails at creation with a clear message",
+          "[collectives][processes][failure]") {
   auto r = run_ranks(kWorker, 1, "suite", "nccl", {}, std::chrono::seconds(60));
   INFO(r.all_output());
   REQUIRE_FALSE(r.timed_out);
@@ -205,28 +215,35 @@ TEST_CASE("backend nccl without NCCL built in fails at creation with a clear mes
 // Groups spanning nodes, faked on this machine (LSPAWN_TEST_NODES: LSPAWN_NODE_ID and the env
 // contract per rank): 2 nodes x 2 in rank order, interleaved nodes (non-contiguous members), and
 // 2 + 1 (uneven nodes: the all_gather blocks are padded).
-TEST_CASE("hierarchical: every op matches a local reference across (faked) nodes", "[collectives][processes][hierarchical]") {
+TEST_CASE("hierarchical: every op matches a local reference across (faked) nodes",
+          "[collectives][processes][hierarchical]") {
   const std::string nodes = GENERATE(as<std::string>{}, "0,0,1,1", "0,1,0,1", "0,0,1");
   const int n = static_cast<int>(std::count(nodes.begin(), nodes.end(), ',')) + 1;
-  auto r = run_ranks(kWorker, n, "suite", "auto", {{"LSPAWN_TEST_NODES", nodes}, {"LSPAWN_TEST_EXPECT_BACKEND", "hierarchical"}});
+  auto r = run_ranks(kWorker, n, "suite", "auto",
+                     {{"LSPAWN_TEST_NODES", nodes}, {"LSPAWN_TEST_EXPECT_BACKEND", "hierarchical"}});
   INFO("nodes " << nodes);
   require_all_ok(r);
 }
 
-TEST_CASE("hierarchical: LSPAWN_BACKEND=gloo keeps flat gloo, and so does one member per node", "[collectives][processes][hierarchical]") {
+TEST_CASE("hierarchical: LSPAWN_BACKEND=gloo keeps flat gloo, and so does one member per node",
+          "[collectives][processes][hierarchical]") {
   INFO("backend gloo on 2 x 2");
-  require_all_ok(run_ranks(kWorker, 4, "sum", "gloo", {{"LSPAWN_TEST_NODES", "0,0,1,1"}, {"LSPAWN_TEST_EXPECT_BACKEND", "gloo"}}));
+  require_all_ok(
+      run_ranks(kWorker, 4, "sum", "gloo", {{"LSPAWN_TEST_NODES", "0,0,1,1"}, {"LSPAWN_TEST_EXPECT_BACKEND", "gloo"}}));
   INFO("auto on 1 + 1");
-  require_all_ok(run_ranks(kWorker, 2, "sum", "auto", {{"LSPAWN_TEST_NODES", "0,1"}, {"LSPAWN_TEST_EXPECT_BACKEND", "gloo"}}));
+  require_all_ok(
+      run_ranks(kWorker, 2, "sum", "auto", {{"LSPAWN_TEST_NODES", "0,1"}, {"LSPAWN_TEST_EXPECT_BACKEND", "gloo"}}));
 }
 
 // Rank 3 (a member) or rank 2 (its node's leader) is SIGKILLed in an all_reduce: every other rank
 // fails in bounded time naming it, also rank 0 and 1 on the other node, whose own view is a
 // closed gloo connection or their leader leaving.
-TEST_CASE("hierarchical: a rank SIGKILLed mid-collective is named on every node", "[collectives][processes][hierarchical][failure]") {
+TEST_CASE("hierarchical: a rank SIGKILLed mid-collective is named on every node",
+          "[collectives][processes][hierarchical][failure]") {
   const int victim = GENERATE(3, 2);
   auto r = run_ranks(kWorker, 4, "kill", "auto",
-                     {{"LSPAWN_TEST_NODES", "0,0,1,1"}, {"LSPAWN_TEST_KILL_RANK", std::to_string(victim)},
+                     {{"LSPAWN_TEST_NODES", "0,0,1,1"},
+                      {"LSPAWN_TEST_KILL_RANK", std::to_string(victim)},
                       {"LSPAWN_TEST_TIMEOUT_MS", "120000"}},
                      std::chrono::seconds(180));
   INFO("victim " << victim << "\n" << r.all_output());
@@ -236,10 +253,13 @@ TEST_CASE("hierarchical: a rank SIGKILLed mid-collective is named on every node"
   for (int q = 0; q < 4; ++q) {
     if (q == victim) continue;
     CHECK(r.ranks[q].exit_code == 2);
-    CHECK_THAT(r.ranks[q].output, Catch::Contains("all_reduce") && Catch::Contains("ranks concerned: " + std::to_string(victim)));
+    CHECK_THAT(r.ranks[q].output,
+               Catch::Contains("all_reduce") && Catch::Contains("ranks concerned: " + std::to_string(victim)));
     // Its node-mate saw it die itself; the others read the note it left.
-    if (q == (victim ^ 1)) CHECK_THAT(r.ranks[q].output, Catch::Contains("peer died during the collective: rank " + std::to_string(victim)));
-    else CHECK_THAT(r.ranks[q].output, Catch::Contains("first failure in the group: " + died));
+    if (q == (victim ^ 1))
+      CHECK_THAT(r.ranks[q].output, Catch::Contains("peer died during the collective: rank " + std::to_string(victim)));
+    else
+      CHECK_THAT(r.ranks[q].output, Catch::Contains("first failure in the group: " + died));
   }
   // Far below the 120 s timeout: nobody waited for it (however slow the machine starts 4 ranks).
   CHECK(r.seconds < 60);
@@ -248,10 +268,12 @@ TEST_CASE("hierarchical: a rank SIGKILLed mid-collective is named on every node"
 // After that failure a hierarchical group is broken: the next op throws the first failure at
 // once on every surviving rank (collectives/hierarchy.hpp, check_usable), naming the same rank,
 // instead of a node leader meeting its member mid-op (a collective mismatch, or a wait).
-TEST_CASE("hierarchical: after a failed op the next one throws the first failure again", "[collectives][processes][hierarchical][failure]") {
-  auto r = run_ranks(kWorker, 4, "kill_retry", "auto",
-                     {{"LSPAWN_TEST_NODES", "0,0,1,1"}, {"LSPAWN_TEST_KILL_RANK", "3"}, {"LSPAWN_TEST_TIMEOUT_MS", "120000"}},
-                     std::chrono::seconds(180));
+TEST_CASE("hierarchical: after a failed op the next one throws the first failure again",
+          "[collectives][processes][hierarchical][failure]") {
+  auto r = run_ranks(
+      kWorker, 4, "kill_retry", "auto",
+      {{"LSPAWN_TEST_NODES", "0,0,1,1"}, {"LSPAWN_TEST_KILL_RANK", "3"}, {"LSPAWN_TEST_TIMEOUT_MS", "120000"}},
+      std::chrono::seconds(180));
   INFO(r.all_output());
   REQUIRE_FALSE(r.timed_out);
   CHECK(r.ranks[3].signal == SIGKILL);

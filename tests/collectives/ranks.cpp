@@ -28,7 +28,8 @@ void fake_node(std::map<std::string, std::string>& vars, const std::string& spec
   std::stringstream ss(spec);
   for (std::string item; std::getline(ss, item, ',');) nodes.push_back(std::stoi(item));
   if (static_cast<int>(nodes.size()) != n)
-    throw std::invalid_argument("LSPAWN_TEST_NODES='" + spec + "' must list one node per rank (" + std::to_string(n) + ")");
+    throw std::invalid_argument("LSPAWN_TEST_NODES='" + spec + "' must list one node per rank (" + std::to_string(n) +
+                                ")");
   int local = 0, local_size = 0, count = 0;
   for (int q = 0; q < n; ++q) {
     if (nodes[q] == nodes[r]) {
@@ -63,8 +64,8 @@ RunResult run_ranks(const Worker& worker, int n, const std::string& scenario, co
   // once the server listens on the port reserved here) before it runs the worker's main.
   const ReservedPort port;
   const char* exec_ranks = std::getenv("LSPAWN_TEST_EXEC_RANKS");
-  const bool fork_ranks = worker.main != nullptr && !(exec_ranks && std::string(exec_ranks) == "1") &&
-                          count_threads() == 1;
+  const bool fork_ranks =
+      worker.main != nullptr && !(exec_ranks && std::string(exec_ranks) == "1") && count_threads() == 1;
   auto gate = sys::make_pipe("run_ranks start gate");
   const TempDir dir("lspawn-collectives-test-");
   std::vector<ChildProcess> ranks;
@@ -84,8 +85,7 @@ RunResult run_ranks(const Worker& worker, int n, const std::string& scenario, co
           [&worker, &gate, argv] {
             gate.write.reset();
             char byte;
-            while (::read(gate.read.get(), &byte, 1) < 0 && errno == EINTR) {
-            }
+            while (::read(gate.read.get(), &byte, 1) < 0 && errno == EINTR) {}
             std::vector<std::string> strings = argv;
             std::vector<char*> args;
             for (auto& a : strings) args.push_back(a.data());
@@ -111,8 +111,9 @@ RunResult run_ranks(const Worker& worker, int n, const std::string& scenario, co
   result.ranks.resize(n);
   const auto end = start + deadline;
   for (int r = 0; r < n; ++r) {
-    const auto left = std::max(std::chrono::milliseconds(0),
-                               std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now()));
+    const auto left =
+        std::max(std::chrono::milliseconds(0),
+                 std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now()));
     const ExitStatus st = ranks[r].wait_or_kill(left);
     result.timed_out = result.timed_out || st.timed_out;
     result.ranks[r].exit_code = st.exited ? st.code : -1;

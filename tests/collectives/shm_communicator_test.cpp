@@ -147,7 +147,8 @@ TEST_CASE("threads as ranks: all_reduce and broadcast and all_gather agree bit f
   for (int r = 1; r < n; ++r) REQUIRE(std::memcmp(results[r].data(), results[0].data(), results[0].size() * 4) == 0);
 }
 
-TEST_CASE("threads as ranks: LSPAWN_SHM_SINGLE_COPY overrides the option either way, another value is refused", "[shm]") {
+TEST_CASE("threads as ranks: LSPAWN_SHM_SINGLE_COPY overrides the option either way, another value is refused",
+          "[shm]") {
   struct EnvGuard {
     ~EnvGuard() { ::unsetenv("LSPAWN_SHM_SINGLE_COPY"); }
   } guard;
@@ -188,8 +189,10 @@ TEST_CASE("threads as ranks: a mismatched call throws Mismatch on every rank", "
   opts.timeout = std::chrono::seconds(20);
   auto errors = on_ranks(3, opts, [&](Communicator& c) {
     std::vector<float> v(10, 1.0f);
-    if (c.rank() == 1) c.broadcast(v.data(), 40, 0);
-    else c.all_reduce(v.data(), 10, ElemType::Float32, KernelOp::Sum);
+    if (c.rank() == 1)
+      c.broadcast(v.data(), 40, 0);
+    else
+      c.all_reduce(v.data(), 10, ElemType::Float32, KernelOp::Sum);
   });
   for (int r = 0; r < 3; ++r) {
     REQUIRE(errors[r]);

@@ -45,7 +45,7 @@ TEST_CASE("float16 and bfloat16 to float: all 65,536 patterns as c10", "[shm][ha
 }
 
 TEST_CASE("float to float16 and bfloat16: rounding, overflow, subnormals and NaN as c10", "[shm][half][unit]") {
-  std::vector<std::uint32_t> patterns = {0, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u,
+  std::vector<std::uint32_t> patterns = {0,           0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u,
                                          0x477fe000u, 0x477ff000u, 0x33800000u, 0x33000000u, 0x38800000u, 0x00000001u};
   for (std::uint64_t u = 0; u < (std::uint64_t{1} << 32); u += 1021) patterns.push_back(static_cast<std::uint32_t>(u));
   int bad16 = 0, badbf = 0;

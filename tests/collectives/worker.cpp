@@ -59,7 +59,8 @@ at::Tensor input_of(int rank, int64_t n, at::ScalarType dtype) {
 at::Tensor combine(const at::Tensor& a, const at::Tensor& b, ReduceOp op) {
   const bool boolean = a.scalar_type() == at::kBool;
   switch (op) {
-    case ReduceOp::Sum: case ReduceOp::Mean: return boolean ? a.logical_or(b) : a + b;
+    case ReduceOp::Sum:
+    case ReduceOp::Mean: return boolean ? a.logical_or(b) : a + b;
     case ReduceOp::Product: return boolean ? a.logical_and(b) : a * b;
     case ReduceOp::Min: return at::minimum(a, b);
     case ReduceOp::Max: return at::maximum(a, b);
@@ -74,8 +75,10 @@ at::Tensor reference(int size, int64_t n, at::ScalarType dtype, ReduceOp op) {
   auto ref = input_of(0, n, dtype);
   for (int r = 1; r < size; ++r) ref = combine(ref, input_of(r, n, dtype), op);
   if (op == ReduceOp::Mean) {
-    if (at::isFloatingType(dtype)) ref = ref / size;
-    else ref = at::div(ref, size, "trunc");
+    if (at::isFloatingType(dtype))
+      ref = ref / size;
+    else
+      ref = at::div(ref, size, "trunc");
   }
   return ref.to(dtype);
 }
@@ -101,7 +104,7 @@ void expect_equal(const std::string& what, const at::Tensor& got, const at::Tens
 }
 
 const std::vector<at::ScalarType> kDtypes = {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kInt,
-                                             at::kLong, at::kByte, at::kChar, at::kBool};
+                                             at::kLong,  at::kByte,   at::kChar, at::kBool};
 
 std::vector<ReduceOp> ops_for(at::ScalarType t) {
   std::vector<ReduceOp> ops = {ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max, ReduceOp::Product};
@@ -126,9 +129,9 @@ void scenario_suite(Group& g) {
         if (len == 300001 && dt != at::kFloat && dt != at::kInt && dt != at::kBFloat16) continue;
         auto t = input_of(me, len, dt);
         lspawn::all_reduce(g, t, op);
-        expect_equal(std::string("all_reduce ") + lspawn::to_string(op) + " " + c10::toString(dt) + " x" +
-                         std::to_string(len),
-                     t, reference(n, len, dt, op));
+        expect_equal(
+            std::string("all_reduce ") + lspawn::to_string(op) + " " + c10::toString(dt) + " x" + std::to_string(len),
+            t, reference(n, len, dt, op));
       }
 
   // Non-contiguous input: a transposed view, reduced in place through it.
@@ -261,8 +264,8 @@ void scenario_objects(Group& g) {
   check(gd.at("rank").toInt() == n - 1 && gd.at("answer").toInt() == 42, "broadcast_object dict");
 
   // all_gather_object of values of different sizes, including a tensor
-  auto mine = c10::ivalue::Tuple::create({c10::IValue(std::string(me * 3 + 1, 'x')),
-                                           c10::IValue(at::full({me + 1}, me, at::kLong))});
+  auto mine = c10::ivalue::Tuple::create(
+      {c10::IValue(std::string(me * 3 + 1, 'x')), c10::IValue(at::full({me + 1}, me, at::kLong))});
   auto all = lspawn::all_gather_object(g, mine);
   check(static_cast<int>(all.size()) == n, "all_gather_object size");
   for (int r = 0; r < n; ++r) {
@@ -426,8 +429,10 @@ void scenario_kill_retry(Group& g) {
 // Rank 1 calls broadcast where the others call all_reduce.
 void scenario_mismatch_op(Group& g) {
   auto t = at::ones({10});
-  if (g.rank() == 1) lspawn::broadcast(g, t, 0);
-  else lspawn::all_reduce(g, t);
+  if (g.rank() == 1)
+    lspawn::broadcast(g, t, 0);
+  else
+    lspawn::all_reduce(g, t);
   check(false, "mismatched collectives completed");
 }
 
@@ -448,18 +453,20 @@ int report(int rank);  // maps the exception being handled to the exit status
 void scenario_device(Group& g) {
   const int n = g.size(), me = g.rank();
   const int devices = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
-  const c10::Device dev = devices > 0 ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(me % devices))
-                                      : c10::Device(c10::kCPU);
+  const c10::Device dev =
+      devices > 0 ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(me % devices)) : c10::Device(c10::kCPU);
   auto on = [&](const at::Tensor& t) { return t.to(dev); };
   for (int64_t len : {1, 7, 1000, 300001, 3000001, 1000})
     for (auto dt : kDtypes)
       for (auto op : ops_for(dt)) {
-        if (len > 1000 && (dt != at::kFloat || op != ReduceOp::Sum) && !(len == 300001 && dt == at::kBFloat16)) continue;
+        if (len > 1000 && (dt != at::kFloat || op != ReduceOp::Sum) && !(len == 300001 && dt == at::kBFloat16))
+          continue;
         auto t = on(input_of(me, len, dt));
         lspawn::all_reduce(g, t, op);
         check(t.device() == dev, "all_reduce kept the device");
-        expect_equal(std::string("all_reduce ") + lspawn::to_string(op) + " " + c10::toString(dt) + " x" + std::to_string(len),
-                     t.cpu(), reference(n, len, dt, op));
+        expect_equal(
+            std::string("all_reduce ") + lspawn::to_string(op) + " " + c10::toString(dt) + " x" + std::to_string(len),
+            t.cpu(), reference(n, len, dt, op));
       }
   {  // in place through a transposed view
     auto base = on(input_of(me, 6 * 5, at::kFloat).reshape({6, 5}));
@@ -481,7 +488,10 @@ void scenario_device(Group& g) {
     }
   auto* ipc = g.cuda_ipc();
   std::cout << "rank " << me << ": device " << dev.str() << ", cuda ipc "
-            << (ipc == nullptr ? "absent" : ipc->off() ? "off (" + ipc->why_off() + ")" : "on") << std::endl;
+            << (ipc == nullptr ? "absent"
+                : ipc->off()   ? "off (" + ipc->why_off() + ")"
+                               : "on")
+            << std::endl;
 }
 
 }  // namespace
@@ -521,24 +531,37 @@ int lspawn::test::collectives_worker_main(int argc, char** argv) {
       check(g->backend() == want, "backend is " + g->backend() + ", expected " + want);
     if (const char* want = std::getenv("LSPAWN_TEST_EXPECT_SINGLE_COPY"); want && *want) {
       const bool on = g->shm() && g->shm()->single_copy(), want_on = std::string(want) == "1";
-      check(on == want_on, std::string("shm single copy is ") + (on ? "on" : "off") + ", expected " +
-                               (want_on ? "on" : "off"));
+      check(on == want_on,
+            std::string("shm single copy is ") + (on ? "on" : "off") + ", expected " + (want_on ? "on" : "off"));
     }
-    if (scenario == "suite") scenario_suite(*g);
-    else if (scenario == "sum") scenario_sum(*g);
-    else if (scenario == "objects") scenario_objects(*g);
-    else if (scenario == "subgroups") scenario_subgroups(*g);
-    else if (scenario == "timeout") scenario_timeout(*g);
-    else if (scenario == "kill") scenario_kill(*g);
-    else if (scenario == "sigpipe") scenario_sigpipe(*g);
-    else if (scenario == "kill_retry") scenario_kill_retry(*g);
-    else if (scenario == "mismatch_op") scenario_mismatch_op(*g);
-    else if (scenario == "mismatch_shape") scenario_mismatch_shape(*g);
-    else if (scenario == "device") scenario_device(*g);
-    else throw std::invalid_argument("unknown scenario " + scenario);
+    if (scenario == "suite")
+      scenario_suite(*g);
+    else if (scenario == "sum")
+      scenario_sum(*g);
+    else if (scenario == "objects")
+      scenario_objects(*g);
+    else if (scenario == "subgroups")
+      scenario_subgroups(*g);
+    else if (scenario == "timeout")
+      scenario_timeout(*g);
+    else if (scenario == "kill")
+      scenario_kill(*g);
+    else if (scenario == "sigpipe")
+      scenario_sigpipe(*g);
+    else if (scenario == "kill_retry")
+      scenario_kill_retry(*g);
+    else if (scenario == "mismatch_op")
+      scenario_mismatch_op(*g);
+    else if (scenario == "mismatch_shape")
+      scenario_mismatch_shape(*g);
+    else if (scenario == "device")
+      scenario_device(*g);
+    else
+      throw std::invalid_argument("unknown scenario " + scenario);
     // Nobody leaves (and closes sockets) while a peer still checks; failure scenarios that
     // reach here are the rank that stayed out on purpose.
-    if (scenario == "suite" || scenario == "sum" || scenario == "objects" || scenario == "subgroups" || scenario == "device")
+    if (scenario == "suite" || scenario == "sum" || scenario == "objects" || scenario == "subgroups" ||
+        scenario == "device")
       lspawn::barrier(*g);
     std::cout << "rank " << rank << ": OK" << std::endl;
     return 0;
@@ -546,8 +569,7 @@ int lspawn::test::collectives_worker_main(int argc, char** argv) {
     if (g_test_store) {
       try {
         g_test_store->set("test/failed/" + std::to_string(rank), std::vector<uint8_t>{1});
-      } catch (...) {
-      }
+      } catch (...) {}
     }
     return report(rank);
   }

@@ -41,8 +41,10 @@ TEST_CASE("usage errors exit 2 - name the option and start nothing", "[e2e][cli]
     std::string needle;
   };
   const std::vector<Case> cases = {
-      {{"--nprocs", "abc"}, "--nprocs: expected a positive integer, gpu, cpu or auto (--nprocs N|gpu|cpu|auto), got 'abc'"},
-      {{"--nproc_per_node=gpus"}, "--nproc-per-node: expected a positive integer, gpu, cpu or auto (--nproc-per-node N|gpu|cpu|auto), got 'gpus'"},
+      {{"--nprocs", "abc"},
+       "--nprocs: expected a positive integer, gpu, cpu or auto (--nprocs N|gpu|cpu|auto), got 'abc'"},
+      {{"--nproc_per_node=gpus"},
+       "--nproc-per-node: expected a positive integer, gpu, cpu or auto (--nproc-per-node N|gpu|cpu|auto), got 'gpus'"},
       {{"--redirects", "5"}, "--redirects: expected 0 none, 1 stdout, 2 stderr, 3 both"},
       {{"--tee=all"}, "--tee: expected 0 none, 1 stdout, 2 stderr, 3 both"},
       {{"--standalone", "--rdzv-endpoint", "h:5"}, "--standalone: cannot be combined with --rdzv-endpoint h:5"},
@@ -167,7 +169,8 @@ void check_rank_logs(const std::string& logs, int ranks) {
 }
 }  // namespace
 
-TEST_CASE("option --nproc-per-node auto/cpu: one worker per CPU this process may use (WORLD_SIZE)", "[e2e][cli][torchrun]") {
+TEST_CASE("option --nproc-per-node auto/cpu: one worker per CPU this process may use (WORLD_SIZE)",
+          "[e2e][cli][torchrun]") {
   const int cpus = cpus_of_this_process();
   for (const std::string spelling : {"--nproc-per-node=auto", "--nproc_per_node=cpu"}) {
     // CUDA_VISIBLE_DEVICES='' hides any GPU: auto is the CPUs on every machine.
@@ -181,7 +184,8 @@ TEST_CASE("option --nproc-per-node auto/cpu: one worker per CPU this process may
   }
 }
 
-TEST_CASE("option --nproc-per-node gpu without a visible GPU: exit 2 naming the flag, nothing started", "[e2e][cli][torchrun]") {
+TEST_CASE("option --nproc-per-node gpu without a visible GPU: exit 2 naming the flag, nothing started",
+          "[e2e][cli][torchrun]") {
   TempDir dir;
   const std::string marker = dir.path + "/started";
   auto r = run_lspawn({"--nproc-per-node", "gpu", worker_bin(), "touch", marker}, {"CUDA_VISIBLE_DEVICES="});
@@ -199,8 +203,12 @@ TEST_CASE("option --nproc-per-node gpu without a visible GPU: exit 2 naming the 
 
 TEST_CASE("option --standalone runs a one-node job on a free port, even inside a Slurm step", "[e2e][cli][torchrun]") {
   // A Slurm step of 2 nodes: without --standalone lspawn would be node 1 of 2.
-  const std::vector<std::string> slurm = {"SLURM_JOB_ID=42", "SLURM_STEP_ID=0", "SLURM_NNODES=2", "SLURM_NODEID=1",
-                                          "SLURM_STEP_NODELIST=n[01-02]", "SLURM_STEP_TASKS_PER_NODE=1(x2)",
+  const std::vector<std::string> slurm = {"SLURM_JOB_ID=42",
+                                          "SLURM_STEP_ID=0",
+                                          "SLURM_NNODES=2",
+                                          "SLURM_NODEID=1",
+                                          "SLURM_STEP_NODELIST=n[01-02]",
+                                          "SLURM_STEP_TASKS_PER_NODE=1(x2)",
                                           "MASTER_PORT=1"};
   auto r = run_lspawn({"--standalone", "--nproc_per_node", "2", worker_bin(), "env"}, slurm);
   INFO(r.err);
@@ -219,8 +227,9 @@ TEST_CASE("a .py program runs under Python -u ($LSPAWN_PYTHON) with its argument
   }
   TempDir dir;
   const std::string script = dir.path + "/print_rank.py";
-  write_file(script, "import os, sys\nprint('py rank', os.environ['RANK'], 'unbuffered', int('-u' in sys.orig_argv), "
-                     "'args', sys.argv[1:])\n");
+  write_file(script,
+             "import os, sys\nprint('py rank', os.environ['RANK'], 'unbuffered', int('-u' in sys.orig_argv), "
+             "'args', sys.argv[1:])\n");
   auto r = run_lspawn({"--nproc-per-node", "2", script, "--lr", "1"}, {"LSPAWN_PYTHON=/usr/bin/python3"});
   INFO(r.err);
   CHECK(r.exit_code == 0);
@@ -242,9 +251,10 @@ TEST_CASE("torchrun's --start-method forkserver (or PET_START_METHOD) with a Pyt
   TempDir dir;
   const std::string script = dir.path + "/print_rank.py";
   write_file(script, "import os\nprint('py rank', os.environ['RANK'])\n");
-  const std::string note = "lspawn: --start-method forkserver: a Python program runs by exec, as torchrun runs scripts "
-                           "whatever its start method; to fork the workers from one interpreter that imported torch "
-                           "once: --preload torch\n";
+  const std::string note =
+      "lspawn: --start-method forkserver: a Python program runs by exec, as torchrun runs scripts "
+      "whatever its start method; to fork the workers from one interpreter that imported torch "
+      "once: --preload torch\n";
   for (const auto& [args, env] : std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>>{
            {{"--nproc-per-node", "2", "--start-method", "forkserver", script}, {"LSPAWN_PYTHON=/usr/bin/python3"}},
            {{"--nproc-per-node", "2", "/usr/bin/python3", script}, {"PET_START_METHOD=forkserver"}}}) {
@@ -266,7 +276,8 @@ TEST_CASE("option -m/--module runs python -u -m MODULE", "[e2e][cli][torchrun][e
     return;
   }
   TempDir dir;
-  write_file(dir.path + "/lspawn_e2e_mod.py", "import os, sys\nprint('module', __name__, 'rank', os.environ['RANK'], sys.argv[1:])\n");
+  write_file(dir.path + "/lspawn_e2e_mod.py",
+             "import os, sys\nprint('module', __name__, 'rank', os.environ['RANK'], sys.argv[1:])\n");
   const std::vector<std::string> env = {"LSPAWN_PYTHON=/usr/bin/python3", "PYTHONPATH=" + dir.path};
   for (const std::string flag : {"-m", "--module"}) {
     auto r = run_lspawn({"--nproc-per-node=2", flag, "lspawn_e2e_mod", "x"}, env);
@@ -277,12 +288,13 @@ TEST_CASE("option -m/--module runs python -u -m MODULE", "[e2e][cli][torchrun][e
   }
 }
 
-TEST_CASE("option --no-python execs a .py program directly - other programs are exec'd as before", "[e2e][cli][torchrun][exec-only]") {
+TEST_CASE("option --no-python execs a .py program directly - other programs are exec'd as before",
+          "[e2e][cli][torchrun][exec-only]") {
   TempDir dir;
   const std::string script = dir.path + "/shell.py";  // a shell script named .py: Python would fail on it
   write_file(script, "#!/bin/sh\necho \"direct $RANK $1\"\n", 0755);
-  auto r = run_lspawn({"--quiet", "--no-python", "--nproc-per-node", "2", script, "a"},
-                      {"LSPAWN_PYTHON=/usr/bin/python3"});
+  auto r =
+      run_lspawn({"--quiet", "--no-python", "--nproc-per-node", "2", script, "a"}, {"LSPAWN_PYTHON=/usr/bin/python3"});
   INFO(r.err);
   CHECK(r.exit_code == 0);
   CHECK(has(r.out, "[rank 0] direct 0 a\n"));
@@ -297,7 +309,8 @@ TEST_CASE("option --no-python execs a .py program directly - other programs are 
   CHECK(has(r.err, "--no-python: cannot be combined with -m/--module"));
 }
 
-TEST_CASE("option --redirects 3 --log-dir D: output in the files and not on the console", "[e2e][cli][torchrun][exec-only]") {
+TEST_CASE("option --redirects 3 --log-dir D: output in the files and not on the console",
+          "[e2e][cli][torchrun][exec-only]") {
   TempDir dir;
   const std::string logs = dir.path + "/logs";
   auto r = run_lspawn({"--quiet", "--nproc_per_node", "2", "--redirects", "3", "--log-dir", logs, out_err_script(dir)});
@@ -322,7 +335,8 @@ TEST_CASE("option --tee 3 --log-dir D: output in the files and on the console", 
   }
 }
 
-TEST_CASE("options -r/-t per local rank: -r 0:3 -t 1:1 - the rest on the console only", "[e2e][cli][torchrun][exec-only]") {
+TEST_CASE("options -r/-t per local rank: -r 0:3 -t 1:1 - the rest on the console only",
+          "[e2e][cli][torchrun][exec-only]") {
   TempDir dir;
   const std::string logs = dir.path + "/logs";
   auto r = run_lspawn({"--quiet", "--nproc-per-node=3", "-r", "0:3", "-t1:1", "--log-dir", logs, out_err_script(dir)});
@@ -344,16 +358,17 @@ TEST_CASE("options -r/-t per local rank: -r 0:3 -t 1:1 - the rest on the console
   CHECK(access((logs + "/rank2.stdout").c_str(), F_OK) != 0);
 }
 
-TEST_CASE("options --redirects 3 --tee 0:1: tee wins over redirect for the streams it names", "[e2e][cli][torchrun][exec-only]") {
+TEST_CASE("options --redirects 3 --tee 0:1: tee wins over redirect for the streams it names",
+          "[e2e][cli][torchrun][exec-only]") {
   TempDir dir;
   const std::string logs = dir.path + "/logs";
-  auto r = run_lspawn({"--quiet", "--nproc-per-node=2", "--redirects", "3", "--tee", "0:1", "--log-dir", logs,
-                       out_err_script(dir)});
+  auto r = run_lspawn(
+      {"--quiet", "--nproc-per-node=2", "--redirects", "3", "--tee", "0:1", "--log-dir", logs, out_err_script(dir)});
   INFO(r.err);
   CHECK(r.exit_code == 0);
-  check_rank_logs(logs, 2);  // every stream in the files
+  check_rank_logs(logs, 2);               // every stream in the files
   CHECK(has(r.out, "[rank 0] out 0\n"));  // tee'd: the console too
-  CHECK_FALSE(has(r.err, "err 0"));        // redirected only
+  CHECK_FALSE(has(r.err, "err 0"));       // redirected only
   CHECK_FALSE(has(r.out, "out 1"));
   CHECK_FALSE(has(r.err, "err 1"));
 }
@@ -378,10 +393,13 @@ TEST_CASE("option --redirects without --log-dir: a temporary log directory, name
   CHECK(has(r.err, "[rank 0] err 0\n"));
 }
 
-TEST_CASE("option --local-ranks-filter 0 without --log-dir: local rank 0 on the console, the others in a temporary log directory, named",
-          "[e2e][cli][torchrun][exec-only]") {
+TEST_CASE(
+    "option --local-ranks-filter 0 without --log-dir: local rank 0 on the console, the others in a temporary log "
+    "directory, named",
+    "[e2e][cli][torchrun][exec-only]") {
   TempDir dir;
-  auto r = run_lspawn({"--nproc-per-node", "3", "--local-ranks-filter", "0", out_err_script(dir)}, {"TMPDIR=" + dir.path});
+  auto r =
+      run_lspawn({"--nproc-per-node", "3", "--local-ranks-filter", "0", out_err_script(dir)}, {"TMPDIR=" + dir.path});
   INFO(r.err);
   CHECK(r.exit_code == 0);
   const std::string logs = named_log_dir(r.err, "--local-ranks-filter without --log-dir: the log files are in ");
@@ -389,7 +407,7 @@ TEST_CASE("option --local-ranks-filter 0 without --log-dir: local rank 0 on the 
   CHECK(has(r.out, "[rank 0] out 0\n"));
   CHECK(has(r.err, "[rank 0] err 0\n"));
   CHECK(access((logs + "/rank0.stdout").c_str(), F_OK) != 0);  // shown, neither redirected nor tee'd
-  for (int rank = 1; rank < 3; ++rank) {  // torchrun: /dev/null; lspawn: the files
+  for (int rank = 1; rank < 3; ++rank) {                       // torchrun: /dev/null; lspawn: the files
     const std::string n = std::to_string(rank);
     CHECK_FALSE(has(r.out, "out " + n));
     CHECK_FALSE(has(r.err, "err " + n));
@@ -398,8 +416,10 @@ TEST_CASE("option --local-ranks-filter 0 without --log-dir: local rank 0 on the 
   }
 }
 
-TEST_CASE("options --local-ranks-filter 0 --role rank --tee 3 --log-dir D (torchtitan's): every rank in the files, rank 0 on the console too",
-          "[e2e][cli][torchrun][exec-only]") {
+TEST_CASE(
+    "options --local-ranks-filter 0 --role rank --tee 3 --log-dir D (torchtitan's): every rank in the files, rank 0 on "
+    "the console too",
+    "[e2e][cli][torchrun][exec-only]") {
   TempDir dir;
   const std::string logs = dir.path + "/logs";
   auto r = run_lspawn({"--quiet", "--nproc-per-node=2", "--local-ranks-filter", "0", "--role", "rank", "--tee", "3",
@@ -438,7 +458,8 @@ TEST_CASE("option --local-ranks-filter naming a local rank this node does not ha
   CHECK(access(marker.c_str(), F_OK) != 0);
 }
 
-TEST_CASE("lspawn's own --tee (no spec after it) still means: with --log-dir, the console too", "[e2e][cli][torchrun][exec-only]") {
+TEST_CASE("lspawn's own --tee (no spec after it) still means: with --log-dir, the console too",
+          "[e2e][cli][torchrun][exec-only]") {
   TempDir dir;
   const std::string logs = dir.path + "/logs";
   auto r = run_lspawn({"--quiet", "--log-dir", logs, "--tee", out_err_script(dir)});
@@ -458,13 +479,18 @@ TEST_CASE("option --role sets ROLE_NAME - harmless torchrun flags are accepted w
   CHECK(has(r.err, "lspawn: --rdzv-conf: ignored read_timeout"));
 }
 
-TEST_CASE("option --log-line-prefix-template (or PET_LOG_LINE_PREFIX_TEMPLATE): each console line starts with the "
-          "rank's expansion of torchrun's fields",
-          "[e2e][cli][torchrun][exec-only]") {
+TEST_CASE(
+    "option --log-line-prefix-template (or PET_LOG_LINE_PREFIX_TEMPLATE): each console line starts with the "
+    "rank's expansion of torchrun's fields",
+    "[e2e][cli][torchrun][exec-only]") {
   char host[256] = {};
   REQUIRE(gethostname(host, sizeof host - 1) == 0);
   const std::vector<std::string> program = {"/bin/sh", "-c", "echo out; echo err >&2"};
-  std::vector<std::string> args = {"--nprocs", "2", "--role", "trainer", "--log-line-prefix-template",
+  std::vector<std::string> args = {"--nprocs",
+                                   "2",
+                                   "--role",
+                                   "trainer",
+                                   "--log-line-prefix-template",
                                    "[${role_name}${local_rank}|${rank}@${hostname}]:"};
   args.insert(args.end(), program.begin(), program.end());
   auto r = run_lspawn(args);
@@ -485,18 +511,18 @@ TEST_CASE("option --log-line-prefix-template (or PET_LOG_LINE_PREFIX_TEMPLATE): 
                 "--log-line-prefix-template: cannot be combined with --no-prefix");
 }
 
-TEST_CASE("options --duplicate-stdout-filters/--duplicate-stderr-filters: matching lines of every rank, prefixed, in "
-          "LOG_DIR/filtered_std{out,err}.log - each restart attempt its own",
-          "[e2e][cli][torchrun][exec-only]") {
+TEST_CASE(
+    "options --duplicate-stdout-filters/--duplicate-stderr-filters: matching lines of every rank, prefixed, in "
+    "LOG_DIR/filtered_std{out,err}.log - each restart attempt its own",
+    "[e2e][cli][torchrun][exec-only]") {
   TempDir dir;
   const std::string logs = dir.path + "/logs";
   // Rank 1 fails on attempt 0 after its lines; attempt 1 succeeds.
   const std::string script =
       "a=$TORCHELASTIC_RESTART_COUNT; echo \"loss=$RANK.$a\"; echo \"step $RANK\"; echo \"Error, rank $RANK\" >&2; "
       "echo \"warning $RANK\" >&2; if [ $RANK = 1 ] && [ $a = 0 ]; then exit 3; fi";
-  auto r = run_lspawn({"--nprocs", "2", "--max-restarts", "1", "--log-dir", logs, "--tee",
-                       "--duplicate-stdout-filters", "loss=", "--duplicate_stderr_filters=Error,,,nothing",
-                       "/bin/sh", "-c", script});
+  auto r = run_lspawn({"--nprocs", "2", "--max-restarts", "1", "--log-dir", logs, "--tee", "--duplicate-stdout-filters",
+                       "loss=", "--duplicate_stderr_filters=Error,,,nothing", "/bin/sh", "-c", script});
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   const std::string a0 = read_file(logs + "/filtered_stdout.log");
@@ -530,11 +556,12 @@ TEST_CASE("options --duplicate-stdout-filters/--duplicate-stderr-filters: matchi
                 "--duplicate-stderr-filters: an empty filter in 'Error,' would copy every line");
 }
 
-TEST_CASE("option --virtual-local-rank (or PET_VIRTUAL_LOCAL_RANK): LOCAL_RANK=0 and each worker's own entry of "
-          "CUDA_VISIBLE_DEVICES - a list too short: exit 2, nothing started",
-          "[e2e][cli][torchrun][exec-only]") {
-  const std::vector<std::string> program = {"/bin/sh", "-c",
-                                            "echo \"rank=$RANK local=$LOCAL_RANK lws=$LOCAL_WORLD_SIZE cvd=$CUDA_VISIBLE_DEVICES\""};
+TEST_CASE(
+    "option --virtual-local-rank (or PET_VIRTUAL_LOCAL_RANK): LOCAL_RANK=0 and each worker's own entry of "
+    "CUDA_VISIBLE_DEVICES - a list too short: exit 2, nothing started",
+    "[e2e][cli][torchrun][exec-only]") {
+  const std::vector<std::string> program = {
+      "/bin/sh", "-c", "echo \"rank=$RANK local=$LOCAL_RANK lws=$LOCAL_WORLD_SIZE cvd=$CUDA_VISIBLE_DEVICES\""};
   std::vector<std::string> args = {"--nprocs", "2", "--virtual-local-rank"};
   args.insert(args.end(), program.begin(), program.end());
   auto r = run_lspawn(args, {"CUDA_VISIBLE_DEVICES=5,7"});
@@ -542,8 +569,9 @@ TEST_CASE("option --virtual-local-rank (or PET_VIRTUAL_LOCAL_RANK): LOCAL_RANK=0
   CHECK(r.exit_code == 0);
   CHECK(has(r.out, "[rank 0] rank=0 local=0 lws=2 cvd=5\n"));
   CHECK(has(r.out, "[rank 1] rank=1 local=0 lws=2 cvd=7\n"));
-  CHECK(has(r.err, "--virtual-local-rank: each worker has LOCAL_RANK=0 and one visible device (local rank -> "
-                   "CUDA_VISIBLE_DEVICES): 0 -> 5, 1 -> 7\n"));
+  CHECK(has(r.err,
+            "--virtual-local-rank: each worker has LOCAL_RANK=0 and one visible device (local rank -> "
+            "CUDA_VISIBLE_DEVICES): 0 -> 5, 1 -> 7\n"));
   args = {"--nprocs", "2"};
   args.insert(args.end(), program.begin(), program.end());
   r = run_lspawn(args, {"PET_VIRTUAL_LOCAL_RANK=1", "CUDA_VISIBLE_DEVICES=5,7"});
@@ -565,7 +593,8 @@ TEST_CASE("option --shutdown-timeout (or TORCH_ELASTIC_SHUTDOWN_TIMEOUT) is torc
       "if [ $RANK = 1 ]; then exec " + worker_bin() +
           " ignore-term; fi; until [ -e $LSPAWN_TEST_SYNC_DIR/ready-1 ]; do sleep 0.01; done; exit 5"};
   for (const auto& [flags, env] : std::vector<std::pair<std::vector<std::string>, std::string>>{
-           {{"--shutdown-timeout", "1"}, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=30"}, {{}, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=1"}}) {
+           {{"--shutdown-timeout", "1"}, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=30"},
+           {{}, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=1"}}) {
     ::unlink((sync.path + "/ready-1").c_str());
     std::vector<std::string> args = {"--nprocs", "2"};
     args.insert(args.end(), flags.begin(), flags.end());

@@ -17,8 +17,7 @@
 using namespace lspawn::test;
 
 TEST_CASE("each worker gets torchrun's environment contract", "[e2e][env]") {
-  auto r = run_lspawn({"--nprocs", "3", "--run-id", "job42", worker_bin(), "env"},
-                      {"LSPAWN_TEST_INHERITED=yes"});
+  auto r = run_lspawn({"--nprocs", "3", "--run-id", "job42", worker_bin(), "env"}, {"LSPAWN_TEST_INHERITED=yes"});
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   auto env = env_by_rank(r.out);
@@ -108,9 +107,13 @@ TEST_CASE("under srun, lspawn takes node rank, nodes, master, port and run id fr
   ReservedPort held_port;
   const std::string port = std::to_string(held_port.port());
   auto slurm = [&](int node) {
-    return std::vector<std::string>{"SLURM_JOB_ID=4242", "SLURM_STEP_ID=0", "SLURM_NODEID=" + std::to_string(node),
-                                    "SLURM_STEP_NUM_NODES=2", "SLURM_STEP_NODELIST=127.0.0.1,localhost",
-                                    "SLURM_STEP_TASKS_PER_NODE=1(x2)", "SLURM_PROCID=" + std::to_string(node),
+    return std::vector<std::string>{"SLURM_JOB_ID=4242",
+                                    "SLURM_STEP_ID=0",
+                                    "SLURM_NODEID=" + std::to_string(node),
+                                    "SLURM_STEP_NUM_NODES=2",
+                                    "SLURM_STEP_NODELIST=127.0.0.1,localhost",
+                                    "SLURM_STEP_TASKS_PER_NODE=1(x2)",
+                                    "SLURM_PROCID=" + std::to_string(node),
                                     "MASTER_PORT=" + port};
   };
   auto [r0, r1] = run_two_nodes({"--nprocs", "2", worker_bin(), "env"}, slurm(0), slurm(1));
@@ -140,9 +143,10 @@ TEST_CASE("in a PyTorchJob pod, lspawn takes the node from PET_*", "[e2e][env][k
   ReservedPort held_port;
   const std::string port = std::to_string(held_port.port());
   auto pod = [&](int node) {
-    return std::vector<std::string>{"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "WORLD_SIZE=4",
-                                    "RANK=" + std::to_string(node), "PET_NNODES=2",
-                                    "PET_NODE_RANK=" + std::to_string(node), "PET_NPROC_PER_NODE=2"};
+    return std::vector<std::string>{"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port,
+                                    "WORLD_SIZE=4",          "RANK=" + std::to_string(node),
+                                    "PET_NNODES=2",          "PET_NODE_RANK=" + std::to_string(node),
+                                    "PET_NPROC_PER_NODE=2"};
   };
   auto [r0, r1] = run_two_nodes({worker_bin(), "env"}, pod(0), pod(1));
   INFO(r0.err << r1.err);
@@ -158,7 +162,8 @@ TEST_CASE("in a PyTorchJob pod, lspawn takes the node from PET_*", "[e2e][env][k
   CHECK(env[2]["MASTER_ADDR"] == "127.0.0.1");
 }
 
-TEST_CASE("torchrun's PET_* defaults: PET_MAX_RESTARTS and PET_ROLE act as the flags, the command line wins", "[e2e][env][k8s][exec-only]") {
+TEST_CASE("torchrun's PET_* defaults: PET_MAX_RESTARTS and PET_ROLE act as the flags, the command line wins",
+          "[e2e][env][k8s][exec-only]") {
   const std::string script =
       "if [ $RANK = 1 ] && [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then exit 5; fi; "
       "echo \"ok rank=$RANK restart=$TORCHELASTIC_RESTART_COUNT max=$TORCHELASTIC_MAX_RESTARTS role=$ROLE_NAME\"";
@@ -166,8 +171,8 @@ TEST_CASE("torchrun's PET_* defaults: PET_MAX_RESTARTS and PET_ROLE act as the f
   INFO(r.err);
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("[rank 1] ok rank=1 restart=1 max=2 role=trainer\n") != std::string::npos);
-  CHECK(r.err.find("lspawn: from the environment (torchrun's PET_* defaults): PET_MAX_RESTARTS=2, PET_ROLE=trainer\n") ==
-        0);
+  CHECK(r.err.find(
+            "lspawn: from the environment (torchrun's PET_* defaults): PET_MAX_RESTARTS=2, PET_ROLE=trainer\n") == 0);
   // --max-restarts 0 on the command line: no restart, rank 1's exit code is the job's.
   auto once = run_lspawn({"--nprocs", "2", "--max-restarts", "0", "/bin/sh", "-c", script}, {"PET_MAX_RESTARTS=2"});
   CHECK(once.exit_code == 5);
@@ -213,8 +218,9 @@ TEST_CASE("OMP_NUM_THREADS: each worker's share of the CPUs lspawn may use, said
   }
 }
 
-TEST_CASE("numa binding: --numa-binding places each worker on its CPUs before it runs, says so, and OMP_NUM_THREADS follows",
-          "[e2e][env][numa]") {
+TEST_CASE(
+    "numa binding: --numa-binding places each worker on its CPUs before it runs, says so, and OMP_NUM_THREADS follows",
+    "[e2e][env][numa]") {
   // This machine as lspawn reads it (the rules themselves: tests/placement); no GPU here, so the
   // ranks are placed over the NUMA nodes. Under forkserver and warm the forked worker binds itself.
   using namespace lspawn::placement;
@@ -233,8 +239,8 @@ TEST_CASE("numa binding: --numa-binding places each worker on its CPUs before it
     const CpuList& cpus = want[static_cast<size_t>(rank)].cpus;
     std::string list;
     for (int c : cpus) list += (list.empty() ? "" : ",") + std::to_string(c);
-    CHECK(r.out.find("[rank " + std::to_string(rank) + "] cpus " + list + " omp " + std::to_string(cpus.size()) + " env " +
-                     cpu_list_text(cpus) + "\n") != std::string::npos);
+    CHECK(r.out.find("[rank " + std::to_string(rank) + "] cpus " + list + " omp " + std::to_string(cpus.size()) +
+                     " env " + cpu_list_text(cpus) + "\n") != std::string::npos);
   }
   // The user's OMP_NUM_THREADS stays.
   r = run_lspawn({"--nprocs", "2", "--numa-binding", "node", worker_bin(), "affinity"}, {"OMP_NUM_THREADS=3"});
@@ -251,8 +257,9 @@ TEST_CASE("numa binding: --numa-binding places each worker on its CPUs before it
   CHECK(r.out.find("cpus") == std::string::npos);
 }
 
-TEST_CASE("in a pod with PET_NPROC_PER_NODE=cpu|gpu (torchrun's forms), lspawn counts the workers - or names the variable",
-          "[e2e][env][k8s]") {
+TEST_CASE(
+    "in a pod with PET_NPROC_PER_NODE=cpu|gpu (torchrun's forms), lspawn counts the workers - or names the variable",
+    "[e2e][env][k8s]") {
   ReservedPort held_port;
   const std::vector<std::string> pod = {"PET_NNODES=1", "PET_NODE_RANK=0", "MASTER_ADDR=127.0.0.1",
                                         "MASTER_PORT=" + std::to_string(held_port.port())};
@@ -266,7 +273,8 @@ TEST_CASE("in a pod with PET_NPROC_PER_NODE=cpu|gpu (torchrun's forms), lspawn c
                    ", workers per node: cpu (PET_NPROC_PER_NODE)\n") != std::string::npos);
   CHECK(r.err.find("lspawn: PET_NPROC_PER_NODE=cpu: " + std::to_string(cpus) + " worker") != std::string::npos);
   for (int rank = 0; rank < cpus; ++rank) {
-    CHECK(r.out.find("[rank " + std::to_string(rank) + "] WORLD_SIZE=" + std::to_string(cpus) + "\n") != std::string::npos);
+    CHECK(r.out.find("[rank " + std::to_string(rank) + "] WORLD_SIZE=" + std::to_string(cpus) + "\n") !=
+          std::string::npos);
   }
   CHECK(r.out.find("[rank " + std::to_string(cpus) + "]") == std::string::npos);
   // No GPU visible: exit 2 naming the variable, nothing started.

@@ -62,12 +62,14 @@ TEST_CASE("the default grace period is torchrun's 30 s, and workers that exit on
   CHECK(r.seconds < 10.0);
 }
 
-TEST_CASE("a sibling that exits by itself within the grace period is not reported as killed", "[e2e][failure][exec-only]") {
+TEST_CASE("a sibling that exits by itself within the grace period is not reported as killed",
+          "[e2e][failure][exec-only]") {
   TempDir sync;
-  auto r = run_lspawn({"--nprocs", "2", "--grace-period", "60", "/bin/sh", "-c",
-                       "if [ $RANK = 1 ]; then exec " + worker_bin() +
-                           " exit-on-term; fi; until [ -e $LSPAWN_TEST_SYNC_DIR/ready-1 ]; do sleep 0.01; done; exit 4"},
-                      {"LSPAWN_TEST_SYNC_DIR=" + sync.path});
+  auto r =
+      run_lspawn({"--nprocs", "2", "--grace-period", "60", "/bin/sh", "-c",
+                  "if [ $RANK = 1 ]; then exec " + worker_bin() +
+                      " exit-on-term; fi; until [ -e $LSPAWN_TEST_SYNC_DIR/ready-1 ]; do sleep 0.01; done; exit 4"},
+                 {"LSPAWN_TEST_SYNC_DIR=" + sync.path});
   INFO(r.err);
   CHECK(r.exit_code == 4);
   CHECK(r.out.find("[rank 1] got SIGTERM") != std::string::npos);
@@ -78,8 +80,8 @@ TEST_CASE("a sibling that exits by itself within the grace period is not reporte
 }
 
 TEST_CASE("a worker that exits 0 early does not stop the others", "[e2e][failure][exec-only]") {
-  auto r = run_lspawn({"--nprocs", "3", "--quiet", "/bin/sh", "-c",
-                       "if [ $RANK = 0 ]; then exit 0; fi; sleep 0.3; echo done-$RANK"});
+  auto r = run_lspawn(
+      {"--nprocs", "3", "--quiet", "/bin/sh", "-c", "if [ $RANK = 0 ]; then exit 0; fi; sleep 0.3; echo done-$RANK"});
   CHECK(r.exit_code == 0);
   CHECK(count(r.out, "done-") == 2);
   CHECK(r.err.empty());
@@ -99,10 +101,11 @@ TEST_CASE("the root cause is the earliest failure - not the first exit", "[e2e][
   // Rank 1 raises first (its report carries the throw time) but is still unwinding when rank 0,
   // failing because of it, exits first: rank 1 is the root cause, lspawn exits 1.
   TempDir sync;
-  auto r = run_lspawn({"--nprocs", "2", "/bin/sh", "-c",
-                       "if [ $RANK = 1 ]; then exec " + worker_bin() +
-                           " report-then-wait 1; fi; until [ -e $LSPAWN_TEST_SYNC_DIR/ready-1 ]; do sleep 0.01; done; exit 3"},
-                      {"LSPAWN_TEST_SYNC_DIR=" + sync.path});
+  auto r = run_lspawn(
+      {"--nprocs", "2", "/bin/sh", "-c",
+       "if [ $RANK = 1 ]; then exec " + worker_bin() +
+           " report-then-wait 1; fi; until [ -e $LSPAWN_TEST_SYNC_DIR/ready-1 ]; do sleep 0.01; done; exit 3"},
+      {"LSPAWN_TEST_SYNC_DIR=" + sync.path});
   INFO(r.err);
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("root cause: process 1 raised std::runtime_error and was stopped by lspawn with "

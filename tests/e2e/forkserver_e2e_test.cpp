@@ -74,8 +74,7 @@ TEST_CASE("forkserver: a program without the hook is refused before anything sta
 }
 
 TEST_CASE("forkserver: workers are children of one forkserver - which is gone after the run", "[e2e][forkserver]") {
-  Child c({lspawn_bin(), "--start-method", "forkserver", "--nprocs", "3", worker_bin(),
-           "child-then-wait"});
+  Child c({lspawn_bin(), "--start-method", "forkserver", "--nprocs", "3", worker_bin(), "child-then-wait"});
   REQUIRE(c.wait_stdout_count("pids ", 3, 10s));
   const Pids p = parse_pids(c.out());
   REQUIRE(p.workers.size() == 3);
@@ -95,10 +94,10 @@ TEST_CASE("forkserver: workers are children of one forkserver - which is gone af
   CHECK(alive_after(p.children, 1s).empty());
 }
 
-TEST_CASE("forkserver: lspawn killed by SIGKILL leaves no forkserver - worker or grandchild within 1 s", "[e2e][forkserver]") {
+TEST_CASE("forkserver: lspawn killed by SIGKILL leaves no forkserver - worker or grandchild within 1 s",
+          "[e2e][forkserver]") {
   Subreaper reaper;  // orphans come to us: reaped, not "alive"
-  Child c({lspawn_bin(), "--start-method", "forkserver", "--nprocs", "3", worker_bin(),
-           "child-then-wait"});
+  Child c({lspawn_bin(), "--start-method", "forkserver", "--nprocs", "3", worker_bin(), "child-then-wait"});
   REQUIRE(c.wait_stdout_count("pids ", 3, 10s));
   const Pids p = parse_pids(c.out());
   std::set<pid_t> pids = p.workers;
@@ -119,24 +118,25 @@ TEST_CASE("forkserver: a program that exits during static initialisation is repo
   CHECK(r.out.find("RANK=") == std::string::npos);  // no worker ran
 }
 
-TEST_CASE("forkserver: threads running after static initialisation make it refuse", "[e2e][forkserver][counts-threads]") {
+TEST_CASE("forkserver: threads running after static initialisation make it refuse",
+          "[e2e][forkserver][counts-threads]") {
   auto r = run_lspawn(args({"--nprocs", "2", worker_bin(), "env"}), {"LSPAWN_TEST_THREAD_IN_INIT=1"});
   INFO(r.err);
   CHECK(r.exit_code == 1);
-  CHECK(r.err.find("refused: 2 threads run after the program's static initialisation") !=
-        std::string::npos);
+  CHECK(r.err.find("refused: 2 threads run after the program's static initialisation") != std::string::npos);
   CHECK(r.err.find("--start-method exec") != std::string::npos);
   CHECK(r.out.find("RANK=") == std::string::npos);
 }
 
-TEST_CASE("forkserver: SIGTERM to lspawn while the forkserver starts - exit 143 and nothing left", "[e2e][forkserver]") {
+TEST_CASE("forkserver: SIGTERM to lspawn while the forkserver starts - exit 143 and nothing left",
+          "[e2e][forkserver]") {
   Subreaper reaper;  // orphans come to us: reaped, not "alive"
   // The program's static initialisation never ends (it waits in a constructor before the hook).
   Child c({lspawn_bin(), "--start-method", "forkserver", worker_bin(), "env"},
           {"LSPAWN_TEST_EXIT_IN_INIT=", "LSPAWN_TEST_SLEEP_IN_INIT=1"});
-  REQUIRE(c.wait_output([](const std::string&, const std::string& err) {
-    return err.find("starting 1 worker") != std::string::npos;
-  }, 10s));
+  REQUIRE(c.wait_output(
+      [](const std::string&, const std::string& err) { return err.find("starting 1 worker") != std::string::npos; },
+      10s));
   std::this_thread::sleep_for(200ms);
   // lspawn's children now: the guardian and the forkserver that never gets ready.
   std::set<pid_t> children;
@@ -154,7 +154,8 @@ TEST_CASE("forkserver: SIGTERM to lspawn while the forkserver starts - exit 143 
   CHECK(alive_after(children, 1s).empty());
 }
 
-TEST_CASE("forkserver: at exit the program's static destructors run and buffered output is flushed", "[e2e][forkserver]") {
+TEST_CASE("forkserver: at exit the program's static destructors run and buffered output is flushed",
+          "[e2e][forkserver]") {
   for (const char* full : {"1", "0"}) {  // the fast exit (default), and the full one
     auto r = run_lspawn(args({"--quiet", worker_bin(), "exit-with-buffers", "5"}),
                         {std::string("LSPAWN_FORKSERVER_FAST_EXIT=") + full});

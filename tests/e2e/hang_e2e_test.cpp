@@ -17,9 +17,7 @@
 using namespace lspawn::test;
 using namespace std::chrono_literals;
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 TEST_CASE("hang: a rank that never enters an all_reduce is named, with its stack, exit 124, nothing left",
           "[e2e][hang][torch]") {
@@ -65,16 +63,18 @@ TEST_CASE("hang: a rank stuck in a subgroup collective its partner never joins: 
 
 TEST_CASE("hang: the report on demand (SIGURG, lspawn status PID) while the job goes on", "[e2e][hang][torch]") {
   Subreaper reaper;
-  Child c(with_start_method({lspawn_bin(), "--nprocs", "2", "--grace-period", "2", hang_worker_bin(),
-                             "never-enters", "1", "2"}));
+  Child c(with_start_method(
+      {lspawn_bin(), "--nprocs", "2", "--grace-period", "2", hang_worker_bin(), "never-enters", "1", "2"}));
   REQUIRE(c.wait_stdout_count("ready pid", 2, 30s));
   // Rank 0 enters all_reduce #3 right after printing; give it a moment to be inside.
   REQUIRE(c.wait_output([](const std::string&, const std::string&) { return false; }, 300ms) == false);
   c.signal(SIGURG);
-  REQUIRE(c.wait_output([](const std::string&, const std::string& e) {
-    return e.find("status of 2 ranks (on request)") != std::string::npos &&
-           e.find("main thread of rank 1") != std::string::npos;
-  }, 10s));
+  REQUIRE(c.wait_output(
+      [](const std::string&, const std::string& e) {
+        return e.find("status of 2 ranks (on request)") != std::string::npos &&
+               e.find("main thread of rank 1") != std::string::npos;
+      },
+      10s));
   CHECK(has(c.err(), "waiting: rank 0 in all_reduce #3 on group world"));
   CHECK(has(c.err(), "behind: rank 1 has not entered a collective for "));
   CHECK(alive(c.pid()));  // not stopped, not forwarded
@@ -172,9 +172,11 @@ TEST_CASE("hang watch: a rank with no status record 5 s after the others is name
   Subreaper reaper;
   Child c({lspawn_bin(), "--nprocs", "3", "--hang-timeout", "1", "--grace-period", "2", "--rdzv-timeout", "60",
            hang_worker_bin(), "no-init", "2", "1"});
-  REQUIRE(c.wait_output([](const std::string&, const std::string& e) {
-    return e.find("lspawn: hang watch: rank 2 has written no status record ") != std::string::npos;
-  }, 30s));
+  REQUIRE(c.wait_output(
+      [](const std::string&, const std::string& e) {
+        return e.find("lspawn: hang watch: rank 2 has written no status record ") != std::string::npos;
+      },
+      30s));
   const std::string& e = c.err();
   CHECK(has(e, " after the first rank did, so --hang-timeout cannot see it: such ranks run neither lspawn's runtime"));
   CHECK(!has(e, "lspawn: hang: no rank made progress"));  // nobody is in a collective: not a hang

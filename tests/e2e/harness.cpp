@@ -83,8 +83,9 @@ Daemon::Daemon(const std::vector<std::string>& extra) {
   std::vector<std::string> argv{lspawn_bin(), "daemon", "--socket", socket_};
   argv.insert(argv.end(), extra.begin(), extra.end());
   child_ = std::make_unique<Child>(argv);
-  if (!child_->wait_output([](const std::string&, const std::string& err) { return err.find("listening on") != std::string::npos; },
-                           std::chrono::seconds(20))) {
+  if (!child_->wait_output(
+          [](const std::string&, const std::string& err) { return err.find("listening on") != std::string::npos; },
+          std::chrono::seconds(20))) {
     throw std::runtime_error("lspawn daemon did not start: " + child_->err());
   }
 }
@@ -94,8 +95,6 @@ Daemon::~Daemon() {
   if (child_->wait(std::chrono::seconds(10)) == -1) child_->signal(SIGKILL);
 }
 
-std::vector<std::string> Daemon::warm_args() const {
-  return {"--start-method", "warm", "--daemon-socket", socket_};
-}
+std::vector<std::string> Daemon::warm_args() const { return {"--start-method", "warm", "--daemon-socket", socket_}; }
 
 }  // namespace lspawn::test

@@ -49,7 +49,7 @@ class Child : public ChildProcess {
 };
 
 struct RunResult {
-  int status = -1;  // raw wait status
+  int status = -1;     // raw wait status
   int exit_code = -1;  // WEXITSTATUS, or 128+signal
   std::string out, err;
   double seconds = 0;

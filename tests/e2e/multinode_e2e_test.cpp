@@ -33,12 +33,13 @@ const std::string kHost = lspawn::sys::hostname();
 
 }  // namespace
 
-TEST_CASE("static multi-node: two lspawns with the same --master-addr/--master-port meet without --run-id", "[e2e][multinode]") {
+TEST_CASE("static multi-node: two lspawns with the same --master-addr/--master-port meet without --run-id",
+          "[e2e][multinode]") {
   ReservedPort held_port;
   const std::string port = std::to_string(held_port.port());
   auto node = [&](int r) {
-    return lspawn_args({"--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "2",
-                        "--master-addr", "127.0.0.1", "--master-port", port, worker_bin(), "env"});
+    return lspawn_args({"--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "2", "--master-addr",
+                        "127.0.0.1", "--master-port", port, worker_bin(), "env"});
   };
   Child b(node(1));  // the member first: it waits for node 0
   Child a(node(0));
@@ -73,12 +74,13 @@ TEST_CASE("static multi-node: two lspawns with the same --master-addr/--master-p
   CHECK(b.out().find("[" + kHost + " rank 3] RANK=3\n") != std::string::npos);
 }
 
-TEST_CASE("multi-node: --rdzv-endpoint: node ranks assigned by the rendezvous, --rdzv-id is the run id", "[e2e][multinode]") {
+TEST_CASE("multi-node: --rdzv-endpoint: node ranks assigned by the rendezvous, --rdzv-id is the run id",
+          "[e2e][multinode]") {
   ReservedPort held_ep;
   const std::string ep = "127.0.0.1:" + std::to_string(held_ep.port());
   auto node = [&] {
-    return lspawn_args({"--nnodes", "2", "--nprocs", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", ep,
-                        "--rdzv-id", "job42", worker_bin(), "env"});
+    return lspawn_args({"--nnodes", "2", "--nprocs", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", ep, "--rdzv-id",
+                        "job42", worker_bin(), "env"});
   };
   Child a(node());
   Child b(node());
@@ -104,14 +106,15 @@ TEST_CASE("multi-node: --rdzv-endpoint: node ranks assigned by the rendezvous, -
   CHECK(groups == std::set<std::string>{"0", "1"});
 }
 
-TEST_CASE("multi-node: a rank failing on one node stops the other - both report it and exit with its code", "[e2e][multinode][exec-only]") {
+TEST_CASE("multi-node: a rank failing on one node stops the other - both report it and exit with its code",
+          "[e2e][multinode][exec-only]") {
   ReservedPort held_port;
   const std::string port = std::to_string(held_port.port());
   // Rank 3 (node 1) exits 7 once started; every other rank would run for a minute.
   const std::string script = "if [ $RANK = 3 ]; then sleep 0.3; echo 'rank 3 gives up' >&2; exit 7; fi; exec sleep 60";
   auto node = [&](int r) {
-    return lspawn_args({"--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "2",
-                        "--master-port", port, "--grace-period", "2", "/bin/sh", "-c", script});
+    return lspawn_args({"--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "2", "--master-port", port,
+                        "--grace-period", "2", "/bin/sh", "-c", script});
   };
   Child a(node(0));
   Child b(node(1));
@@ -130,26 +133,28 @@ TEST_CASE("multi-node: a rank failing on one node stops the other - both report 
   CHECK(secs < 30.0);  // the others were stopped, not left to their 60 s sleep
 }
 
-TEST_CASE("multi-node: a node whose lspawn is SIGKILLed is lost - the other stops in bounded time and names it", "[e2e][multinode][exec-only]") {
+TEST_CASE("multi-node: a node whose lspawn is SIGKILLed is lost - the other stops in bounded time and names it",
+          "[e2e][multinode][exec-only]") {
   Subreaper reaper;
   TempDir dir;
   ReservedPort held_port;
   const std::string port = std::to_string(held_port.port());
   const std::string script = "echo $$ > " + dir.path + "/pid-$RANK; exec sleep 60";
   auto node = [&](int r) {
-    return lspawn_args({"--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "2",
-                        "--master-port", port, "--node-timeout", "2", "--grace-period", "1",
-                        "/bin/sh", "-c", script});
+    return lspawn_args({"--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "2", "--master-port", port,
+                        "--node-timeout", "2", "--grace-period", "1", "/bin/sh", "-c", script});
   };
   Child a(node(0));
   Child b(node(1));
-  REQUIRE(a.wait_output([](const std::string& out, const std::string& err) {
-    (void)out;
-    return err.find("starting 2 workers") != std::string::npos;
-  }, std::chrono::seconds(10)));
-  REQUIRE(b.wait_output([](const std::string&, const std::string& err) {
-    return err.find("starting 2 workers") != std::string::npos;
-  }, std::chrono::seconds(10)));
+  REQUIRE(a.wait_output(
+      [](const std::string& out, const std::string& err) {
+        (void)out;
+        return err.find("starting 2 workers") != std::string::npos;
+      },
+      std::chrono::seconds(10)));
+  REQUIRE(b.wait_output(
+      [](const std::string&, const std::string& err) { return err.find("starting 2 workers") != std::string::npos; },
+      std::chrono::seconds(10)));
   std::set<pid_t> pids;
   for (int i = 0; i < 200 && pids.size() < 4; ++i) {
     pids.clear();
@@ -187,10 +192,10 @@ TEST_CASE("multi-node: a node that never comes fails the rendezvous after --rdzv
 TEST_CASE("multi-node: nodes that disagree on --nproc-per-node are rejected, on both sides", "[e2e][multinode]") {
   ReservedPort held_port;
   const std::string port = std::to_string(held_port.port());
-  Child a(lspawn_args({"--nnodes", "2", "--node-rank", "0", "--nprocs", "2", "--master-port", port,
-                       "--rdzv-timeout", "10", worker_bin(), "env"}));
-  Child b(lspawn_args({"--nnodes", "2", "--node-rank", "1", "--nprocs", "3", "--master-port", port,
-                       "--rdzv-timeout", "10", worker_bin(), "env"}));
+  Child a(lspawn_args({"--nnodes", "2", "--node-rank", "0", "--nprocs", "2", "--master-port", port, "--rdzv-timeout",
+                       "10", worker_bin(), "env"}));
+  Child b(lspawn_args({"--nnodes", "2", "--node-rank", "1", "--nprocs", "3", "--master-port", port, "--rdzv-timeout",
+                       "10", worker_bin(), "env"}));
   const int sa = a.wait(), sb = b.wait();
   INFO(a.err() << b.err());
   CHECK(code_of(sa) == 122);
@@ -198,10 +203,12 @@ TEST_CASE("multi-node: nodes that disagree on --nproc-per-node are rejected, on 
   CHECK(b.err().find("has --nproc-per-node 3, this node 2") != std::string::npos);
 }
 
-TEST_CASE("restarts: --max-restarts 2: a rank failing on its first attempt only - the job succeeds on attempt 1", "[e2e][restarts][exec-only]") {
+TEST_CASE("restarts: --max-restarts 2: a rank failing on its first attempt only - the job succeeds on attempt 1",
+          "[e2e][restarts][exec-only]") {
   const std::string script =
       "if [ $RANK = 1 ] && [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then exit 5; fi; "
-      "echo \"ok rank=$RANK restart=$TORCHELASTIC_RESTART_COUNT max=$TORCHELASTIC_MAX_RESTARTS run=$TORCHELASTIC_RUN_ID\"";
+      "echo \"ok rank=$RANK restart=$TORCHELASTIC_RESTART_COUNT max=$TORCHELASTIC_MAX_RESTARTS "
+      "run=$TORCHELASTIC_RUN_ID\"";
   auto r = run_lspawn({"--nprocs", "2", "--max-restarts", "2", "--run-id", "r1", "/bin/sh", "-c", script});
   INFO(r.err);
   CHECK(r.exit_code == 0);
@@ -212,7 +219,8 @@ TEST_CASE("restarts: --max-restarts 2: a rank failing on its first attempt only 
   CHECK(r.err.find("process 1 terminated with exit code 5") != std::string::npos);
 }
 
-TEST_CASE("restarts: --max-restarts 1: a rank failing every time - the last attempt's root cause is reported", "[e2e][restarts][exec-only]") {
+TEST_CASE("restarts: --max-restarts 1: a rank failing every time - the last attempt's root cause is reported",
+          "[e2e][restarts][exec-only]") {
   auto r = run_lspawn({"--nprocs", "2", "--max-restarts", "1", "/bin/sh", "-c",
                        "if [ $RANK = 0 ]; then exit $((10 + TORCHELASTIC_RESTART_COUNT)); fi; exec sleep 30"});
   INFO(r.err);
@@ -221,7 +229,8 @@ TEST_CASE("restarts: --max-restarts 1: a rank failing every time - the last atte
   CHECK(r.seconds < 15.0);  // rank 1 (sleep 30) was stopped, not waited for
 }
 
-TEST_CASE("restarts: --no-restart-exit-codes - a usage error is not retried K times, other codes are", "[e2e][restarts][exec-only]") {
+TEST_CASE("restarts: --no-restart-exit-codes - a usage error is not retried K times, other codes are",
+          "[e2e][restarts][exec-only]") {
   // Exit 2 (a script's usage error) on every attempt: one attempt, and the report says why.
   auto r = run_lspawn({"--nprocs", "2", "--max-restarts", "3", "--no-restart-exit-codes", "2,3", "/bin/sh", "-c",
                        "echo attempt $TORCHELASTIC_RESTART_COUNT; if [ $RANK = 0 ]; then exit 2; fi; exec sleep 30"});
@@ -241,15 +250,17 @@ TEST_CASE("restarts: --no-restart-exit-codes - a usage error is not retried K ti
   CHECK(r.err.find("not restarted") == std::string::npos);
 }
 
-TEST_CASE("restarts: --max-restarts across two nodes: both restart and succeed on attempt 1", "[e2e][restarts][multinode][exec-only]") {
+TEST_CASE("restarts: --max-restarts across two nodes: both restart and succeed on attempt 1",
+          "[e2e][restarts][multinode][exec-only]") {
   ReservedPort held_port;
   const std::string port = std::to_string(held_port.port());
   const std::string script =
       "if [ $RANK = 2 ] && [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then exit 5; fi; "
-      "[ $TORCHELASTIC_RESTART_COUNT = 0 ] && exec sleep 30; echo \"ok rank=$RANK restart=$TORCHELASTIC_RESTART_COUNT\"";
+      "[ $TORCHELASTIC_RESTART_COUNT = 0 ] && exec sleep 30; echo \"ok rank=$RANK "
+      "restart=$TORCHELASTIC_RESTART_COUNT\"";
   auto node = [&](int r) {
-    return lspawn_args({"--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "2",
-                        "--master-port", port, "--max-restarts", "2", "/bin/sh", "-c", script});
+    return lspawn_args({"--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "2", "--master-port", port,
+                        "--max-restarts", "2", "/bin/sh", "-c", script});
   };
   Child a(node(0));
   Child b(node(1));
@@ -260,7 +271,8 @@ TEST_CASE("restarts: --max-restarts across two nodes: both restart and succeed o
   CHECK(a.out().find("rank 0] ok rank=0 restart=1\n") != std::string::npos);
   CHECK(b.out().find("rank 3] ok rank=3 restart=1\n") != std::string::npos);
   // Both say why: the coordinator decides, the other node is told.
-  CHECK(a.err().find("attempt 0 failed; restarting every node's workers (restart 1 of at most 2)") != std::string::npos);
+  CHECK(a.err().find("attempt 0 failed; restarting every node's workers (restart 1 of at most 2)") !=
+        std::string::npos);
   CHECK(b.err().find("attempt 0 failed (process 2 terminated with exit code 5 on node 1 (" + kHost +
                      ")); the coordinator restarts every node's workers") != std::string::npos);
   CHECK(b.err().find("restart 1 of 2: starting 2 workers") != std::string::npos);
@@ -274,8 +286,9 @@ struct TwoNodes {
   std::unique_ptr<Child> a, b;
   explicit TwoNodes(const std::vector<std::string>& extra = {}) {
     auto node = [&](int r) {
-      std::vector<std::string> args{"--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "2",
-                                    "--master-port", port, "--grace-period", "1"};
+      std::vector<std::string> args{"--nnodes",       "2", "--node-rank",   std::to_string(r),
+                                    "--nprocs",       "2", "--master-port", port,
+                                    "--grace-period", "1"};
       args.insert(args.end(), extra.begin(), extra.end());
       args.insert(args.end(), {"/bin/sh", "-c", "echo up; exec sleep 60"});
       return lspawn_args(args);
@@ -289,7 +302,8 @@ struct TwoNodes {
 };
 }  // namespace
 
-TEST_CASE("multi-node: the coordinator's lspawn SIGKILLed: the other node names node 0 as lost", "[e2e][multinode][exec-only]") {
+TEST_CASE("multi-node: the coordinator's lspawn SIGKILLed: the other node names node 0 as lost",
+          "[e2e][multinode][exec-only]") {
   Subreaper reaper;
   TwoNodes job({"--node-timeout", "2"});
   job.a->signal(SIGKILL);
@@ -303,7 +317,8 @@ TEST_CASE("multi-node: the coordinator's lspawn SIGKILLed: the other node names 
          job.b->err().find(lost + "broken (Connection reset by peer)") != std::string::npos));
 }
 
-TEST_CASE("multi-node: SIGTERM to one lspawn stops the whole job - both exit 143 and name it", "[e2e][multinode][exec-only]") {
+TEST_CASE("multi-node: SIGTERM to one lspawn stops the whole job - both exit 143 and name it",
+          "[e2e][multinode][exec-only]") {
   TwoNodes job;
   job.b->signal(SIGTERM);
   const int sa = job.a->wait(std::chrono::seconds(15)), sb = job.b->wait(std::chrono::seconds(15));
@@ -315,12 +330,13 @@ TEST_CASE("multi-node: SIGTERM to one lspawn stops the whole job - both exit 143
   }
 }
 
-TEST_CASE("multi-node: waiting for a late node is not silence: nodes that joined early are not lost", "[e2e][multinode][exec-only]") {
+TEST_CASE("multi-node: waiting for a late node is not silence: nodes that joined early are not lost",
+          "[e2e][multinode][exec-only]") {
   ReservedPort held_port;
   const std::string port = std::to_string(held_port.port());
   auto node = [&](int r) {
-    return lspawn_args({"--nnodes", "3", "--node-rank", std::to_string(r), "--master-port", port,
-                        "--node-timeout", "2", "/bin/sh", "-c", "sleep 2.5"});
+    return lspawn_args({"--nnodes", "3", "--node-rank", std::to_string(r), "--master-port", port, "--node-timeout", "2",
+                        "/bin/sh", "-c", "sleep 2.5"});
   };
   // A node timeout a loaded machine cannot miss by accident (its heartbeats are well within
   // 2 s), and waits and runs longer than it.
@@ -335,7 +351,8 @@ TEST_CASE("multi-node: waiting for a late node is not silence: nodes that joined
   CHECK(code_of(sc) == 0);
 }
 
-TEST_CASE("multi-node: the earliest failure wins even if its rank was still unwinding when another node's failed", "[e2e][multinode][exec-only]") {
+TEST_CASE("multi-node: the earliest failure wins even if its rank was still unwinding when another node's failed",
+          "[e2e][multinode][exec-only]") {
   // Rank 3 (node 1) reports an error and is still exiting when rank 0 (node 0) exits 9: the
   // job's root cause is rank 3 on both nodes (its report is earlier), as on one node.
   TempDir sync;
@@ -345,8 +362,8 @@ TEST_CASE("multi-node: the earliest failure wins even if its rank was still unwi
                              " report-then-wait 3; fi; if [ $RANK = 0 ]; then until [ -e " + sync.path +
                              "/ready-3 ]; do sleep 0.01; done; exit 9; fi; exec sleep 60";
   auto node = [&](int r) {
-    return lspawn_args({"--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "2",
-                        "--master-port", port, "--grace-period", "2", "/bin/sh", "-c", script});
+    return lspawn_args({"--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "2", "--master-port", port,
+                        "--grace-period", "2", "/bin/sh", "-c", script});
   };
   Child a(node(0), {"LSPAWN_TEST_SYNC_DIR=" + sync.path});
   Child b(node(1), {"LSPAWN_TEST_SYNC_DIR=" + sync.path});
@@ -355,13 +372,15 @@ TEST_CASE("multi-node: the earliest failure wins even if its rank was still unwi
   CHECK(code_of(sa) == 1);
   CHECK(code_of(sb) == 1);
   for (const Child* c : {&a, &b}) {
-    CHECK(c->err().find("lspawn: root cause: process 3 raised std::runtime_error and was stopped by lspawn") != std::string::npos);
+    CHECK(c->err().find("lspawn: root cause: process 3 raised std::runtime_error and was stopped by lspawn") !=
+          std::string::npos);
     CHECK(c->err().find("error: std::runtime_error: first failure") != std::string::npos);
   }
   CHECK(a.err().find("lspawn: also process 0 terminated with exit code 9") != std::string::npos);
 }
 
-TEST_CASE("multi-node: node 0 must listen on --master-addr: an address of another host is a usage error", "[e2e][multinode]") {
+TEST_CASE("multi-node: node 0 must listen on --master-addr: an address of another host is a usage error",
+          "[e2e][multinode]") {
   ReservedPort held_port;
   auto r = run_lspawn({"--nnodes", "2", "--node-rank", "0", "--master-addr", "192.0.2.1", "--master-port",
                        std::to_string(held_port.port()), worker_bin(), "env"});
@@ -371,7 +390,10 @@ TEST_CASE("multi-node: node 0 must listen on --master-addr: an address of anothe
   CHECK(r.out.empty());
 }
 
-TEST_CASE("multi-node: --rdzv-endpoint with given node ranks: the host of the endpoint may be node 1 - node 0 hosts the workers' store", "[e2e][multinode]") {
+TEST_CASE(
+    "multi-node: --rdzv-endpoint with given node ranks: the host of the endpoint may be node 1 - node 0 hosts the "
+    "workers' store",
+    "[e2e][multinode]") {
   ReservedPort held_ep;
   const std::string ep = "127.0.0.1:" + std::to_string(held_ep.port());
   auto node = [&](int r) {
@@ -379,9 +401,11 @@ TEST_CASE("multi-node: --rdzv-endpoint with given node ranks: the host of the en
                         worker_bin(), "env"});
   };
   Child host(node(1));  // binds the endpoint first: the coordinator, as node 1
-  REQUIRE(host.wait_output([](const std::string&, const std::string& err) {
-    return err.find("rendezvous: waiting for 1 more node") != std::string::npos;
-  }, std::chrono::seconds(10)));
+  REQUIRE(host.wait_output(
+      [](const std::string&, const std::string& err) {
+        return err.find("rendezvous: waiting for 1 more node") != std::string::npos;
+      },
+      std::chrono::seconds(10)));
   Child zero(node(0));
   const int sh = host.wait(), sz = zero.wait();
   INFO(host.err() << "----\n" << zero.err());
@@ -402,13 +426,15 @@ TEST_CASE("multi-node: --rdzv-endpoint with the same --node-rank twice is reject
   ReservedPort held_ep;
   const std::string ep = "127.0.0.1:" + std::to_string(held_ep.port());
   auto node = [&] {
-    return lspawn_args({"--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", ep, "--rdzv-timeout", "10",
-                        worker_bin(), "env"});
+    return lspawn_args(
+        {"--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", ep, "--rdzv-timeout", "10", worker_bin(), "env"});
   };
   Child a(node());
-  REQUIRE(a.wait_output([](const std::string&, const std::string& err) {
-    return err.find("rendezvous: waiting for 1 more node") != std::string::npos;
-  }, std::chrono::seconds(10)));
+  REQUIRE(a.wait_output(
+      [](const std::string&, const std::string& err) {
+        return err.find("rendezvous: waiting for 1 more node") != std::string::npos;
+      },
+      std::chrono::seconds(10)));
   Child b(node());
   const int sa = a.wait(), sb = b.wait();
   INFO(a.err() << "----\n" << b.err());
@@ -417,9 +443,10 @@ TEST_CASE("multi-node: --rdzv-endpoint with the same --node-rank twice is reject
   CHECK(b.err().find("both have --node-rank 1") != std::string::npos);
 }
 
-TEST_CASE("multi-node hang: the coordinator's watch covers every node - a rank of node 1 that never enters is named "
-          "with its stack on both nodes, both exit 124",
-          "[e2e][multinode][hang][exec-only]") {
+TEST_CASE(
+    "multi-node hang: the coordinator's watch covers every node - a rank of node 1 that never enters is named "
+    "with its stack on both nodes, both exit 124",
+    "[e2e][multinode][hang][exec-only]") {
   Subreaper reaper;
   ReservedPort held_port;
   const std::string port = std::to_string(held_port.port());
@@ -446,14 +473,15 @@ TEST_CASE("multi-node hang: the coordinator's watch covers every node - a rank o
   }
 }
 
-TEST_CASE("multi-node: --local-addr is the address node 0 advertises for the workers' store (as torchrun)", "[e2e][multinode][torchrun]") {
+TEST_CASE("multi-node: --local-addr is the address node 0 advertises for the workers' store (as torchrun)",
+          "[e2e][multinode][torchrun]") {
   // 127.0.0.2 and 127.0.0.3 are this host's too (loopback is 127/8), distinct from the endpoint's.
   for (const bool host_is_zero : {false, true}) {
     ReservedPort held_ep;
     const std::string ep = "127.0.0.1:" + std::to_string(held_ep.port());
     const std::string addr = host_is_zero ? "127.0.0.3" : "127.0.0.2";
     auto node = [&](int r) {
-      std::vector<std::string> a = {"--nnodes", "2", "--nprocs", "1", "--node-rank", std::to_string(r),
+      std::vector<std::string> a = {"--nnodes",        "2", "--nprocs", "1", "--node-rank", std::to_string(r),
                                     "--rdzv-endpoint", ep};
       if (r == 0) a.insert(a.end(), {"--local_addr", addr});
       a.insert(a.end(), {worker_bin(), "env"});
@@ -461,9 +489,11 @@ TEST_CASE("multi-node: --local-addr is the address node 0 advertises for the wor
     };
     const int first = host_is_zero ? 0 : 1;  // binds the endpoint: the coordinator
     Child host(node(first));
-    REQUIRE(host.wait_output([](const std::string&, const std::string& err) {
-      return err.find("rendezvous: waiting for 1 more node") != std::string::npos;
-    }, std::chrono::seconds(10)));
+    REQUIRE(host.wait_output(
+        [](const std::string&, const std::string& err) {
+          return err.find("rendezvous: waiting for 1 more node") != std::string::npos;
+        },
+        std::chrono::seconds(10)));
     Child other(node(1 - first));
     const int sh = host.wait(), so = other.wait();
     INFO("host is node 0: " << host_is_zero << "\n" << host.err() << "----\n" << other.err());
@@ -494,19 +524,19 @@ std::vector<std::string> elastic_node(const std::string& range, const std::strin
                                       const std::vector<std::string>& extra, const std::string& round0 = "stay") {
   const std::string later = "echo \"round $TORCHELASTIC_RESTART_COUNT: $RANK/$WORLD_SIZE group $GROUP_RANK\"; exec " +
                             hang_worker_bin() + " slow-steps 0 1";
-  const std::string first = round0 == "stay" ? "echo \"up $RANK/$WORLD_SIZE\"; exec sleep 60"
-                                             : "echo \"up $RANK/$WORLD_SIZE\"; exit 0";
-  std::vector<std::string> args{"--nnodes", range, "--nprocs", "2", "--rdzv-endpoint", ep, "--node-timeout", "3",
-                                "--grace-period", "1", "--rdzv-timeout", "60"};
+  const std::string first =
+      round0 == "stay" ? "echo \"up $RANK/$WORLD_SIZE\"; exec sleep 60" : "echo \"up $RANK/$WORLD_SIZE\"; exit 0";
+  std::vector<std::string> args{"--nnodes",       range, "--nprocs",       "2", "--rdzv-endpoint", ep,
+                                "--node-timeout", "3",   "--grace-period", "1", "--rdzv-timeout",  "60"};
   args.insert(args.end(), extra.begin(), extra.end());
-  args.insert(args.end(), {"/bin/sh", "-c",
-                           "if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then " + first + "; fi; " + later});
+  args.insert(args.end(),
+              {"/bin/sh", "-c", "if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then " + first + "; fi; " + later});
   return lspawn_args(args);
 }
 
 bool wait_err(Child& c, const std::string& needle, std::chrono::seconds limit = std::chrono::seconds(30)) {
-  return c.wait_output([&](const std::string&, const std::string& err) { return err.find(needle) != std::string::npos; },
-                       limit);
+  return c.wait_output(
+      [&](const std::string&, const std::string& err) { return err.find(needle) != std::string::npos; }, limit);
 }
 
 }  // namespace
@@ -533,7 +563,8 @@ TEST_CASE("elastic: --nnodes 2:3, a node lost - the 2 others go on as a world of
   CHECK(code_of(sb) == 0);
   // The coordinator names the lost node and restarts the survivors, a restart of --max-restarts.
   CHECK(a.err().find("root cause: node 2 (" + kHost + ", 127.0.0.1) was lost: connection closed") != std::string::npos);
-  CHECK(a.err().find("attempt 0 failed; restarting the 2 remaining nodes' workers (--nnodes 2:3, restart 1 of at most 1)") !=
+  CHECK(a.err().find(
+            "attempt 0 failed; restarting the 2 remaining nodes' workers (--nnodes 2:3, restart 1 of at most 1)") !=
         std::string::npos);
   CHECK(a.err().find("restart 1 of 1: starting 2 workers (node 0 of 2)") != std::string::npos);
   CHECK(b.err().find("the coordinator restarts the workers of the 2 remaining nodes") != std::string::npos);
@@ -548,9 +579,10 @@ TEST_CASE("elastic: --nnodes 2:3, a node lost - the 2 others go on as a world of
   CHECK(b.wait_stdout_count("] ready pid ", 2, std::chrono::seconds(1)));
 }
 
-TEST_CASE("elastic: --nnodes 2:3 formed with 2 after the last call - a third that joins later is admitted "
-          "in a new round, which is not a restart",
-          "[e2e][multinode][elastic][exec-only]") {
+TEST_CASE(
+    "elastic: --nnodes 2:3 formed with 2 after the last call - a third that joins later is admitted "
+    "in a new round, which is not a restart",
+    "[e2e][multinode][elastic][exec-only]") {
   Subreaper reaper;
   ReservedPort held_ep;
   const std::string ep = "127.0.0.1:" + std::to_string(held_ep.port());
@@ -562,12 +594,14 @@ TEST_CASE("elastic: --nnodes 2:3 formed with 2 after the last call - a third tha
   for (Child* n : {&a, &b}) REQUIRE(n->wait_stdout_count("/4\n", 2, std::chrono::seconds(30)));
   CHECK(a.err().find("rendezvous: 2 nodes joined after") != std::string::npos);
   Child c(elastic_node("2:3", ep, extra));
-  const int sa = a.wait(std::chrono::seconds(60)), sb = b.wait(std::chrono::seconds(60)), sc = c.wait(std::chrono::seconds(60));
+  const int sa = a.wait(std::chrono::seconds(60)), sb = b.wait(std::chrono::seconds(60)),
+            sc = c.wait(std::chrono::seconds(60));
   INFO(a.err() << "----\n" << b.err() << "----\n" << c.err() << "----\n" << a.out() << b.out() << c.out());
   CHECK(code_of(sa) == 0);
   CHECK(code_of(sb) == 0);
   CHECK(code_of(sc) == 0);
-  CHECK(a.err().find("stopping the workers of every node: a new node, " + kHost + " (127.0.0.1), joined the job "
+  CHECK(a.err().find("stopping the workers of every node: a new node, " + kHost +
+                     " (127.0.0.1), joined the job "
                      "(--nnodes 2:3): the next round admits it") != std::string::npos);
   CHECK(a.err().find("round 1: starting 2 workers (node 0 of 3)") != std::string::npos);
   CHECK(b.err().find("the coordinator starts round 1 with 3 nodes") != std::string::npos);
@@ -597,14 +631,16 @@ TEST_CASE("elastic: --nnodes 2:3 down to 1 node - fewer than MIN: the job ends w
   const int sa = a.wait(std::chrono::seconds(30));
   INFO(a.err());
   CHECK(code_of(sa) == 123);
-  CHECK(a.err().find("root cause: node 1 (" + kHost + ", 127.0.0.1) was lost: connection closed\n"
+  CHECK(a.err().find("root cause: node 1 (" + kHost +
+                     ", 127.0.0.1) was lost: connection closed\n"
                      "lspawn:   1 node left, fewer than the 2 of --nnodes 2:3\n") != std::string::npos);
   CHECK(a.err().find("restart") == std::string::npos);
 }
 
-TEST_CASE("elastic: nodes that cannot join a running job are turned away without disturbing it "
-          "(another --nproc-per-node, the job at MAX, the job over before the next round)",
-          "[e2e][multinode][elastic][exec-only]") {
+TEST_CASE(
+    "elastic: nodes that cannot join a running job are turned away without disturbing it "
+    "(another --nproc-per-node, the job at MAX, the job over before the next round)",
+    "[e2e][multinode][elastic][exec-only]") {
   ReservedPort held_ep;
   const std::string ep = "127.0.0.1:" + std::to_string(held_ep.port());
   const std::vector<std::string> extra{"--rdzv-conf", "last_call_timeout=0.3"};
@@ -684,8 +720,8 @@ TEST_CASE("elastic: connections that send no join message are closed after --nod
   const uint16_t port = held_port.port();
   const std::string ep = "127.0.0.1:" + std::to_string(port);
   // One node, --nnodes 1:2: the job forms after the last call (2 s) and its worker runs 5 s.
-  Child a(lspawn_args({"--nnodes", "1:2", "--nprocs", "1", "--rdzv-endpoint", ep, "--node-timeout", "1",
-                       "--rdzv-conf", "last_call_timeout=2", "/bin/sh", "-c", "echo up; sleep 5"}));
+  Child a(lspawn_args({"--nnodes", "1:2", "--nprocs", "1", "--rdzv-endpoint", ep, "--node-timeout", "1", "--rdzv-conf",
+                       "last_call_timeout=2", "/bin/sh", "-c", "echo up; sleep 5"}));
   REQUIRE(wait_err(a, "rendezvous: waiting for 0 to 1 more nodes on " + ep));
   // Before the job forms: a silent connection is closed after 1 s, the rendezvous goes on.
   const int early = connect_to(port);
@@ -700,8 +736,9 @@ TEST_CASE("elastic: connections that send no join message are closed after --nod
     REQUIRE(fd >= 0);
     fds.push_back(fd);
   }
-  CHECK(wait_err(a, "64 connections have not sent a join message yet, the most there may be (further ones are closed "
-                    "without a word)"));
+  CHECK(wait_err(a,
+                 "64 connections have not sent a join message yet, the most there may be (further ones are closed "
+                 "without a word)"));
   for (int fd : fds) {
     CHECK(closed_by_peer(fd, std::chrono::seconds(10)));
     ::close(fd);
@@ -711,7 +748,7 @@ TEST_CASE("elastic: connections that send no join message are closed after --nod
   CHECK(code_of(sa) == 0);  // the job was not disturbed
   CHECK(a.err().find("round 1") == std::string::npos);
   const std::string overdue = ": no join message within 1 s (--node-timeout)\n";
-  CHECK(count_of(a.err(), overdue) == 65);  // the early one and the 64 held
+  CHECK(count_of(a.err(), overdue) == 65);                           // the early one and the 64 held
   CHECK(a.err().find(overdue) < a.err().find("starting 1 worker"));  // the early one, at the rendezvous
 }
 
@@ -744,16 +781,18 @@ TEST_CASE("rendezvous: a silent listener on the endpoint - said within seconds, 
   Child a(lspawn_args({"--nnodes", "2:3", "--rdzv-endpoint", ep, "--rdzv-timeout", "10", worker_bin(), "env"}));
   const std::string silent = ep + " accepted the connection but sent nothing lspawn understands in ";
   // Said within a few seconds (3 s after it began), not at the timeout.
-  CHECK(wait_err(a, "rendezvous on " + ep + ": this node could not host it (bind: Address already in use) nor join it: " +
-                        silent,
-                 std::chrono::seconds(6)));
+  CHECK(wait_err(
+      a, "rendezvous on " + ep + ": this node could not host it (bind: Address already in use) nor join it: " + silent,
+      std::chrono::seconds(6)));
   CHECK(seconds_since(t0) < 6.0);
   const int sa = a.wait(std::chrono::seconds(30));
   INFO(a.err());
   CHECK(code_of(sa) == 122);
   CHECK(seconds_since(t0) >= 10.0);
-  CHECK(has(a.err(), "rendezvous on " + ep + " timed out after 10 s: this node could not host it (bind: Address "
-                     "already in use) nor join it: " + silent));
+  CHECK(has(a.err(), "rendezvous on " + ep +
+                         " timed out after 10 s: this node could not host it (bind: Address "
+                         "already in use) nor join it: " +
+                         silent));
   CHECK(count(a.err(), "; still trying (") >= 2);  // said again while it waited (at 3 s, 8 s)
   CHECK_FALSE(has(a.err(), "waiting for the other nodes"));
   CHECK(a.out().empty());
@@ -765,7 +804,8 @@ TEST_CASE("rendezvous: the endpoint taken by a socket that does not listen - bin
   const std::string ep = "127.0.0.1:" + taken.port_text();
   const auto t0 = std::chrono::steady_clock::now();
   Child a(lspawn_args({"--nnodes", "2", "--rdzv-endpoint", ep, "--rdzv-timeout", "5", worker_bin(), "env"}));
-  const std::string why = "this node could not host it (bind: Address already in use) nor join it: connect: Connection refused";
+  const std::string why =
+      "this node could not host it (bind: Address already in use) nor join it: connect: Connection refused";
   CHECK(wait_err(a, "rendezvous on " + ep + ": " + why + "; still trying (", std::chrono::seconds(5)));
   CHECK(seconds_since(t0) < 5.0);
   const int sa = a.wait(std::chrono::seconds(30));
@@ -781,7 +821,8 @@ TEST_CASE("rendezvous: a static member whose node 0 is a silent stranger says so
   const std::string ep = "127.0.0.1:" + taken.port_text();
   Child b(lspawn_args({"--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port",
                        taken.port_text(), "--rdzv-timeout", "4", worker_bin(), "env"}));
-  const std::string why = "node 0 could not be reached: " + ep + " accepted the connection but sent nothing lspawn understands in ";
+  const std::string why =
+      "node 0 could not be reached: " + ep + " accepted the connection but sent nothing lspawn understands in ";
   CHECK(wait_err(b, "rendezvous on " + ep + ": " + why, std::chrono::seconds(4)));
   const int sb = b.wait(std::chrono::seconds(30));
   INFO(b.err());
@@ -826,7 +867,8 @@ TEST_CASE("rendezvous: nodes that could neither host nor join try hosting again 
   LoopbackListener taken(LoopbackListener::kNotListening);
   const std::string ep = "127.0.0.1:" + taken.port_text();
   auto node = [&] {
-    return lspawn_args({"--nnodes", "2", "--nprocs", "1", "--rdzv-endpoint", ep, "--rdzv-timeout", "30", worker_bin(), "env"});
+    return lspawn_args(
+        {"--nnodes", "2", "--nprocs", "1", "--rdzv-endpoint", ep, "--rdzv-timeout", "30", worker_bin(), "env"});
   };
   Child a(node());
   Child b(node());

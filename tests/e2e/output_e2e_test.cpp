@@ -75,7 +75,8 @@ TEST_CASE("a line longer than 64 KiB arrives whole - in 64 KiB pieces", "[e2e][o
   CHECK(joined == std::string(kBytes, 'x'));
 }
 
-TEST_CASE("option --log-dir writes one file per rank and stream - exactly --tee also to the console", "[e2e][output][exec-only]") {
+TEST_CASE("option --log-dir writes one file per rank and stream - exactly --tee also to the console",
+          "[e2e][output][exec-only]") {
   TempDir dir;
   const std::string logs = dir.path + "/logs/nested";
   const std::vector<std::string> prog = {"/bin/sh", "-c", "echo out-$RANK; printf err-$RANK >&2"};
@@ -131,7 +132,8 @@ TEST_CASE("option --log-dir that cannot be created: exit 2 and the reason", "[e2
   CHECK(r.err.find("--log-dir " + file + "/sub: cannot create it") != std::string::npos);
 }
 
-TEST_CASE("a process that left the worker's group and holds its pipes does not hang lspawn", "[e2e][output][exec-only]") {
+TEST_CASE("a process that left the worker's group and holds its pipes does not hang lspawn",
+          "[e2e][output][exec-only]") {
   // setsid: the sleep escapes the worker's process group (so lspawn cannot kill it) and keeps
   // the stdout pipe open; lspawn gives up on the pipes after its drain timeout (2 s), long
   // before the sleep ends.

@@ -47,8 +47,8 @@ TEST_CASE("python hang: --hang-timeout names the waiting ranks, the collective a
   std::vector<std::string> env{kPythonPath};
   if (!fr.empty()) env.push_back(fr);
   Subreaper reaper;
-  Child c({lspawn_bin(), "--nprocs", "3", "--hang-timeout", "2", "--grace-period", "2", kPython, "-m",
-           "lspawn_hang", kJob, "1", "3"},
+  Child c({lspawn_bin(), "--nprocs", "3", "--hang-timeout", "2", "--grace-period", "2", kPython, "-m", "lspawn_hang",
+           kJob, "1", "3"},
           env);
   const int st = c.wait(90s);
   INFO(c.err());
@@ -123,13 +123,15 @@ TEST_CASE("python hang: a plain `python3 script.py` worker gets the report with 
   CHECK(alive_after(worker_pids(c.out()), 2s).empty());
 }
 
-TEST_CASE("python hang: with the sitecustomize off (LSPAWN_PYTHON_SITE=0, python -E) lspawn says at start that "
-          "--hang-timeout cannot see the workers",
-          "[e2e][hang][python]") {
-  const auto [extra_env, arg, why] = GENERATE(
-      std::make_tuple(std::string("LSPAWN_PYTHON_SITE=0"), std::string("-u"), std::string("LSPAWN_PYTHON_SITE=0 is set")),
-      std::make_tuple(std::string("LSPAWN_UNUSED=1"), std::string("-E"),
-                      std::string("the interpreter runs with -E (PYTHONPATH ignored)")));
+TEST_CASE(
+    "python hang: with the sitecustomize off (LSPAWN_PYTHON_SITE=0, python -E) lspawn says at start that "
+    "--hang-timeout cannot see the workers",
+    "[e2e][hang][python]") {
+  const auto [extra_env, arg, why] =
+      GENERATE(std::make_tuple(std::string("LSPAWN_PYTHON_SITE=0"), std::string("-u"),
+                               std::string("LSPAWN_PYTHON_SITE=0 is set")),
+               std::make_tuple(std::string("LSPAWN_UNUSED=1"), std::string("-E"),
+                               std::string("the interpreter runs with -E (PYTHONPATH ignored)")));
   INFO(extra_env << " " << arg);
   Subreaper reaper;
   Child c({lspawn_bin(), "--nprocs", "2", "--hang-timeout", "30", "--grace-period", "2", kPython, arg, kJob, "1", "2"},
@@ -138,10 +140,12 @@ TEST_CASE("python hang: with the sitecustomize off (LSPAWN_PYTHON_SITE=0, python
   CHECK(count(c.err(), "lspawn: --hang-timeout cannot see these Python workers: " + why +
                            ", so they write no status record") == 1);
   c.signal(SIGURG);  // lspawn's own report: it knows its workers, recorded or not
-  REQUIRE(c.wait_output([](const std::string&, const std::string& e) {
-    return e.find("status of 2 ranks (on request)") != std::string::npos &&
-           e.find("rank 1 has no status record") != std::string::npos;
-  }, 10s));
+  REQUIRE(c.wait_output(
+      [](const std::string&, const std::string& e) {
+        return e.find("status of 2 ranks (on request)") != std::string::npos &&
+               e.find("rank 1 has no status record") != std::string::npos;
+      },
+      10s));
   CHECK(has(c.err(), "rank 0 has no status record"));
   c.signal(SIGTERM);
   const int st = c.wait(30s);
@@ -150,9 +154,10 @@ TEST_CASE("python hang: with the sitecustomize off (LSPAWN_PYTHON_SITE=0, python
   CHECK(alive_after(worker_pids(c.out()), 2s).empty());
 }
 
-TEST_CASE("python hang: install() outside lspawn, with a bad RANK, an unusable directory, beside a program's SIGURG "
-          "handler, its record header, and the python -m lspawn_hang runner",
-          "[e2e][hang][python]") {
+TEST_CASE(
+    "python hang: install() outside lspawn, with a bad RANK, an unusable directory, beside a program's SIGURG "
+    "handler, its record header, and the python -m lspawn_hang runner",
+    "[e2e][hang][python]") {
   Child c({kPython, LSPAWN_PY_HANG_CHECKS}, {kPythonPath});
   const int st = c.wait(120s);
   INFO(c.out() << c.err());
@@ -199,8 +204,9 @@ TEST_CASE("python restarts: a rank failing before init_process_group is not rest
   REQUIRE(WIFEXITED(st));
   CHECK(WEXITSTATUS(st) == 1);
   CHECK(has(before.err(), "ModuleNotFoundError: No module named 'lspawn_module_missing_on_purpose'"));
-  CHECK(has(before.err(), "lspawn:   not restarted (2 restarts left): rank 1 failed before it reached its rendezvous "
-                          "(init_process_group): the next attempt would fail the same way"));
+  CHECK(has(before.err(),
+            "lspawn:   not restarted (2 restarts left): rank 1 failed before it reached its rendezvous "
+            "(init_process_group): the next attempt would fail the same way"));
   CHECK(!has(before.err(), "restart 1 of 2"));
   Child after({lspawn_bin(), "--nprocs", "2", "--max-restarts", "2", "--grace-period", "2", kPython, LSPAWN_PY_RESTART,
                "after"});

@@ -71,8 +71,9 @@ TEST_CASE("python preload: an unmodified torch script (gloo all_reduce) prints w
   CHECK(pre.code == 0);
   CHECK(count(pre.out, "sum 3.0 ok; __name__=__main__ file=allreduce.py argv=['--lr', '0.1'] path0=True") == 2);
   CHECK(has(pre.out, "[rank 1] rank 1/2: sum 3.0 ok"));
-  CHECK(has(pre.out, "env_rank=1 local=1 world=2/2 error_file=error-1.json fds_var=False argv_var=False "
-                     "cuda_initialized=False"));
+  CHECK(has(pre.out,
+            "env_rank=1 local=1 world=2/2 error_file=error-1.json fds_var=False argv_var=False "
+            "cuda_initialized=False"));
   CHECK(sorted_lines(pre.out) == sorted_lines(exec.out));
   CHECK(pre.err == exec.err);
 }
@@ -94,7 +95,7 @@ TEST_CASE("python preload: a rank raising under @record is named with its Python
   CHECK(!has(pre.err, "lspawn_preload.py"));  // the runner's frames are not the script's
   CHECK(!has(pre.err, "runpy"));
   CHECK(has(pre.err, "[rank 1] Traceback (most recent call last):\n[rank 1]   File \"" + fixture("record_fail.py") +
-                     "\", line 15, in <module>"));
+                         "\", line 15, in <module>"));
 }
 
 TEST_CASE("python preload: sys.exit(3) in the script is the run's exit code 3", "[e2e][python][preload]") {
@@ -139,20 +140,23 @@ TEST_CASE("python preload: a module that starts a thread at import is refused, n
   INFO(r.out << r.err);
   CHECK(r.code == 1);
   CHECK(has(r.err, "lspawn: --preload: "));
-  CHECK(has(r.err, "refused: importing 'preload_thread_at_import' started 1 thread (threading: preload-fixture-thread); "
-                   "forking workers from it is unsafe"));
+  CHECK(has(r.err,
+            "refused: importing 'preload_thread_at_import' started 1 thread (threading: preload-fixture-thread); "
+            "forking workers from it is unsafe"));
   CHECK(has(r.err, "(or set LSPAWN_PRELOAD_ALLOW_THREADS=1 to fork anyway)"));
   CHECK(!has(r.out, "ready pid"));
 }
 
-TEST_CASE("python preload: a thread that is not Python's is refused with its name, and LSPAWN_PRELOAD_ALLOW_THREADS=1 forks "
-          "anyway, warning",
-          "[e2e][python][preload]") {
+TEST_CASE(
+    "python preload: a thread that is not Python's is refused with its name, and LSPAWN_PRELOAD_ALLOW_THREADS=1 forks "
+    "anyway, warning",
+    "[e2e][python][preload]") {
   const Run refused = run({"--nprocs", "2", "--preload", "preload_native_thread_at_import"}, {fixture("exit3.py")});
   INFO(refused.out << refused.err);
   CHECK(refused.code == 1);
-  CHECK(has(refused.err, "refused: importing 'preload_native_thread_at_import' started 1 thread (not Python threads: "
-                         "fixture-native); forking workers from it is unsafe"));
+  CHECK(has(refused.err,
+            "refused: importing 'preload_native_thread_at_import' started 1 thread (not Python threads: "
+            "fixture-native); forking workers from it is unsafe"));
   CHECK(!has(refused.out, "about to sys.exit(3)"));
 
   // One worker: with two, the first exit 3 stops the other (fail-fast) before it prints.
@@ -161,8 +165,9 @@ TEST_CASE("python preload: a thread that is not Python's is refused with its nam
   INFO(allowed.out << allowed.err);
   CHECK(allowed.code == 3);  // the script's own exit code, reported although a thread of the server may take SIGCHLD
   CHECK(count(allowed.out, "about to sys.exit(3)") == 1);
-  CHECK(has(allowed.err, "lspawn: --preload: importing 'preload_native_thread_at_import' started 1 thread (not Python "
-                         "threads: fixture-native); forking workers anyway (LSPAWN_PRELOAD_ALLOW_THREADS=1)"));
+  CHECK(has(allowed.err,
+            "lspawn: --preload: importing 'preload_native_thread_at_import' started 1 thread (not Python "
+            "threads: fixture-native); forking workers anyway (LSPAWN_PRELOAD_ALLOW_THREADS=1)"));
 
   const Run bad = run({"--nprocs", "2", "--preload", "preload_native_thread_at_import"}, {fixture("exit3.py")},
                       {"LSPAWN_PRELOAD_ALLOW_THREADS=yes"});
@@ -200,13 +205,16 @@ TEST_CASE("python preload: a module that does not import is named with its error
   const Run missing = run({"--preload", "torch,no_such_module_for_lspawn"}, {fixture("exit3.py")});
   INFO(missing.err);
   CHECK(missing.code == 1);
-  CHECK(has(missing.err, "refused: cannot import 'no_such_module_for_lspawn': ModuleNotFoundError: No module named "
-                         "'no_such_module_for_lspawn'"));
+  CHECK(has(missing.err,
+            "refused: cannot import 'no_such_module_for_lspawn': ModuleNotFoundError: No module named "
+            "'no_such_module_for_lspawn'"));
   const Run broken = run({"--preload", "preload_broken_at_import"}, {fixture("exit3.py")});
   INFO(broken.err);
   CHECK(broken.code == 1);
-  CHECK(has(broken.err, "cannot import 'preload_broken_at_import': RuntimeError: preload_broken_at_import fails at "
-                        "import on purpose (raised at " + fixture("preload_broken_at_import.py") + ":1)"));
+  CHECK(has(broken.err,
+            "cannot import 'preload_broken_at_import': RuntimeError: preload_broken_at_import fails at "
+            "import on purpose (raised at " +
+                fixture("preload_broken_at_import.py") + ":1)"));
   CHECK(!has(missing.out + broken.out, "about to sys.exit(3)"));
 }
 

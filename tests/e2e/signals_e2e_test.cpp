@@ -56,9 +56,8 @@ TEST_CASE("SIGINT then a second SIGINT: workers that ignore it are killed at onc
   REQUIRE(c.wait_stdout_count("ready", 2, 10s));
   const auto t0 = std::chrono::steady_clock::now();
   c.signal(SIGINT);
-  REQUIRE(c.wait_output([](const std::string&, const std::string& e) {
-    return e.find("received SIGINT") != std::string::npos;
-  }, 5s));
+  REQUIRE(c.wait_output(
+      [](const std::string&, const std::string& e) { return e.find("received SIGINT") != std::string::npos; }, 5s));
   c.signal(SIGINT);
   const int st = c.wait(10s);
   INFO(c.err());
@@ -68,11 +67,11 @@ TEST_CASE("SIGINT then a second SIGINT: workers that ignore it are killed at onc
   CHECK(std::chrono::steady_clock::now() - t0 < 10s);  // far less than the 60 s grace period
 }
 
-TEST_CASE("lspawn killed by SIGKILL leaves no worker, no grandchild and no run directory", "[e2e][signals][exec-only]") {
+TEST_CASE("lspawn killed by SIGKILL leaves no worker, no grandchild and no run directory",
+          "[e2e][signals][exec-only]") {
   // Orphans are reparented to us and reaped here, so a dead one is not mistaken for alive.
   Subreaper reaper;
-  Child c({lspawn_bin(), "--nprocs", "3", "/bin/sh", "-c",
-           "sleep 100 & echo pids $$ $! $LSPAWN_RUN_DIR; wait"});
+  Child c({lspawn_bin(), "--nprocs", "3", "/bin/sh", "-c", "sleep 100 & echo pids $$ $! $LSPAWN_RUN_DIR; wait"});
   REQUIRE(c.wait_stdout_count("pids ", 3, 10s));
   std::set<pid_t> pids;
   std::string run_dir;

@@ -43,7 +43,8 @@ struct WarmLine {
   int run = 0;
 };
 WarmLine warm_line(const std::string& err) {
-  static const std::regex re(R"((new|warm) forkserver \(pid (\d+), run (\d+)\) of the daemon \(pid \d+\) on .*; this run's server: pid (\d+))");
+  static const std::regex re(
+      R"((new|warm) forkserver \(pid (\d+), run (\d+)\) of the daemon \(pid \d+\) on .*; this run's server: pid (\d+))");
   std::smatch m;
   WarmLine w;
   if (!std::regex_search(err, m, re)) return w;
@@ -127,13 +128,12 @@ std::unique_ptr<Child> start_waiting(const Daemon& d, WarmLine* w) {
   return c;
 }
 
-std::string status_of(const Daemon& d) {
-  return run_lspawn({"daemon", "--status", "--socket", d.socket()}).out;
-}
+std::string status_of(const Daemon& d) { return run_lspawn({"daemon", "--status", "--socket", d.socket()}).out; }
 
 }  // namespace
 
-TEST_CASE("warm: the second run reuses the daemon's forkserver - with its own environment and directory and umask", "[e2e][forkserver][warm]") {
+TEST_CASE("warm: the second run reuses the daemon's forkserver - with its own environment and directory and umask",
+          "[e2e][forkserver][warm]") {
   Daemon d;
   auto r1 = run_lspawn(warm(d, {"--nprocs", "2", worker_bin(), "env"}));
   INFO(r1.err);
@@ -262,7 +262,8 @@ TEST_CASE("warm: a failing rank gives the report and exit code of a cold run", "
   CHECK(summary(warm_run.err).find("root cause: process 1 terminated with exit code 3") != std::string::npos);
 }
 
-TEST_CASE("warm: SIGTERM or SIGKILL to lspawn stops its workers - the forkserver stays warm", "[e2e][forkserver][warm]") {
+TEST_CASE("warm: SIGTERM or SIGKILL to lspawn stops its workers - the forkserver stays warm",
+          "[e2e][forkserver][warm]") {
   Subreaper reaper;
   Daemon d;
   for (int sig : {SIGTERM, SIGKILL}) {
@@ -279,7 +280,8 @@ TEST_CASE("warm: SIGTERM or SIGKILL to lspawn stops its workers - the forkserver
   CHECK(status_of(d).find("runs 2, running 0") != std::string::npos);
 }
 
-TEST_CASE("warm: killing the daemon kills its forkservers and their workers - 0 processes left", "[e2e][forkserver][warm]") {
+TEST_CASE("warm: killing the daemon kills its forkservers and their workers - 0 processes left",
+          "[e2e][forkserver][warm]") {
   Subreaper reaper;  // the forkservers' orphans come here to be reaped
   Daemon d;
   WarmLine w;
@@ -331,7 +333,8 @@ TEST_CASE("warm: a peer with another uid is refused - named by its pid and uid",
   REQUIRE(WEXITSTATUS(st) == 0);
   const std::string expect = "refused connection from pid " + std::to_string(child) + " (uid 65534)";
   CHECK(reply.find(expect) != std::string::npos);  // the reply's error text says it too
-  CHECK(d.process().wait_output([&](const std::string&, const std::string& err) { return err.find(expect) != std::string::npos; }, 5s));
+  CHECK(d.process().wait_output(
+      [&](const std::string&, const std::string& err) { return err.find(expect) != std::string::npos; }, 5s));
   CHECK(run_lspawn(warm(d, {"--nprocs", "2", worker_bin(), "env"})).exit_code == 0);  // and it goes on
 }
 
@@ -343,9 +346,8 @@ TEST_CASE("warm: garbage on the daemon socket is survived with a message", "[e2e
   junk[0] = 0x10;  // a length within the bound: the decoder, not the bound, rejects it
   junk[1] = junk[2] = junk[3] = 0;
   const std::vector<std::string> attacks = {
-      junk,
-      std::string("\xff\xff\xff\x7f", 4),                  // a 2 GiB frame
-      std::string("\x05\x00\x00\x00\xa1\x62op\x63", 9),    // a valid header, broken CBOR
+      junk, std::string("\xff\xff\xff\x7f", 4),                     // a 2 GiB frame
+      std::string("\x05\x00\x00\x00\xa1\x62op\x63", 9),             // a valid header, broken CBOR
       std::string("\x02\x00\x00\x00", 4) + std::string("\xa0", 1),  // half a frame, then EOF
   };
   for (const auto& a : attacks) {
@@ -358,7 +360,9 @@ TEST_CASE("warm: garbage on the daemon socket is survived with a message", "[e2e
   }
   auto& log = d.process();
   CHECK(log.wait_output([](const std::string&, const std::string& err) { return count(err, "bad frame (") >= 3; }, 5s));
-  CHECK(log.wait_output([](const std::string&, const std::string& err) { return err.find("incomplete request") != std::string::npos; }, 5s));
+  CHECK(log.wait_output(
+      [](const std::string&, const std::string& err) { return err.find("incomplete request") != std::string::npos; },
+      5s));
   INFO(log.err());
   CHECK(log.err().find("exceeds") != std::string::npos);
   auto r = run_lspawn(warm(d, {"--nprocs", "2", worker_bin(), "env"}));
@@ -366,9 +370,11 @@ TEST_CASE("warm: garbage on the daemon socket is survived with a message", "[e2e
   CHECK(warm_line(r.err).found);
 }
 
-TEST_CASE("warm: no daemon - a cold forkserver said once - a second daemon and an open directory are refused", "[e2e][forkserver][warm]") {
+TEST_CASE("warm: no daemon - a cold forkserver said once - a second daemon and an open directory are refused",
+          "[e2e][forkserver][warm]") {
   TempDir dir;
-  auto r = run_lspawn({"--start-method", "warm", "--daemon-socket", dir.path + "/none.sock", "--nprocs", "2", worker_bin(), "env"});
+  auto r = run_lspawn(
+      {"--start-method", "warm", "--daemon-socket", dir.path + "/none.sock", "--nprocs", "2", worker_bin(), "env"});
   INFO(r.err);
   CHECK(r.exit_code == 0);
   CHECK(count(r.err, "no daemon on " + dir.path + "/none.sock") == 1);

@@ -120,8 +120,9 @@ TEST_CASE("hang report: ranks without a record, exited ranks, nobody in a collec
   INFO(all(a));
   CHECK(a.waiting.at(0) == "waiting: rank 0 in all_reduce #5 on group world, 4 B, for 2.0 s (1 of 3 members)");
   REQUIRE(a.behind.size() == 2);
-  CHECK(a.behind[0] == "rank 1 has no status record: it has not started lspawn's runtime or collectives (a Python worker: "
-                         "python/lspawn_hang.py) (started 3.0 s ago)");
+  CHECK(a.behind[0] ==
+        "rank 1 has no status record: it has not started lspawn's runtime or collectives (a Python worker: "
+        "python/lspawn_hang.py) (started 3.0 s ago)");
   CHECK(a.behind[1] == "rank 2 has exited (process 2 exited with code 0)");
   CHECK(a.lagging == std::vector<int>{1});  // no stack to ask of an exited rank
 
@@ -131,7 +132,8 @@ TEST_CASE("hang report: ranks without a record, exited ranks, nobody in a collec
   CHECK_FALSE(a.any_in_collective);
   CHECK(a.behind.empty());
   CHECK(a.other.size() == 3);
-  CHECK(a.other[0] == "rank 0 has not entered a collective for 2.0 s (last completed: all_reduce #5 on group world, 2.0 s ago)");
+  CHECK(a.other[0] ==
+        "rank 0 has not entered a collective for 2.0 s (last completed: all_reduce #5 on group world, 2.0 s ago)");
 }
 
 TEST_CASE("hang report: formatting helpers", "[hang]") {
@@ -157,8 +159,8 @@ TEST_CASE("hang report: formatting helpers", "[hang]") {
 #include "status/stack_dump.hpp"
 #include "support/temp_dir.hpp"
 
-using lspawn::test::TempDir;
 using lspawn::sys::Clock;
+using lspawn::test::TempDir;
 
 namespace {
 
@@ -287,9 +289,10 @@ RankInput remote_rank(int rank, bool waiting, std::uint64_t seq, std::uint64_t v
 
 }  // namespace
 
-TEST_CASE("HangWatch, coordinator: another node's ranks count for progress and are in the report - their stacks "
-          "are asked of their launcher",
-          "[hang]") {
+TEST_CASE(
+    "HangWatch, coordinator: another node's ranks count for progress and are in the report - their stacks "
+    "are asked of their launcher",
+    "[hang]") {
   TempDir dir;
   auto r0 = status::Recorder::create(dir.path, 0);
   auto r1 = status::Recorder::create(dir.path, 1);
@@ -407,9 +410,10 @@ TEST_CASE("HangWatch: a report on request is made by a caller that wakes more of
   CHECK(watch.next_deadline() == Clock::time_point::max());
 }
 
-TEST_CASE("HangWatch, member: the coordinator's stack request is answered for its ranks, and names the ones it "
-          "does not have",
-          "[hang]") {
+TEST_CASE(
+    "HangWatch, member: the coordinator's stack request is answered for its ranks, and names the ones it "
+    "does not have",
+    "[hang]") {
   TempDir dir;
   auto r0 = status::Recorder::create(dir.path, 0);  // no stack handler installed
   HangWatchOptions o;

@@ -67,21 +67,22 @@ TEST_CASE("resolve_launch: srun --ntasks-per-node=1 lspawn inside sbatch (captur
     const LaunchSettings s = resolve({}, env);
     CHECK(s.scheduler == Scheduler::Slurm);
     CHECK(s.nnodes == 2);
-    CHECK(s.node_rank == task);              // SLURM_NODEID, not the host name (both "vm")
-    CHECK(s.master_addr == "n1");            // first host of n[1-2], as named
-    CHECK(s.master_port == 15005);           // 15000 + job id 5
+    CHECK(s.node_rank == task);     // SLURM_NODEID, not the host name (both "vm")
+    CHECK(s.master_addr == "n1");   // first host of n[1-2], as named
+    CHECK(s.master_port == 15005);  // 15000 + job id 5
     CHECK(s.run_id == "5");
     CHECK(s.nproc_per_node == 1);
     CHECK(s.detected == "Slurm job 5: node " + std::to_string(task) + " of 2, master n1:15005, 1 worker per node");
     // Explicit flags win, one by one.
-    const LaunchSettings f = resolve({"--nprocs", "2", "--master-port", "29500", "--master-addr", "10.0.0.9",
-                                      "--run-id", "mine"}, env);
+    const LaunchSettings f =
+        resolve({"--nprocs", "2", "--master-port", "29500", "--master-addr", "10.0.0.9", "--run-id", "mine"}, env);
     CHECK(f.nproc_per_node == 2);
     CHECK(f.master_port == 29500);
     CHECK(f.master_addr == "10.0.0.9");
     CHECK(f.run_id == "mine");
     CHECK(f.node_rank == task);
-    CHECK(f.detected == "Slurm job 5: node " + std::to_string(task) + " of 2, master 10.0.0.9:29500, 2 workers per node");
+    CHECK(f.detected ==
+          "Slurm job 5: node " + std::to_string(task) + " of 2, master 10.0.0.9:29500, 2 workers per node");
   }
 }
 
@@ -113,7 +114,8 @@ TEST_CASE("resolve_launch: Slurm variations", "[launch-env][slurm]") {
   }
   SECTION("several tasks per node: refused, it would start the job twice per node") {
     const EnvMap two = cluster_env("slurm-srun-N2-n4-loopback.env", 2);
-    CHECK_THAT(error_of({}, two), Catch::StartsWith("Slurm job 3: SLURM_STEP_TASKS_PER_NODE=2(x2): lspawn must run once per node"));
+    CHECK_THAT(error_of({}, two),
+               Catch::StartsWith("Slurm job 3: SLURM_STEP_TASKS_PER_NODE=2(x2): lspawn must run once per node"));
   }
   SECTION("malformed variables are named") {
     env["SLURM_STEP_NODELIST"] = "n[1-2";
@@ -142,9 +144,14 @@ TEST_CASE("resolve_launch: Kubernetes PyTorchJob", "[launch-env][k8s]") {
   // (pkg/controller.v1/pytorch/envvar.go; /work/shared/cluster/pytorchjob-emu.sh).
   for (int pod : {0, 1}) {
     INFO("pod " << pod);
-    const EnvMap env = {{"MASTER_ADDR", "job-master-0"}, {"MASTER_PORT", "23456"}, {"WORLD_SIZE", "4"},
-                        {"RANK", std::to_string(pod)}, {"PET_NPROC_PER_NODE", "2"},
-                        {"PET_NODE_RANK", std::to_string(pod)}, {"PET_NNODES", "2"}, {"PYTHONUNBUFFERED", "0"}};
+    const EnvMap env = {{"MASTER_ADDR", "job-master-0"},
+                        {"MASTER_PORT", "23456"},
+                        {"WORLD_SIZE", "4"},
+                        {"RANK", std::to_string(pod)},
+                        {"PET_NPROC_PER_NODE", "2"},
+                        {"PET_NODE_RANK", std::to_string(pod)},
+                        {"PET_NNODES", "2"},
+                        {"PYTHONUNBUFFERED", "0"}};
     const LaunchSettings s = resolve({}, env);
     CHECK(s.scheduler == Scheduler::PyTorchJob);
     CHECK(s.nnodes == 2);
@@ -153,28 +160,35 @@ TEST_CASE("resolve_launch: Kubernetes PyTorchJob", "[launch-env][k8s]") {
     CHECK(s.master_addr == "job-master-0");
     CHECK(s.master_port == 23456);
     CHECK(s.run_id == "pytorchjob-job-master-0-23456");
-    CHECK(s.detected == "Kubernetes PyTorchJob: node " + std::to_string(pod) + " of 2, master job-master-0:23456, 2 workers per node");
+    CHECK(s.detected == "Kubernetes PyTorchJob: node " + std::to_string(pod) +
+                            " of 2, master job-master-0:23456, 2 workers per node");
     CHECK(resolve({"--nprocs", "1", "--run-id", "r"}, env).nproc_per_node == 1);
   }
   SECTION("older operators: WORLD_SIZE = pods, RANK = pod index") {
-    const LaunchSettings s = resolve({}, {{"MASTER_ADDR", "m"}, {"MASTER_PORT", "23456"}, {"WORLD_SIZE", "3"}, {"RANK", "2"}});
+    const LaunchSettings s =
+        resolve({}, {{"MASTER_ADDR", "m"}, {"MASTER_PORT", "23456"}, {"WORLD_SIZE", "3"}, {"RANK", "2"}});
     CHECK(s.scheduler == Scheduler::PyTorchJob);
     CHECK(s.nnodes == 3);
     CHECK(s.node_rank == 2);
     // a worker's environment (LOCAL_RANK set) is not a pod's
-    CHECK(resolve({}, {{"MASTER_ADDR", "m"}, {"MASTER_PORT", "1"}, {"WORLD_SIZE", "3"}, {"RANK", "2"}, {"LOCAL_RANK", "0"}})
+    CHECK(resolve({},
+                  {{"MASTER_ADDR", "m"}, {"MASTER_PORT", "1"}, {"WORLD_SIZE", "3"}, {"RANK", "2"}, {"LOCAL_RANK", "0"}})
               .scheduler == Scheduler::None);
   }
   SECTION("PET_NPROC_PER_NODE gpu|cpu|auto (Kubeflow Trainer's default is auto): counted by the CLI; the flag wins") {
     for (const char* spec : {"gpu", "cpu", "auto"}) {
-      const LaunchSettings s = resolve({}, {{"PET_NNODES", "2"}, {"PET_NODE_RANK", "1"}, {"PET_NPROC_PER_NODE", spec},
-                                            {"PET_MASTER_ADDR", "m"}, {"PET_MASTER_PORT", "9"}});
+      const LaunchSettings s = resolve({}, {{"PET_NNODES", "2"},
+                                            {"PET_NODE_RANK", "1"},
+                                            {"PET_NPROC_PER_NODE", spec},
+                                            {"PET_MASTER_ADDR", "m"},
+                                            {"PET_MASTER_PORT", "9"}});
       CHECK(s.nproc_spec == spec);
       CHECK(s.nproc_var == "PET_NPROC_PER_NODE");
       CHECK(s.detected == std::string("Kubernetes PyTorchJob: node 1 of 2, master m:9, workers per node: ") + spec +
                               " (PET_NPROC_PER_NODE)");
     }
-    const EnvMap env = {{"PET_NNODES", "2"}, {"PET_NODE_RANK", "1"}, {"PET_NPROC_PER_NODE", "auto"}, {"MASTER_PORT", "9"}};
+    const EnvMap env = {
+        {"PET_NNODES", "2"}, {"PET_NODE_RANK", "1"}, {"PET_NPROC_PER_NODE", "auto"}, {"MASTER_PORT", "9"}};
     const LaunchSettings n = resolve({"--nprocs", "3"}, env);
     CHECK(n.nproc_spec.empty());
     CHECK(n.nproc_per_node == 3);
@@ -183,8 +197,12 @@ TEST_CASE("resolve_launch: Kubernetes PyTorchJob", "[launch-env][k8s]") {
     CHECK(c.nproc_var == "--nproc-per-node");
   }
   SECTION("PET_MASTER_* and PET_RDZV_ID win over MASTER_*") {
-    const LaunchSettings s = resolve({}, {{"PET_NNODES", "2"}, {"PET_NODE_RANK", "0"}, {"PET_MASTER_ADDR", "a"},
-                                          {"PET_MASTER_PORT", "9"}, {"MASTER_ADDR", "b"}, {"MASTER_PORT", "8"},
+    const LaunchSettings s = resolve({}, {{"PET_NNODES", "2"},
+                                          {"PET_NODE_RANK", "0"},
+                                          {"PET_MASTER_ADDR", "a"},
+                                          {"PET_MASTER_PORT", "9"},
+                                          {"MASTER_ADDR", "b"},
+                                          {"MASTER_PORT", "8"},
                                           {"PET_RDZV_ID", "job7"}});
     CHECK(s.master_addr == "a");
     CHECK(s.master_port == 9);
@@ -203,12 +221,16 @@ TEST_CASE("resolve_launch: Kubernetes PyTorchJob", "[launch-env][k8s]") {
   }
 }
 
-TEST_CASE("resolve_launch: an elastic PyTorchJob - PET_NNODES MIN:MAX with a rendezvous endpoint", "[launch-env][k8s]") {
+TEST_CASE("resolve_launch: an elastic PyTorchJob - PET_NNODES MIN:MAX with a rendezvous endpoint",
+          "[launch-env][k8s]") {
   // What training-operator v1 sets in every pod of a job with an elasticPolicy (minReplicas 2,
   // maxReplicas 3; pkg/controller.v1/pytorch/elastic.go), PET_RDZV_ENDPOINT being read by the CLI
   // as --rdzv-endpoint (torchrun's PET_* defaults, parse_cli(args, env)).
-  const EnvMap env = {{"PET_RDZV_ENDPOINT", "job-worker-0:29400"}, {"PET_RDZV_BACKEND", "c10d"},
-                      {"PET_NNODES", "2:3"}, {"PET_MAX_RESTARTS", "3"}, {"PET_NPROC_PER_NODE", "2"},
+  const EnvMap env = {{"PET_RDZV_ENDPOINT", "job-worker-0:29400"},
+                      {"PET_RDZV_BACKEND", "c10d"},
+                      {"PET_NNODES", "2:3"},
+                      {"PET_MAX_RESTARTS", "3"},
+                      {"PET_NPROC_PER_NODE", "2"},
                       {"PYTHONUNBUFFERED", "0"}};
   const LaunchSettings s = resolve({}, env);
   CHECK(s.scheduler == Scheduler::PyTorchJob);
@@ -217,8 +239,9 @@ TEST_CASE("resolve_launch: an elastic PyTorchJob - PET_NNODES MIN:MAX with a ren
   CHECK_FALSE(s.node_rank_given);  // the rendezvous numbers the nodes
   CHECK(s.nproc_per_node == 2);
   CHECK(s.run_id == "pytorchjob-job-worker-0:29400");
-  CHECK(s.detected == "Kubernetes PyTorchJob: elastic, 2 to 3 nodes, node rank from the rendezvous at "
-                      "job-worker-0:29400, 2 workers per node");
+  CHECK(s.detected ==
+        "Kubernetes PyTorchJob: elastic, 2 to 3 nodes, node rank from the rendezvous at "
+        "job-worker-0:29400, 2 workers per node");
   SECTION("PET_NODE_RANK (a job with a Master replica) is not read; PET_RDZV_ID is the run id") {
     EnvMap e = env;
     e["PET_NODE_RANK"] = "1";
@@ -235,7 +258,8 @@ TEST_CASE("resolve_launch: an elastic PyTorchJob - PET_NNODES MIN:MAX with a ren
       CHECK(t.min_nnodes == 0);
       CHECK(t.nnodes == 3);
       CHECK_FALSE(t.node_rank_given);
-      CHECK(t.detected.find("PyTorchJob: 3 nodes, node rank from the rendezvous at job-worker-0:29400") != std::string::npos);
+      CHECK(t.detected.find("PyTorchJob: 3 nodes, node rank from the rendezvous at job-worker-0:29400") !=
+            std::string::npos);
     }
   }
   SECTION("flags win") {

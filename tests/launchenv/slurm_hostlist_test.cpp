@@ -19,21 +19,21 @@ TEST_CASE("expand_hostlist: the forms Slurm writes", "[slurm][hostlist]") {
   };
   const std::vector<Row> rows = {
       {"n1", {"n1"}},
-      {"n[1-2]", {"n1", "n2"}},                                    // SLURM_JOB_NODELIST, -N2
-      {"lsp-a,lsp-b", {"lsp-a", "lsp-b"}},                         // names without numbers
+      {"n[1-2]", {"n1", "n2"}},             // SLURM_JOB_NODELIST, -N2
+      {"lsp-a,lsp-b", {"lsp-a", "lsp-b"}},  // names without numbers
       {"n[01-04,07],gpu-a[1-2]", {"n01", "n02", "n03", "n04", "n07", "gpu-a1", "gpu-a2"}},
-      {"n[08-10]", {"n08", "n09", "n10"}},                         // zero padding kept
+      {"n[08-10]", {"n08", "n09", "n10"}},  // zero padding kept
       {"n[8-10]", {"n8", "n9", "n10"}},
       {"n[001-003]", {"n001", "n002", "n003"}},
       {"n[1-010]", {"n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9", "n10"}},  // lo's width
       {"n[01-2]", {"n01", "n02"}},
-      {"r[1-2]n[1-2]", {"r1n1", "r1n2", "r2n1", "r2n2"}},          // several groups: product
+      {"r[1-2]n[1-2]", {"r1n1", "r1n2", "r2n1", "r2n2"}},  // several groups: product
       {"n[1-2][3-4]", {"n13", "n14", "n23", "n24"}},
-      {"a[1-2],a1", {"a1", "a2", "a1"}},                           // order and duplicates kept
-      {"a,,b", {"a", "b"}},                                        // empty items skipped
+      {"a[1-2],a1", {"a1", "a2", "a1"}},  // order and duplicates kept
+      {"a,,b", {"a", "b"}},               // empty items skipped
       {",a", {"a"}},
       {"a,", {"a"}},
-      {"a b", {"a", "b"}},                                         // whitespace separates too
+      {"a b", {"a", "b"}},  // whitespace separates too
       {"a, b", {"a", "b"}},
       {"[1-2]", {"1", "2"}},
       {"n[1-2]-ib", {"n1-ib", "n2-ib"}},  // lspawn extension: 22.05 refuses text after a group

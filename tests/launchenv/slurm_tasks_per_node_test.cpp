@@ -16,9 +16,9 @@ TEST_CASE("expand_tasks_per_node: the forms Slurm writes", "[slurm][tasks]") {
   };
   const std::vector<Row> rows = {
       {"1", {1}},
-      {"2(x2)", {2, 2}},        // sbatch -N2 --ntasks-per-node=2
-      {"1(x2)", {1, 1}},        // srun --ntasks-per-node=1 inside it (the step's value)
-      {"3,1", {3, 1}},          // -N2 -n4 on 4-CPU nodes packs 3+1
+      {"2(x2)", {2, 2}},  // sbatch -N2 --ntasks-per-node=2
+      {"1(x2)", {1, 1}},  // srun --ntasks-per-node=1 inside it (the step's value)
+      {"3,1", {3, 1}},    // -N2 -n4 on 4-CPU nodes packs 3+1
       {"2(x3),1", {2, 2, 2, 1}},
       {"4,2(x2),1(x3)", {4, 2, 2, 1, 1, 1}},
       {"0,1", {0, 1}},

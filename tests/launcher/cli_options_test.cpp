@@ -79,7 +79,9 @@ TEST_CASE("parse_cli: malformed options name the option and the accepted form", 
   CHECK(msg({"--omp-threads", "0", "p"}).find("--omp-threads: 0 is out of range 1..4096") == 0);
   CHECK(msg({"--no-restart-exit-codes", "3,x", "p"}).find("--no-restart-exit-codes: expected exit codes 0..255") == 0);
   CHECK(msg({"--no-restart-exit-codes", "256", "p"}).find("--no-restart-exit-codes: 256 is out of range 0..255") == 0);
-  CHECK(msg({"--no-restart-exit-codes", "", "p"}).find("--no-restart-exit-codes: expected exit codes 0..255 separated by commas (--no-restart-exit-codes CODE[,CODE...]), got ''") == 0);
+  CHECK(msg({"--no-restart-exit-codes", "", "p"})
+            .find("--no-restart-exit-codes: expected exit codes 0..255 separated by commas (--no-restart-exit-codes "
+                  "CODE[,CODE...]), got ''") == 0);
   CHECK(parse_cli({"--no-restart-exit-codes", "2,3", "p"}).no_restart_exit_codes == std::vector<int>{2, 3});
   CHECK(msg({"--omp-threads", "two", "p"}).find("--omp-threads: expected an integer number of threads >= 1") == 0);
   CHECK(msg({"--grace-period", "1e3", "p"}).find("--grace-period") == 0);
@@ -100,13 +102,14 @@ TEST_CASE("parse_cli: malformed options name the option and the accepted form", 
   CHECK(msg({"--tee=yes", "p"}).find("--tee: expected 0 none, 1 stdout, 2 stderr, 3 both") == 0);
   CHECK(msg({}) == "missing program (lspawn [options] [--] program [args...])");
   CHECK(msg({"--nprocs", "2"}) == "missing program (lspawn [options] [--] program [args...])");
-  CHECK(msg({"--nnodes", "2", "--node-rank", "2", "--master-port", "5", "p"}).find("--node-rank: 2 must be less than --nnodes 2") == 0);
+  CHECK(msg({"--nnodes", "2", "--node-rank", "2", "--master-port", "5", "p"})
+            .find("--node-rank: 2 must be less than --nnodes 2") == 0);
   CHECK(msg({"--master-addr=", "p"}) == "--master-addr: empty address (--master-addr ADDR)");
 }
 
 TEST_CASE("parse_cli: multi-node options", "[cli][multinode]") {
-  auto o = parse_cli({"--nnodes", "2", "--rdzv-endpoint", "node0:29411", "--rdzv-id", "j7", "--rdzv-backend",
-                      "c10d", "--node-timeout", "3", "--rdzv-timeout", "9.5", "--max-restarts", "2", "p"});
+  auto o = parse_cli({"--nnodes", "2", "--rdzv-endpoint", "node0:29411", "--rdzv-id", "j7", "--rdzv-backend", "c10d",
+                      "--node-timeout", "3", "--rdzv-timeout", "9.5", "--max-restarts", "2", "p"});
   CHECK(o.nnodes == 2);
   CHECK(o.rdzv_host == "node0");
   CHECK(o.rdzv_port == 29411);
@@ -127,16 +130,16 @@ TEST_CASE("parse_cli: multi-node options", "[cli][multinode]") {
 
 TEST_CASE("parse_cli: --start-method exec, forkserver or warm - --warm - --daemon-socket", "[cli]") {
   CHECK(parse_cli({"prog"}).start_method == lspawn::CliStartMethod::Exec);
-  CHECK(parse_cli({"--start-method", "forkserver", "prog"}).start_method ==
-        lspawn::CliStartMethod::Forkserver);
+  CHECK(parse_cli({"--start-method", "forkserver", "prog"}).start_method == lspawn::CliStartMethod::Forkserver);
   CHECK(parse_cli({"--start_method=exec", "prog"}).start_method == lspawn::CliStartMethod::Exec);
   CHECK(parse_cli({"--start-method", "warm", "prog"}).start_method == lspawn::CliStartMethod::Warm);
   const CliOptions w = parse_cli({"--warm", "--daemon-socket", "/run/d.sock", "prog"});
   CHECK(w.start_method == lspawn::CliStartMethod::Warm);
   CHECK(w.daemon_socket == "/run/d.sock");
   CHECK(parse_cli({"prog"}).daemon_socket.empty());
-  CHECK_THROWS_WITH(parse_cli({"--start-method", "threads", "prog"}),
-                    "--start-method: expected exec, forkserver or warm (--start-method exec|forkserver|warm), got 'threads'");
+  CHECK_THROWS_WITH(
+      parse_cli({"--start-method", "threads", "prog"}),
+      "--start-method: expected exec, forkserver or warm (--start-method exec|forkserver|warm), got 'threads'");
   CHECK_THROWS_WITH(parse_cli({"--start-method"}),
                     "--start-method: missing value (--start-method exec|forkserver|warm)");
   CHECK_THROWS_WITH(parse_cli({"--daemon-socket", "", "prog"}), "--daemon-socket: empty path (--daemon-socket PATH)");
@@ -186,8 +189,9 @@ TEST_CASE("parse_cli: --nproc-per-node gpu|cpu|auto in both spellings and with =
   const CliOptions o = parse_cli({"--nproc-per-node", "auto", "--nproc_per_node", "3", "p"});
   CHECK(o.nproc_spec.empty());
   CHECK(o.nproc_per_node == 3);
-  CHECK(usage_msg({"--nproc-per-node", "gpus", "p"}) ==
-        "--nproc-per-node: expected a positive integer, gpu, cpu or auto (--nproc-per-node N|gpu|cpu|auto), got 'gpus'");
+  CHECK(
+      usage_msg({"--nproc-per-node", "gpus", "p"}) ==
+      "--nproc-per-node: expected a positive integer, gpu, cpu or auto (--nproc-per-node N|gpu|cpu|auto), got 'gpus'");
   CHECK(usage_msg({"--nproc_per_node=xpu", "p"}) ==
         "--nproc-per-node: 'xpu' is not supported: lspawn counts NVIDIA GPUs only (--nproc-per-node N|gpu|cpu|auto)");
 }
@@ -227,13 +231,17 @@ TEST_CASE("parse_cli: --standalone - and what it cannot be combined with", "[cli
   CHECK(usage_msg({"--standalone", "--rdzv-endpoint", "h:5", "p"}) ==
         "--standalone: cannot be combined with --rdzv-endpoint h:5 (--standalone is one node with a local "
         "rendezvous on a free port)");
-  CHECK(usage_msg({"--nnodes", "2", "--standalone", "p"}).find("--standalone: cannot be combined with --nnodes 2") == 0);
+  CHECK(usage_msg({"--nnodes", "2", "--standalone", "p"}).find("--standalone: cannot be combined with --nnodes 2") ==
+        0);
 }
 
 TEST_CASE("resolve_launch: --standalone is one node whatever Slurm says", "[cli][torchrun]") {
-  const std::map<std::string, std::string> slurm = {
-      {"SLURM_JOB_ID", "42"},       {"SLURM_STEP_ID", "0"},           {"SLURM_NNODES", "2"},
-      {"SLURM_NODEID", "1"},        {"SLURM_STEP_NODELIST", "n[01-02]"}, {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}};
+  const std::map<std::string, std::string> slurm = {{"SLURM_JOB_ID", "42"},
+                                                    {"SLURM_STEP_ID", "0"},
+                                                    {"SLURM_NNODES", "2"},
+                                                    {"SLURM_NODEID", "1"},
+                                                    {"SLURM_STEP_NODELIST", "n[01-02]"},
+                                                    {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}};
   const lspawn::EnvLookup env = [&](const std::string& k) -> std::optional<std::string> {
     auto it = slurm.find(k);
     if (it == slurm.end()) return std::nullopt;
@@ -263,7 +271,8 @@ TEST_CASE("parse_cli: -m/--module, --no-python, --run-path", "[cli][torchrun]") 
   CHECK(usage_msg({"--module=x", "pkg"}) == "--module: takes no value (--module), got 'x'");
 }
 
-TEST_CASE("worker_command: .py and -m run under Python with -u, --no-python and other programs are exec'd", "[cli][torchrun]") {
+TEST_CASE("worker_command: .py and -m run under Python with -u, --no-python and other programs are exec'd",
+          "[cli][torchrun]") {
   using V = std::vector<std::string>;
   lspawn::ProgramConvention c;
   std::string why;
@@ -308,7 +317,8 @@ TEST_CASE("python_interpreter: $LSPAWN_PYTHON, else $PYTHON_EXEC, else python3",
   CHECK(source == "LSPAWN_PYTHON");
 }
 
-TEST_CASE("parse_std_spec: torchrun's 0..3 and LOCAL_RANK:V lists - std_route: redirect, tee, console", "[cli][torchrun]") {
+TEST_CASE("parse_std_spec: torchrun's 0..3 and LOCAL_RANK:V lists - std_route: redirect, tee, console",
+          "[cli][torchrun]") {
   CHECK(lspawn::parse_std_spec("3")->all == 3);
   CHECK(lspawn::parse_std_spec("0")->all == 0);
   const auto m = lspawn::parse_std_spec("0:1,1:2,12:3");
@@ -345,7 +355,8 @@ TEST_CASE("split_commas: every item of a comma-separated list, empty ones includ
   CHECK(lspawn::split_commas(",a,") == V{"", "a", ""});
 }
 
-TEST_CASE("parse_local_ranks: torchrun's comma-separated local ranks - filter_route: the others to the files only", "[cli][torchrun]") {
+TEST_CASE("parse_local_ranks: torchrun's comma-separated local ranks - filter_route: the others to the files only",
+          "[cli][torchrun]") {
   CHECK(*lspawn::parse_local_ranks("0") == std::set<int>{0});
   CHECK(*lspawn::parse_local_ranks("2,0,2") == std::set<int>{0, 2});
   for (const std::string bad : {"", ",", "0,", ",1", "-1", "x", "0 1", "1.5", "0:1", "1234567"}) {
@@ -375,11 +386,13 @@ TEST_CASE("parse_cli: --local-ranks-filter takes local ranks, and names a bad li
     INFO(bad);
     CHECK(usage_msg({"--local-ranks-filter=" + bad, "p"}) ==
           "--local-ranks-filter: expected local ranks separated by commas (--local-ranks-filter 0, "
-          "--local-ranks-filter 0,1), got '" + bad + "'");
+          "--local-ranks-filter 0,1), got '" +
+              bad + "'");
   }
 }
 
-TEST_CASE("parse_cli: --redirects/-r and --tee/-t take torchrun's specs - --tee alone stays lspawn's flag", "[cli][torchrun]") {
+TEST_CASE("parse_cli: --redirects/-r and --tee/-t take torchrun's specs - --tee alone stays lspawn's flag",
+          "[cli][torchrun]") {
   CHECK(parse_cli({"--redirects", "3", "p"}).redirects->all == 3);
   CHECK(parse_cli({"--redirects=0:1,1:2", "p"}).redirects->mask_for(1) == 2);
   CHECK(parse_cli({"-r", "2", "p"}).redirects->all == 2);
@@ -409,7 +422,8 @@ TEST_CASE("parse_cli: --redirects/-r and --tee/-t take torchrun's specs - --tee 
   CHECK(usage_msg({"--redirects"}) == "--redirects: missing value (--redirects SPEC)");
 }
 
-TEST_CASE("parse_cli: --rdzv-conf join_timeout/timeout set the rendezvous timeout - other keys are noted", "[cli][torchrun]") {
+TEST_CASE("parse_cli: --rdzv-conf join_timeout/timeout set the rendezvous timeout - other keys are noted",
+          "[cli][torchrun]") {
   CHECK(parse_cli({"--rdzv-conf", "join_timeout=900", "p"}).rdzv_timeout_s == 900);
   CHECK(parse_cli({"--rdzv_conf=timeout=30", "p"}).rdzv_timeout_s == 30);
   CHECK(parse_cli({"--rdzv-conf", "join_timeout=90,timeout=30", "p"}).rdzv_timeout_s == 90);
@@ -418,14 +432,18 @@ TEST_CASE("parse_cli: --rdzv-conf join_timeout/timeout set the rendezvous timeou
   const CliOptions o = parse_cli({"--rdzv-conf", "is_host=1,read_timeout=60,join_timeout=5", "p"});
   CHECK(o.rdzv_timeout_s == 5);
   REQUIRE(o.notes.size() == 1);
-  CHECK(o.notes[0] == "--rdzv-conf: ignored is_host, read_timeout (lspawn honours join_timeout and timeout, as --rdzv-timeout, and last_call_timeout)");
+  CHECK(o.notes[0] ==
+        "--rdzv-conf: ignored is_host, read_timeout (lspawn honours join_timeout and timeout, as --rdzv-timeout, and "
+        "last_call_timeout)");
   CHECK(usage_msg({"--rdzv-conf", "join_timeout", "p"}) ==
         "--rdzv-conf: expected KEY=VALUE entries separated by commas (--rdzv-conf join_timeout=900,KEY=VALUE), got "
         "'join_timeout' in 'join_timeout'");
-  CHECK(usage_msg({"--rdzv-conf", "join_timeout=soon", "p"}).find("--rdzv-conf join_timeout: expected a number of seconds") == 0);
+  CHECK(usage_msg({"--rdzv-conf", "join_timeout=soon", "p"})
+            .find("--rdzv-conf join_timeout: expected a number of seconds") == 0);
 }
 
-TEST_CASE("parse_cli: --local-addr, --role, --monitor-interval, --signals-to-handle, --start-method spawn", "[cli][torchrun]") {
+TEST_CASE("parse_cli: --local-addr, --role, --monitor-interval, --signals-to-handle, --start-method spawn",
+          "[cli][torchrun]") {
   const CliOptions o = parse_cli({"--rdzv-endpoint", "h:5", "--local_addr", "10.0.0.7", "--role=trainer", "p"});
   CHECK(o.local_addr == "10.0.0.7");
   CHECK(o.role == "trainer");
@@ -441,38 +459,43 @@ TEST_CASE("parse_cli: --local-addr, --role, --monitor-interval, --signals-to-han
   CHECK(mi.notes[0].find("--monitor-interval: ignored") == 0);
   CHECK(usage_msg({"--monitor-interval", "often", "p"}).find("--monitor-interval: expected a number of seconds") == 0);
   CHECK(parse_cli({"--signals-to-handle", "SIGTERM,SIGUSR1", "p"}).notes.size() == 1);
-  CHECK(usage_msg({"--signals_to_handle=SIGTERM,SIGPIPE", "p"}).find(
-            "--signals-to-handle: lspawn forwards SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2") == 0);
-  CHECK(usage_msg({"--signals_to_handle=SIGTERM,SIGPIPE", "p"}).find("'SIGPIPE' in 'SIGTERM,SIGPIPE'") != std::string::npos);
+  CHECK(usage_msg({"--signals_to_handle=SIGTERM,SIGPIPE", "p"})
+            .find("--signals-to-handle: lspawn forwards SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2") == 0);
+  CHECK(usage_msg({"--signals_to_handle=SIGTERM,SIGPIPE", "p"}).find("'SIGPIPE' in 'SIGTERM,SIGPIPE'") !=
+        std::string::npos);
   const CliOptions sp = parse_cli({"--start-method", "spawn", "p"});
   CHECK(sp.start_method == lspawn::CliStartMethod::Exec);
   CHECK(sp.notes.size() == 1);
   CHECK(parse_cli({"--start_method=fork", "p"}).start_method == lspawn::CliStartMethod::Exec);
 }
 
-TEST_CASE("parse_cli: --nnodes N:N is N - MIN:MAX is an elastic job, with --rdzv-endpoint and without --node-rank", "[cli][torchrun]") {
+TEST_CASE("parse_cli: --nnodes N:N is N - MIN:MAX is an elastic job, with --rdzv-endpoint and without --node-rank",
+          "[cli][torchrun]") {
   CHECK(parse_cli({"--nnodes", "1:1", "p"}).nnodes == 1);
   CHECK(parse_cli({"--nnodes", "1:1", "p"}).min_nnodes == 0);
   CHECK(parse_cli({"--nnodes=2:2", "--rdzv-endpoint", "h", "p"}).nnodes == 2);
   const CliOptions e = parse_cli({"--nnodes", "1:4", "--rdzv-endpoint", "h:5", "p"});
   CHECK(e.min_nnodes == 1);
   CHECK(e.nnodes == 4);
-  CHECK(e.last_call_s == 30);  // torchrun's default
+  CHECK(e.last_call_s == 30);                                                   // torchrun's default
   CHECK(parse_cli({"--nnodes", "2:3", "--nnodes", "3", "p"}).min_nnodes == 0);  // the last one counts
   CHECK(usage_msg({"--nnodes", "1:4", "p"}) ==
         "--nnodes 1:4: an elastic range needs --rdzv-endpoint HOST:PORT (the nodes meet there; "
         "--master-addr/--master-port is a static job of a fixed node count)");
   CHECK(usage_msg({"--nnodes", "1:4", "--rdzv-endpoint", "h", "--node-rank", "1", "p"}) ==
         "--node-rank: an elastic job (--nnodes 1:4) numbers its nodes at each rendezvous; leave --node-rank out");
-  CHECK(usage_msg({"--standalone", "--nnodes", "1:2", "p"}).find("--standalone: cannot be combined with --nnodes 2") == 0);
+  CHECK(usage_msg({"--standalone", "--nnodes", "1:2", "p"}).find("--standalone: cannot be combined with --nnodes 2") ==
+        0);
   // torchrun's last_call_timeout: how long an elastic rendezvous waits for more nodes after MIN.
   const CliOptions lc = parse_cli({"--rdzv-conf", "last_call_timeout=0.5", "p"});
   CHECK(lc.last_call_s == 0.5);
   CHECK(lc.notes.empty());
-  CHECK(usage_msg({"--rdzv-conf", "last_call_timeout=-1", "p"}).find("--rdzv-conf last_call_timeout: expected a number of seconds") == 0);
+  CHECK(usage_msg({"--rdzv-conf", "last_call_timeout=-1", "p"})
+            .find("--rdzv-conf last_call_timeout: expected a number of seconds") == 0);
 }
 
-TEST_CASE("parse_cli(args, env): torchrun's PET_* defaults - the command line wins, bad values name the variable", "[cli][torchrun]") {
+TEST_CASE("parse_cli(args, env): torchrun's PET_* defaults - the command line wins, bad values name the variable",
+          "[cli][torchrun]") {
   using Env = lspawn::test::EnvMap;
   const auto lookup = lspawn::test::lookup_of;
   auto env_msg = [&](std::vector<std::string> args, const Env& env) -> std::string {
@@ -484,23 +507,27 @@ TEST_CASE("parse_cli(args, env): torchrun's PET_* defaults - the command line wi
     return "(accepted)";
   };
   // What an elasticPolicy sets (training-operator's elastic.go), beside the node variables.
-  const Env elastic = {{"PET_RDZV_ENDPOINT", "job-worker-0:29400"}, {"PET_RDZV_BACKEND", "c10d"},
-                       {"PET_MAX_RESTARTS", "3"}, {"PET_RDZV_CONF", "last_call_timeout=5,join_timeout=60"},
-                       {"PET_NNODES", "2:3"}, {"PET_NPROC_PER_NODE", "2"}};
+  const Env elastic = {{"PET_RDZV_ENDPOINT", "job-worker-0:29400"},
+                       {"PET_RDZV_BACKEND", "c10d"},
+                       {"PET_MAX_RESTARTS", "3"},
+                       {"PET_RDZV_CONF", "last_call_timeout=5,join_timeout=60"},
+                       {"PET_NNODES", "2:3"},
+                       {"PET_NPROC_PER_NODE", "2"}};
   const CliOptions o = parse_cli({"p"}, lookup(elastic));
   CHECK(o.rdzv_host == "job-worker-0");
   CHECK(o.rdzv_port == 29400);
   CHECK(o.max_restarts == 3);
   CHECK(o.last_call_s == 5);
   CHECK(o.rdzv_timeout_s == 60);
-  CHECK(o.nnodes == 1);             // PET_NNODES is cluster detection's (resolve_launch)
+  CHECK(o.nnodes == 1);  // PET_NNODES is cluster detection's (resolve_launch)
   CHECK(o.nproc_per_node == 1);
   CHECK_FALSE(o.was_given("--nnodes"));
   CHECK(o.was_given("--max-restarts"));
   REQUIRE_FALSE(o.notes.empty());
-  CHECK(o.notes[0] == "from the environment (torchrun's PET_* defaults): PET_RDZV_BACKEND=c10d, "
-                      "PET_RDZV_ENDPOINT=job-worker-0:29400, PET_RDZV_CONF=last_call_timeout=5,join_timeout=60, "
-                      "PET_MAX_RESTARTS=3");
+  CHECK(o.notes[0] ==
+        "from the environment (torchrun's PET_* defaults): PET_RDZV_BACKEND=c10d, "
+        "PET_RDZV_ENDPOINT=job-worker-0:29400, PET_RDZV_CONF=last_call_timeout=5,join_timeout=60, "
+        "PET_MAX_RESTARTS=3");
   CHECK(o.program == std::vector<std::string>{"p"});
 
   SECTION("a flag on the command line wins over its variable; --rdzv-conf replaces, not adds") {
@@ -522,8 +549,11 @@ TEST_CASE("parse_cli(args, env): torchrun's PET_* defaults - the command line wi
           "PET_STANDALONE='yes': expected an integer (torchrun's switch --standalone: 0 off, any other integer on)");
   }
   SECTION("start method, log dir, role, std specs") {
-    const CliOptions c = parse_cli({"p"}, lookup({{"PET_START_METHOD", "spawn"}, {"PET_LOG_DIR", "/tmp/l"},
-                                                  {"PET_ROLE", "trainer"}, {"PET_TEE", "3"}, {"PET_REDIRECTS", "0:1"}}));
+    const CliOptions c = parse_cli({"p"}, lookup({{"PET_START_METHOD", "spawn"},
+                                                  {"PET_LOG_DIR", "/tmp/l"},
+                                                  {"PET_ROLE", "trainer"},
+                                                  {"PET_TEE", "3"},
+                                                  {"PET_REDIRECTS", "0:1"}}));
     CHECK(c.start_method == lspawn::CliStartMethod::Exec);
     CHECK(c.log_dir == "/tmp/l");
     CHECK(c.role == "trainer");
@@ -531,23 +561,31 @@ TEST_CASE("parse_cli(args, env): torchrun's PET_* defaults - the command line wi
     CHECK(c.tee_spec->all == 3);
     REQUIRE(c.redirects);
     CHECK(c.redirects->mask_for(0) == 1);
-    CHECK(parse_cli({"--warm", "p"}, lookup({{"PET_START_METHOD", "spawn"}})).start_method == lspawn::CliStartMethod::Warm);
+    CHECK(parse_cli({"--warm", "p"}, lookup({{"PET_START_METHOD", "spawn"}})).start_method ==
+          lspawn::CliStartMethod::Warm);
   }
   SECTION("a bad value is named by its variable; a clash with the command line names both") {
     CHECK(env_msg({"p"}, {{"PET_MAX_RESTARTS", "many"}}) ==
           "PET_MAX_RESTARTS='many' (torchrun's environment default of --max-restarts): --max-restarts: expected an "
           "integer >= 0 (--max-restarts K), got 'many'");
-    CHECK(env_msg({"p"}, {{"PET_RDZV_BACKEND", "etcd-v2"}}).find(
-              "PET_RDZV_BACKEND='etcd-v2' (torchrun's environment default of --rdzv-backend): --rdzv-backend: lspawn's own "
-              "rendezvous replaces c10d and static") == 0);
+    CHECK(env_msg({"p"}, {{"PET_RDZV_BACKEND", "etcd-v2"}})
+              .find("PET_RDZV_BACKEND='etcd-v2' (torchrun's environment default of --rdzv-backend): --rdzv-backend: "
+                    "lspawn's own "
+                    "rendezvous replaces c10d and static") == 0);
     // --standalone (flag or variable) replaces the rendezvous: PET_RDZV_ENDPOINT/BACKEND are not read.
     for (const auto& [args, env] : std::vector<std::pair<std::vector<std::string>, Env>>{
-             {{"--standalone", "p"}, elastic}, {{"p"}, [&] { Env e = elastic; e["PET_STANDALONE"] = "1"; return e; }()}}) {
+             {{"--standalone", "p"}, elastic}, {{"p"}, [&] {
+                                                  Env e = elastic;
+                                                  e["PET_STANDALONE"] = "1";
+                                                  return e;
+                                                }()}}) {
       const CliOptions c = parse_cli(args, lookup(env));
       CHECK(c.standalone);
       CHECK(c.rdzv_endpoint.empty());
-      CHECK(std::count(c.notes.begin(), c.notes.end(),
-                       "PET_RDZV_ENDPOINT='job-worker-0:29400': ignored with --standalone (one node, a local rendezvous)") == 1);
+      CHECK(std::count(
+                c.notes.begin(), c.notes.end(),
+                "PET_RDZV_ENDPOINT='job-worker-0:29400': ignored with --standalone (one node, a local rendezvous)") ==
+            1);
     }
     CHECK(env_msg({"--rdzv-endpoint", "h:1", "p"}, {{"PET_STANDALONE", "1"}}) ==
           "--standalone: cannot be combined with --rdzv-endpoint h:1 (--standalone is one node with a local "
@@ -557,10 +595,12 @@ TEST_CASE("parse_cli(args, env): torchrun's PET_* defaults - the command line wi
   SECTION("variables of torchrun flags lspawn does not have are noted, not read") {
     const CliOptions c = parse_cli({"p"}, lookup({{"PET_EVENT_LOG_HANDLER", "null"}}));
     REQUIRE(c.notes.size() == 1);
-    CHECK(c.notes[0] == "PET_EVENT_LOG_HANDLER='null': ignored (torchrun's --event-log-handler, which lspawn does not have)");
+    CHECK(c.notes[0] ==
+          "PET_EVENT_LOG_HANDLER='null': ignored (torchrun's --event-log-handler, which lspawn does not have)");
   }
-  SECTION("torchrun 2.15's last four: PET_SHUTDOWN_TIMEOUT, PET_LOG_LINE_PREFIX_TEMPLATE, PET_DUPLICATE_*_FILTERS, "
-          "PET_VIRTUAL_LOCAL_RANK") {
+  SECTION(
+      "torchrun 2.15's last four: PET_SHUTDOWN_TIMEOUT, PET_LOG_LINE_PREFIX_TEMPLATE, PET_DUPLICATE_*_FILTERS, "
+      "PET_VIRTUAL_LOCAL_RANK") {
     const CliOptions c = parse_cli({"p"}, lookup({{"PET_SHUTDOWN_TIMEOUT", "7"},
                                                   {"PET_LOG_LINE_PREFIX_TEMPLATE", "${rank}: "},
                                                   {"PET_DUPLICATE_STDOUT_FILTERS", "loss,,acc"},
@@ -572,28 +612,34 @@ TEST_CASE("parse_cli(args, env): torchrun's PET_* defaults - the command line wi
     CHECK(c.duplicate_filters[1] == std::vector<std::string>{"Error", "Traceback"});
     CHECK(c.virtual_local_rank);
     CHECK_FALSE(parse_cli({"p"}, lookup({{"PET_VIRTUAL_LOCAL_RANK", "0"}})).virtual_local_rank);
-    CHECK(env_msg({"p"}, {{"PET_SHUTDOWN_TIMEOUT", "-1"}}).find(
-              "PET_SHUTDOWN_TIMEOUT='-1' (torchrun's environment default of --shutdown-timeout): --shutdown-timeout: "
-              "expected an integer number of seconds >= 0") == 0);
+    CHECK(
+        env_msg({"p"}, {{"PET_SHUTDOWN_TIMEOUT", "-1"}})
+            .find(
+                "PET_SHUTDOWN_TIMEOUT='-1' (torchrun's environment default of --shutdown-timeout): --shutdown-timeout: "
+                "expected an integer number of seconds >= 0") == 0);
   }
-  SECTION("TORCH_ELASTIC_SHUTDOWN_TIMEOUT is torchrun's fallback - --grace-period or --shutdown-timeout on the "
-          "command line wins over both") {
+  SECTION(
+      "TORCH_ELASTIC_SHUTDOWN_TIMEOUT is torchrun's fallback - --grace-period or --shutdown-timeout on the "
+      "command line wins over both") {
     CHECK(parse_cli({"p"}, lookup({{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "9"}})).grace_period_s == 9);
     CHECK(parse_cli({"p"}, lookup({{"PET_NUMA_BINDING", "socket"}})).numa_binding == "socket");
     CHECK(parse_cli({"--numa-binding", "node", "p"}, lookup({{"PET_NUMA_BINDING", "socket"}})).numa_binding == "node");
     CHECK(parse_cli({"p"}, lookup({{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "9"}, {"PET_SHUTDOWN_TIMEOUT", "3"}}))
               .grace_period_s == 3);
-    CHECK(parse_cli({"--grace-period", "0.5", "p"}, lookup({{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "9"},
-                                                             {"PET_SHUTDOWN_TIMEOUT", "3"}}))
+    CHECK(parse_cli({"--grace-period", "0.5", "p"},
+                    lookup({{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "9"}, {"PET_SHUTDOWN_TIMEOUT", "3"}}))
               .grace_period_s == 0.5);
     CHECK(parse_cli({"--shutdown-timeout", "2", "p"}, lookup({{"PET_SHUTDOWN_TIMEOUT", "3"}})).grace_period_s == 2);
-    CHECK(env_msg({"p"}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "soon"}}).find(
-              "TORCH_ELASTIC_SHUTDOWN_TIMEOUT='soon' (torchrun's environment default of --shutdown-timeout)") == 0);
+    CHECK(env_msg({"p"}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "soon"}})
+              .find("TORCH_ELASTIC_SHUTDOWN_TIMEOUT='soon' (torchrun's environment default of --shutdown-timeout)") ==
+          0);
   }
 }
 
-TEST_CASE("parse_cli: --shutdown-timeout, --log-line-prefix-template, --duplicate-std{out,err}-filters, "
-          "--virtual-local-rank (torchrun 2.15's)", "[cli][torchrun]") {
+TEST_CASE(
+    "parse_cli: --shutdown-timeout, --log-line-prefix-template, --duplicate-std{out,err}-filters, "
+    "--virtual-local-rank (torchrun 2.15's)",
+    "[cli][torchrun]") {
   auto usage_of = [](const std::vector<std::string>& args) -> std::string {
     try {
       parse_cli(args);
@@ -602,9 +648,9 @@ TEST_CASE("parse_cli: --shutdown-timeout, --log-line-prefix-template, --duplicat
     }
     return "(accepted)";
   };
-  const CliOptions o = parse_cli({"--shutdown_timeout=12", "--log_line_prefix_template", "[${role_name}${local_rank}]:",
-                                  "--duplicate-stdout-filters", "loss", "--duplicate_stderr_filters=a,,b,c",
-                                  "--virtual_local_rank", "p"});
+  const CliOptions o = parse_cli({"--shutdown_timeout=12", "--log_line_prefix_template",
+                                  "[${role_name}${local_rank}]:", "--duplicate-stdout-filters", "loss",
+                                  "--duplicate_stderr_filters=a,,b,c", "--virtual_local_rank", "p"});
   CHECK(o.grace_period_s == 12);
   CHECK(o.log_line_prefix_template == "[${role_name}${local_rank}]:");
   CHECK(o.duplicate_filters[0] == std::vector<std::string>{"loss"});
@@ -617,14 +663,15 @@ TEST_CASE("parse_cli: --shutdown-timeout, --log-line-prefix-template, --duplicat
   CHECK(parse_cli({"--duplicate-stdout-filters=", "p"}).duplicate_filters[0].empty());  // torchrun: no filter
   CHECK(usage_of({"--shutdown-timeout", "1.5", "p"}) ==
         "--shutdown-timeout: expected an integer number of seconds >= 0 (--shutdown-timeout SECONDS), got '1.5'");
-  CHECK(usage_of({"--shutdown-timeout", "3", "--grace-period", "3", "p"}).find(
-            "--shutdown-timeout: cannot be combined with --grace-period") == 0);
-  CHECK(usage_of({"--log-line-prefix-template", "${rank}", "--no-prefix", "p"}).find(
-            "--log-line-prefix-template: cannot be combined with --no-prefix") == 0);
+  CHECK(usage_of({"--shutdown-timeout", "3", "--grace-period", "3", "p"})
+            .find("--shutdown-timeout: cannot be combined with --grace-period") == 0);
+  CHECK(usage_of({"--log-line-prefix-template", "${rank}", "--no-prefix", "p"})
+            .find("--log-line-prefix-template: cannot be combined with --no-prefix") == 0);
   CHECK(usage_of({"--duplicate-stdout-filters", "loss,", "p"}) ==
         "--duplicate-stdout-filters: an empty filter in 'loss,' would copy every line (--duplicate-stdout-filters "
         "ERROR,Traceback; ',,' for a comma inside a filter)");
-  CHECK(usage_of({"--virtual-local-rank=1", "p"}) == "--virtual-local-rank: takes no value (--virtual-local-rank), got '1'");
+  CHECK(usage_of({"--virtual-local-rank=1", "p"}) ==
+        "--virtual-local-rank: takes no value (--virtual-local-rank), got '1'");
 }
 
 TEST_CASE("expand_prefix_template: Python's Template.safe_substitute with torchrun's four fields", "[cli][torchrun]") {
@@ -633,16 +680,17 @@ TEST_CASE("expand_prefix_template: Python's Template.safe_substitute with torchr
   CHECK(expand_prefix_template("[${role_name}${local_rank}]:", f) == "[trainer1]:");
   CHECK(expand_prefix_template("${hostname}:${rank}: ", f) == "node7:5: ");
   CHECK(expand_prefix_template("$rank/$local_rank ", f) == "5/1 ");
-  CHECK(expand_prefix_template("$ranks", f) == "$ranks");          // identifier "ranks": unknown, kept
+  CHECK(expand_prefix_template("$ranks", f) == "$ranks");  // identifier "ranks": unknown, kept
   CHECK(expand_prefix_template("${rank}s", f) == "5s");
-  CHECK(expand_prefix_template("$$${rank} $", f) == "$5 $");       // "$$" is "$"; a last '$' stays
+  CHECK(expand_prefix_template("$$${rank} $", f) == "$5 $");               // "$$" is "$"; a last '$' stays
   CHECK(expand_prefix_template("${nope} ${rank", f) == "${nope} ${rank");  // unknown, unclosed: kept
   CHECK(expand_prefix_template("$1 ${ rank}", f) == "$1 ${ rank}");
   CHECK(expand_prefix_template("no fields", f) == "no fields");
   CHECK(expand_prefix_template("", f).empty());
 }
 
-TEST_CASE("parse_cli: torchrun flags lspawn does not support get their own error, not 'unknown option'", "[cli][torchrun]") {
+TEST_CASE("parse_cli: torchrun flags lspawn does not support get their own error, not 'unknown option'",
+          "[cli][torchrun]") {
   struct Case {
     std::vector<std::string> args;
     std::string start;
@@ -650,7 +698,8 @@ TEST_CASE("parse_cli: torchrun flags lspawn does not support get their own error
   const std::vector<Case> cases = {
       {{"--logs-specs", "x", "p"}, "--logs-specs: torchrun's flag is not supported by lspawn ("},
       {{"--logs_specs=x", "p"}, "--logs-specs: torchrun's flag is not supported by lspawn ("},
-      {{"--numa-binding", "nodes", "p"}, "--numa-binding: 'nodes' is not a mode (node, socket, exclusive or core-complex, as torchrun)"},
+      {{"--numa-binding", "nodes", "p"},
+       "--numa-binding: 'nodes' is not a mode (node, socket, exclusive or core-complex, as torchrun)"},
       {{"--event_log_handler", "null", "p"}, "--event-log-handler: torchrun's flag is not supported by lspawn"},
   };
   for (const auto& c : cases) {

@@ -26,11 +26,10 @@ template <class... E>
 constexpr bool all_lspawn_errors = (std::is_base_of_v<lspawn::Error, E> && ...);
 
 static_assert(std::is_base_of_v<std::runtime_error, lspawn::Error>);
-static_assert(all_lspawn_errors<lspawn::sys::SysError, lspawn::UsageError, lspawn::wire::WireError,
-                                lspawn::PortError, lspawn::daemon::DaemonError, lspawn::EnvSyntaxError,
-                                lspawn::placement::TopologyError, lspawn::shm::Error, lspawn::CodecError,
-                                lspawn::SpawnError, lspawn::ProcessException, lspawn::ForkserverInterrupted,
-                                lspawn::node::BadMessage, lspawn::node::LinkError,
+static_assert(all_lspawn_errors<lspawn::sys::SysError, lspawn::UsageError, lspawn::wire::WireError, lspawn::PortError,
+                                lspawn::daemon::DaemonError, lspawn::EnvSyntaxError, lspawn::placement::TopologyError,
+                                lspawn::shm::Error, lspawn::CodecError, lspawn::SpawnError, lspawn::ProcessException,
+                                lspawn::ForkserverInterrupted, lspawn::node::BadMessage, lspawn::node::LinkError,
                                 lspawn::node::NodeRendezvousError>);
 
 }  // namespace

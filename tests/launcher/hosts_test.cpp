@@ -40,7 +40,8 @@ TEST_CASE("parse_hostfile: mpirun's format - names, slots, comments, blank lines
 }
 
 TEST_CASE("parse_hostfile: what is wrong is named with the file and line", "[hosts]") {
-  CHECK_THROWS_WITH(parse_hostfile("a slots=2\nb slots=x\n", "h.txt"), Contains("h.txt:2: slots: expected a count 1..4096, got 'x'"));
+  CHECK_THROWS_WITH(parse_hostfile("a slots=2\nb slots=x\n", "h.txt"),
+                    Contains("h.txt:2: slots: expected a count 1..4096, got 'x'"));
   CHECK_THROWS_WITH(parse_hostfile("a cpus=2\n", "h.txt"), Contains("h.txt:1: 'cpus=2' is not slots=N or max_slots=N"));
   CHECK_THROWS_WITH(parse_hostfile("a\n# b\na slots=1\n", "h.txt"),
                     Contains("h.txt:3: host 'a' is listed again (line 1): lspawn runs one node per host"));
@@ -108,8 +109,9 @@ TEST_CASE("with_ssh_defaults: BatchMode, ConnectTimeout, -T, -x for ssh only, an
 
 TEST_CASE("ssh_failure_hint: what BatchMode=yes and ConnectTimeout turned into an error", "[hosts]") {
   const auto ssh = with_ssh_defaults({"ssh"});
-  CHECK_THAT(ssh_failure_hint(ssh, "Host key verification failed."),
-             Contains("not in known_hosts") && Contains("BatchMode=yes") && Contains("StrictHostKeyChecking=accept-new"));
+  CHECK_THAT(ssh_failure_hint(ssh, "Host key verification failed."), Contains("not in known_hosts") &&
+                                                                         Contains("BatchMode=yes") &&
+                                                                         Contains("StrictHostKeyChecking=accept-new"));
   CHECK_THAT(ssh_failure_hint(ssh, "root@10.0.0.2: Permission denied (publickey,password)."),
              Contains("may not ask for a password") && Contains("ssh-copy-id"));
   CHECK_THAT(ssh_failure_hint(ssh, "ssh: connect to host n9 port 22: Connection timed out"),
@@ -139,9 +141,9 @@ TEST_CASE("shell_quote and remote_command: what the remote login shell parses ba
   job.add_master_port = false;
   job.add_run_id = false;
   job.nprocs.reset();
-  CHECK(remote_lspawn_args(job, 0) ==
-        std::vector<std::string>{"/opt/lspawn/bin/lspawn", "--control-stdin", "--nnodes", "2", "--node-rank", "0",
-                                 "--master-addr", "n0", "--grace-period", "1", "train.py", "--lr", "0.1 x"});
+  CHECK(remote_lspawn_args(job, 0) == std::vector<std::string>{"/opt/lspawn/bin/lspawn", "--control-stdin", "--nnodes",
+                                                               "2", "--node-rank", "0", "--master-addr", "n0",
+                                                               "--grace-period", "1", "train.py", "--lr", "0.1 x"});
 }
 
 TEST_CASE("parse_cli: --hostfile/--hosts/--rsh, where they are, and what they refuse", "[hosts][cli]") {
@@ -157,7 +159,8 @@ TEST_CASE("parse_cli: --hostfile/--hosts/--rsh, where they are, and what they re
   CHECK_THROWS_WITH(lspawn::parse_cli({"--hosts", "a", "--master-addr", "x", "prog"}),
                     Contains("--master-addr: --hosts decides the nodes"));
   CHECK_THROWS_WITH(lspawn::parse_cli({"--hosts", "a", "--hostfile", "h", "prog"}), Contains("give one of them"));
-  CHECK_THROWS_WITH(lspawn::parse_cli({"--rsh", "ssh", "prog"}), Contains("--rsh: only with --hostfile FILE or --hosts"));
+  CHECK_THROWS_WITH(lspawn::parse_cli({"--rsh", "ssh", "prog"}),
+                    Contains("--rsh: only with --hostfile FILE or --hosts"));
   CHECK_THROWS_WITH(lspawn::parse_cli({"--rsh", " ", "prog"}), Contains("--rsh: empty command"));
   // From the environment (torchrun's PET_*), the indices are still those of the command line.
   auto e = lspawn::parse_cli({"--hosts", "a", "prog"}, env_of({{"PET_MAX_RESTARTS", "1"}}));

@@ -28,13 +28,15 @@ TEST_CASE("python_site: a Python interpreter gets the site folder, other program
   CHECK(other.off_why.empty());
 }
 
-TEST_CASE("python_site: off with LSPAWN_PYTHON_SITE=0, -E, -I or -S, each named - values after -c, -m, -W, -X are not options",
-          "[launcher]") {
+TEST_CASE(
+    "python_site: off with LSPAWN_PYTHON_SITE=0, -E, -I or -S, each named - values after -c, -m, -W, -X are not "
+    "options",
+    "[launcher]") {
   CHECK(decide(argv({"python3", "x.py"}), {"LSPAWN_PYTHON_SITE=0"}).off_why == "LSPAWN_PYTHON_SITE=0 is set");
   CHECK(decide(argv({"python3", "-E", "x.py"}), {}).off_why == "the interpreter runs with -E (PYTHONPATH ignored)");
   CHECK(decide(argv({"python3", "-uI", "x.py"}), {}).off_why == "the interpreter runs with -I (PYTHONPATH ignored)");
   CHECK(decide(argv({"python3", "-S", "x.py"}), {}).off_why == "the interpreter runs with -S (no site module)");
-  for (const auto& on : {argv({"python3", "x.py", "-E"}),          // the script's own argument
+  for (const auto& on : {argv({"python3", "x.py", "-E"}),            // the script's own argument
                          argv({"python3", "-c", "print(1)", "-S"}),  // the command's
                          argv({"python3", "-m", "mod", "-I"}),       // the module's
                          argv({"python3", "-W", "E", "x.py"}),       // -W's value
@@ -55,12 +57,12 @@ TEST_CASE("python_site: apply puts the folder first on PYTHONPATH and sets the f
   std::vector<std::string> env{"HOME=/root", "PYTHONPATH=/u/lib:/v", "LSPAWN_PYTHON_SITE=1"};
   lspawn::python_site::apply(d, env);
   const std::vector<std::string> want_env{"HOME=/root", "PYTHONPATH=/opt/lspawn/python/lspawn_site:/u/lib:/v",
-                                         "LSPAWN_PYTHON_SITE=1"};
+                                          "LSPAWN_PYTHON_SITE=1"};
   CHECK(env == want_env);
   std::vector<std::string> bare{"HOME=/root"};
   lspawn::python_site::apply(d, bare);
   const std::vector<std::string> want_bare{"HOME=/root", "PYTHONPATH=/opt/lspawn/python/lspawn_site",
-                                          "LSPAWN_PYTHON_SITE=1"};
+                                           "LSPAWN_PYTHON_SITE=1"};
   CHECK(bare == want_bare);
   Decision off;
   off.python = true;

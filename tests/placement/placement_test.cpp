@@ -57,13 +57,15 @@ struct Machine {
         if (smt) list.push_back(node * cores_per_node + k + cores());
       }
       std::sort(list.begin(), list.end());
-      put(sys + "/devices/system/node/node" + std::to_string(node) + "/cpulist", cpu_list_text(intersect(list, online)));
+      put(sys + "/devices/system/node/node" + std::to_string(node) + "/cpulist",
+          cpu_list_text(intersect(list, online)));
     }
     for (int c = 0; c < cpus(); ++c) {
       const int core = c % cores(), node = core / cores_per_node;
       const std::string d = cpu + "/cpu" + std::to_string(c);
       put(d + "/topology/physical_package_id", std::to_string(node / nodes_per_socket));
-      put(d + "/topology/thread_siblings_list", smt ? std::to_string(core) + "," + std::to_string(core + cores()) : std::to_string(core));
+      put(d + "/topology/thread_siblings_list",
+          smt ? std::to_string(core) + "," + std::to_string(core + cores()) : std::to_string(core));
       put(d + "/cache/index0/type", "Data");
       put(d + "/cache/index0/level", "1");
       put(d + "/cache/index0/shared_cpu_list", std::to_string(c));
@@ -136,10 +138,10 @@ TEST_CASE("topology: 2 sockets x 2 NUMA nodes, SMT, 8 GPUs read from a sysfs tre
   CHECK(t.gpus[2].pci == "0000:3b:00.0");
   CHECK(t.gpus[2].numa_node == 1);
   CHECK(t.gpus[2].uuid == "GPU-2aaa-bbbb");
-  CHECK(t.cpu(40)->core == 8);      // sibling of core 8
+  CHECK(t.cpu(40)->core == 8);  // sibling of core 8
   CHECK(t.cpu(40)->package == 0);
   CHECK(t.cpu(20)->package == 1);
-  CHECK(t.cpu(13)->cache == 12);    // the L3 of cores 12-15
+  CHECK(t.cpu(13)->cache == 12);  // the L3 of cores 12-15
   CHECK(t.caches_known);
 }
 
@@ -266,7 +268,8 @@ TEST_CASE("topology: without NUMA nodes or caches in sysfs, one node and one com
   put(dir.path + "/sys/devices/system/cpu/online", "0-3");
   for (int c = 0; c < 4; ++c) {
     put(dir.path + "/sys/devices/system/cpu/cpu" + std::to_string(c) + "/topology/physical_package_id", "0");
-    put(dir.path + "/sys/devices/system/cpu/cpu" + std::to_string(c) + "/topology/thread_siblings_list", std::to_string(c));
+    put(dir.path + "/sys/devices/system/cpu/cpu" + std::to_string(c) + "/topology/thread_siblings_list",
+        std::to_string(c));
   }
   const Topology t = read_topology(dir.path + "/sys", dir.path + "/proc");
   CHECK_FALSE(t.nodes_known);

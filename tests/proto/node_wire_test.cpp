@@ -220,8 +220,10 @@ TEST_CASE("node wire: a rank's status record round-trips, every field, an absent
   CHECK(stacks2.ranks[0].stack == with.stack);
 }
 
-TEST_CASE("node wire: a body of the wrong shape names the message and the field - missing fields take defaults, "
-          "and unknown ones are ignored", "[node_wire]") {
+TEST_CASE(
+    "node wire: a body of the wrong shape names the message and the field - missing fields take defaults, "
+    "and unknown ones are ignored",
+    "[node_wire]") {
   proto::AssignMsg a;
   CHECK_THROWS_WITH(wire::decode_node_body(cbor_of({{"node_rank", "one"}}), a),
                     Catch::Contains("malformed AssignMsg") &&
@@ -331,7 +333,8 @@ TEST_CASE("node wire: a cause's kind travels as its name - a name no kind has is
   CHECK(std::string(proto::cause_kind_name(proto::CauseKind::NodeLost)) == "node-lost");
   CHECK_FALSE(proto::parse_cause_kind("lost"));
   proto::FailedMsg f;
-  CHECK_THROWS_WITH(wire::decode_node_body(cbor_of({{"cause", {{"kind", "lost"}}}}), f),
-                    Catch::Contains("cause.kind: 'lost' is no cause kind (worker, node-lost, signal, hang, membership)"));
+  CHECK_THROWS_WITH(
+      wire::decode_node_body(cbor_of({{"cause", {{"kind", "lost"}}}}), f),
+      Catch::Contains("cause.kind: 'lost' is no cause kind (worker, node-lost, signal, hang, membership)"));
   CHECK_THROWS_WITH(wire::decode_node_body(cbor_of({{"cause", {{"kind", 3}}}}), f), Catch::Contains("cause.kind"));
 }

@@ -17,17 +17,17 @@
 #include <catch2/catch.hpp>
 
 using Catch::Matchers::Contains;
-using lspawn::proto::ErrorReport;
 using lspawn::proto::ChildExit;
+using lspawn::proto::ErrorReport;
 using lspawn::proto::ForkReply;
 using lspawn::proto::ForkRequest;
 using lspawn::proto::SpawnCall;
 using lspawn::proto::SpawnResult;
 using lspawn::proto::Value;
-using lspawn::wire::EndOfStream;
-using lspawn::wire::WireError;
 using lspawn::test::TempDir;
 using lspawn::test::write_file;
+using lspawn::wire::EndOfStream;
+using lspawn::wire::WireError;
 
 namespace {
 
@@ -76,9 +76,8 @@ ErrorReport sample_report() {
 
 // A Value of every kind, nested.
 Value sample_value() {
-  return Value::of_list({Value::of_int(-7), Value::of_int(INT64_MIN), Value::of_double(2.5),
-                         Value::of_bool(true), Value::of_string("text"),
-                         Value::of_tensor(std::string("\0\x01\xff tensor", 10)),
+  return Value::of_list({Value::of_int(-7), Value::of_int(INT64_MIN), Value::of_double(2.5), Value::of_bool(true),
+                         Value::of_string("text"), Value::of_tensor(std::string("\0\x01\xff tensor", 10)),
                          Value::of_blob(std::string("\0blob", 5)), Value(),
                          Value::of_list({Value::of_list({}), Value::of_string("")})});
 }
@@ -253,7 +252,11 @@ TEST_CASE("wire: a length announced inside the CBOR is never trusted", "[wire]")
   // A byte string / an array that announces 2^32 elements in a 9-byte body: the reader runs out
   // of input, it does not reserve what was announced.
   const std::string huge_bytes("\xa1\x61s\x5a\xff\xff\xff\xff", 8);
-  const std::string huge_array("\xa1\x64" "args" "\x9a\xff\xff\xff\xff", 10);
+  const std::string huge_array(
+      "\xa1\x64"
+      "args"
+      "\x9a\xff\xff\xff\xff",
+      10);
   for (const std::string& body : {huge_bytes, huge_array}) {
     std::string buf = le32(static_cast<uint32_t>(body.size())) + body;
     SpawnCall c;
@@ -311,8 +314,9 @@ TEST_CASE("wire: garbage bytes are a WireError naming the message type", "[wire]
 TEST_CASE("wire: a field of the wrong type or range is an error naming the field", "[wire]") {
   ForkReply rep;
   std::string buf = cbor_frame({{"version", 1}, {"pid", "not a number"}});
-  CHECK_THROWS_WITH(lspawn::wire::try_decode_frame(buf, rep, "sock"),
-                    Contains("sock: malformed ForkReply") && Contains("ForkReply.pid: expected an integer, got string"));
+  CHECK_THROWS_WITH(
+      lspawn::wire::try_decode_frame(buf, rep, "sock"),
+      Contains("sock: malformed ForkReply") && Contains("ForkReply.pid: expected an integer, got string"));
   buf = cbor_frame({{"version", 1}, {"index", 1ll << 40}});
   CHECK_THROWS_WITH(lspawn::wire::try_decode_frame(buf, rep, "sock"),
                     Contains("ForkReply.index: 1099511627776 is out of the field's range"));
@@ -378,7 +382,10 @@ TEST_CASE("wire: random input never crashes the decoder", "[wire]") {
     }
     SpawnCall c;
     try {
-      if (lspawn::wire::try_decode_frame(buf, c, "fuzz", 1 << 16)) ++parsed; else ++partial;
+      if (lspawn::wire::try_decode_frame(buf, c, "fuzz", 1 << 16))
+        ++parsed;
+      else
+        ++partial;
     } catch (const WireError&) {
       ++rejected;
     }
@@ -495,8 +502,7 @@ TEST_CASE("wire: bad JSON files are errors naming the path", "[wire][json]") {
   CHECK_THROWS_WITH(lspawn::wire::read_json_file(missing, r), Contains("open (" + missing + ")"));
   const std::string garbage = dir.path + "/garbage.json";
   write_file(garbage, "{\"rank\": \"not a number\"");
-  CHECK_THROWS_WITH(lspawn::wire::read_json_file(garbage, r),
-                    Contains(garbage) && Contains("not a valid ErrorReport"));
+  CHECK_THROWS_WITH(lspawn::wire::read_json_file(garbage, r), Contains(garbage) && Contains("not a valid ErrorReport"));
   write_file(garbage, "{\"rank\": \"not a number\"}");
   CHECK_THROWS_WITH(lspawn::wire::read_json_file(garbage, r),
                     Contains(garbage) && Contains("ErrorReport.rank: expected an integer, got string"));

@@ -123,8 +123,7 @@ std::string new_tag() {
 }
 
 // One worker fault: run lspawn to its end, measure from the worker's "fault at".
-Row worker_fault(const std::string& fault, const std::vector<std::string>& args,
-                 std::vector<std::string> env = {}) {
+Row worker_fault(const std::string& fault, const std::vector<std::string>& args, std::vector<std::string> env = {}) {
   TempDir sync;
   Subreaper reaper;
   const std::string tag = new_tag();
@@ -426,8 +425,10 @@ TEST_CASE("fault matrix: garbage on the rendezvous port of a multi-node job (nod
   lspawn::test::ReservedPort held_port;
   const int port = held_port.port();
   auto node = [&](int r) {
-    return std::vector<std::string>{lspawn_bin(), "--nnodes", "2", "--node-rank", std::to_string(r), "--nprocs", "1",
-                                    "--master-addr", "127.0.0.1", "--master-port", std::to_string(port), worker_bin(), "env"};
+    return std::vector<std::string>{
+        lspawn_bin(), "--nnodes",      "2",         "--node-rank",   std::to_string(r),    "--nprocs",
+        "1",          "--master-addr", "127.0.0.1", "--master-port", std::to_string(port), worker_bin(),
+        "env"};
   };
   const int64_t t0 = now_us();
   Child n0(node(0), {"LSPAWN_FAULT_TAG=" + tag});  // the coordinator listens on the port
@@ -457,7 +458,9 @@ TEST_CASE("fault matrix: garbage on the rendezvous port of a multi-node job (nod
       ::close(fd);
     }
   }
-  REQUIRE(n0.wait_output([](const std::string&, const std::string& err) { return count(err, "rejected connection from 127.0.0.1:") >= 4; }, 10s));
+  REQUIRE(n0.wait_output(
+      [](const std::string&, const std::string& err) { return count(err, "rejected connection from 127.0.0.1:") >= 4; },
+      10s));
   // A connection that says nothing while node 1 joins: the job forms without it (it is told so),
   // it is not taken for a node.
   const int silent = connect_to(static_cast<uint16_t>(port));
@@ -471,8 +474,9 @@ TEST_CASE("fault matrix: garbage on the rendezvous port of a multi-node job (nod
   ::close(silent);
   CHECK(told.find("reject") != std::string::npos);
   CHECK(told.find("has formed without this node") != std::string::npos);
-  Row r{"garbage to the rendezvous port (multi-node control channel)", "survived; job took " + seconds_text(now_us() - t0),
-        code_of(s0), line_with(n0.err(), "bad frame"), tagged_processes(tag)};
+  Row r{"garbage to the rendezvous port (multi-node control channel)",
+        "survived; job took " + seconds_text(now_us() - t0), code_of(s0), line_with(n0.err(), "bad frame"),
+        tagged_processes(tag)};
   print_row(r);
   INFO(n0.err() << n1.err());
   CHECK(r.exit_code == 0);
@@ -487,7 +491,8 @@ TEST_CASE("fault matrix: garbage on the rendezvous port of a multi-node job (nod
 TEST_CASE("fault matrix: garbage on the warm daemon's socket", "[fault-matrix]") {
   Daemon d;
   const int64_t t0 = now_us();
-  for (const std::string& attack : {std::string("\x10\0\0\0garbage-garbage!", 20), std::string("\xff\xff\xff\x7f", 4)}) {
+  for (const std::string& attack :
+       {std::string("\x10\0\0\0garbage-garbage!", 20), std::string("\xff\xff\xff\x7f", 4)}) {
     const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_un a{};
     a.sun_family = AF_UNIX;
@@ -498,10 +503,13 @@ TEST_CASE("fault matrix: garbage on the warm daemon's socket", "[fault-matrix]")
     (void)!::read(fd, buf, sizeof buf);  // the daemon's error reply, then EOF
     ::close(fd);
   }
-  REQUIRE(d.process().wait_output([](const std::string&, const std::string& err) { return count(err, "bad frame (") >= 2; }, 10s));
-  auto run = run_lspawn({"--start-method", "warm", "--daemon-socket", d.socket(), "--nprocs", "2", worker_bin(), "env"});
-  Row r{"garbage to the warm daemon's socket", "survived; rejected in " + seconds_text(now_us() - t0) + ", next run served",
-        run.exit_code, line_with(d.process().err(), "bad frame"), 0};
+  REQUIRE(d.process().wait_output(
+      [](const std::string&, const std::string& err) { return count(err, "bad frame (") >= 2; }, 10s));
+  auto run =
+      run_lspawn({"--start-method", "warm", "--daemon-socket", d.socket(), "--nprocs", "2", worker_bin(), "env"});
+  Row r{"garbage to the warm daemon's socket",
+        "survived; rejected in " + seconds_text(now_us() - t0) + ", next run served", run.exit_code,
+        line_with(d.process().err(), "bad frame"), 0};
   print_row(r);
   INFO(d.process().err() << run.err);
   CHECK(r.exit_code == 0);
@@ -517,8 +525,8 @@ TEST_CASE("fault matrix: a client without the job's secret writes records", "[fa
   REQUIRE(job.store_up(90s));
   // Not a worker of the job: no secret, only the store's address and the run id.
   Child stranger({LSPAWN_RUNTIME_WORKER, "stranger"},
-                 {"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(job.port), "TORCHELASTIC_RUN_ID=" + job.run_id,
-                  "LSPAWN_JOB_SECRET="});
+                 {"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(job.port),
+                  "TORCHELASTIC_RUN_ID=" + job.run_id, "LSPAWN_JOB_SECRET="});
   const int stranger_status = stranger.wait(60s);
   INFO(stranger.out() << stranger.err());
   REQUIRE(code_of(stranger_status) == 0);
@@ -590,8 +598,9 @@ TEST_CASE("fault matrix: a worker is killed by the kernel's OOM killer", "[fault
     TempDir sync;
     Subreaper reaper;
     const std::string tag = new_tag();
-    Child c({"/bin/sh", "-c", "echo $$ > " + cg + "/cgroup.procs && exec " + lspawn_bin() + " --nprocs 4 " +
-                                  worker_bin() + " alloc-forever"},
+    Child c({"/bin/sh", "-c",
+             "echo $$ > " + cg + "/cgroup.procs && exec " + lspawn_bin() + " --nprocs 4 " + worker_bin() +
+                 " alloc-forever"},
             {"LSPAWN_FAULT_TAG=" + tag, "LSPAWN_TEST_FAULT_CLOCK=1", "LSPAWN_TEST_SYNC_DIR=" + sync.path});
     const int status = c.wait(60s);
     const int64_t exited = now_us();

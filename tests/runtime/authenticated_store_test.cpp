@@ -74,7 +74,6 @@ struct Server {
   c10::intrusive_ptr<lspawn::HostedStore> hosted;
 };
 
-
 }  // namespace
 
 TEST_CASE("authenticated store: multiGet returns what set and multiSet stored, sealed in the store",
@@ -178,8 +177,7 @@ TEST_CASE("authenticated store: while watching, multiGet reports records under t
   CHECK_THAT(reports.all(), Contains("'k'") && Contains("not signed with this job's secret"));
 }
 
-TEST_CASE("authenticated store: append adds to the sealed record, a forged one is refused",
-          "[unit][security][store]") {
+TEST_CASE("authenticated store: append adds to the sealed record, a forged one is refused", "[unit][security][store]") {
   if constexpr (!lspawn::compat::kStoreHasExtendedApi) {
     SUCCEED("this LibTorch's c10d::Store has no append");
     return;
@@ -270,8 +268,10 @@ bool gloo_has_batched_connect() {
 void connect_mesh(int world, bool gloo_v2, MeshRun& out) {
   struct Env {
     explicit Env(bool on) {
-      if (on) ::setenv("GLOO_ENABLE_STORE_V2_API", "1", 1);
-      else ::unsetenv("GLOO_ENABLE_STORE_V2_API");
+      if (on)
+        ::setenv("GLOO_ENABLE_STORE_V2_API", "1", 1);
+      else
+        ::unsetenv("GLOO_ENABLE_STORE_V2_API");
     }
     ~Env() { ::unsetenv("GLOO_ENABLE_STORE_V2_API"); }
   } env(gloo_v2);  // set before any rank's thread starts (getenv is not synchronised with setenv)

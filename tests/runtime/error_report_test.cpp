@@ -28,8 +28,7 @@ lspawn::proto::ErrorReport read_report(const std::string& path) {
 }
 
 int64_t now_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
@@ -43,7 +42,8 @@ TEST_CASE("error report: an uncaught exception in run_main writes the JSON repor
   TempDir dir;
   const std::string report = dir.file("error.json");
   const int64_t before = now_us();
-  ChildProcess c({LSPAWN_TEST_WORKER, "throw"}, env_with_error_file("TORCHELASTIC_ERROR_FILE", report), dir.file("out"));
+  ChildProcess c({LSPAWN_TEST_WORKER, "throw"}, env_with_error_file("TORCHELASTIC_ERROR_FILE", report),
+                 dir.file("out"));
   const pid_t pid = c.pid();
   const auto st = c.wait_or_kill(30s);
   INFO(st.describe() << "\n" << c.output());
@@ -107,7 +107,8 @@ TEST_CASE("error report: a SIGTERM outside any unwinding terminates at once, wit
 TEST_CASE("error report: LSPAWN_ERROR_FILE is used when TORCHELASTIC_ERROR_FILE is unset", "[error_report]") {
   TempDir dir;
   const std::string report = dir.file("lspawn-error.json");
-  ChildProcess c({LSPAWN_TEST_WORKER, "throw-custom"}, env_with_error_file("LSPAWN_ERROR_FILE", report), dir.file("out"));
+  ChildProcess c({LSPAWN_TEST_WORKER, "throw-custom"}, env_with_error_file("LSPAWN_ERROR_FILE", report),
+                 dir.file("out"));
   const auto st = c.wait_or_kill(30s);
   INFO(st.describe() << "\n" << c.output());
   CHECK(st.code == 1);
@@ -119,7 +120,8 @@ TEST_CASE("error report: LSPAWN_ERROR_FILE is used when TORCHELASTIC_ERROR_FILE 
 TEST_CASE("error report: c10::Error keeps its message apart from its own backtrace", "[error_report]") {
   TempDir dir;
   const std::string report = dir.file("error.json");
-  ChildProcess c({LSPAWN_TEST_WORKER, "throw-c10"}, env_with_error_file("TORCHELASTIC_ERROR_FILE", report), dir.file("out"));
+  ChildProcess c({LSPAWN_TEST_WORKER, "throw-c10"}, env_with_error_file("TORCHELASTIC_ERROR_FILE", report),
+                 dir.file("out"));
   const auto st = c.wait_or_kill(30s);
   INFO(st.describe() << "\n" << c.output());
   CHECK(st.code == 1);
@@ -133,7 +135,8 @@ TEST_CASE("error report: c10::Error keeps its message apart from its own backtra
 TEST_CASE("error report: the terminate handler reports the throw site, then aborts", "[error_report]") {
   TempDir dir;
   const std::string report = dir.file("error.json");
-  ChildProcess c({LSPAWN_TEST_WORKER, "terminate"}, env_with_error_file("TORCHELASTIC_ERROR_FILE", report), dir.file("out"));
+  ChildProcess c({LSPAWN_TEST_WORKER, "terminate"}, env_with_error_file("TORCHELASTIC_ERROR_FILE", report),
+                 dir.file("out"));
   const auto st = c.wait_or_kill(30s);
   INFO(st.describe() << "\n" << c.output());
   CHECK_FALSE(st.exited);
@@ -150,7 +153,7 @@ TEST_CASE("error report: an exception escaping a thread is reported by the termi
   TempDir dir;
   const std::string report = dir.file("error.json");
   ChildProcess c({LSPAWN_TEST_WORKER, "terminate-thread"}, env_with_error_file("TORCHELASTIC_ERROR_FILE", report),
-          dir.file("out"));
+                 dir.file("out"));
   const auto st = c.wait_or_kill(30s);
   INFO(st.describe() << "\n" << c.output());
   CHECK(st.signal == SIGABRT);
@@ -188,7 +191,8 @@ TEST_CASE("error report: without an error file only the stderr line is printed",
 TEST_CASE("error report: an unwritable error file is reported, the exit code kept", "[error_report]") {
   TempDir dir;
   const std::string report = dir.file("no/such/dir/error.json");
-  ChildProcess c({LSPAWN_TEST_WORKER, "throw"}, env_with_error_file("TORCHELASTIC_ERROR_FILE", report), dir.file("out"));
+  ChildProcess c({LSPAWN_TEST_WORKER, "throw"}, env_with_error_file("TORCHELASTIC_ERROR_FILE", report),
+                 dir.file("out"));
   const auto st = c.wait_or_kill(30s);
   INFO(st.describe() << "\n" << c.output());
   CHECK(st.code == 1);

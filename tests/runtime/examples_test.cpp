@@ -62,7 +62,7 @@ bool python_torch_matches() {
 }
 
 std::vector<ChildProcess> start_job(const std::vector<std::string>& argv, int n, uint16_t port, const TempDir& dir,
-                             std::map<std::string, std::string> extra = {}) {
+                                    std::map<std::string, std::string> extra = {}) {
   std::vector<ChildProcess> ranks;
   for (int r = 0; r < n; ++r) {
     auto env = lspawn::test::contract_env(r, n, port, "examples");
@@ -112,8 +112,8 @@ TEST_CASE("hello_allreduce: --throw-rank writes an error report - the peer fails
 
 TEST_CASE("hello_allreduce: --fail-rank exits with the requested code", "[examples]") {
   TempDir dir;
-  ChildProcess c({LSPAWN_HELLO_ALLREDUCE, "--fail-rank", "0", "--exit-code", "7"},
-          lspawn::test::contract_env(0, 1, 0), dir.file("out"));
+  ChildProcess c({LSPAWN_HELLO_ALLREDUCE, "--fail-rank", "0", "--exit-code", "7"}, lspawn::test::contract_env(0, 1, 0),
+                 dir.file("out"));
   const auto st = c.wait_or_kill(60s);
   INFO(st.describe() << "\n" << c.output());
   CHECK(st.code == 7);
@@ -134,28 +134,30 @@ TEST_CASE("hello_allreduce: a bad environment is reported with the variable's na
 #ifdef LSPAWN_BIN
 // The main job of the README: lspawn starting hello_allreduce, by exec and by forkserver (the
 // program executed once; its workers forked after LibTorch's loading and static init).
-TEST_CASE("lspawn --nprocs 4 hello_allreduce: every rank all-reduces - by exec and by forkserver", "[examples][lspawn]") {
+TEST_CASE("lspawn --nprocs 4 hello_allreduce: every rank all-reduces - by exec and by forkserver",
+          "[examples][lspawn]") {
   for (const char* method : {"exec", "forkserver"}) {
     TempDir dir;
-    ChildProcess c({LSPAWN_BIN, "--start-method", method, "--nprocs", "4", LSPAWN_HELLO_ALLREDUCE,
-             "--size", "1000", "--iters", "3"},
-            {{"LSPAWN_RDZV_TIMEOUT", "60"}, {"LSPAWN_PG_TIMEOUT", "60"}}, dir.file("out"));
+    ChildProcess c({LSPAWN_BIN, "--start-method", method, "--nprocs", "4", LSPAWN_HELLO_ALLREDUCE, "--size", "1000",
+                    "--iters", "3"},
+                   {{"LSPAWN_RDZV_TIMEOUT", "60"}, {"LSPAWN_PG_TIMEOUT", "60"}}, dir.file("out"));
     const auto st = c.wait_or_kill(120s);
     INFO(method << ": " << st.describe() << "\n" << c.output());
     CHECK(st.code == 0);
     for (int r = 0; r < 4; ++r) {
-      CHECK_THAT(c.output(), Contains("[rank " + std::to_string(r) + "] rank " + std::to_string(r) +
-                                      "/4: allreduce sum = 10"));
+      CHECK_THAT(c.output(),
+                 Contains("[rank " + std::to_string(r) + "] rank " + std::to_string(r) + "/4: allreduce sum = 10"));
     }
     CHECK_THAT(c.output(), Contains("broadcast, all_gather, barrier ok"));
   }
 }
 
-TEST_CASE("lspawn --start-method forkserver: a rank that throws is the root cause with its report", "[examples][lspawn]") {
+TEST_CASE("lspawn --start-method forkserver: a rank that throws is the root cause with its report",
+          "[examples][lspawn]") {
   TempDir dir;
   ChildProcess c({LSPAWN_BIN, "--start-method", "forkserver", "--nprocs", "3", "--grace-period", "2",
-           LSPAWN_HELLO_ALLREDUCE, "--throw-rank", "2"},
-          {{"LSPAWN_RDZV_TIMEOUT", "60"}, {"LSPAWN_PG_TIMEOUT", "60"}}, dir.file("out"));
+                  LSPAWN_HELLO_ALLREDUCE, "--throw-rank", "2"},
+                 {{"LSPAWN_RDZV_TIMEOUT", "60"}, {"LSPAWN_PG_TIMEOUT", "60"}}, dir.file("out"));
   const auto st = c.wait_or_kill(120s);
   INFO(st.describe() << "\n" << c.output());
   CHECK(st.code == 1);
@@ -169,8 +171,8 @@ TEST_CASE("lspawn --start-method forkserver: a rank that throws is the root caus
 TEST_CASE("lspawn --max-restarts: a rank failing before init_process_group is not restarted, one failing after it is",
           "[examples][lspawn][restart]") {
   TempDir dir;
-  ChildProcess before({LSPAWN_BIN, "--nprocs", "2", "--max-restarts", "2", "--grace-period", "2", LSPAWN_HELLO_ALLREDUCE,
-                       "--before-init", "--fail-rank", "1", "--exit-code", "3"},
+  ChildProcess before({LSPAWN_BIN, "--nprocs", "2", "--max-restarts", "2", "--grace-period", "2",
+                       LSPAWN_HELLO_ALLREDUCE, "--before-init", "--fail-rank", "1", "--exit-code", "3"},
                       {{"LSPAWN_RDZV_TIMEOUT", "60"}}, dir.file("before"));
   auto st = before.wait_or_kill(120s);
   INFO("before: " << st.describe() << "\n" << before.output());
@@ -189,8 +191,10 @@ TEST_CASE("lspawn --max-restarts: a rank failing before init_process_group is no
   CHECK_THAT(after.output(), Contains("restart 1 of 2"));
   CHECK_THAT(after.output(), !Contains("not restarted"));
   // The end: which attempt failed how.
-  CHECK_THAT(after.output(), Contains("lspawn: attempts: attempt 0 failed (process 1 terminated with exit code 3 on node "
-                                      "0 (") && Contains("); attempt 1 succeeded\n"));
+  CHECK_THAT(after.output(),
+             Contains("lspawn: attempts: attempt 0 failed (process 1 terminated with exit code 3 on node "
+                      "0 (") &&
+                 Contains("); attempt 1 succeeded\n"));
 }
 
 // #34, the command of the issue: rank 1 sleeps after init_process_group(), ranks 0 and 2 wait in
@@ -216,31 +220,34 @@ TEST_CASE("lspawn --hang-timeout 3 hello_allreduce --hang-rank 1: the report nam
 }
 #endif
 
-TEST_CASE("ddp_python.py: an unmodified PyTorch script runs on the env contract and a reserved port", "[examples][python]") {
+TEST_CASE("ddp_python.py: an unmodified PyTorch script runs on the env contract and a reserved port",
+          "[examples][python]") {
   if (!python_has_torch()) {
     WARN("skipped: " << kPython << " has no torch.distributed");
     return;
   }
   TempDir dir;
   ReservedPort reserved;
-  auto ranks = start_job({kPython, std::string(LSPAWN_SOURCE_DIR) + "/examples/ddp_python.py"}, 2, reserved.port(), dir);
+  auto ranks =
+      start_job({kPython, std::string(LSPAWN_SOURCE_DIR) + "/examples/ddp_python.py"}, 2, reserved.port(), dir);
   for (int r = 0; r < 2; ++r) {
     const auto st = ranks[r].wait_or_kill(120s);
     INFO("rank " << r << ": " << st.describe() << "\n" << ranks[r].output());
     CHECK(st.code == 0);
-    CHECK_THAT(ranks[r].output(), Contains("python rank " + std::to_string(r) + "/2 (local " +
-                                           std::to_string(r) + "): allreduce sum = 3 ok"));
+    CHECK_THAT(ranks[r].output(), Contains("python rank " + std::to_string(r) + "/2 (local " + std::to_string(r) +
+                                           "): allreduce sum = 3 ok"));
   }
 }
 
-TEST_CASE("lspawn --nprocs 2 python ddp_python.py: an unmodified PyTorch script runs under lspawn", "[examples][python][lspawn]") {
+TEST_CASE("lspawn --nprocs 2 python ddp_python.py: an unmodified PyTorch script runs under lspawn",
+          "[examples][python][lspawn]") {
   if (!python_has_torch()) {
     WARN("skipped: " << kPython << " has no torch.distributed");
     return;
   }
   TempDir dir;
   ChildProcess c({LSPAWN_BIN, "--nprocs", "2", kPython, std::string(LSPAWN_SOURCE_DIR) + "/examples/ddp_python.py"}, {},
-          dir.file("out"));
+                 dir.file("out"));
   const auto st = c.wait_or_kill(180s);
   INFO(st.describe() << "\n" << c.output());
   CHECK(st.code == 0);
@@ -250,7 +257,8 @@ TEST_CASE("lspawn --nprocs 2 python ddp_python.py: an unmodified PyTorch script 
   }
 }
 
-TEST_CASE("scripts/torchrun.py runs hello_allreduce with --no_python (lspawn worker under torchrun)", "[examples][python]") {
+TEST_CASE("scripts/torchrun.py runs hello_allreduce with --no_python (lspawn worker under torchrun)",
+          "[examples][python]") {
   if (!python_has_torch()) {
     WARN("skipped: " << kPython << " has no torch.distributed");
     return;
@@ -262,11 +270,11 @@ TEST_CASE("scripts/torchrun.py runs hello_allreduce with --no_python (lspawn wor
   }
   TempDir dir;
   ReservedPort reserved;  // torchrun's agent hosts its store here (static rendezvous)
-  ChildProcess c({kPython, std::string(LSPAWN_SOURCE_DIR) + "/scripts/torchrun.py", "--nproc_per_node", "2", "--master_addr",
-           "127.0.0.1", "--master_port", std::to_string(reserved.port()), "--max_restarts", "0", "--no_python",
-           LSPAWN_HELLO_ALLREDUCE},
-          // TMPDIR: torchrun's agent leaves its torchelastic_* log directory there.
-          {{"OMP_NUM_THREADS", "1"}, {"LSPAWN_RDZV_TIMEOUT", "60"}, {"TMPDIR", dir.path}}, dir.file("out"));
+  ChildProcess c({kPython, std::string(LSPAWN_SOURCE_DIR) + "/scripts/torchrun.py", "--nproc_per_node", "2",
+                  "--master_addr", "127.0.0.1", "--master_port", std::to_string(reserved.port()), "--max_restarts", "0",
+                  "--no_python", LSPAWN_HELLO_ALLREDUCE},
+                 // TMPDIR: torchrun's agent leaves its torchelastic_* log directory there.
+                 {{"OMP_NUM_THREADS", "1"}, {"LSPAWN_RDZV_TIMEOUT", "60"}, {"TMPDIR", dir.path}}, dir.file("out"));
   const auto st = c.wait_or_kill(180s);
   INFO(st.describe() << "\n" << c.output());
   CHECK(st.code == 0);

@@ -52,7 +52,8 @@ int client(int l, const std::string& first = {}) {
   REQUIRE(fd >= 0);
   const sockaddr_in a = address_of(l);
   REQUIRE(::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0);
-  if (!first.empty()) REQUIRE(::send(fd, first.data(), first.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(first.size()));
+  if (!first.empty())
+    REQUIRE(::send(fd, first.data(), first.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(first.size()));
   return fd;
 }
 
@@ -124,8 +125,7 @@ TEST_CASE("gloo guard: a scoped connection carries a token that the scoped liste
   for (int fd : {a, c, l}) ::close(fd);
 }
 
-TEST_CASE("gloo guard: strangers are refused and named, the next real peer is what accept() returns",
-          "[security]") {
+TEST_CASE("gloo guard: strangers are refused and named, the next real peer is what accept() returns", "[security]") {
   install();
   int l = -1;
   {
@@ -159,13 +159,15 @@ TEST_CASE("gloo guard: strangers are refused and named, the next real peer is wh
   const std::string text = err.text();
   INFO(text);
   CHECK(GlooGuard::refused() == refused + 5);
-  const std::string at = "[lspawn] rank 0/2: gloo at 127.0.0.1:" + std::to_string(local_port(l)) +
-                         " refused a connection from 127.0.0.1:";
+  const std::string at =
+      "[lspawn] rank 0/2: gloo at 127.0.0.1:" + std::to_string(local_port(l)) + " refused a connection from 127.0.0.1:";
   CHECK_THAT(text, Contains(at + std::to_string(local_port(junk)) +
                             ": not an lspawn connection token (first bytes 47 45 54 20 2f 20 48 54); the job goes on"));
   CHECK_THAT(text, Contains(at + std::to_string(local_port(seq)) + ": not an lspawn connection token (first bytes 00"));
-  CHECK_THAT(text, Contains(at + std::to_string(local_port(forged)) + ": a connection token not signed with this job's secret"));
-  CHECK_THAT(text, Contains(at + std::to_string(local_port(half)) + ": it closed after 10 bytes of a connection token"));
+  CHECK_THAT(text, Contains(at + std::to_string(local_port(forged)) +
+                            ": a connection token not signed with this job's secret"));
+  CHECK_THAT(text,
+             Contains(at + std::to_string(local_port(half)) + ": it closed after 10 bytes of a connection token"));
   CHECK_THAT(text, Contains(at + std::to_string(local_port(replay)) + ": a connection token used before (a replay)"));
   CHECK(text.find(kSecret) == std::string::npos);
   for (int fd : {a, junk, seq, forged, half, real, replay, l}) ::close(fd);

@@ -50,8 +50,7 @@ TEST_CASE("init_process_group: gloo collectives are correct across real processe
     const auto st = ranks[r].wait_or_kill(60s);
     INFO("rank " << r << "/" << n << ": " << st.describe() << "\n" << ranks[r].output());
     CHECK(st.code == 0);
-    CHECK_THAT(ranks[r].output(),
-               Contains("rank " + std::to_string(r) + "/" + std::to_string(n) + ": collectives ok"));
+    CHECK_THAT(ranks[r].output(), Contains("rank " + std::to_string(r) + "/" + std::to_string(n) + ": collectives ok"));
   }
 }
 
@@ -91,8 +90,11 @@ TEST_CASE("init_process_group: a write to a peer that has gone fails with EPIPE 
   TempDir dir;
   const bool own = GENERATE(false, true);
   INFO((own ? "the program installed its own SIGPIPE handler" : "SIGPIPE at its default"));
-  std::map<std::string, std::string> env{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"},
-                                         {"MASTER_PORT", "0"}, {"LSPAWN_RDZV_TIMEOUT", "30"}};
+  std::map<std::string, std::string> env{{"RANK", "0"},
+                                         {"WORLD_SIZE", "1"},
+                                         {"MASTER_ADDR", "127.0.0.1"},
+                                         {"MASTER_PORT", "0"},
+                                         {"LSPAWN_RDZV_TIMEOUT", "30"}};
   if (own) env["LSPAWN_TEST_OWN_SIGPIPE"] = "1";
   ChildProcess c({LSPAWN_TEST_WORKER, "sigpipe"}, env, dir.file("out"));
   const auto st = c.wait_or_kill(60s);
@@ -113,8 +115,7 @@ TEST_CASE("init_process_group: nccl without NCCL support is a clear error", "[un
   o.env = lspawn::WorkerEnv::from_map({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}});
   o.backend = "nccl";
   CHECK_THROWS_AS(lspawn::init_process_group(o), lspawn::ProcessGroupError);
-  CHECK_THROWS_WITH(lspawn::init_process_group(o),
-                    Contains("rank 1/2") && Contains("lspawn was built without NCCL"));
+  CHECK_THROWS_WITH(lspawn::init_process_group(o), Contains("rank 1/2") && Contains("lspawn was built without NCCL"));
 }
 
 TEST_CASE("init_process_group: nccl on a node without a CUDA device names LOCAL_RANK and CUDA_VISIBLE_DEVICES",
@@ -128,8 +129,9 @@ TEST_CASE("init_process_group: nccl on a node without a CUDA device names LOCAL_
   o.backend = "nccl";
   ::setenv("CUDA_VISIBLE_DEVICES", "0,1", 1);
   // Fails before the rendezvous (MASTER_PORT=1 is never dialled), naming what explains it.
-  CHECK_THROWS_WITH(lspawn::init_process_group(o), Contains("rank 1/2: backend nccl: LOCAL_RANK=1 needs a CUDA device") &&
-                                                        Contains("CUDA_VISIBLE_DEVICES '0,1'"));
+  CHECK_THROWS_WITH(
+      lspawn::init_process_group(o),
+      Contains("rank 1/2: backend nccl: LOCAL_RANK=1 needs a CUDA device") && Contains("CUDA_VISIBLE_DEVICES '0,1'"));
   ::unsetenv("CUDA_VISIBLE_DEVICES");
 }
 
@@ -209,12 +211,12 @@ TEST_CASE("GlooLoopTicker: gloo's tcp loop goes round every period instead of ev
                             << paused.count() << " us paused, " << resumed.count() << " us resumed; " << ticks
                             << " ticks, " << ticks_paused << " while paused");
   CHECK(ticks > 0);
-  CHECK(ticks_paused <= 1);  // at most one expiration already pending when paused
+  CHECK(ticks_paused <= 1);                            // at most one expiration already pending when paused
   CHECK(without > std::chrono::milliseconds(rounds));  // > 1 ms each: gloo's own 10 ms timeout
   // Differences, not ratios: a loaded machine adds its scheduling delays to every wait alike,
   // while the ticker removes the rest of gloo's 10 ms timeout (~5 ms a wait on average).
   CHECK(without - with > std::chrono::milliseconds(2 * rounds));
-  CHECK(paused > std::chrono::milliseconds(rounds));   // paused: gloo's own pace
+  CHECK(paused > std::chrono::milliseconds(rounds));  // paused: gloo's own pace
   CHECK(paused - resumed > std::chrono::milliseconds(2 * rounds));
   // Destroyed while the device lives on: the timer is off the loop, back to gloo's own pace.
   CHECK(unregister_waits(*tcp, 10) > std::chrono::milliseconds(10));
@@ -264,7 +266,8 @@ pid_t new_thread(const std::set<pid_t>& before) {
 
 }  // namespace
 
-TEST_CASE("GlooLoopTicker: holding the last reference, the device's loop stops within a period", "[unit][process_group]") {
+TEST_CASE("GlooLoopTicker: holding the last reference, the device's loop stops within a period",
+          "[unit][process_group]") {
   if (!lspawn::compat::kGlooLoopTicker) {  // LibTorch 2.x: gloo is left alone (torch_compat.hpp)
     CHECK_FALSE(lspawn::GlooLoopTicker(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")).active());
     return;
@@ -307,7 +310,7 @@ TEST_CASE("GlooLoopTicker: holding the last reference, the device's loop stops w
   std::sort(with_ticker.begin(), with_ticker.end());
   std::sort(alone.begin(), alone.end());
   INFO("device destruction, median of " << rounds << ": with the ticker " << with_ticker[rounds / 2].count()
-       << " us, gloo alone " << alone[rounds / 2].count() << " us");
+                                        << " us, gloo alone " << alone[rounds / 2].count() << " us");
   CHECK(alone[rounds / 2] - with_ticker[rounds / 2] > std::chrono::milliseconds(2));
 }
 
@@ -334,13 +337,10 @@ TEST_CASE("init_process_group: 8 real processes form a gloo group and pass a bar
     const auto st = ranks[r].wait_or_kill(120s);
     INFO("rank " << r << "/" << n << ": " << st.describe() << "\n" << ranks[r].output());
     CHECK(st.code == 0);
-    CHECK_THAT(ranks[r].output(),
-               Contains("rank " + std::to_string(r) + "/" + std::to_string(n) + ": collectives ok"));
+    CHECK_THAT(ranks[r].output(), Contains("rank " + std::to_string(r) + "/" + std::to_string(n) + ": collectives ok"));
   }
 }
 
 // c10's glog headers also define CHECK; if theirs won, a failing CHECK would abort the whole test
 // binary instead of failing this case. [!shouldfail] turns Catch's failure into a pass.
-TEST_CASE("test harness: CHECK is Catch's, not glog's", "[process_group][!shouldfail]") {
-  CHECK(1 + 1 == 3);
-}
+TEST_CASE("test harness: CHECK is Catch's, not glog's", "[process_group][!shouldfail]") { CHECK(1 + 1 == 3); }

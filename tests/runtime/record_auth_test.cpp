@@ -21,17 +21,17 @@ TEST_CASE("record auth: a sealed record opens with the same secret and key only"
   const auto sealed = a.seal("k/1", bytes("host\n42"));
   REQUIRE(sealed.size() == RecordAuth::kHeaderSize + 7);
   CHECK(a.open("k/1", sealed) == bytes("host\n42"));
-  CHECK_FALSE(b.open("k/1", sealed));            // another secret
-  CHECK_FALSE(a.open("k/2", sealed));            // another key: records cannot be moved
+  CHECK_FALSE(b.open("k/1", sealed));  // another secret
+  CHECK_FALSE(a.open("k/2", sealed));  // another key: records cannot be moved
   auto tampered = sealed;
   tampered.back() ^= 1;
-  CHECK_FALSE(a.open("k/1", tampered));          // one bit of the value
+  CHECK_FALSE(a.open("k/1", tampered));  // one bit of the value
   tampered = sealed;
   tampered[5] ^= 1;
-  CHECK_FALSE(a.open("k/1", tampered));          // one bit of the MAC
+  CHECK_FALSE(a.open("k/1", tampered));                                                   // one bit of the MAC
   CHECK_FALSE(a.open("k/1", std::vector<uint8_t>(sealed.begin(), sealed.begin() + 20)));  // truncated
-  CHECK_FALSE(a.open("k/1", bytes("host\n42")));  // not sealed at all
-  CHECK(a.open("k/1", a.seal("k/1", {})) == std::vector<uint8_t>{});  // empty values too
+  CHECK_FALSE(a.open("k/1", bytes("host\n42")));                                          // not sealed at all
+  CHECK(a.open("k/1", a.seal("k/1", {})) == std::vector<uint8_t>{});                      // empty values too
 }
 
 TEST_CASE("record auth: key names depend on the secret and the key", "[unit][security]") {
@@ -72,7 +72,8 @@ TEST_CASE("record auth: foreign records are described by what they claim", "[uni
 
 TEST_CASE("record auth: a sealed record with a wrong MAC is described by what it carries", "[unit][security]") {
   const RecordAuth wrong("not-the-secret-of-this-job");
-  CHECK(lspawn::describe_foreign_record(wrong.seal("k", bytes("evil\n42"))) == "claiming 'evil pid 42' (43 bytes, sealed)");
+  CHECK(lspawn::describe_foreign_record(wrong.seal("k", bytes("evil\n42"))) ==
+        "claiming 'evil pid 42' (43 bytes, sealed)");
 }
 
 TEST_CASE("record auth: a connection token checks with the same secret only", "[unit][security]") {
@@ -80,8 +81,8 @@ TEST_CASE("record auth: a connection token checks with the same secret only", "[
   const auto t = a.connection_token();
   CHECK(std::memcmp(t.data(), RecordAuth::kTokenMagic, 4) == 0);
   CHECK(a.check_connection_token(t));
-  CHECK_FALSE(b.check_connection_token(t));  // another secret
-  CHECK(a.connection_token() != t);          // a fresh nonce each time
+  CHECK_FALSE(b.check_connection_token(t));                               // another secret
+  CHECK(a.connection_token() != t);                                       // a fresh nonce each time
   for (size_t at : {size_t{0}, size_t{4}, RecordAuth::kTokenSize - 1}) {  // magic, nonce, MAC
     auto tampered = t;
     tampered[at] ^= 1;

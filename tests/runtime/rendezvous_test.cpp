@@ -4,7 +4,6 @@
 #include <thread>
 #include <vector>
 
-
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
@@ -98,8 +97,8 @@ TEST_CASE("rendezvous: rank 0 never arrives, a client times out naming rank 0 an
   INFO(st.describe() << "\n" << c.output());
   CHECK(st.code == 3);
   CHECK_THAT(c.output(), Contains("missing: [0]"));
-  CHECK_THAT(c.output(), Contains("cannot connect to the rendezvous store at 127.0.0.1:" +
-                                  std::to_string(reserved.port())));
+  CHECK_THAT(c.output(),
+             Contains("cannot connect to the rendezvous store at 127.0.0.1:" + std::to_string(reserved.port())));
   CHECK_THAT(c.output(), Contains("Connection refused"));
 }
 
@@ -157,10 +156,10 @@ TEST_CASE("host_store: a port in use (listening) is an error naming host:port", 
 TEST_CASE("connect_store: nobody listening within the timeout is an error naming host:port", "[unit][rendezvous]") {
   ReservedPort reserved;  // refuses connections
   const auto t0 = std::chrono::steady_clock::now();
-  CHECK_THROWS_WITH(lspawn::connect_store("127.0.0.1", reserved.port(), 500ms),
-                    Contains("cannot connect to the rendezvous store at 127.0.0.1:" +
-                             std::to_string(reserved.port())) &&
-                        Contains("timeout 0.5 s") && Contains("Connection refused"));
+  CHECK_THROWS_WITH(
+      lspawn::connect_store("127.0.0.1", reserved.port(), 500ms),
+      Contains("cannot connect to the rendezvous store at 127.0.0.1:" + std::to_string(reserved.port())) &&
+          Contains("timeout 0.5 s") && Contains("Connection refused"));
   CHECK(seconds_since(t0) < 5.0);
 }
 
@@ -231,7 +230,7 @@ TEST_CASE("try_get does not wake a client waiting for the missing key", "[unit][
   auto prober = lspawn::connect_store("127.0.0.1", server->public_port(), 10s);
   std::vector<uint8_t> got;
   std::thread t([&] { got = waiter->get("late"); });  // c10d's own get(): waits for the key
-  std::this_thread::sleep_for(200ms);                  // the waiter is registered
+  std::this_thread::sleep_for(200ms);                 // the waiter is registered
   CHECK_FALSE(lspawn::try_get(*prober, "late").has_value());
   std::this_thread::sleep_for(200ms);
   prober->set("late", Bytes{'v'});

@@ -38,8 +38,8 @@ using lspawn::test::ChildProcess;
 using lspawn::test::connect_to;
 using lspawn::test::eventually;
 using lspawn::test::ReservedPort;
-using lspawn::test::TempDir;
 using lspawn::test::strangers;
+using lspawn::test::TempDir;
 using lspawn::test::touch;
 
 namespace {
@@ -116,7 +116,8 @@ TEST_CASE("secured rendezvous: a single-node job listens on loopback only", "[se
   const int n = 3;
   std::vector<ChildProcess> ranks;
   for (int r = 0; r < n; ++r) {
-    ranks.emplace_back(worker("listeners"), secured_env(r, n, reserved.port(), "loop"), dir.file("r" + std::to_string(r)));
+    ranks.emplace_back(worker("listeners"), secured_env(r, n, reserved.port(), "loop"),
+                       dir.file("r" + std::to_string(r)));
   }
   // Every socket any rank is seen listening on while the job runs.
   std::vector<lspawn::test::Listener> seen;
@@ -192,8 +193,8 @@ TEST_CASE("secured rendezvous: records of a stranger without the secret are refu
   // Rank 2 starts once rank 0 has seen (and refused) the forged rank-2 record: a fixed 1.5 s was not
   // always enough under ctest -j4's load (rank 0 had not read it yet, the legitimate record came first).
   INFO(ranks[0].output());
-  REQUIRE(eventually([&] { return ranks[0].output().find("refused a store record for '" + rank2 + "'") != std::string::npos; },
-                     30s));
+  REQUIRE(eventually(
+      [&] { return ranks[0].output().find("refused a store record for '" + rank2 + "'") != std::string::npos; }, 30s));
   ranks.emplace_back(worker("collectives"), secured_env(2, n, reserved.port(), run), dir.file("r2"));
 
   std::string all;
@@ -216,8 +217,7 @@ TEST_CASE("secured rendezvous: records of a stranger without the secret are refu
   CHECK(all.find(kSecret) == std::string::npos);
 }
 
-TEST_CASE("secured rendezvous: without a secret (torchrun) records stay plain and nothing is refused",
-          "[security]") {
+TEST_CASE("secured rendezvous: without a secret (torchrun) records stay plain and nothing is refused", "[security]") {
   TempDir dir;
   ReservedPort reserved;
   std::vector<ChildProcess> ranks;
@@ -250,7 +250,8 @@ TEST_CASE("secured rendezvous: garbage on the store's and gloo's ports is surviv
   const unsigned char partial[] = {0, 5, 0, 0};
   (void)!::send(half, partial, sizeof partial, MSG_NOSIGNAL);
   for (int r = 1; r < n; ++r) {
-    ranks.emplace_back(worker("collectives"), secured_env(r, n, reserved.port(), "junk"), dir.file("r" + std::to_string(r)));
+    ranks.emplace_back(worker("collectives"), secured_env(r, n, reserved.port(), "junk"),
+                       dir.file("r" + std::to_string(r)));
   }
   // Every gloo listener that shows up during the rendezvous gets garbage too.
   std::set<uint16_t> hit{reserved.port()};

@@ -24,9 +24,9 @@
 #include <catch2/catch.hpp>
 
 using namespace std::chrono_literals;
+using lspawn::check_store_head;
 using lspawn::HeadVerdict;
 using lspawn::StoreProtocol;
-using lspawn::check_store_head;
 using lspawn::test::eventually;
 
 namespace {
@@ -48,7 +48,7 @@ TEST_CASE("store gate: the first bytes of each store protocol", "[unit][store_ga
   CHECK(head(V, {0x00, 0xce, 0xf7, 0x85, 0x3c}) == HeadVerdict::Accept);
   CHECK(head(V, {0x00, 0xce, 0xf7}) == HeadVerdict::NeedMore);
   CHECK(head(V, {0x00, 0xce, 0xf7, 0x85, 0x3d}) == HeadVerdict::Refuse);
-  CHECK(head(V, {0x01}) == HeadVerdict::Refuse);             // a SET without validation
+  CHECK(head(V, {0x01}) == HeadVerdict::Refuse);                // a SET without validation
   CHECK(head(V, {'G', 'E', 'T', ' '}) == HeadVerdict::Refuse);  // a probe
   // 1.13: a query type, then a sane length.
   CHECK(head(L, legacy_set(40)) == HeadVerdict::Accept);
@@ -172,7 +172,8 @@ TEST_CASE("store gate: many clients at once are all relayed while one holds half
   for (auto& t : ranks) t.join();
   INFO((errors.empty() ? std::string() : errors.front()));
   CHECK(errors.empty());
-  for (int r = 0; r < kClients; ++r) CHECK(got[r] == std::vector<uint8_t>(60, static_cast<uint8_t>((r + 1) % kClients)));
+  for (int r = 0; r < kClients; ++r)
+    CHECK(got[r] == std::vector<uint8_t>(60, static_cast<uint8_t>((r + 1) % kClients)));
   CHECK(hosted->add("count", 0) == kClients);
   // The half request is refused on its own deadline (kStoreReceiveTimeout), not by the others.
   REQUIRE(eventually([&] { return hosted->refused() == 1; }, 5s));
@@ -214,9 +215,9 @@ TEST_CASE("store gate: a server that does not accept stalls only the client wait
     // A: a valid first request; the gate's connect to the stalled server stays in progress.
     const int waiting = lspawn::test::connect_to(gate.port());
     REQUIRE(waiting >= 0);
-    const std::vector<std::uint8_t> valid =
-        lspawn::compat::store_protocol() == StoreProtocol::Validated ? std::vector<std::uint8_t>{0x00, 0xce, 0xf7, 0x85, 0x3c}
-                                                                       : legacy_set(40);
+    const std::vector<std::uint8_t> valid = lspawn::compat::store_protocol() == StoreProtocol::Validated
+                                                ? std::vector<std::uint8_t>{0x00, 0xce, 0xf7, 0x85, 0x3c}
+                                                : legacy_set(40);
     REQUIRE(::send(waiting, valid.data(), valid.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(valid.size()));
     std::this_thread::sleep_for(100ms);  // let the gate start that connect (it would block here)
     // B: garbage, refused while A still waits: the gate's thread is not inside A's connect.
@@ -234,9 +235,10 @@ TEST_CASE("store gate: a server that does not accept stalls only the client wait
   stalled.close();
 }
 
-TEST_CASE("store server: the libuv server's refusal of a handed-over socket (torch 2.4) switches to the legacy server, "
-          "nothing else does",
-          "[rendezvous][compat]") {
+TEST_CASE(
+    "store server: the libuv server's refusal of a handed-over socket (torch 2.4) switches to the legacy server, "
+    "nothing else does",
+    "[rendezvous][compat]") {
   c10d::TCPStoreOptions o;
   const std::runtime_error refusal(
       "The libuv TCPStore backend does not support initialization with an listen fd. Please switch to the legacy "

@@ -73,7 +73,8 @@ extern "C" __attribute__((noinline)) void lspawn_test_throw_runtime_error() {
 }
 
 extern "C" __attribute__((noinline)) void lspawn_test_throw_in_thread() {
-  throw std::runtime_error("thrown in a thread of rank " + std::string(std::getenv("RANK") ? std::getenv("RANK") : "?"));
+  throw std::runtime_error("thrown in a thread of rank " +
+                           std::string(std::getenv("RANK") ? std::getenv("RANK") : "?"));
 }
 
 namespace {
@@ -95,9 +96,7 @@ int do_rendezvous() {
   }
 }
 
-bool close_to(const at::Tensor& t, double want) {
-  return t.allclose(at::full_like(t, want));
-}
+bool close_to(const at::Tensor& t, double want) { return t.allclose(at::full_like(t, want)); }
 
 int do_collectives() {
   auto w = lspawn::init_process_group();
@@ -146,7 +145,9 @@ int do_collectives() {
 std::string sync_file(const std::string& name) { return std::string(std::getenv("LSPAWN_TEST_SYNC_DIR")) + "/" + name; }
 
 // Waits (at most 60 s) for sync_file(name); false when it never came.
-bool wait_for_file(const std::string& name) { return lspawn::test::wait_file(sync_file(name), std::chrono::seconds(60)); }
+bool wait_for_file(const std::string& name) {
+  return lspawn::test::wait_file(sync_file(name), std::chrono::seconds(60));
+}
 
 // A store that holds back the publication of gloo's pair addresses (1.13's connectFullMesh
 // writes them under the rank's number, after every rank's host name) until go-1: the other
@@ -197,13 +198,13 @@ int do_gloo_strangers() {
   at::Tensor t = at::full({4}, double(r + 1), at::kDouble);
   lspawn::all_reduce(*g, t, lspawn::ReduceOp::Sum);
   if (!close_to(t, n * (n + 1) / 2.0)) ++bad;
-  std::printf("rank %d/%d: gloo-strangers %s; guard active %d, tokens sent %llu, admitted %llu, refused %llu, stand-ins %llu\n",
-              r, n,
-              bad ? "WRONG" : "ok", lspawn::GlooGuard::active() ? 1 : 0,
-              static_cast<unsigned long long>(lspawn::GlooGuard::sent()),
-              static_cast<unsigned long long>(lspawn::GlooGuard::admitted()),
-              static_cast<unsigned long long>(lspawn::GlooGuard::refused()),
-              static_cast<unsigned long long>(lspawn::GlooGuard::stand_ins()));
+  std::printf(
+      "rank %d/%d: gloo-strangers %s; guard active %d, tokens sent %llu, admitted %llu, refused %llu, stand-ins %llu\n",
+      r, n, bad ? "WRONG" : "ok", lspawn::GlooGuard::active() ? 1 : 0,
+      static_cast<unsigned long long>(lspawn::GlooGuard::sent()),
+      static_cast<unsigned long long>(lspawn::GlooGuard::admitted()),
+      static_cast<unsigned long long>(lspawn::GlooGuard::refused()),
+      static_cast<unsigned long long>(lspawn::GlooGuard::stand_ins()));
   return bad ? 5 : 0;
 }
 
@@ -229,7 +230,8 @@ int do_listeners() {
 int do_stranger() {
   const std::string host = std::getenv("MASTER_ADDR") ? std::getenv("MASTER_ADDR") : "127.0.0.1";
   const auto port = static_cast<uint16_t>(lspawn::test::env_int("MASTER_PORT", 0));
-  const std::string prefix = std::string("lspawn/") + (std::getenv("TORCHELASTIC_RUN_ID") ? std::getenv("TORCHELASTIC_RUN_ID") : "none") + "/0/";
+  const std::string prefix = std::string("lspawn/") +
+                             (std::getenv("TORCHELASTIC_RUN_ID") ? std::getenv("TORCHELASTIC_RUN_ID") : "none") + "/0/";
   auto store = lspawn::connect_store(host, port, std::chrono::seconds(20));
   const std::string rec = "evil-host\n4242";
   store->set(prefix + "rdzv/rank/1", std::vector<uint8_t>(rec.begin(), rec.end()));
@@ -266,7 +268,9 @@ int do_sigpipe() {
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return 6;
   ::close(sv[1]);
   char byte = 'x';
-  struct iovec iov {&byte, 1};
+  struct iovec iov {
+    &byte, 1
+  };
   const ssize_t n = ::writev(sv[0], &iov, 1);
   const int err = errno;
   std::printf("writev: %s\n", n < 0 && err == EPIPE ? "EPIPE" : n < 0 ? std::strerror(err) : "wrote");
@@ -285,8 +289,8 @@ int worker_main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "stranger") return do_stranger();
   // LSPAWN_TEST_DELAY_RANKS_MS=N: every rank but 0 starts N ms late (a stranger's head start).
-  if (const char* d = std::getenv("LSPAWN_TEST_DELAY_RANKS_MS"); d != nullptr && std::getenv("RANK") != nullptr &&
-                                                                   std::strcmp(std::getenv("RANK"), "0") != 0) {
+  if (const char* d = std::getenv("LSPAWN_TEST_DELAY_RANKS_MS");
+      d != nullptr && std::getenv("RANK") != nullptr && std::strcmp(std::getenv("RANK"), "0") != 0) {
     ::usleep(static_cast<useconds_t>(std::atoi(d)) * 1000);
   }
   // LSPAWN_TEST_ABSENT_RANK=R: rank R never arrives (sleeps until killed), in every mode.

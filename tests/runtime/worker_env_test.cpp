@@ -1,6 +1,5 @@
 #include <cstdlib>
 
-
 #include "runtime/worker_env.hpp"
 #include "support/cluster_env.hpp"
 // Last: c10's glog headers define CHECK too; Catch's must win.
@@ -84,8 +83,7 @@ TEST_CASE("WorkerEnv: every variable of the contract is read", "[unit][worker_en
 
 TEST_CASE("WorkerEnv: LSPAWN_ERROR_FILE is the fallback error file", "[unit][worker_env]") {
   CHECK(WorkerEnv::from_map(with(minimal(), "LSPAWN_ERROR_FILE", "/e.json")).error_file == "/e.json");
-  CHECK(WorkerEnv::from_map(with(with(minimal(), "LSPAWN_ERROR_FILE", "/e.json"),
-                                 "TORCHELASTIC_ERROR_FILE", ""))
+  CHECK(WorkerEnv::from_map(with(with(minimal(), "LSPAWN_ERROR_FILE", "/e.json"), "TORCHELASTIC_ERROR_FILE", ""))
             .error_file == "/e.json");
 }
 
@@ -106,8 +104,7 @@ TEST_CASE("WorkerEnv: malformed values name the variable, the value and the form
   CHECK_THROWS_WITH(WorkerEnv::from_map(with(minimal(), "RANK", "1x")), Equals("RANK='1x' is not an integer"));
   CHECK_THROWS_WITH(WorkerEnv::from_map(with(minimal(), "RANK", "")), Contains("RANK is set but empty"));
   CHECK_THROWS_WITH(WorkerEnv::from_map(with(minimal(), "RANK", "-1")), Contains("RANK='-1' is out of range"));
-  CHECK_THROWS_WITH(WorkerEnv::from_map(with(minimal(), "RANK", "99999999999999999999")),
-                    Contains("is out of range"));
+  CHECK_THROWS_WITH(WorkerEnv::from_map(with(minimal(), "RANK", "99999999999999999999")), Contains("is out of range"));
   CHECK_THROWS_WITH(WorkerEnv::from_map(with(minimal(), "RANK", "5")), Equals("RANK=5 is not below WORLD_SIZE=4"));
   CHECK_THROWS_WITH(WorkerEnv::from_map(with(minimal(), "WORLD_SIZE", "0")),
                     Contains("WORLD_SIZE='0' is out of range: expected 1.."));
@@ -127,8 +124,7 @@ TEST_CASE("WorkerEnv: malformed values name the variable, the value and the form
                     Equals("ROLE_RANK=4 is not below ROLE_WORLD_SIZE=4"));
   CHECK_THROWS_WITH(WorkerEnv::from_map(with(minimal(), "ROLE_WORLD_SIZE", "z")),
                     Equals("ROLE_WORLD_SIZE='z' is not an integer"));
-  CHECK_THROWS_WITH(WorkerEnv::from_map(with(minimal(), "MASTER_ADDR", "")),
-                    Contains("MASTER_ADDR is set but empty"));
+  CHECK_THROWS_WITH(WorkerEnv::from_map(with(minimal(), "MASTER_ADDR", "")), Contains("MASTER_ADDR is set but empty"));
   CHECK_THROWS_WITH(WorkerEnv::from_map(with(minimal(), "MASTER_PORT", "70000")),
                     Equals("MASTER_PORT='70000' is out of range: expected 0..65535"));
   CHECK_THROWS_WITH(WorkerEnv::from_map(with(minimal(), "MASTER_PORT", "http")),
@@ -144,9 +140,9 @@ TEST_CASE("WorkerEnv: malformed values name the variable, the value and the form
 }
 
 TEST_CASE("WorkerEnv: Open MPI's variables stand in when RANK is unset", "[unit][worker_env]") {
-  const Vars ompi = {{"OMPI_COMM_WORLD_RANK", "3"},       {"OMPI_COMM_WORLD_SIZE", "4"},
-                     {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
-                     {"MASTER_PORT", "29501"}, {"MASTER_ADDR", "h0"}};
+  const Vars ompi = {
+      {"OMPI_COMM_WORLD_RANK", "3"},       {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+      {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"MASTER_PORT", "29501"},      {"MASTER_ADDR", "h0"}};
   const WorkerEnv e = WorkerEnv::from_map(ompi);
   CHECK(e.rank == 3);
   CHECK(e.world_size == 4);
@@ -159,8 +155,7 @@ TEST_CASE("WorkerEnv: Open MPI's variables stand in when RANK is unset", "[unit]
   CHECK(t.local_rank == 0);
   CHECK(t.local_world_size == 2);
   // Malformed values are still named, under the name that was read.
-  CHECK_THROWS_WITH(WorkerEnv::from_map(with(ompi, "OMPI_COMM_WORLD_SIZE", "x")),
-                    Contains("WORLD_SIZE='x'"));
+  CHECK_THROWS_WITH(WorkerEnv::from_map(with(ompi, "OMPI_COMM_WORLD_SIZE", "x")), Contains("WORLD_SIZE='x'"));
 }
 
 TEST_CASE("WorkerEnv: MASTER_PORT=0 is accepted for a one-worker job", "[unit][worker_env]") {
@@ -202,10 +197,10 @@ TEST_CASE("duration_from_environment parses seconds", "[unit][worker_env]") {
 
 TEST_CASE("WorkerEnv: Open MPI completes the group, port and run id", "[unit][worker_env][ompi]") {
   // mpirun -np 4 on one node (tests/data: OMPI 4.1.4's variables of rank 2).
-  Vars ompi = {{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+  Vars ompi = {{"OMPI_COMM_WORLD_RANK", "2"},       {"OMPI_COMM_WORLD_SIZE", "4"},
                {"OMPI_COMM_WORLD_LOCAL_RANK", "2"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
-               {"OMPI_COMM_WORLD_NODE_RANK", "2"}, {"OMPI_MCA_ess_base_jobid", "1546256385"},
-               {"OMPI_MCA_orte_num_nodes", "1"}, {"PMIX_RANK", "2"}};
+               {"OMPI_COMM_WORLD_NODE_RANK", "2"},  {"OMPI_MCA_ess_base_jobid", "1546256385"},
+               {"OMPI_MCA_orte_num_nodes", "1"},    {"PMIX_RANK", "2"}};
   WorkerEnv e = WorkerEnv::from_map(ompi);
   CHECK(e.rank == 2);
   CHECK(e.world_size == 4);
@@ -237,14 +232,14 @@ TEST_CASE("WorkerEnv: srun -N2 -n4 prog, one task per worker (captured env)", "[
   for (int task = 0; task < 4; ++task) {
     INFO("task " << task);
     const WorkerEnv e = WorkerEnv::from_map(lspawn::test::cluster_env("slurm-srun-N2-n4-loopback.env", task));
-    CHECK(e.rank == task);                 // SLURM_PROCID
-    CHECK(e.world_size == 4);              // SLURM_STEP_NUM_TASKS / SLURM_NTASKS
-    CHECK(e.local_rank == task % 2);       // SLURM_LOCALID
-    CHECK(e.local_world_size == 2);        // 2(x2)[SLURM_NODEID]
-    CHECK(e.group_rank == task / 2);       // SLURM_NODEID
+    CHECK(e.rank == task);            // SLURM_PROCID
+    CHECK(e.world_size == 4);         // SLURM_STEP_NUM_TASKS / SLURM_NTASKS
+    CHECK(e.local_rank == task % 2);  // SLURM_LOCALID
+    CHECK(e.local_world_size == 2);   // 2(x2)[SLURM_NODEID]
+    CHECK(e.group_rank == task / 2);  // SLURM_NODEID
     CHECK(e.group_world_size == 2);
-    CHECK(e.master_addr == "n1");          // first host of n[1-2]
-    CHECK(e.master_port == 15003);         // 15000 + job 3
+    CHECK(e.master_addr == "n1");   // first host of n[1-2]
+    CHECK(e.master_port == 15003);  // 15000 + job 3
     CHECK(e.run_id == "3");
   }
 }
@@ -276,12 +271,14 @@ TEST_CASE("WorkerEnv: Slurm variations and errors", "[unit][worker_env][slurm]")
     env["SLURM_STEP_TASKS_PER_NODE"] = "2(x";
     CHECK_THROWS_WITH(WorkerEnv::from_map(env), Contains("SLURM_STEP_TASKS_PER_NODE='2(x'"));
     env["SLURM_STEP_TASKS_PER_NODE"] = "2(x3)";
-    CHECK_THROWS_WITH(WorkerEnv::from_map(env), Equals("SLURM_STEP_TASKS_PER_NODE='2(x3)' describes 3 nodes but SLURM_STEP_NUM_NODES=2"));
+    CHECK_THROWS_WITH(WorkerEnv::from_map(env),
+                      Equals("SLURM_STEP_TASKS_PER_NODE='2(x3)' describes 3 nodes but SLURM_STEP_NUM_NODES=2"));
     env["SLURM_STEP_TASKS_PER_NODE"] = "2(x2)";
     env["SLURM_PROCID"] = "x";
     CHECK_THROWS_WITH(WorkerEnv::from_map(env), Equals("RANK='x' is not an integer"));
     env.erase("SLURM_PROCID");
-    CHECK_THROWS_WITH(WorkerEnv::from_map(env), Equals("SLURM_PROCID missing in a Slurm job step (SLURM_STEP_ID is set)"));
+    CHECK_THROWS_WITH(WorkerEnv::from_map(env),
+                      Equals("SLURM_PROCID missing in a Slurm job step (SLURM_STEP_ID is set)"));
   }
   SECTION("the batch script is not a task") {
     CHECK_THROWS_WITH(WorkerEnv::from_map(lspawn::test::cluster_env("slurm-sbatch-script-N2-tpn2.env")),
@@ -303,12 +300,21 @@ TEST_CASE("WorkerEnv: Slurm variations and errors", "[unit][worker_env][slurm]")
 TEST_CASE("WorkerEnv: mpirun inside sbatch prefers OMPI over orted's SLURM_*", "[unit][worker_env][ompi][slurm]") {
   // Rank 3 of `mpirun -np 4` in a 2-node job: orted was started by srun, so SLURM_PROCID is the
   // node index and SLURM_NTASKS the node count (tests/data/cluster-env/ompi-mpirun-inside-sbatch.env).
-  const Vars env = {{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-                    {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
-                    {"PMIX_RANK", "3"}, {"SLURMD_NODENAME", "n2"}, {"SLURM_PROCID", "1"},
-                    {"SLURM_LOCALID", "0"}, {"SLURM_NODEID", "1"}, {"SLURM_NTASKS", "2"},
-                    {"SLURM_STEP_ID", "0"}, {"SLURM_JOB_NUM_NODES", "2"}, {"SLURM_JOB_ID", "9"},
-                    {"MASTER_ADDR", "n1"}, {"MASTER_PORT", "29500"}};
+  const Vars env = {{"OMPI_COMM_WORLD_RANK", "3"},
+                    {"OMPI_COMM_WORLD_SIZE", "4"},
+                    {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                    {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                    {"PMIX_RANK", "3"},
+                    {"SLURMD_NODENAME", "n2"},
+                    {"SLURM_PROCID", "1"},
+                    {"SLURM_LOCALID", "0"},
+                    {"SLURM_NODEID", "1"},
+                    {"SLURM_NTASKS", "2"},
+                    {"SLURM_STEP_ID", "0"},
+                    {"SLURM_JOB_NUM_NODES", "2"},
+                    {"SLURM_JOB_ID", "9"},
+                    {"MASTER_ADDR", "n1"},
+                    {"MASTER_PORT", "29500"}};
   const WorkerEnv e = WorkerEnv::from_map(env);
   CHECK(e.rank == 3);
   CHECK(e.world_size == 4);

@@ -88,7 +88,8 @@ TEST_CASE("engine: threads as ranks, every op, and a rank that never comes is na
     for (int r = 0; r < n; ++r)
       ts.emplace_back([&, r] {
         lspawn_engine_error err{};
-        lspawn_engine* e = lspawn_engine_create(r, n, "engine-test", 20000, shown.data(), board_set, board_get, &board, &err);
+        lspawn_engine* e =
+            lspawn_engine_create(r, n, "engine-test", 20000, shown.data(), board_set, board_get, &board, &err);
         if (!e) {
           failures[r] = err.message;
           return;
@@ -120,12 +121,14 @@ TEST_CASE("engine: threads as ranks, every op, and a rank that never comes is na
   bool done = false;
   std::thread t1([&] {
     lspawn_engine_error err{};
-    lspawn_engine* e = lspawn_engine_create(1, 2, "engine-test-late", 300, shown.data(), board_set, board_get, &board, &err);
+    lspawn_engine* e =
+        lspawn_engine_create(1, 2, "engine-test-late", 300, shown.data(), board_set, board_get, &board, &err);
     std::unique_lock<std::mutex> l(mu);
     cv.wait(l, [&] { return done; });
     if (e) lspawn_engine_destroy(e);
   });
-  lspawn_engine* e0 = lspawn_engine_create(0, 2, "engine-test-late", 300, shown.data(), board_set, board_get, &board, &err0);
+  lspawn_engine* e0 =
+      lspawn_engine_create(0, 2, "engine-test-late", 300, shown.data(), board_set, board_get, &board, &err0);
   REQUIRE(e0 != nullptr);
   float x = 1;
   rc0 = lspawn_engine_all_reduce(e0, &x, 1, LSPAWN_ENGINE_FLOAT32, LSPAWN_ENGINE_SUM, &err0);

@@ -34,20 +34,18 @@ TEST_CASE("codec round-trips scalars, strings and containers") {
   CHECK(round_trip(std::vector<std::string>{}).empty());
   CHECK(round_trip(std::vector<std::vector<double>>{{1.0}, {}, {2.0, 3.0}}) ==
         std::vector<std::vector<double>>{{1.0}, {}, {2.0, 3.0}});
-  CHECK(round_trip(std::make_tuple(1, std::string("a"), 0.5)) ==
-        std::make_tuple(1, std::string("a"), 0.5));
+  CHECK(round_trip(std::make_tuple(1, std::string("a"), 0.5)) == std::make_tuple(1, std::string("a"), 0.5));
   CHECK(round_trip(std::make_pair(std::string("k"), 7)) == std::make_pair(std::string("k"), 7));
   CHECK(round_trip(std::optional<int>()) == std::nullopt);
   CHECK(round_trip(std::optional<int>(3)) == 3);
-  CHECK(round_trip(std::map<std::string, int>{{"a", 1}, {"b", 2}}) ==
-        std::map<std::string, int>{{"a", 1}, {"b", 2}});
+  CHECK(round_trip(std::map<std::string, int>{{"a", 1}, {"b", 2}}) == std::map<std::string, int>{{"a", 1}, {"b", 2}});
   CHECK(round_trip(Color::Blue) == Color::Blue);
 }
 
 TEST_CASE("codec rejects a value of the wrong kind, naming both kinds") {
   const auto v = Codec<std::string>::encode("x");
-  CHECK_THROWS_WITH(Codec<int>::decode(v), Catch::Contains("expected a value of kind int64") &&
-                                               Catch::Contains("got string"));
+  CHECK_THROWS_WITH(Codec<int>::decode(v),
+                    Catch::Contains("expected a value of kind int64") && Catch::Contains("got string"));
   CHECK_THROWS_AS(Codec<std::vector<int>>::decode(v), CodecError);
   lspawn::proto::Value empty;
   CHECK_THROWS_WITH(Codec<bool>::decode(empty), Catch::Contains("got nothing"));

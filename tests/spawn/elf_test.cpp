@@ -18,8 +18,13 @@ TEST_CASE("elf::has_section is false for files that are not ELF64 - and names an
   const std::string dir = tmp.path;
   const std::string script = dir + "/script.sh", tiny = dir + "/tiny", fake = dir + "/fake";
   std::ofstream(script) << "#!/bin/sh\nexit 0\n";
-  std::ofstream(tiny) << "\x7f" "EL";
-  std::ofstream(fake) << std::string("\x7f" "ELF\x02\x01\x01", 7) << std::string(200, '\xff');
+  std::ofstream(tiny) << "\x7f"
+                         "EL";
+  std::ofstream(fake) << std::string(
+                             "\x7f"
+                             "ELF\x02\x01\x01",
+                             7)
+                      << std::string(200, '\xff');
   CHECK_FALSE(has_section(script, ".text"));
   CHECK_FALSE(has_section(tiny, ".text"));
   CHECK_FALSE(has_section(fake, ".text"));  // header claims sections far past the end

@@ -132,8 +132,7 @@ TEST_CASE("forkserver worker that throws writes an error report and exits 1") {
 TEST_CASE("forkserver refuses a function that is not registered") {
   auto fs = lspawn::Forkserver::start();
   CHECK_THROWS_WITH(fs->fork_worker(make_call("no_such_fn", 0, std::tuple<>()), {}),
-                    Catch::Contains("'no_such_fn' is not registered") &&
-                        Catch::Contains("fs_echo"));
+                    Catch::Contains("'no_such_fn' is not registered") && Catch::Contains("fs_echo"));
   // The server is still usable afterwards.
   fs->fork_worker(make_call("fs_exit", 0, std::make_tuple(0)), {});
   CHECK(wait_exits(*fs, 1)[0].exit_code == 0);
@@ -170,20 +169,18 @@ TEST_CASE("the forkserver and its workers die when the owner is SIGKILLed") {
       auto fs = lspawn::Forkserver::start();
       const pid_t w = fs->fork_worker(make_call("fs_sleep", 0, std::make_tuple(60000)), {});
       const int32_t pids[2] = {fs->pid(), w};
-      lspawn::sys::write_all(ready.write.get(),
-                             std::string_view(reinterpret_cast<const char*>(pids), sizeof pids),
+      lspawn::sys::write_all(ready.write.get(), std::string_view(reinterpret_cast<const char*>(pids), sizeof pids),
                              "ready");
       ::pause();
-    } catch (...) {
-    }
+    } catch (...) {}
     ::_exit(1);
   }
   ready.write.reset();
   int32_t pids[2] = {0, 0};
   size_t got = 0;
   while (got < sizeof pids) {
-    const ssize_t n = lspawn::sys::read_some(ready.read.get(), reinterpret_cast<char*>(pids) + got,
-                                             sizeof pids - got, "ready");
+    const ssize_t n =
+        lspawn::sys::read_some(ready.read.get(), reinterpret_cast<char*>(pids) + got, sizeof pids - got, "ready");
     REQUIRE(n > 0);
     got += static_cast<size_t>(n);
   }
@@ -191,8 +188,7 @@ TEST_CASE("the forkserver and its workers die when the owner is SIGKILLed") {
   int status;
   lspawn::sys::waitpid(owner, &status, 0, "test");
   const auto t0 = std::chrono::steady_clock::now();
-  while ((alive(pids[0]) || alive(pids[1])) &&
-         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
+  while ((alive(pids[0]) || alive(pids[1])) && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   CHECK_FALSE(alive(pids[0]));
@@ -223,8 +219,7 @@ TEST_CASE("result files: garbage, truncation and oversize frames are rejected wi
     std::fclose(f);
   }
   CHECK_THROWS_WITH(lspawn::read_frame_file(path, r, 1 << 20), Catch::Contains("malformed"));
-  CHECK_THROWS_WITH(lspawn::read_frame_file(dir.path + "/missing", r, 1 << 20),
-                    Catch::Contains("missing"));
+  CHECK_THROWS_WITH(lspawn::read_frame_file(dir.path + "/missing", r, 1 << 20), Catch::Contains("missing"));
 }
 
 TEST_CASE("run_worker writes the result, or the error report and returns 1") {

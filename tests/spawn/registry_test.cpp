@@ -42,7 +42,7 @@ TEST_CASE("an invoker rejects a wrong argument count or type with a clear error"
 
 TEST_CASE("registering a second function under a taken name is refused") {
   auto& reg = lspawn::FunctionRegistry::global();
-  CHECK_THROWS_WITH(reg.add("greet", reinterpret_cast<lspawn::FunctionAddress>(&nothing),
-                            lspawn::make_invoker(&nothing)),
-                    Catch::Contains("already registered"));
+  CHECK_THROWS_WITH(
+      reg.add("greet", reinterpret_cast<lspawn::FunctionAddress>(&nothing), lspawn::make_invoker(&nothing)),
+      Catch::Contains("already registered"));
 }

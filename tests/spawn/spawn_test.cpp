@@ -38,8 +38,13 @@ using lspawn::test::env_int;  // -1 when unset
 // Returns what it learnt about its place, so the parent can check index and env agree.
 std::vector<int> t_ok(int index, int mul, std::string tag) {
   std::printf("%s %d\n", tag.c_str(), index);
-  return {index, index * mul, env_int("RANK"), env_int("LOCAL_RANK"), env_int("WORLD_SIZE"),
-          env_int("MASTER_PORT"), std::getenv("TORCHELASTIC_ERROR_FILE") ? 1 : 0,
+  return {index,
+          index * mul,
+          env_int("RANK"),
+          env_int("LOCAL_RANK"),
+          env_int("WORLD_SIZE"),
+          env_int("MASTER_PORT"),
+          std::getenv("TORCHELASTIC_ERROR_FILE") ? 1 : 0,
           std::getenv("LSPAWN_RUN_DIR") ? 1 : 0};
 }
 LSPAWN_REGISTER(t_ok);
@@ -151,14 +156,14 @@ TEST_CASE("spawn success: each index once, first, with the env contract - result
   for (int i = 0; i < 3; ++i) {
     REQUIRE(results[i]);
     const auto& r = *results[i];
-    CHECK(r[0] == i);        // the index arrives first, once per process
-    CHECK(r[1] == i * 10);   // then the arguments
-    CHECK(r[2] == i);        // RANK
-    CHECK(r[3] == i);        // LOCAL_RANK
-    CHECK(r[4] == 3);        // WORLD_SIZE
-    CHECK(r[5] > 0);         // MASTER_PORT, reserved for the run
-    CHECK(r[6] == 1);        // TORCHELASTIC_ERROR_FILE
-    CHECK(r[7] == 1);        // LSPAWN_RUN_DIR
+    CHECK(r[0] == i);       // the index arrives first, once per process
+    CHECK(r[1] == i * 10);  // then the arguments
+    CHECK(r[2] == i);       // RANK
+    CHECK(r[3] == i);       // LOCAL_RANK
+    CHECK(r[4] == 3);       // WORLD_SIZE
+    CHECK(r[5] > 0);        // MASTER_PORT, reserved for the run
+    CHECK(r[6] == 1);       // TORCHELASTIC_ERROR_FILE
+    CHECK(r[7] == 1);       // LSPAWN_RUN_DIR
     ports.insert(r[5]);
     CHECK(capture.text(i, lspawn::Stream::Stdout) == "hello " + std::to_string(i) + "\n");
   }
@@ -284,7 +289,8 @@ TEST_CASE("spawn: a sibling that exits on its own within the grace period is not
   CHECK(path_exists(dir.path + "/clean"));
 }
 
-TEST_CASE("spawn daemon: the parent is killed -> children and grandchildren gone within 1 s, and the run directory", "[counts-threads]") {
+TEST_CASE("spawn daemon: the parent is killed -> children and grandchildren gone within 1 s, and the run directory",
+          "[counts-threads]") {
   const StartMethod m = GENERATE(from_range(std::begin(kMethods), std::end(kMethods)));
   INFO("start method " << lspawn::start_method_name(m));
   TempDir dir;
@@ -296,8 +302,7 @@ TEST_CASE("spawn daemon: the parent is killed -> children and grandchildren gone
       SpawnOptions o = quiet(m, kProcs);
       o.daemon = true;
       lspawn::spawn(t_family, std::make_tuple(dir.path), o);
-    } catch (...) {
-    }
+    } catch (...) {}
     std::_Exit(1);
   }
   std::vector<pid_t> family;
@@ -317,8 +322,7 @@ TEST_CASE("spawn daemon: the parent is killed -> children and grandchildren gone
   lspawn::sys::kill(parent, SIGKILL, "test");
   int status;
   lspawn::sys::waitpid(parent, &status, 0, "test");
-  const bool all_gone = eventually(
-      [&] { return std::none_of(family.begin(), family.end(), alive); }, 1000ms);
+  const bool all_gone = eventually([&] { return std::none_of(family.begin(), family.end(), alive); }, 1000ms);
   CHECK(all_gone);
   if (!all_gone) {  // leave nothing behind for the next test
     for (pid_t p : family) ::kill(p, SIGKILL);
@@ -361,8 +365,7 @@ TEST_CASE("spawn with results from rank 0 only") {
   const StartMethod m = GENERATE(from_range(std::begin(kMethods), std::end(kMethods)));
   SpawnOptions o = quiet(m, 3);
   o.results = lspawn::ResultFrom::Rank0;
-  const auto r = lspawn::spawn(t_ok, std::make_tuple(1, std::string("x")), o)
-                     .results<std::vector<int>>();
+  const auto r = lspawn::spawn(t_ok, std::make_tuple(1, std::string("x")), o).results<std::vector<int>>();
   REQUIRE(r.size() == 3);
   CHECK(r[0]);
   CHECK_FALSE(r[1]);

@@ -48,8 +48,7 @@ std::vector<double> t_model(int, lspawn::ModelWrapper<Net> model, int64_t parent
   // The worker can still train it: a write goes to its own copy of the page.
   at::Tensor out = net.fc->forward(at::ones({2, 64}));
   return {net.fc->weight.sum().item<double>() + net.fc->bias.sum().item<double>(),
-          net.fc->weight.requires_grad() ? 1.0 : 0.0, same_memory ? 1.0 : 0.0,
-          static_cast<double>(out.size(1))};
+          net.fc->weight.requires_grad() ? 1.0 : 0.0, same_memory ? 1.0 : 0.0, static_cast<double>(out.size(1))};
 }
 LSPAWN_REGISTER(t_model);
 
@@ -86,7 +85,9 @@ struct TermDuringUnwind {
     lspawn::test::write_file(dir + "/unwinding", "1");
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (!lspawn::TermHold::held() && std::chrono::steady_clock::now() < end) {
-      struct timespec ts {0, 10'000'000};
+      struct timespec ts {
+        0, 10'000'000
+      };
       ::nanosleep(&ts, nullptr);
     }
   }
@@ -167,8 +168,7 @@ TEST_CASE("ModelWrapper refuses a worker model of another shape") {
   other->register_parameter("w", at::zeros({3}));
   lspawn::ModuleSnapshot snap(*other);
   Net net;
-  CHECK_THROWS_WITH(lspawn::ModuleSnapshot::load_into(net, snap.value()),
-                    Catch::Contains("parameters and buffers"));
+  CHECK_THROWS_WITH(lspawn::ModuleSnapshot::load_into(net, snap.value()), Catch::Contains("parameters and buffers"));
 }
 
 TEST_CASE("workers form a gloo process group with the env contract spawn() gives them") {
@@ -184,8 +184,7 @@ TEST_CASE("a temporary ModelWrapper stays valid until join=false workers have st
     SpawnOptions o = quiet(m, 2);
     o.join = false;
     auto net = std::make_shared<Net>();
-    const double expected =
-        net->fc->weight.sum().item<double>() + net->fc->bias.sum().item<double>();
+    const double expected = net->fc->weight.sum().item<double>() + net->fc->bias.sum().item<double>();
     // The wrapper is a temporary: only the ProcessContext keeps a copy (and the snapshot).
     auto ctx = lspawn::spawn(t_model, std::make_tuple(lspawn::ModelWrapper<Net>(net), int64_t{0}), o);
     CHECK(ctx.join());

@@ -84,8 +84,7 @@ TEST_CASE("status record: what a rank records is what a reader reads", "[status]
   }
 }
 
-TEST_CASE("status record: groups beyond the slots are counted, not recorded, disabled writers do nothing",
-          "[status]") {
+TEST_CASE("status record: groups beyond the slots are counted, not recorded, disabled writers do nothing", "[status]") {
   TempDir dir;
   auto rec = Recorder::create(dir.path, 0);
   for (std::uint32_t i = 0; i < kMaxGroups; ++i) CHECK(rec->add_group("g" + std::to_string(i), 0, 1).enabled());
@@ -179,8 +178,7 @@ TEST_CASE("status record: a reader racing a writer never sees a torn record", "[
   CHECK(usual.torn * 100 <= usual.reads);
 }
 
-TEST_CASE("stack dump: the signal writes the main thread's stack, also when another thread takes it",
-          "[status]") {
+TEST_CASE("stack dump: the signal writes the main thread's stack, also when another thread takes it", "[status]") {
   TempDir dir;
   const std::string path = dir.path + "/rank-0.stack";
   const pid_t child = ::fork();
@@ -317,7 +315,7 @@ TEST_CASE("start phase: the markers a rank writes, tied to its pid (status/phase
   mark_phase("started");
   CHECK(lspawn::test::read_file(dir.path + "/rank-4.started") == std::to_string(me) + "\n");
   CHECK(start_phase(dir.path, 4, me) == StartPhase::BeforeRendezvous);
-  CHECK(start_phase(dir.path, 5, me) == StartPhase::Unknown);  // another rank's
+  CHECK(start_phase(dir.path, 5, me) == StartPhase::Unknown);      // another rank's
   CHECK(start_phase(dir.path, 4, me + 1) == StartPhase::Unknown);  // another process's (an older attempt's)
   mark_phase("rendezvous");
   CHECK(start_phase(dir.path, 4, me) == StartPhase::Rendezvous);

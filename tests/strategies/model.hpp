@@ -25,7 +25,8 @@ struct TinyNet : lspawn::TrainingModule {
   }
   at::Tensor forward(const at::Tensor& x) { return fc3(at::tanh(fc2(at::tanh(fc1(x))))); }
   at::Tensor training_step(const lspawn::Batch& b, int64_t idx) override {
-    if (throw_at >= 0 && idx == throw_at) throw std::runtime_error("training_step failed on purpose at batch " + std::to_string(idx));
+    if (throw_at >= 0 && idx == throw_at)
+      throw std::runtime_error("training_step failed on purpose at batch " + std::to_string(idx));
     if (stall_at >= 0 && idx == stall_at) stalled_between_backward_passes();
     return at::nll_loss(at::log_softmax(forward(b[0]), 1), b[1]);
   }

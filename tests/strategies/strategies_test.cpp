@@ -17,9 +17,9 @@
 
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
+using lspawn::test::machine_has_nvidia_gpu;
 using lspawn::test::require_all_ok;
 using lspawn::test::run_ranks;
-using lspawn::test::machine_has_nvidia_gpu;
 
 namespace {
 // The worker run_ranks() starts: forked from this process (it links worker.cpp), or exec'd (CMake
@@ -38,7 +38,8 @@ TEST_CASE("DDP (c10d::Reducer, several buckets) equals one process on the concat
   }
 }
 
-TEST_CASE("DDP find_unused_parameters: a parameter the loss never reaches does not stall the buckets", "[strategies][ddp]") {
+TEST_CASE("DDP find_unused_parameters: a parameter the loss never reaches does not stall the buckets",
+          "[strategies][ddp]") {
   require_all_ok(run_ranks(kWorker, 2, "equiv", "gloo", {{"LSPAWN_TEST_STRATEGY", "ddp_unused"}}, 90s));
 }
 
@@ -51,32 +52,41 @@ TEST_CASE("DDP with the shm comm hook equals one process (buckets through shared
 // hook), with buckets still queued on rank 0's hook thread, while rank 1's has reduced them (it
 // sets up 300 ms later); setup() of the second module reduces them first, then trains it as one
 // process would.
-TEST_CASE("DDP with the shm comm hook: after a backward that throws midway, setup() of the next module reduces the buckets in flight first",
-          "[strategies][ddp][failure]") {
-  auto r = run_ranks(kWorker, 2, "equiv", "shm", {{"LSPAWN_TEST_STRATEGY", "ddp_hook"}, {"LSPAWN_TEST_FAILED_BACKWARD", "1"}}, 90s);
+TEST_CASE(
+    "DDP with the shm comm hook: after a backward that throws midway, setup() of the next module reduces the buckets "
+    "in flight first",
+    "[strategies][ddp][failure]") {
+  auto r = run_ranks(kWorker, 2, "equiv", "shm",
+                     {{"LSPAWN_TEST_STRATEGY", "ddp_hook"}, {"LSPAWN_TEST_FAILED_BACKWARD", "1"}}, 90s);
   require_all_ok(r);
-  for (const auto& rank : r.ranks) CHECK_THAT(rank.output, Catch::Contains("the first module's backward threw as planned"));
+  for (const auto& rank : r.ranks)
+    CHECK_THAT(rank.output, Catch::Contains("the first module's backward threw as planned"));
 }
 
 // Across nodes (faked on this machine: LSPAWN_TEST_NODES gives each rank a node id) the group is
 // hierarchical, and the hook reduces each bucket through it: shm on each node, gloo among the two
 // leaders (collectives/hierarchy.hpp).
-TEST_CASE("DDP with the shm comm hook across nodes (hierarchical) equals one process", "[strategies][ddp][hierarchical]") {
-  const std::map<std::string, std::string> env = {
-      {"LSPAWN_TEST_STRATEGY", "ddp_hook"}, {"LSPAWN_TEST_NODES", "0,0,1,1"}, {"LSPAWN_TEST_EXPECT_BACKEND", "hierarchical"}};
+TEST_CASE("DDP with the shm comm hook across nodes (hierarchical) equals one process",
+          "[strategies][ddp][hierarchical]") {
+  const std::map<std::string, std::string> env = {{"LSPAWN_TEST_STRATEGY", "ddp_hook"},
+                                                  {"LSPAWN_TEST_NODES", "0,0,1,1"},
+                                                  {"LSPAWN_TEST_EXPECT_BACKEND", "hierarchical"}};
   auto r = run_ranks(kWorker, 4, "equiv", "auto", env, 90s);
   require_all_ok(r);
   CHECK_THAT(r.ranks[0].output, Contains("ddp_hook auto N=4 max_abs_diff"));
   require_all_ok(run_ranks(kWorker, 4, "bucket_view", "auto", env, 90s));
 }
 
-TEST_CASE("DDP's hierarchical hook: a rank that dies mid-training is named by the others, who stop", "[strategies][ddp][hierarchical][failure]") {
+TEST_CASE("DDP's hierarchical hook: a rank that dies mid-training is named by the others, who stop",
+          "[strategies][ddp][hierarchical][failure]") {
   // Rank 3 (node 1, not its leader) dies before its second backward; its node's leader sees it
   // die through shm and leaves the group's failure note; node 0's ranks learn it from the
   // leaders' gloo connection closing, and name rank 3 too, not their neighbour.
   auto r = run_ranks(kWorker, 4, "equiv", "auto",
-                     {{"LSPAWN_TEST_STRATEGY", "ddp_hook"}, {"LSPAWN_TEST_NODES", "0,0,1,1"},
-                      {"LSPAWN_TEST_EXPECT_BACKEND", "hierarchical"}, {"LSPAWN_TEST_DIE_RANK", "3"}},
+                     {{"LSPAWN_TEST_STRATEGY", "ddp_hook"},
+                      {"LSPAWN_TEST_NODES", "0,0,1,1"},
+                      {"LSPAWN_TEST_EXPECT_BACKEND", "hierarchical"},
+                      {"LSPAWN_TEST_DIE_RANK", "3"}},
                      90s);
   INFO(r.all_output());
   REQUIRE_FALSE(r.timed_out);
@@ -95,8 +105,9 @@ TEST_CASE("XLA strategy (grads all-reduced at optimizer_step, shm) equals one pr
   require_all_ok(run_ranks(kWorker, 2, "equiv", "shm", {{"LSPAWN_TEST_STRATEGY", "xla"}}, 90s));
 }
 
-TEST_CASE("DDP gradient_as_bucket_view: zero_grad keeps the gradients as bucket views, results equal copies and one process",
-          "[strategies][ddp]") {
+TEST_CASE(
+    "DDP gradient_as_bucket_view: zero_grad keeps the gradients as bucket views, results equal copies and one process",
+    "[strategies][ddp]") {
   auto r = run_ranks(kWorker, 2, "bucket_view", "gloo", {{"LSPAWN_TEST_STRATEGY", "ddp"}}, 90s);
   require_all_ok(r);
   CHECK_THAT(r.ranks[0].output, Contains("max_abs_diff vs plain"));
@@ -107,7 +118,8 @@ TEST_CASE("DDP no_sync accumulation equals a larger batch", "[strategies][ddp]")
   require_all_ok(run_ranks(kWorker, 2, "nosync", "gloo", {}, 90s));
 }
 
-TEST_CASE("strategy calls: barrier, broadcast, all_gather (sync_grads), reduce, reduce_boolean_decision", "[strategies]") {
+TEST_CASE("strategy calls: barrier, broadcast, all_gather (sync_grads), reduce, reduce_boolean_decision",
+          "[strategies]") {
   for (const char* backend : {"gloo", "shm"}) {
     auto r = run_ranks(kWorker, 3, "calls", backend, {}, 90s);
     require_all_ok(r);
@@ -115,7 +127,8 @@ TEST_CASE("strategy calls: barrier, broadcast, all_gather (sync_grads), reduce, 
   }
 }
 
-TEST_CASE("checkpoints: rank 0 writes atomically, resume reproduces the uninterrupted run", "[strategies][checkpoint]") {
+TEST_CASE("checkpoints: rank 0 writes atomically, resume reproduces the uninterrupted run",
+          "[strategies][checkpoint]") {
   TempDir dir;
   auto r = run_ranks(kWorker, 2, "checkpoint", "gloo", {{"LSPAWN_TEST_DIR", dir.path}}, 90s);
   require_all_ok(r);
@@ -126,7 +139,7 @@ TEST_CASE("a rank throwing inside training_step stops the run with that rank nam
   TempDir dir;
   const auto t0 = std::chrono::steady_clock::now();
   lspawn::test::ChildProcess c({LSPAWN_BIN, "--nprocs", "3", LSPAWN_COLLECTIVES_TEST_WORKER, "throw"},
-                        {{"LSPAWN_TEST_THROW_RANK", "1"}, {"LSPAWN_PG_TIMEOUT", "120"}}, dir.file("out"));
+                               {{"LSPAWN_TEST_THROW_RANK", "1"}, {"LSPAWN_PG_TIMEOUT", "120"}}, dir.file("out"));
   const auto st = c.wait_or_kill(180s);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   INFO(c.output());
@@ -140,7 +153,8 @@ TEST_CASE("a rank throwing inside training_step stops the run with that rank nam
 // #34: DDP's Reducer issues its all_reduces on the group's c10d process group (gloo, no shm hook):
 // they enter the status record (runtime/recorded_backend.hpp), so --hang-timeout names the rank
 // that stopped between two backward passes while the others wait in the Reducer's all_reduce.
-TEST_CASE("DDP on gloo: a rank that stops between backward passes is named by --hang-timeout", "[strategies][ddp][hang]") {
+TEST_CASE("DDP on gloo: a rank that stops between backward passes is named by --hang-timeout",
+          "[strategies][ddp][hang]") {
   TempDir dir;
   lspawn::test::ChildProcess c({LSPAWN_BIN, "--nprocs", "3", "--hang-timeout", "2", "--grace-period", "2",
                                 LSPAWN_COLLECTIVES_TEST_WORKER, "stall"},
@@ -168,11 +182,14 @@ void check_start_chosen(const std::string& output) {
 }
 }  // namespace
 
-TEST_CASE("DDPSpawn: the caller gets rank 0's weights, metrics and checkpoint (fork where allowed, and spawn)", "[strategies][spawn]") {
+TEST_CASE("DDPSpawn: the caller gets rank 0's weights, metrics and checkpoint (fork where allowed, and spawn)",
+          "[strategies][spawn]") {
   for (const char* start : {"fork-if-allowed", "spawn"}) {
     TempDir dir;
     auto r = run_ranks(kWorkerProgram, 1, "spawn", "gloo",
-                       {{"LSPAWN_TEST_STRATEGY", "ddp"}, {"LSPAWN_TEST_START", start}, {"LSPAWN_TEST_NPROCS", "2"},
+                       {{"LSPAWN_TEST_STRATEGY", "ddp"},
+                        {"LSPAWN_TEST_START", start},
+                        {"LSPAWN_TEST_NPROCS", "2"},
                         {"LSPAWN_TEST_DIR", dir.path}},
                        90s);
     require_all_ok(r);
@@ -184,7 +201,9 @@ TEST_CASE("DDPSpawn and XLASpawn with 4 workers equal one process", "[strategies
   for (const char* kind : {"ddp", "xla"}) {
     TempDir dir;
     auto r = run_ranks(kWorkerProgram, 1, "spawn", "gloo",
-                       {{"LSPAWN_TEST_STRATEGY", kind}, {"LSPAWN_TEST_START", "fork-if-allowed"}, {"LSPAWN_TEST_NPROCS", "4"},
+                       {{"LSPAWN_TEST_STRATEGY", kind},
+                        {"LSPAWN_TEST_START", "fork-if-allowed"},
+                        {"LSPAWN_TEST_NPROCS", "4"},
                         {"LSPAWN_TEST_DIR", dir.path}},
                        90s);
     require_all_ok(r);
@@ -200,7 +219,8 @@ double accuracy_in(const std::string& out) {
 }
 }  // namespace
 
-TEST_CASE("examples/digits_ddp: DDP under lspawn --nprocs 4 and DDPSpawn reach test accuracy >= 0.95", "[strategies][examples]") {
+TEST_CASE("examples/digits_ddp: DDP under lspawn --nprocs 4 and DDPSpawn reach test accuracy >= 0.95",
+          "[strategies][examples]") {
   const char* csv = "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz";
   if (::access(csv, R_OK) != 0) {
     WARN("python3-sklearn's digits data is not installed (scripts/install-deps.sh): skipped");
@@ -208,7 +228,8 @@ TEST_CASE("examples/digits_ddp: DDP under lspawn --nprocs 4 and DDPSpawn reach t
   }
   TempDir dir;
   {
-    lspawn::test::ChildProcess c({LSPAWN_BIN, "--nprocs", "4", LSPAWN_DIGITS_DDP, "--epochs", "15"}, {}, dir.file("ddp"));
+    lspawn::test::ChildProcess c({LSPAWN_BIN, "--nprocs", "4", LSPAWN_DIGITS_DDP, "--epochs", "15"}, {},
+                                 dir.file("ddp"));
     const auto st = c.wait_or_kill(120s);
     INFO(c.output());
     CHECK(st.exited);
@@ -217,7 +238,7 @@ TEST_CASE("examples/digits_ddp: DDP under lspawn --nprocs 4 and DDPSpawn reach t
   }
   {
     lspawn::test::ChildProcess c({LSPAWN_DIGITS_DDP, "--spawn", "4", "--start", "forkserver", "--epochs", "15"}, {},
-                          dir.file("spawn"));
+                                 dir.file("spawn"));
     const auto st = c.wait_or_kill(120s);
     INFO(c.output());
     CHECK(st.exited);

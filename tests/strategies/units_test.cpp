@@ -60,7 +60,8 @@ TEST_CASE("DistributedSampler: torch's padding, drop_last and per-rank interleav
   CHECK_THROWS_AS(s.indices(), std::invalid_argument);
 }
 
-TEST_CASE("DistributedSampler: shuffle shared by ranks, new order per epoch, shards disjoint", "[unit][strategies][data]") {
+TEST_CASE("DistributedSampler: shuffle shared by ranks, new order per epoch, shards disjoint",
+          "[unit][strategies][data]") {
   DistributedSampler s;
   s.dataset_size = 20;
   s.num_replicas = 2;
@@ -137,7 +138,8 @@ TEST_CASE("checkpoint files: round trip, atomic replace, clear errors", "[unit][
   CHECK_THROWS_AS(lspawn::write_checkpoint_file(ck, dir.file("no/such/dir/x.ckpt")), lspawn::CheckpointError);
 }
 
-TEST_CASE("precision: bf16-mixed autocasts on CPU inside the scope only - 16-mixed refuses CPU", "[unit][strategies][precision]") {
+TEST_CASE("precision: bf16-mixed autocasts on CPU inside the scope only - 16-mixed refuses CPU",
+          "[unit][strategies][precision]") {
   lspawn::PrecisionPlugin bf16(lspawn::Precision::Bf16Mixed, at::kCPU);
   auto x = at::randn({4, 8});
   auto w = at::randn({8, 3});
@@ -157,16 +159,20 @@ TEST_CASE("precision: bf16-mixed autocasts on CPU inside the scope only - 16-mix
   CHECK_THROWS_AS(lspawn::parse_precision("8-bit"), std::invalid_argument);
 }
 
-TEST_CASE("SingleDevice / DataParallel (one device, two CPU replicas) through the Trainer: fit, validate, test, predict",
-          "[unit][strategies][trainer]") {
+TEST_CASE(
+    "SingleDevice / DataParallel (one device, two CPU replicas) through the Trainer: fit, validate, test, predict",
+    "[unit][strategies][trainer]") {
   auto data = lspawn::test::tiny_data(256, 4);
   lspawn::DataLoader train(lspawn::TensorDataset(data), {16, true, 1, false});
   for (int dp = 0; dp < 3; ++dp) {
     lspawn::test::TinyNet net(1);
     std::unique_ptr<lspawn::Strategy> s;
-    if (dp == 1) s = std::make_unique<lspawn::DataParallel>();
-    else if (dp == 2) s = std::make_unique<lspawn::DataParallel>(std::vector<c10::Device>{c10::kCPU, c10::kCPU});
-    else s = std::make_unique<lspawn::SingleDevice>(lspawn::AcceleratorKind::Cpu, lspawn::Precision::Bf16Mixed);
+    if (dp == 1)
+      s = std::make_unique<lspawn::DataParallel>();
+    else if (dp == 2)
+      s = std::make_unique<lspawn::DataParallel>(std::vector<c10::Device>{c10::kCPU, c10::kCPU});
+    else
+      s = std::make_unique<lspawn::SingleDevice>(lspawn::AcceleratorKind::Cpu, lspawn::Precision::Bf16Mixed);
     lspawn::TrainerOptions o;
     o.max_epochs = 8;
     o.print_epochs = false;
@@ -198,8 +204,9 @@ TEST_CASE("Trainer: an exception in training_step propagates after on_exception"
   net.throw_at = 1;
   lspawn::SingleDevice s(lspawn::AcceleratorKind::Cpu);
   lspawn::Trainer t(s, {});
-  CHECK_THROWS_WITH(t.fit(net, lspawn::DataLoader(lspawn::TensorDataset(lspawn::test::tiny_data(8, 2)), {2, false, 0, false})),
-                    Catch::Matchers::Contains("failed on purpose at batch 1"));
+  CHECK_THROWS_WITH(
+      t.fit(net, lspawn::DataLoader(lspawn::TensorDataset(lspawn::test::tiny_data(8, 2)), {2, false, 0, false})),
+      Catch::Matchers::Contains("failed on purpose at batch 1"));
 }
 
 TEST_CASE("DDPSpawn with nprocs = 1 trains in the caller on one device", "[unit][strategies][spawn]") {
@@ -237,11 +244,13 @@ struct LoggedNet : lspawn::test::TinyNet {
     std::mutex mu;
     std::vector<Call> calls;
   };
-  explicit LoggedNet(uint64_t seed = 1, std::shared_ptr<Log> l = std::make_shared<Log>()) : TinyNet(seed), log(std::move(l)) {}
+  explicit LoggedNet(uint64_t seed = 1, std::shared_ptr<Log> l = std::make_shared<Log>())
+      : TinyNet(seed), log(std::move(l)) {}
   void record(const lspawn::Batch& b) {
     if (b[0].size(0) == throw_on_rows) throw std::runtime_error("replica step failed on purpose");
     std::lock_guard<std::mutex> lock(log->mu);
-    log->calls.push_back({b[0].size(0), std::this_thread::get_id(), at::GradMode::is_enabled(), lspawn::compat::autocast_enabled(at::kCPU)});
+    log->calls.push_back({b[0].size(0), std::this_thread::get_id(), at::GradMode::is_enabled(),
+                          lspawn::compat::autocast_enabled(at::kCPU)});
   }
   at::Tensor training_step(const lspawn::Batch& b, int64_t idx) override {
     record(b);
@@ -295,7 +304,8 @@ TEST_CASE("DataParallel over several CPU replicas equals one device on the whole
     auto ref_opt = ref.configure_optimizers();
     const auto data = lspawn::test::tiny_data(c.batch * 4, 5);
     for (int64_t k = 0; k < 4; ++k) {
-      const lspawn::Batch b = {data[0].slice(0, k * c.batch, (k + 1) * c.batch), data[1].slice(0, k * c.batch, (k + 1) * c.batch)};
+      const lspawn::Batch b = {data[0].slice(0, k * c.batch, (k + 1) * c.batch),
+                               data[1].slice(0, k * c.batch, (k + 1) * c.batch)};
       opt->zero_grad();
       ref_opt->zero_grad();
       auto loss = dp.training_step(b, k);
@@ -319,8 +329,9 @@ TEST_CASE("DataParallel over several CPU replicas equals one device on the whole
   }
 }
 
-TEST_CASE("DataParallel: Lightning's plain mean, validation metrics, predict gathers every row, bf16 autocast in replicas",
-          "[unit][strategies][dp]") {
+TEST_CASE(
+    "DataParallel: Lightning's plain mean, validation metrics, predict gathers every row, bf16 autocast in replicas",
+    "[unit][strategies][dp]") {
   const auto data = lspawn::test::tiny_data(7, 5);
   LoggedNet net(1);
   lspawn::DataParallelOptions o;
@@ -332,8 +343,10 @@ TEST_CASE("DataParallel: Lightning's plain mean, validation metrics, predict gat
   double manual = 0;
   for (int64_t begin : {0, 3, 6}) {
     const int64_t len = begin == 6 ? 1 : 3;
-    manual += at::nll_loss(at::log_softmax(net.forward(data[0].narrow(0, begin, len)), 1), data[1].narrow(0, begin, len))
-                  .item<double>() / 3;
+    manual +=
+        at::nll_loss(at::log_softmax(net.forward(data[0].narrow(0, begin, len)), 1), data[1].narrow(0, begin, len))
+            .item<double>() /
+        3;
   }
   CHECK(std::abs(loss.item<double>() - manual) < 1e-6);
   net.take();
@@ -394,9 +407,12 @@ TEST_CASE("DataParallel: device and replica errors are clear", "[unit][strategie
                         Catch::Matchers::Contains(std::to_string(visible) + " CUDA device(s) are visible"));
   CHECK_THROWS_WITH(lspawn::DataParallel({c10::Device(c10::kCUDA)}).setup(net), Catch::Matchers::Contains("no index"));
   struct Plain : lspawn::test::TinyNet {
-    std::shared_ptr<lspawn::TrainingModule> make_replica() const override { return lspawn::TrainingModule::make_replica(); }
+    std::shared_ptr<lspawn::TrainingModule> make_replica() const override {
+      return lspawn::TrainingModule::make_replica();
+    }
   } plain;
-  CHECK_THROWS_WITH(lspawn::DataParallel({c10::kCPU, c10::kCPU}).setup(plain), Catch::Matchers::Contains("make_replica"));
+  CHECK_THROWS_WITH(lspawn::DataParallel({c10::kCPU, c10::kCPU}).setup(plain),
+                    Catch::Matchers::Contains("make_replica"));
   struct Other : lspawn::test::TinyNet {
     std::shared_ptr<lspawn::TrainingModule> make_replica() const override {
       struct Wider : lspawn::test::TinyNet {
@@ -408,11 +424,13 @@ TEST_CASE("DataParallel: device and replica errors are clear", "[unit][strategie
   CHECK_THROWS_WITH(lspawn::DataParallel({c10::kCPU, c10::kCPU}).setup(other), Catch::Matchers::Contains("fc3.weight"));
   lspawn::DataParallel dp({c10::kCPU, c10::kCPU});
   dp.setup(net);
-  CHECK_THROWS_WITH(dp.training_step({at::zeros({4, 8}), at::zeros({3}, at::kLong)}, 0), Catch::Matchers::Contains("3 rows"));
+  CHECK_THROWS_WITH(dp.training_step({at::zeros({4, 8}), at::zeros({3}, at::kLong)}, 0),
+                    Catch::Matchers::Contains("3 rows"));
 }
 
-TEST_CASE("strategy backend: NCCL for a CUDA device when built with it, as torch - the user's choice and LSPAWN_BACKEND win",
-          "[unit][strategies][backend]") {
+TEST_CASE(
+    "strategy backend: NCCL for a CUDA device when built with it, as torch - the user's choice and LSPAWN_BACKEND win",
+    "[unit][strategies][backend]") {
   const c10::Device cpu(c10::kCPU), cuda(c10::kCUDA, 0);
   // What a DDP user gets by default (docs/strategies.md#process-group).
   CHECK(lspawn::strategy_backend(lspawn::Backend::Default, cuda, true, nullptr) == lspawn::Backend::Nccl);
@@ -450,5 +468,6 @@ TEST_CASE("device sharing: one process per GPU for NCCL, other backends put seve
                         Catch::Matchers::Contains("LSPAWN_BACKEND=shm or gloo lets ranks share one"));
   CHECK_THROWS_WITH(lspawn::cuda_device_index(0, 0, DeviceSharing::Allowed),
                     Catch::Matchers::Contains("LOCAL_RANK 0 has no CUDA device: 0 visible"));
-  CHECK_THROWS_WITH(lspawn::cuda_device_index(-1, 2, DeviceSharing::Allowed), Catch::Matchers::Contains("LOCAL_RANK -1"));
+  CHECK_THROWS_WITH(lspawn::cuda_device_index(-1, 2, DeviceSharing::Allowed),
+                    Catch::Matchers::Contains("LOCAL_RANK -1"));
 }

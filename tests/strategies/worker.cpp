@@ -37,9 +37,9 @@
 #include <string>
 #include <thread>
 
-using lspawn::test::TinyNet;
-using lspawn::test::tiny_data;
 using lspawn::test::max_abs_diff;
+using lspawn::test::tiny_data;
+using lspawn::test::TinyNet;
 
 LSPAWN_REGISTER_SPAWN_FIT(TinyNet);
 
@@ -70,7 +70,9 @@ std::shared_ptr<lspawn::Group> make_group(const std::string& backend) {
   so.timeout = std::chrono::seconds(60);
   auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
   lspawn::GroupOptions go;
-  go.backend = backend == "shm" ? lspawn::Backend::Shm : backend == "auto" ? lspawn::Backend::Auto : lspawn::Backend::Gloo;
+  go.backend = backend == "shm"    ? lspawn::Backend::Shm
+               : backend == "auto" ? lspawn::Backend::Auto
+                                   : lspawn::Backend::Gloo;
   go.timeout = std::chrono::seconds(60);
   auto g = lspawn::Group::create(store, env_int("RANK", 0), env_int("WORLD_SIZE", 1), go);
   const std::string want = env_str("LSPAWN_TEST_EXPECT_BACKEND");
@@ -116,8 +118,9 @@ int equiv(const std::string& backend) {
       // those buckets still queued or being reduced; rank 1 waits 300 ms first, so its hook thread
       // has reduced them all by then. Rank 0's setup() must reduce its own (as rank 1 did) before
       // any collective of the second module, or the two ranks' collectives no longer pair up.
-      first->fc1->weight.register_hook(
-          [](const at::Tensor&) -> at::Tensor { throw std::runtime_error("backward failed on purpose at fc1.weight"); });
+      first->fc1->weight.register_hook([](const at::Tensor&) -> at::Tensor {
+        throw std::runtime_error("backward failed on purpose at fc1.weight");
+      });
       std::string what;
       try {
         s->backward(loss);
@@ -137,7 +140,8 @@ int equiv(const std::string& backend) {
   if (auto* ddp = dynamic_cast<lspawn::DDP*>(s.get())) {
     check(ddp->num_buckets() > 1, "several buckets, got " + std::to_string(ddp->num_buckets()));
     if (kind == "ddp_hook")
-      check(ddp->uses_shm_hook() == hook_expected(*g), "shm hook in use on shm and hierarchical only (" + g->backend() + ")");
+      check(ddp->uses_shm_hook() == hook_expected(*g),
+            "shm hook in use on shm and hierarchical only (" + g->backend() + ")");
   }
   const int die_rank = env_int("LSPAWN_TEST_DIE_RANK", -1);
   auto opt = net.configure_optimizers();
@@ -244,7 +248,8 @@ int calls(const std::string& backend) {
   check(x.grad().defined() && at::allclose(x.grad(), w[r] * n), "all_gather sync_grads gradient " + c10::str(x.grad()));
   const double mean = s.reduce(at::full({1}, static_cast<double>(r), at::kDouble)).toTensor().item<double>();
   check(mean == (n - 1) / 2.0, "reduce mean " + std::to_string(mean));
-  const double sum = s.reduce(at::full({1}, static_cast<double>(r), at::kDouble), lspawn::ReduceOp::Sum).toTensor().item<double>();
+  const double sum =
+      s.reduce(at::full({1}, static_cast<double>(r), at::kDouble), lspawn::ReduceOp::Sum).toTensor().item<double>();
   check(sum == n * (n - 1) / 2.0, "reduce sum " + std::to_string(sum));
   check(s.reduce(c10::IValue(std::string("text"))).toStringRef() == "text", "reduce passes non-tensors through");
   check(!s.reduce_boolean_decision(r == 0, true), "all=true needs every rank");
@@ -264,7 +269,8 @@ lspawn::FitResult fit_run(const std::shared_ptr<lspawn::Group>& g, TinyNet& net,
   t.print_epochs = false;
   t.progress_bar = false;
   lspawn::Trainer trainer(s, t);
-  lspawn::DataLoader train(lspawn::TensorDataset(tiny_data(50, 5)), {/*batch_size=*/4, /*shuffle=*/true, /*seed=*/3, false});
+  lspawn::DataLoader train(lspawn::TensorDataset(tiny_data(50, 5)),
+                           {/*batch_size=*/4, /*shuffle=*/true, /*seed=*/3, false});
   auto r = trainer.fit(net, train);
   s.teardown();
   return r;
@@ -311,7 +317,9 @@ int bucket_view(const std::string& backend) {
     lspawn::DDP s(g, o);
     s.setup(net);
     check(s.num_buckets() > 1, "several buckets, got " + std::to_string(s.num_buckets()));
-    if (hook) check(s.uses_shm_hook() == hook_expected(*g), "shm hook in use on shm and hierarchical only (" + g->backend() + ")");
+    if (hook)
+      check(s.uses_shm_hook() == hook_expected(*g),
+            "shm hook in use on shm and hierarchical only (" + g->backend() + ")");
     auto opt = net.configure_optimizers();
     std::vector<const void*> rebuilt;  // data pointers of the gradients after the rebuild
     for (int64_t k = 0; k < K; ++k) {
@@ -419,10 +427,12 @@ int checkpoint(const std::string& backend) {
     struct stat st;
     check(::stat((dir + "/rank0.ckpt").c_str(), &st) == 0, "rank 0 wrote its checkpoint");
     for (int q = 1; q < g->size(); ++q)
-      check(::stat((dir + "/rank" + std::to_string(q) + ".ckpt").c_str(), &st) != 0, "rank " + std::to_string(q) + " wrote nothing");
+      check(::stat((dir + "/rank" + std::to_string(q) + ".ckpt").c_str(), &st) != 0,
+            "rank " + std::to_string(q) + " wrote nothing");
     DIR* d = ::opendir((dir + "/ckpt").c_str());
     check(d != nullptr, "checkpoint dir exists");
-    while (auto* e = ::readdir(d)) check(std::string(e->d_name).find(".tmp.") == std::string::npos, "no temp file left");
+    while (auto* e = ::readdir(d))
+      check(std::string(e->d_name).find(".tmp.") == std::string::npos, "no temp file left");
     ::closedir(d);
   }
   s.barrier("end");
@@ -451,7 +461,8 @@ int fit_under_cli(lspawn::DDPOptions o, const char* rank_env, void (*misbehave)(
 int throw_scenario() {
   lspawn::DDPOptions o;
   o.timeout = std::chrono::seconds(30);
-  return fit_under_cli(o, "LSPAWN_TEST_THROW_RANK", [](TinyNet& net) { net.throw_at = 2; }, 2);
+  return fit_under_cli(
+      o, "LSPAWN_TEST_THROW_RANK", [](TinyNet& net) { net.throw_at = 2; }, 2);
 }
 
 // With --hang-timeout: DDP on gloo without the shm hook (the Reducer's all_reduces go to the
@@ -461,7 +472,8 @@ int stall_scenario() {
   lspawn::DDPOptions o;
   o.backend = lspawn::Backend::Gloo;
   o.shm_comm_hook = false;
-  return fit_under_cli(o, "LSPAWN_TEST_STALL_RANK", [](TinyNet& net) { net.stall_at = 2; }, 1);
+  return fit_under_cli(
+      o, "LSPAWN_TEST_STALL_RANK", [](TinyNet& net) { net.stall_at = 2; }, 1);
 }
 
 // DDPSpawn / XLASpawn from this process; compared with one process on the concatenated batches.
@@ -491,8 +503,9 @@ int spawn_scenario() {
     start = threads == 1 ? "fork" : "spawn";
     std::printf("start method chosen: %s (%d thread%s)\n", start.c_str(), threads, threads == 1 ? "" : "s");
   }
-  so.start_method = start == "spawn" ? lspawn::StartMethod::Spawn
-                    : start == "forkserver" ? lspawn::StartMethod::Forkserver : lspawn::StartMethod::Fork;
+  so.start_method = start == "spawn"        ? lspawn::StartMethod::Spawn
+                    : start == "forkserver" ? lspawn::StartMethod::Forkserver
+                                            : lspawn::StartMethod::Fork;
   lspawn::SpawnFitResult r;
   if (kind == "xla") {
     lspawn::XLASpawn strategy(so, dir + "/prepared");
@@ -516,7 +529,8 @@ int spawn_scenario() {
   const double d = max_abs_diff(*net, ref);
   std::printf("spawn %s %s N=%d: max_abs_diff %.3g, time to first step %.3f s\n", kind.c_str(), start.c_str(), n, d,
               r.time_to_first_step);
-  check(d <= 1e-5, "caller holds rank 0's trained weights = one process on the concatenation, diff " + std::to_string(d));
+  check(d <= 1e-5,
+        "caller holds rank 0's trained weights = one process on the concatenation, diff " + std::to_string(d));
   return 0;
 }
 

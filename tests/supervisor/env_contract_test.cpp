@@ -52,18 +52,22 @@ TEST_CASE("worker_environment: torchrun's names from the worker's place", "[env]
   CHECK(m["OTHER"] == "x");
 }
 
-TEST_CASE("worker_environment: TORCH_NCCL_ASYNC_ERROR_HANDLING is 1 unless the launcher's environment says (either name)", "[env]") {
+TEST_CASE(
+    "worker_environment: TORCH_NCCL_ASYNC_ERROR_HANDLING is 1 unless the launcher's environment says (either name)",
+    "[env]") {
   env::JobEnv job;
   const env::WorkerPlace one{0, 1, 0, 1};
   CHECK(as_map(env::worker_environment(job, one, {"A=1"}))["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1");
-  CHECK(as_map(env::worker_environment(job, one, {"TORCH_NCCL_ASYNC_ERROR_HANDLING=3"}))["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3");
+  CHECK(as_map(env::worker_environment(
+            job, one, {"TORCH_NCCL_ASYNC_ERROR_HANDLING=3"}))["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3");
   auto m = as_map(env::worker_environment(job, one, {"NCCL_ASYNC_ERROR_HANDLING=0"}));
   CHECK(m.count("TORCH_NCCL_ASYNC_ERROR_HANDLING") == 0);  // the user's older name stays in charge
   CHECK(m["NCCL_ASYNC_ERROR_HANDLING"] == "0");
 }
 
-TEST_CASE("worker_environment: GLOO_ENABLE_STORE_V2_API is 1 (gloo's batched connect) unless the launcher's environment says",
-          "[env]") {
+TEST_CASE(
+    "worker_environment: GLOO_ENABLE_STORE_V2_API is 1 (gloo's batched connect) unless the launcher's environment says",
+    "[env]") {
   env::JobEnv job;
   const env::WorkerPlace one{0, 1, 0, 1};
   CHECK(as_map(env::worker_environment(job, one, {"A=1"}))["GLOO_ENABLE_STORE_V2_API"] == "1");

@@ -40,7 +40,8 @@ TEST_CASE("error file: lspawn's ErrorReport round-trips", "[error_file]") {
   CHECK(got.report->backtrace == "a\nb");
 }
 
-TEST_CASE("error file: a report written through protobuf's JSON mapping (earlier lspawn builds) reads", "[error_file]") {
+TEST_CASE("error file: a report written through protobuf's JSON mapping (earlier lspawn builds) reads",
+          "[error_file]") {
   Dir d;
   // int64 fields as JSON strings, as protobuf wrote them.
   auto p = d.file("old.json", R"({
@@ -61,8 +62,9 @@ TEST_CASE("error file: a report written through protobuf's JSON mapping (earlier
 
 TEST_CASE("error file: torchrun's @record format", "[error_file]") {
   Dir d;
-  auto p = d.file("t.json",
-                  R"({"message": {"message": "RuntimeError: CUDA out of memory", "extraInfo": {"py_callstack": "Traceback...\nline", "timestamp": "1700000000"}}})");
+  auto p = d.file(
+      "t.json",
+      R"({"message": {"message": "RuntimeError: CUDA out of memory", "extraInfo": {"py_callstack": "Traceback...\nline", "timestamp": "1700000000"}}})");
   auto got = read_error_file(p);
   REQUIRE(got.report);
   CHECK(got.report->exception_type == "RuntimeError");

@@ -150,7 +150,8 @@ TEST_CASE("guardian: the lspawn-guardian program kills registered groups when it
   CHECK(exited_within(s, 2s));
 }
 
-TEST_CASE("guardian: without the program (LSPAWN_GUARDIAN empty or not executable) it forks, same contract", "[guardian]") {
+TEST_CASE("guardian: without the program (LSPAWN_GUARDIAN empty or not executable) it forks, same contract",
+          "[guardian]") {
   for (const char* value : {"", "/nonexistent/lspawn-guardian"}) {
     GuardianEnv env(value);
     INFO("LSPAWN_GUARDIAN='" << value << "'");
@@ -218,7 +219,8 @@ void owner_with_dir_dies(const std::string& dir, bool clean) {
 }
 }  // namespace
 
-TEST_CASE("guardian: owner killed -> the directory it named is removed, what its links point to is kept", "[guardian]") {
+TEST_CASE("guardian: owner killed -> the directory it named is removed, what its links point to is kept",
+          "[guardian]") {
   for (const char* program : {static_cast<const char*>(nullptr), ""}) {  // lspawn-guardian, then the fork fallback
     GuardianEnv env(program);
     INFO("LSPAWN_GUARDIAN " << (program ? "''" : "unset"));

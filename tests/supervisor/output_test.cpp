@@ -184,7 +184,8 @@ TEST_CASE("FilteredCopySink: the lines that contain a filter, prefixed, in one f
   const TempDir tmp;
   const std::string dir = tmp.path;
   {
-    lspawn::FilteredCopySink sink(dir, {"loss", "acc,top1"}, {}, [](int rank) { return "[" + std::to_string(rank) + "] "; });
+    lspawn::FilteredCopySink sink(dir, {"loss", "acc,top1"}, {},
+                                  [](int rank) { return "[" + std::to_string(rank) + "] "; });
     CHECK(sink.path(Stream::Stdout) == dir + "/filtered_stdout.log");
     CHECK(access((dir + "/filtered_stdout.log").c_str(), F_OK) == 0);  // at once, before any line
     CHECK(access((dir + "/filtered_stderr.log").c_str(), F_OK) != 0);  // no filter: no file
@@ -231,8 +232,10 @@ TEST_CASE("FilteredCopySink: the lines that contain a filter, prefixed, in one f
   CHECK(warnings[1].find("this attempt's filtered lines are dropped") != std::string::npos);
 }
 
-TEST_CASE("ConsoleSink: the lines of one read share writes of at most 4096 bytes, whole lines each - a longer line "
-          "is one write alone", "[output]") {
+TEST_CASE(
+    "ConsoleSink: the lines of one read share writes of at most 4096 bytes, whole lines each - a longer line "
+    "is one write alone",
+    "[output]") {
   // SOCK_SEQPACKET keeps each write(2) as one message: the test sees the writes themselves.
   int sv[2];
   REQUIRE(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == 0);
@@ -253,19 +256,20 @@ TEST_CASE("ConsoleSink: the lines of one read share writes of at most 4096 bytes
   data += huge + "\nlast\n";
   want += "[rank 2] " + huge + "\n[rank 2] last\n";
   LineSplitter s(2, Stream::Stdout, {&console});
-  s.feed(data);  // one read
+  s.feed(data);                              // one read
   console.line(2, Stream::Stdout, "alone");  // outside a read: written at once
   ::shutdown(sv[0], SHUT_WR);
   std::vector<std::string> writes;
   std::vector<char> msg(1 << 16);
-  for (ssize_t n; (n = ::recv(sv[1], msg.data(), msg.size(), 0)) > 0;) writes.emplace_back(msg.data(), static_cast<size_t>(n));
+  for (ssize_t n; (n = ::recv(sv[1], msg.data(), msg.size(), 0)) > 0;)
+    writes.emplace_back(msg.data(), static_cast<size_t>(n));
   ::close(sv[0]);
   ::close(sv[1]);
   std::string got;
   size_t over = 0;
   for (const auto& w : writes) {
     got += w;
-    CHECK(w.back() == '\n');                         // whole lines only
+    CHECK(w.back() == '\n');                          // whole lines only
     if (w.size() > lspawn::ConsoleSink::kWriteMax) {  // only the 10000-byte line, alone
       ++over;
       CHECK(w == "[rank 2] " + huge + "\n");

@@ -70,8 +70,8 @@ TEST_CASE("port reservation: a port someone listens on is refused with the addre
     FAIL("reserved a port in use");
   } catch (const lspawn::PortError& e) {
     CHECK(e.error() == EADDRINUSE);
-    CHECK(std::string(e.what()) == "127.0.0.1:" + std::to_string(port) +
-                                       " is already in use (bind: Address already in use)");
+    CHECK(std::string(e.what()) ==
+          "127.0.0.1:" + std::to_string(port) + " is already in use (bind: Address already in use)");
   }
   close(fd);
   // Released: now it can be reserved, explicitly.

@@ -87,8 +87,7 @@ TEST_CASE("supervisor: first failure is the root cause - the others are stopped"
 TEST_CASE("supervisor: an uncaught exception in a fork worker writes an ErrorReport", "[supervisor]") {
   const lspawn::test::TempDir dir;
   Supervisor sup(opts(nullptr));
-  sup.start_fork(0, ForkSpec{[]() -> int { throw std::invalid_argument("bad shape [2, 3]"); },
-                             dir.file("e0.json"), 0});
+  sup.start_fork(0, ForkSpec{[]() -> int { throw std::invalid_argument("bad shape [2, 3]"); }, dir.file("e0.json"), 0});
   sup.run();
   const auto& r = sup.result(0);
   CHECK(r.exit_code == 1);
@@ -298,7 +297,10 @@ TEST_CASE("supervisor: grace period 0 kills at once - kill_now() from the caller
   }
 }
 
-TEST_CASE("supervisor: stop_workers stops for someone else - no stop signal, no root cause - earliest_failure sees failures while stopping", "[supervisor][multinode]") {
+TEST_CASE(
+    "supervisor: stop_workers stops for someone else - no stop signal, no root cause - earliest_failure sees failures "
+    "while stopping",
+    "[supervisor][multinode]") {
   Supervisor sup(opts(nullptr, 2000ms));
   sup.start_fork(0, ForkSpec{[] { return wait_forever(); }, "", 0});
   // Rank 1 exits 4 when told to stop: a failure of its own, though it came while stopping. It
@@ -331,7 +333,8 @@ TEST_CASE("supervisor: stop_workers stops for someone else - no stop signal, no 
   CHECK(sup.root_cause_report().empty());
 }
 
-TEST_CASE("supervisor: new_round runs a second round on the same supervisor - not while running", "[supervisor][multinode]") {
+TEST_CASE("supervisor: new_round runs a second round on the same supervisor - not while running",
+          "[supervisor][multinode]") {
   CaptureSink cap;
   Supervisor sup(opts(&cap));
   sup.start_fork(0, ForkSpec{[] { return 3; }, "", 0});

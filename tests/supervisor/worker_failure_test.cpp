@@ -123,8 +123,7 @@ TEST_CASE("TermHold: nested holds deliver once the outermost ends, and restore S
         try {
           TermWhileUnwinding t{say};
           throw 1;
-        } catch (int) {
-        }
+        } catch (int) {}
       }
       say("inner ended;");
     }

@@ -24,9 +24,9 @@ namespace lspawn::test {
 namespace {
 
 bool is_contract_var(const std::string& name) {
-  static const char* const kNames[] = {
-      "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-      "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
+  static const char* const kNames[] = {"RANK",        "LOCAL_RANK",       "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+                                       "GROUP_RANK",  "GROUP_WORLD_SIZE", "ROLE_RANK",  "ROLE_WORLD_SIZE",
+                                       "MASTER_ADDR", "MASTER_PORT"};
   for (const char* n : kNames) {
     if (name == n) return true;
   }
@@ -65,7 +65,8 @@ pid_t start(std::vector<std::string> argv, std::vector<std::string> env, int in,
 
 // The environment of a child started with an output file: what `inherit` keeps of this
 // process's, then `env`.
-std::vector<std::string> child_environment(const std::map<std::string, std::string>& env, ChildProcess::Inherit inherit) {
+std::vector<std::string> child_environment(const std::map<std::string, std::string>& env,
+                                           ChildProcess::Inherit inherit) {
   std::vector<std::string> envs;
   for (char** e = environ; e && *e; ++e) {
     const std::string kv = *e;
@@ -125,7 +126,8 @@ ChildProcess::ChildProcess(const std::function<int()>& body, const std::map<std:
                            const std::string& output_path, Inherit inherit)
     : output_path_(output_path) {
   if (count_threads() != 1)
-    throw std::logic_error("ChildProcess: a forked body needs a single-threaded test process (/proc/self/task lists more)");
+    throw std::logic_error(
+        "ChildProcess: a forked body needs a single-threaded test process (/proc/self/task lists more)");
   const StdFiles files = std_files(output_path);
   // The child's environment, as for a program, computed before the fork (the child only installs it).
   std::vector<std::string> envs = child_environment(env, inherit);
@@ -179,8 +181,7 @@ ChildProcess::~ChildProcess() {
   if (pid_ > 0 && !reaped_) {
     ::kill(pid_, SIGKILL);
     int st;
-    while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
-    }
+    while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {}
   }
 }
 
@@ -214,8 +215,7 @@ bool ChildProcess::pump(std::chrono::milliseconds timeout) {
 }
 
 bool ChildProcess::wait_stdout_count(const std::string& needle, int n, std::chrono::milliseconds timeout) {
-  return wait_output([&](const std::string& o, const std::string&) { return count(o, needle) >= n; },
-                     timeout);
+  return wait_output([&](const std::string& o, const std::string&) { return count(o, needle) >= n; }, timeout);
 }
 
 void ChildProcess::signal(int sig) { ::kill(pid_, sig); }
@@ -246,8 +246,7 @@ ExitStatus ChildProcess::wait_or_kill(std::chrono::milliseconds limit) {
   int st = wait(limit);
   if (st == -1) {
     ::kill(pid_, SIGKILL);
-    while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
-    }
+    while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {}
     reaped_ = true;
     s.timed_out = true;
   }

@@ -21,10 +21,10 @@ namespace lspawn::test {
 
 // How a child ended.
 struct ExitStatus {
-  bool exited = false;     // exited normally
-  int code = -1;           // valid when exited
-  int signal = 0;          // terminating signal, when !exited
-  bool timed_out = false;  // killed by wait_or_kill() after its deadline
+  bool exited = false;           // exited normally
+  int code = -1;                 // valid when exited
+  int signal = 0;                // terminating signal, when !exited
+  bool timed_out = false;        // killed by wait_or_kill() after its deadline
   std::string describe() const;  // "exit code 3", "signal Killed", "timed out (killed)"
 };
 

@@ -29,8 +29,7 @@ Subreaper::Subreaper() {
 }
 
 Subreaper::~Subreaper() {
-  while (::waitpid(-1, nullptr, WNOHANG) > 0) {
-  }
+  while (::waitpid(-1, nullptr, WNOHANG) > 0) {}
   ::prctl(PR_SET_CHILD_SUBREAPER, 0);
 }
 

@@ -21,7 +21,7 @@ TEST_CASE("sys: wait status wording follows torch.multiprocessing", "[sys]") {
   CHECK(sys::shell_exit_code(SIGKILL) == 137);
   CHECK(sys::shell_exit_code(3 << 8) == 3);
   CHECK(sys::signal_name(SIGTERM) == "SIGTERM");
-  CHECK(sys::signal_name(SIGRTMIN + 40) .find("signal ") == 0);
+  CHECK(sys::signal_name(SIGRTMIN + 40).find("signal ") == 0);
 }
 
 TEST_CASE("sys: errors name the call - the context and errno text", "[sys]") {
