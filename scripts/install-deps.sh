@@ -12,6 +12,7 @@ want=(
   python3-torch openmpi-bin libopenmpi-dev procps
   slurmctld slurmd slurm-client munge   # tests/cluster: a private two-node Slurm 22.05 cluster
   clang libclang-rt-14-dev              # fuzz/: libFuzzer targets (scripts/fuzz.sh)
+  clang-format                          # scripts/format.sh --check: the C++ layout (.clang-format), checked first by test.sh
   iproute2 util-linux coreutils          # tests/multinode: network-namespace hosts
   openssh-server openssh-client          # tests/multinode/ssh_test.sh: a real sshd in each host (never started as a service here)
   python3-sklearn                        # examples/digits_ddp: the digits data set

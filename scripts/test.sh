@@ -33,6 +33,13 @@ while (($#)); do
 done
 bash scripts/install-deps.sh
 echo "test.sh: install-deps took $SECONDS s"
+# The C++ layout (.clang-format, applied to every file once): checked first, in seconds, so a
+# misformatted change fails before an hour of builds. scripts/format.sh rewrites the files.
+if ! format_out=$(bash scripts/format.sh --check 2>&1); then
+  echo "$format_out" | tail -20 >&2
+  echo "test.sh: the files above differ from .clang-format: run scripts/format.sh and commit" >&2
+  exit 1
+fi
 
 # Disk: what a clean clone's run writes per line, build directory and .deps/ together, measured
 # (docs/reliability.md, "Disk"). Said up front when less is free, and again when a step fails: a
