@@ -26,8 +26,9 @@ foreach(_t lspawn_gloo_headers lspawn_proto lspawn_sys lspawn_placement lspawn_s
     string(REGEX REPLACE "^lspawn_" "" _name ${_t})
     set_target_properties(${_t} PROPERTIES EXPORT_NAME ${_name})
     # Installed, a target's include directory is <prefix>/include, where <lspawn/...> resolves
-    # and no part's folder does: this replaces any $<INSTALL_INTERFACE:...> a part's CMakeLists.txt
-    # names (include/lspawn, which made "proto/...", "spawn/..." top-level names in a program).
+    # and no part's folder does. The parts name only their BUILD_INTERFACE directory; an
+    # $<INSTALL_INTERFACE:...> one would bring back include/lspawn (which made "proto/...",
+    # "spawn/..." top-level names in a program), so any is dropped here.
     get_target_property(_dirs ${_t} INTERFACE_INCLUDE_DIRECTORIES)
     if(_dirs)
       list(FILTER _dirs EXCLUDE REGEX "^\\$<INSTALL_INTERFACE:")
