@@ -177,6 +177,7 @@ void NodeGroup::on_start(const StartMsg& st) {
   }
   restarts_used_ = st.restarts_used;
   round_ = st.restart_count;
+  if (st.master_port > 0) assign_.master_port = st.master_port;  // this round's store port
   if (!enter(RoundEvent::Start)) return;
   local_done_ = false;
   start_ = round_;
@@ -365,9 +366,29 @@ void NodeGroup::begin_round() {
   const std::vector<NodeLink*> fresh = elastic() ? admission_.admit_waiting(assign_) : std::vector<NodeLink*>{};
   assign_.restart_count = round_;
   assign_.restarts_used = restarts_used_;
+  fence_master_port();
   for (auto& n : links_->nodes()) n->done = !n->link;
   send_round(r.cause, fresh);
   start_ = round_;
+}
+
+// A new round's workers get a store port of their own (docs/security.md, "Rounds"): node 0, when
+// it is this coordinator, reserves a fresh one and keeps the earlier rounds' reserved, never
+// listening, until the job ends, so that a worker of an earlier round that wakes up late is
+// refused at once (ECONNREFUSED) instead of reaching the new round's store. A one-node job keeps
+// its port (the user's --master-port; its old workers are gone before the next round starts),
+// and so does a job whose node 0 is a member (the round key fences it).
+void NodeGroup::fence_master_port() {
+  if (opts_.nnodes <= 1 || !master_port_) return;
+  try {
+    PortReservation next(assign_.master_addr, 0);
+    earlier_ports_.push_back(std::move(*master_port_));
+    master_port_.emplace(std::move(next));
+    assign_.master_port = master_port_->port();
+  } catch (const PortError& e) {
+    info("round " + std::to_string(round_) + ": no new port for the workers' store on " + assign_.master_addr + " (" +
+         e.what() + "); its workers keep port " + std::to_string(assign_.master_port));
+  }
 }
 
 // The new round to every node: elastic, each its place first; then "start" to all but the
@@ -388,6 +409,7 @@ void NodeGroup::send_round(const Cause& cause, const std::vector<NodeLink*>& fre
   st.restart_count = round_;
   st.restarts_used = restarts_used_;
   st.cause = cause;
+  st.master_port = master_port_ ? assign_.master_port : 0;
   const Body start = body_of(st);
   for (auto& n : links_->nodes()) {
     if (!n->link || std::find(fresh.begin(), fresh.end(), n.get()) != fresh.end()) continue;

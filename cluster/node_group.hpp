@@ -31,6 +31,12 @@
 // calls are ignored), local_done() (every local worker exited), hang() (this node's hang
 // watchdog stopped its workers). They reset when take_start() hands out the next round.
 //
+// Rounds are fenced (docs/security.md, "Rounds"): in a multi-node job whose node 0 is the
+// coordinator, every round's workers get a store port (MASTER_PORT) of their own, reserved by
+// node 0 when the round begins and sent in StartMsg / AssignMsg; the earlier rounds' stay
+// reserved, never listening, until the job ends. (The workers' records and gloo tokens are
+// signed with a key of their round: runtime/record_auth.hpp.)
+//
 // Elastic jobs (--nnodes MIN:MAX, rendezvous mode; docs/multi-node.md "Elastic jobs"): the
 // rendezvous forms with MAX nodes, or with at least MIN once last_call has passed since MIN
 // joined (or at the rendezvous timeout); the coordinator is node 0 and keeps listening
@@ -166,6 +172,7 @@ class NodeGroup {
   void maybe_decide();
   void say_restart(const RoundDecision& d) const;
   void begin_round();
+  void fence_master_port();
   void send_round(const Cause& cause, const std::vector<NodeLink*>& fresh);
   void finish_with(const FinishMsg& f);
   Admission::RoundView round_view() const;
@@ -176,7 +183,8 @@ class NodeGroup {
   NodeGroupOptions opts_;
   bool coordinator_ = true;
   AssignMsg assign_;
-  std::optional<PortReservation> master_port_;  // node 0: the workers' store port, held
+  std::optional<PortReservation> master_port_;  // node 0: this round's workers' store port, held
+  std::vector<PortReservation> earlier_ports_;  // node 0: the earlier rounds' ports, held till the end
   std::unique_ptr<Links> links_;                // the other nodes (fd(): their epoll set)
   Admission admission_;                         // elastic coordinator: nodes that join later
   RoundState state_ = RoundState::Running;      // changed by enter() only

@@ -638,6 +638,9 @@ int Run::drive_rounds() {
 void Run::begin_round(bool first) {
   round = group->round();
   node_rank = group->assignment().node_rank;
+  // Each round its own store port in a multi-node job (cluster/node_group.hpp, "fenced").
+  job.master_addr = group->assignment().master_addr;
+  job.master_port = group->assignment().master_port;
   // Each attempt its own log files (a joiner's first round may be a later one).
   output.set_attempt(round);
   if (!first) {

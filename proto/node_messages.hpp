@@ -26,8 +26,10 @@
 
 namespace lspawn::proto {
 
-// 2: the coordinator answers a join at once ("joined"). Nodes of another version are refused.
-inline constexpr int kNodeProtocolVersion = 2;
+// 2: the coordinator answers a join at once ("joined"). 3: every round has a workers' store port
+// of its own (StartMsg::master_port; docs/security.md, "Rounds"): a node of version 2 would give
+// its workers the old round's. Nodes of another version are refused.
+inline constexpr int kNodeProtocolVersion = 3;
 
 // What kind of failure a Cause is. On the wire, its name (cause_kind_name(): the strings
 // protocol 2 always carried); a name no kind has is refused when the message is read.
@@ -124,6 +126,10 @@ struct StartMsg {
   int restart_count = 0;
   int restarts_used = 0;  // of --max-restarts (a round that admits a node counts none)
   Cause cause;            // the root cause of the attempt that failed
+  // The workers' MASTER_PORT in this round: a port node 0 reserved for it (every earlier round's
+  // stays reserved, never listening, until the job ends). 0: the previous round's (node 0 is not
+  // the coordinator; cluster/node_group.hpp).
+  int master_port = 0;
 };
 
 // "finish", coordinator → member: the job is over.

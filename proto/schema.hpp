@@ -225,6 +225,7 @@ void each_field(M& m, F&& f) {
     f("restart_count", m.restart_count);
     f("restarts_used", m.restarts_used);
     f("cause", m.cause);
+    f("master_port", m.master_port);
   } else if constexpr (std::is_same_v<T, FinishMsg>) {
     f("exit_code", m.exit_code);
     f("failed", m.failed);

@@ -284,8 +284,10 @@ World init_process_group(const InitOptions& options) {
   Rendezvous rdzv = rendezvous(w.env, ro);
   w.store = rdzv.store;
   w.peers = std::move(rdzv.peers);
-  // gloo's connections carry the job's secret too (runtime/gloo_guard.hpp).
-  if (!w.env.job_secret.empty()) GlooGuard::install(RecordAuth(w.env.job_secret), who);
+  // gloo's connections carry the round's key too (runtime/gloo_guard.hpp, record_auth.hpp).
+  if (!w.env.job_secret.empty()) {
+    GlooGuard::install(RecordAuth::for_round(w.env.job_secret, w.env.run_id, w.env.restart_count), who);
+  }
 
   // The backend keeps its own keys apart from the run's other users of the store.
   c10::intrusive_ptr<c10d::Store> pg_store = c10::make_intrusive<c10d::PrefixStore>(w.backend, w.store);

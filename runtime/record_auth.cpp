@@ -55,10 +55,40 @@ RecordAuth::RecordAuth(std::string secret) : secret_(std::move(secret)) {
   }
 }
 
+std::string round_secret(const std::string& job_secret, const std::string& run_id, int round) {
+  std::vector<uint8_t> r;
+  put_u64(r, static_cast<uint64_t>(static_cast<int64_t>(round)));
+  const auto m = mac(job_secret, "lspawn-round-v1", run_id, r.data(), r.size());
+  std::string out;
+  out.reserve(2 * m.size());
+  for (uint8_t c : m) {
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  }
+  return out;
+}
+
+RecordAuth RecordAuth::for_round(const std::string& job_secret, const std::string& run_id, int round) {
+  RecordAuth job(job_secret);  // checks the job secret's length
+  return RecordAuth(round_secret(job.secret_, run_id, round));
+}
+
 std::optional<RecordAuth> RecordAuth::from_environment() {
   const char* v = std::getenv(env::kLspawnJobSecret);
   if (v == nullptr || *v == '\0') return std::nullopt;
-  return RecordAuth(v);
+  const char* id = std::getenv(env::kRunId);
+  const char* count = std::getenv(env::kRestartCount);
+  int round = 0;
+  if (count != nullptr && *count != '\0') {
+    char* end = nullptr;
+    errno = 0;
+    const long n = std::strtol(count, &end, 10);
+    if (errno != 0 || *end != '\0' || n < 0 || n > INT32_MAX) {
+      throw std::invalid_argument(std::string(env::kRestartCount) + "='" + count + "' is not an integer >= 0");
+    }
+    round = static_cast<int>(n);
+  }
+  return for_round(v, id != nullptr && *id != '\0' ? id : "none", round);
 }
 
 std::string RecordAuth::key_name(const std::string& key) const {

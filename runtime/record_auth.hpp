@@ -39,9 +39,16 @@ class RecordAuth {
   // never contains the secret).
   explicit RecordAuth(std::string secret);
 
-  // The secret of this process (LSPAWN_JOB_SECRET), or nullopt when the variable is unset or
-  // empty (a job started by torchrun: records stay plain, as under torch). Throws
-  // std::invalid_argument when it is set but too short.
+  // The key of round `round` of run `run_id` (round_secret() below) of the job secret
+  // `job_secret`: what every worker of that round, on every node, seals and signs with. Throws
+  // std::invalid_argument when job_secret is shorter than kMinSecretSize.
+  static RecordAuth for_round(const std::string& job_secret, const std::string& run_id, int round);
+
+  // This process's round key: for_round(LSPAWN_JOB_SECRET, TORCHELASTIC_RUN_ID (default "none"),
+  // TORCHELASTIC_RESTART_COUNT (default 0)), as WorkerEnv reads them; nullopt when the secret is
+  // unset or empty (a job started by torchrun: records stay plain, as under torch). Throws
+  // std::invalid_argument when the secret is set but too short, or the restart count is not an
+  // integer >= 0.
   static std::optional<RecordAuth> from_environment();
 
   // The store key a record called `key` lives under: key + "#" + 32 hex digits.
@@ -72,6 +79,16 @@ class RecordAuth {
  private:
   std::string secret_;  // never printed: not in what(), not in any message
 };
+
+// Rounds are fenced (docs/security.md, "Rounds"): the workers of round `round` of run `run_id`
+// use not the job's secret but 64 lower-case hex digits of
+//   HMAC-SHA256(job_secret, "lspawn-round-v1" ‖ 0x00 ‖ len(run_id) (8 bytes, big-endian) ‖ run_id ‖
+//               round (8 bytes, big-endian)),
+// so a worker of an earlier round that wakes up late (its node was frozen) can neither name nor
+// sign a record of the new round, and the new round's gloo listeners refuse its connection
+// tokens. Every node derives the same key from the same inputs (the job secret is exported on
+// every node; the run id and round are the assignment's). Pure; never throws for a valid secret.
+std::string round_secret(const std::string& job_secret, const std::string& run_id, int round);
 
 // A short, printable description of a record someone else wrote, for refusal messages: the
 // network addresses found in it (gloo's pair addresses are sockaddrs; lspawn's rendezvous record

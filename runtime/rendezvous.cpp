@@ -430,7 +430,9 @@ void Meeting::open_store() {
   out.tcp_store->setTimeout(store_timeout);
   c10::intrusive_ptr<c10d::Store> base = out.tcp_store;
   if (!env.job_secret.empty()) {
-    out.auth = c10::make_intrusive<AuthenticatedStore>(out.tcp_store, RecordAuth(env.job_secret), who());
+    // The round's key, not the job's: a worker of an earlier round is fenced out (record_auth.hpp).
+    out.auth = c10::make_intrusive<AuthenticatedStore>(
+        out.tcp_store, RecordAuth::for_round(env.job_secret, env.run_id, env.restart_count), who());
     out.auth->watch_strangers(true);
     base = out.auth;
   }

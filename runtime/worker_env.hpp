@@ -48,8 +48,9 @@ struct WorkerEnv {
   bool use_agent_store = false;  // TORCHELASTIC_USE_AGENT_STORE == "True": the store at
                                  // MASTER_ADDR:MASTER_PORT is hosted by the launcher (torchrun's
                                  // static rendezvous), so rank 0 connects as a client too
-  std::string job_secret;        // LSPAWN_JOB_SECRET, "" when unset (torchrun): authenticates the
-                                 // store records (runtime/authenticated_store.hpp). Never printed.
+  std::string job_secret;        // LSPAWN_JOB_SECRET, "" when unset (torchrun): the records and gloo
+                                 // tokens are authenticated with its round key (RecordAuth::for_round
+                                 // with run_id and restart_count; record_auth.hpp). Never printed.
   std::string bind_addr;         // LSPAWN_BIND_ADDR, "" when unset: where rank 0's store listens
                                  // (runtime/store_listener.hpp; default MASTER_ADDR's address)
 

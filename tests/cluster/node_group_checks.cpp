@@ -2,13 +2,37 @@
 
 #include <catch2/catch.hpp>
 
+#include <cerrno>
 #include <set>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 namespace lspawn::test {
 
 int64_t wall_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+void check_fenced_port(LoopbackJob& job, const std::vector<size_t>& indices, int earlier_port) {
+  const int port = job[indices.front()].view().assignment.master_port;
+  CHECK(port > 0);
+  CHECK(port != earlier_port);
+  for (size_t i : indices) CHECK(job[i].view().assignment.master_port == port);
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(earlier_port));
+  const int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  const int err = errno;
+  ::close(fd);
+  CHECK(rc == -1);
+  CHECK(err == ECONNREFUSED);
 }
 
 void check_one_job(LoopbackJob& job, int nnodes) {

@@ -27,6 +27,11 @@ int64_t wall_us();
 // one node that says it is.
 void check_one_job(LoopbackJob& job, int nnodes);
 
+// Rounds are fenced (cluster/node_group.hpp): the nodes at `indices` all give their workers the
+// same store port in this round, another than `earlier_port` (an earlier round's), and a
+// connection to the earlier one is refused at once (ECONNREFUSED: node 0 holds it, never listening).
+void check_fenced_port(LoopbackJob& job, const std::vector<size_t>& indices, int earlier_port);
+
 // Every node's workers exit 0: the job finishes 0 everywhere, in round `round`.
 void succeed_everywhere(LoopbackJob& job, int round);
 

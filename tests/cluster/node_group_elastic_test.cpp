@@ -31,6 +31,7 @@ TEST_CASE("node group: elastic 2:3, a node lost with a restart left, the next ro
   while (job[dead].view().coordinator) ++dead;
   const std::string dead_host = job[dead].host();
   const int dead_rank = job[dead].view().assignment.node_rank;
+  const int port0 = job[dead].view().assignment.master_port;
   job[dead].die();
   std::vector<size_t> survivors;
   for (size_t i = 0; i < 3; ++i)
@@ -49,6 +50,7 @@ TEST_CASE("node group: elastic 2:3, a node lost with a restart left, the next ro
     CHECK(std::find(v.assignment.hosts.begin(), v.assignment.hosts.end(), dead_host) == v.assignment.hosts.end());
     CHECK(v.assignment.node_rank == (v.coordinator ? 0 : 1));  // renumbered 0..n-1
   }
+  check_fenced_port(job, survivors, port0);  // the dead node's workers would find round 0's port refused
   for (size_t i : survivors) job[i].succeed();
   for (size_t i : survivors) {
     REQUIRE(job[i].await(finished, kSettle));

@@ -66,8 +66,10 @@ TEST_CASE("node group: --max-restarts 1, a failure restarts every node, then the
   }
   REQUIRE(job.await_all(formed, kForm));
   const std::string run_id = job[0].view().assignment.run_id;
+  const int port0 = job[0].view().assignment.master_port;
   job[1].fail(0, 3);
   REQUIRE(job.await_all([](const NodeView& v) { return v.round == 1; }, kSettle));
+  check_fenced_port(job, {0, 1, 2}, port0);  // round 1's store port is its own
   for (auto& n : job.nodes()) {
     const NodeView v = n->view();
     INFO(n->host());

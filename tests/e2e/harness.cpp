@@ -11,6 +11,7 @@ namespace lspawn::test {
 std::string lspawn_bin() { return LSPAWN_BIN; }
 std::string worker_bin() { return LSPAWN_TEST_WORKER; }
 std::string hang_worker_bin() { return LSPAWN_TEST_HANG_WORKER; }
+std::string fence_probe_bin() { return LSPAWN_TEST_FENCE_PROBE; }
 
 std::string test_python() {
   const char* env = std::getenv("LSPAWN_TEST_PYTHON");

@@ -26,6 +26,7 @@ namespace lspawn::test {
 std::string lspawn_bin();
 std::string worker_bin();
 std::string hang_worker_bin();  // tests/e2e/fixtures/hang_worker.cpp (links the collectives)
+std::string fence_probe_bin();  // tests/e2e/fixtures/fence_probe.cpp (links the runtime)
 // The Python of the LibTorch line under test (CMake: LSPAWN_TEST_PYTHON); the environment's
 // LSPAWN_TEST_PYTHON runs the Python cases under another (the other line's torch) without a rebuild.
 std::string test_python();

@@ -125,10 +125,11 @@ TEST_CASE("node wire: every message's fields round-trip", "[node_wire]") {
   CHECK(d.failed);
   check_same(d.cause, sample_cause());
   CHECK(body_round_trip(proto::BusyMsg{int64_t{1} << 40}).ms == int64_t{1} << 40);
-  const auto st = body_round_trip(proto::StartMsg{2, 1, sample_cause()});
+  const auto st = body_round_trip(proto::StartMsg{2, 1, sample_cause(), 41234});
   CHECK(st.restart_count == 2);
   CHECK(st.restarts_used == 1);
   check_same(st.cause, sample_cause());
+  CHECK(st.master_port == 41234);
   const auto f = body_round_trip(proto::FinishMsg{9, true, 3, sample_cause()});
   CHECK(f.exit_code == 9);
   CHECK(f.failed);
@@ -265,7 +266,7 @@ TEST_CASE("node wire: frames - big-endian length, {t, m}, bounded before allocat
           "[node_wire]") {
   const std::string body = wire::encode_node_body(proto::JoinedMsg{3});
   const std::string frame = wire::encode_node_frame("joined", body);
-  // The bytes of protocol 2 (change them and kNodeProtocolVersion goes up): length, {"t": "joined",
+  // The bytes of protocol 2 and 3 (change them and kNodeProtocolVersion goes up): length, {"t": "joined",
   // "m": {"joined": 3}}.
   const std::string expected = be32(21) + "\xa2\x61t\x66joined\x61m\xa1\x66joined\x03";
   CHECK(frame == expected);

@@ -35,6 +35,9 @@ using lspawn::RecordAuth;
 namespace {
 
 const std::string kSecret = "gloo-guard-test-secret-0123456789abcdef";
+const std::string kRun = "gloo-guard-run";
+// The guard of this process: a rank of round 1 of run kRun (record_auth.hpp, round_secret()).
+RecordAuth round_auth(int round = 1) { return RecordAuth::for_round(kSecret, kRun, round); }
 
 // A listening TCP socket on 127.0.0.1, port 0 (bound with the process's bind()); the caller closes it.
 int listener(bool nonblocking) { return lspawn::test::LoopbackListener(16, nonblocking).release(); }
@@ -98,7 +101,7 @@ class CaptureStderr {
 };
 
 void install() {
-  GlooGuard::install(RecordAuth(kSecret), "rank 0/2");
+  GlooGuard::install(round_auth(), "rank 0/2");
   REQUIRE(GlooGuard::active());
 }
 
@@ -132,7 +135,7 @@ TEST_CASE("gloo guard: strangers are refused and named, the next real peer is wh
     GlooSetupScope scope;
     l = listener(true);  // gloo 2.x's is non-blocking
   }
-  const RecordAuth auth(kSecret);
+  const RecordAuth auth = round_auth();
   const std::string good = token_bytes(auth.connection_token());
   CaptureStderr err;
   const auto refused = GlooGuard::refused();
@@ -171,6 +174,35 @@ TEST_CASE("gloo guard: strangers are refused and named, the next real peer is wh
   CHECK_THAT(text, Contains(at + std::to_string(local_port(replay)) + ": a connection token used before (a replay)"));
   CHECK(text.find(kSecret) == std::string::npos);
   for (int fd : {a, junk, seq, forged, half, real, replay, l}) ::close(fd);
+}
+
+// Before the cap's case below: its messages must still be printed.
+TEST_CASE("gloo guard: a token of another round of the job, or of the job secret itself, is refused", "[security]") {
+  install();  // round 1's key
+  int l = -1;
+  {
+    GlooSetupScope scope;
+    l = listener(true);
+  }
+  CaptureStderr err;
+  const auto refused = GlooGuard::refused();
+  // A worker of round 0 that woke up late (its node was frozen), and one given the job secret itself.
+  const int stale = client(l, token_bytes(round_auth(0).connection_token()));
+  const int raw = client(l, token_bytes(RecordAuth(kSecret).connection_token()));
+  const int real = client(l, token_bytes(round_auth(1).connection_token()));
+  const int a = ::accept4(l, nullptr, nullptr, SOCK_CLOEXEC);
+  REQUIRE(a >= 0);
+  CHECK(peer_port(a) == local_port(real));
+  const std::string text = err.text();
+  INFO(text);
+  CHECK(GlooGuard::refused() == refused + 2);
+  const std::string at =
+      "[lspawn] rank 0/2: gloo at 127.0.0.1:" + std::to_string(local_port(l)) + " refused a connection from 127.0.0.1:";
+  for (int fd : {stale, raw}) {
+    CHECK_THAT(
+        text, Contains(at + std::to_string(local_port(fd)) + ": a connection token not signed with this job's secret"));
+  }
+  for (int fd : {a, stale, raw, real, l}) ::close(fd);
 }
 
 TEST_CASE("gloo guard: after kGlooRefusalsPrinted messages, refusals are counted, not printed", "[security]") {
@@ -238,6 +270,6 @@ TEST_CASE("gloo guard: a gloo listener's descriptor reused for another socket is
 
 TEST_CASE("gloo guard: one secret per process", "[security]") {
   install();
-  CHECK_NOTHROW(GlooGuard::install(RecordAuth(kSecret), "rank 0/2"));
+  CHECK_NOTHROW(GlooGuard::install(round_auth(), "rank 0/2"));
   CHECK_THROWS_AS(GlooGuard::install(RecordAuth("another-secret-0123456789"), "rank 0/2"), std::logic_error);
 }

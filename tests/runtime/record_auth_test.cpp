@@ -1,3 +1,4 @@
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -41,6 +42,51 @@ TEST_CASE("record auth: key names depend on the secret and the key", "[unit][sec
   CHECK(a.key_name("rdzv/rank/0") != a.key_name("rdzv/rank/1"));
   CHECK(a.key_name("x").rfind("x#", 0) == 0);
   CHECK(a.key_name("x").size() == 2 + 32);
+}
+
+TEST_CASE("record auth: a round key - one per round and run, the same on every node, never the job secret",
+          "[unit][security]") {
+  const std::string job = "job-secret-0123456789abcdef";
+  const std::string r0 = lspawn::round_secret(job, "run-a", 0), r1 = lspawn::round_secret(job, "run-a", 1);
+  CHECK(r0.size() == 64);
+  CHECK(r0.find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(r0 != r1);                                                  // per round
+  CHECK(r0 == lspawn::round_secret(std::string(job), "run-a", 0));  // every node derives the same
+  CHECK(r0 != lspawn::round_secret(job, "run-b", 0));               // per run
+  CHECK(r0 != lspawn::round_secret("job-secret-0123456789abcdeX", "run-a", 0));
+  CHECK(r0 != job);
+  CHECK(r0.find(job) == std::string::npos);
+  // The run id and the round are framed: "run-a" + 10 is not "run-a1" + 0.
+  CHECK(lspawn::round_secret(job, "run-a1", 0) != lspawn::round_secret(job, "run-a", 10));
+  // Pinned (docs/security.md's bytes, computed apart with Python's hmac): nodes of one version agree.
+  CHECK(lspawn::round_secret("0123456789abcdef", "r", 1) ==
+        "b607ae8ef01ce35f95c54970a2a8373c6613eb9dcea82d7ba02651e11c885054");
+  // A round's records and tokens are not another round's.
+  const RecordAuth a = RecordAuth::for_round(job, "run-a", 0), b = RecordAuth::for_round(job, "run-a", 1);
+  CHECK(a.same_secret(RecordAuth(r0)));
+  CHECK_FALSE(a.same_secret(RecordAuth(job)));
+  CHECK(a.key_name("rdzv/rank/0") != b.key_name("rdzv/rank/0"));
+  CHECK_FALSE(b.open("k", a.seal("k", bytes("v"))));
+  CHECK_FALSE(b.check_connection_token(a.connection_token()));
+  CHECK(b.check_connection_token(RecordAuth::for_round(job, "run-a", 1).connection_token()));
+  CHECK_THROWS_AS(RecordAuth::for_round("short", "run-a", 0), std::invalid_argument);
+}
+
+TEST_CASE("record auth: from_environment is the round key of LSPAWN_JOB_SECRET, TORCHELASTIC_RUN_ID and _RESTART_COUNT",
+          "[unit][security]") {
+  const std::string job = "job-secret-0123456789abcdef";
+  ::setenv("LSPAWN_JOB_SECRET", job.c_str(), 1);
+  ::setenv("TORCHELASTIC_RUN_ID", "run-e", 1);
+  ::setenv("TORCHELASTIC_RESTART_COUNT", "2", 1);
+  CHECK(RecordAuth::from_environment()->same_secret(RecordAuth::for_round(job, "run-e", 2)));
+  ::unsetenv("TORCHELASTIC_RUN_ID");
+  ::unsetenv("TORCHELASTIC_RESTART_COUNT");
+  CHECK(RecordAuth::from_environment()->same_secret(RecordAuth::for_round(job, "none", 0)));  // WorkerEnv's defaults
+  ::setenv("TORCHELASTIC_RESTART_COUNT", "x", 1);
+  CHECK_THROWS_WITH(RecordAuth::from_environment(), Contains("TORCHELASTIC_RESTART_COUNT='x' is not an integer"));
+  ::unsetenv("TORCHELASTIC_RESTART_COUNT");
+  ::unsetenv("LSPAWN_JOB_SECRET");
+  CHECK_FALSE(RecordAuth::from_environment());
 }
 
 TEST_CASE("record auth: a short secret is refused without being shown", "[unit][security]") {

@@ -184,7 +184,7 @@ TEST_CASE("secured rendezvous: records of a stranger without the secret are refu
   stranger->set(prefix + "gloo/0/1", gloo);
   // 3. One who learnt the secret-derived name of rank 2's record (sniffing) but not the secret:
   //    written before rank 2 arrives, so rank 0 reads it first; the legitimate record must win.
-  const lspawn::RecordAuth auth(kSecret), wrong("not-the-secret-of-this-job");
+  const lspawn::RecordAuth auth = lspawn::RecordAuth::for_round(kSecret, run, 0), wrong("not-the-secret-of-this-job");
   const std::string rank2 = prefix + "rdzv/rank/2";
   stranger->set(auth.key_name(rank2), wrong.seal(rank2, bytes("evil-host\n4343")));
 
