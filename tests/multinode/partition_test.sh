@@ -24,7 +24,7 @@
 #      --node-timeout: the caller exits 0; 6b. cut for good: every host names the loss, exit 123
 # PARTITION_CASES="2 4" runs those cases alone. After each: nothing left running in any namespace.
 # Needs root, iproute2 (bridge, veth), nsenter, unshare, timeout; exits 77 (skipped) without them.
-# About 90 s on the shared 2-core machine (load average 8): waits for timeouts, little CPU.
+# 67-71 s on the shared 2-core machine (89 s at load average 9): waits for timeouts, little CPU.
 set -uo pipefail
 LSPAWN=${1:?usage: partition_test.sh LSPAWN HELLO_ALLREDUCE}
 HELLO=${2:?usage: partition_test.sh LSPAWN HELLO_ALLREDUCE}
@@ -146,7 +146,7 @@ case_1b() {
   # cut, or 0.3 s after the forming when that came later
   until_in $WORK/1bb.err "rendezvous: node 1 of 3" 20
   sleep 0.3
-  sleep $(awk -v a=$t0 -v b=$(now) 'BEGIN { d = 1.5 - (b - a); print d > 0 ? d : 0 }')
+  sleep $(awk -v a=$t0 -v b=$(now) 'BEGIN { d = 1.5 - (b - a); print (d > 0 ? d : 0) }')
   formed_in_cut=$(grep -c "rendezvous: node 1 of 3" $WORK/1bb.err)
   cut=$(secs_since $t0)
   host_heal c
