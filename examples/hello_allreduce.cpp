@@ -7,6 +7,9 @@
 // Flags to exercise failure handling (launcher tests, benchmarks); R is a rank, or -1 for none:
 //   --size N           elements of the all_reduce tensor (default 4)
 //   --iters K          all_reduce repetitions (default 1)
+//   --iter-sleep-ms M  sleep M ms after each all_reduce repetition (default 0): K repetitions
+//                      then take about K x M ms, so that a fault can land during training;
+//                      each rank prints "rank R/N: training: K all_reduce iterations" first
 //   --delay-ms D       the failure flags below act D ms after initialisation (default 0)
 //   --fail-rank R      rank R exits with --exit-code C (default 3) instead of finishing
 //   --throw-rank R     rank R throws std::runtime_error (→ error report, exit 1)
@@ -36,6 +39,7 @@ namespace {
 struct Flags {
   int64_t size = 4;
   int iters = 1;
+  int iter_sleep_ms = 0;
   int delay_ms = 0;
   int fail_rank = -1;
   int exit_code = 3;
@@ -71,6 +75,8 @@ Flags parse(int argc, char** argv) {
       f.size = take();
     else if (a == "--iters")
       f.iters = static_cast<int>(take());
+    else if (a == "--iter-sleep-ms")
+      f.iter_sleep_ms = static_cast<int>(take());
     else if (a == "--delay-ms")
       f.delay_ms = static_cast<int>(take());
     else if (a == "--fail-rank")
@@ -95,6 +101,7 @@ Flags parse(int argc, char** argv) {
       throw std::invalid_argument("unknown flag '" + a + "' (see examples/hello_allreduce.cpp)");
   }
   if (f.size < 1) throw std::invalid_argument("--size must be >= 1");
+  if (f.iter_sleep_ms < 0) throw std::invalid_argument("--iter-sleep-ms must be >= 0");
   return f;
 }
 
@@ -136,10 +143,15 @@ int hello(int argc, char** argv) {
   // all_reduce (sum): every rank contributes rank+1, so each element is N(N+1)/2.
   const double want = n * (n + 1) / 2.0;
   at::Tensor t;
+  if (f.iter_sleep_ms > 0) {
+    std::printf("rank %d/%d: training: %d all_reduce iterations\n", r, n, f.iters);
+    std::fflush(stdout);
+  }
   for (int i = 0; i < f.iters; ++i) {
     std::vector<at::Tensor> ts{at::full({f.size}, double(r + 1), at::kFloat)};
     w.pg->allreduce(ts)->wait();
     t = ts[0];
+    if (f.iter_sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(f.iter_sleep_ms));
   }
   if (!t.eq(want).all().item<bool>()) {
     std::fprintf(stderr, "rank %d/%d: allreduce sum is wrong: got %g, want %g\n", r, n, t.flatten()[0].item<double>(),

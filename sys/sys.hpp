@@ -152,7 +152,10 @@ Fd tcp_connect(const std::string& addr, int port, std::chrono::milliseconds time
 // already reset the connection).
 Fd tcp_accept(int listen_fd, const std::string& context, std::string* peer = nullptr);
 // TCP_NODELAY, and a dead peer noticed within `timeout`: TCP_USER_TIMEOUT (unacknowledged data)
-// and keepalive probes (an idle connection).
+// and keepalive probes (an idle connection). Retransmissions at most 1 s apart (TCP_RTO_MAX_MS,
+// Linux 6.15+; ignored where the kernel lacks it), so that a link back within `timeout` carries
+// data again within a second rather than after the next doubled back-off (docs/multi-node.md,
+// "Partitions").
 void tcp_set_liveness(int fd, std::chrono::milliseconds timeout, const std::string& context);
 // send(2) once, MSG_NOSIGNAL | MSG_DONTWAIT. Returns bytes sent, or -1 when the socket buffer is
 // full (EAGAIN). Other errors (EPIPE, ECONNRESET, ETIMEDOUT...) throw.

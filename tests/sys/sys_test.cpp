@@ -5,6 +5,9 @@
 #include <fstream>
 
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -87,4 +90,24 @@ TEST_CASE("sys: make_temp_dir under a relative TMPDIR returns an absolute path",
   CHECK(access(d.c_str(), F_OK) == 0);
   sys::remove_tree(base);
   CHECK(access(base.c_str(), F_OK) != 0);
+}
+
+TEST_CASE("sys: tcp_set_liveness - user timeout, keepalive and retransmissions at most 1 s apart", "[sys]") {
+  sys::Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  REQUIRE(fd.get() >= 0);
+  sys::tcp_set_liveness(fd.get(), std::chrono::milliseconds(3000), "test socket");
+  auto option = [&](int level, int name) {
+    int v = -1;
+    socklen_t len = sizeof v;
+    return ::getsockopt(fd.get(), level, name, &v, &len) == 0 ? v : -errno;
+  };
+  CHECK(option(IPPROTO_TCP, TCP_USER_TIMEOUT) == 3000);
+  CHECK(option(SOL_SOCKET, SO_KEEPALIVE) == 1);
+  // TCP_RTO_MAX_MS (44): Linux 6.15 and later; the kernel's default is 120 s.
+  const int rto_max = option(IPPROTO_TCP, 44);
+  if (rto_max == -ENOPROTOOPT) {
+    WARN("this kernel has no TCP_RTO_MAX_MS: retransmissions back off as before");
+  } else {
+    CHECK(rto_max == 1000);
+  }
 }
