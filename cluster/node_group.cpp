@@ -373,16 +373,19 @@ void NodeGroup::begin_round() {
 }
 
 // A new round's workers get a store port of their own (docs/security.md, "Rounds"): node 0, when
-// it is this coordinator, reserves a fresh one and keeps the earlier rounds' reserved, never
-// listening, until the job ends, so that a worker of an earlier round that wakes up late is
-// refused at once (ECONNREFUSED) instead of reaching the new round's store. A one-node job keeps
-// its port (the user's --master-port; its old workers are gone before the next round starts),
-// and so does a job whose node 0 is a member (the round key fences it).
+// it is this coordinator, reserves a fresh one and keeps the previous round's reserved, never
+// listening, so that a worker of that round that wakes up late is refused at once (ECONNREFUSED)
+// instead of reaching the new round's store. Only the previous one (kHeldEarlierPorts): holding
+// every round's would cost a socket per round for the job's life (the soak's 100 elastic rounds);
+// a worker of an older round finds its port released, and the round key fences it. A one-node
+// job keeps its port (the user's --master-port; its old workers are gone before the next round
+// starts), and so does a job whose node 0 is a member (the round key fences it).
 void NodeGroup::fence_master_port() {
   if (opts_.nnodes <= 1 || !master_port_) return;
   try {
     PortReservation next(assign_.master_addr, 0);
     earlier_ports_.push_back(std::move(*master_port_));
+    while (earlier_ports_.size() > kHeldEarlierPorts) earlier_ports_.pop_front();
     master_port_.emplace(std::move(next));
     assign_.master_port = master_port_->port();
   } catch (const PortError& e) {

@@ -33,8 +33,8 @@
 //
 // Rounds are fenced (docs/security.md, "Rounds"): in a multi-node job whose node 0 is the
 // coordinator, every round's workers get a store port (MASTER_PORT) of their own, reserved by
-// node 0 when the round begins and sent in StartMsg / AssignMsg; the earlier rounds' stay
-// reserved, never listening, until the job ends. (The workers' records and gloo tokens are
+// node 0 when the round begins and sent in StartMsg / AssignMsg; the previous round's stays
+// reserved, never listening, until the next round begins. (The workers' records and gloo tokens are
 // signed with a key of their round: runtime/record_auth.hpp.)
 //
 // Elastic jobs (--nnodes MIN:MAX, rendezvous mode; docs/multi-node.md "Elastic jobs"): the
@@ -52,6 +52,7 @@
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -184,10 +185,12 @@ class NodeGroup {
   bool coordinator_ = true;
   AssignMsg assign_;
   std::optional<PortReservation> master_port_;  // node 0: this round's workers' store port, held
-  std::vector<PortReservation> earlier_ports_;  // node 0: the earlier rounds' ports, held till the end
-  std::unique_ptr<Links> links_;                // the other nodes (fd(): their epoll set)
-  Admission admission_;                         // elastic coordinator: nodes that join later
-  RoundState state_ = RoundState::Running;      // changed by enter() only
+  // node 0: the previous rounds' ports, held (never listening), at most kHeldEarlierPorts of them
+  static constexpr size_t kHeldEarlierPorts = 1;
+  std::deque<PortReservation> earlier_ports_;
+  std::unique_ptr<Links> links_;            // the other nodes (fd(): their epoll set)
+  Admission admission_;                     // elastic coordinator: nodes that join later
+  RoundState state_ = RoundState::Running;  // changed by enter() only
   int round_ = 0;
   int restarts_used_ = 0;
   std::vector<std::string> failed_attempts_;  // failed_attempts()

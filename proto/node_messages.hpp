@@ -126,8 +126,8 @@ struct StartMsg {
   int restart_count = 0;
   int restarts_used = 0;  // of --max-restarts (a round that admits a node counts none)
   Cause cause;            // the root cause of the attempt that failed
-  // The workers' MASTER_PORT in this round: a port node 0 reserved for it (every earlier round's
-  // stays reserved, never listening, until the job ends). 0: the previous round's (node 0 is not
+  // The workers' MASTER_PORT in this round: a port node 0 reserved for it (the previous round's
+  // stays reserved, never listening, until the next round begins). 0: the previous round's (node 0 is not
   // the coordinator; cluster/node_group.hpp).
   int master_port = 0;
 };

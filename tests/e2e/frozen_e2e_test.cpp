@@ -136,8 +136,9 @@ TEST_CASE("frozen: a node stopped within --node-timeout (its lspawn alone, or wi
   CHECK(alive_after(pids, 5s).empty());
 }
 
-TEST_CASE("frozen: a node stopped past --node-timeout is named lost (123) - resumed, it stops its workers and exits 123",
-          "[e2e][multinode][frozen][exec-only]") {
+TEST_CASE(
+    "frozen: a node stopped past --node-timeout is named lost (123) - resumed, it stops its workers and exits 123",
+    "[e2e][multinode][frozen][exec-only]") {
   const bool whole_node = GENERATE(false, true);
   INFO((whole_node ? "the whole node" : "its lspawn alone"));
   Subreaper reaper;
@@ -182,9 +183,9 @@ TEST_CASE(
   TempDir dir, tmp;
   ReservedPort held_ep;
   const std::string ep = "127.0.0.1:" + std::to_string(held_ep.port());
-  const std::vector<std::string> args = lspawn_args(
-      {"--nnodes", "2:3", "--nprocs", "1", "--rdzv-endpoint", ep, "--node-timeout", "2", "--grace-period", "1",
-       "--rdzv-timeout", "60", "--max-restarts", "1", fence_probe_bin(), dir.path});
+  const std::vector<std::string> args =
+      lspawn_args({"--nnodes", "2:3", "--nprocs", "1", "--rdzv-endpoint", ep, "--node-timeout", "2", "--grace-period",
+                   "1", "--rdzv-timeout", "60", "--max-restarts", "1", fence_probe_bin(), dir.path});
   const std::vector<std::string> env{"LSPAWN_JOB_SECRET=" + kSecret, "TMPDIR=" + tmp.path, "LSPAWN_PG_TIMEOUT=20"};
   Child a(args, env);
   REQUIRE(wait_err(a, "rendezvous: waiting for 1 to 2 more nodes"));
@@ -206,9 +207,7 @@ TEST_CASE(
   CHECK(port1 > 0);
   CHECK(port1 != port0);  // a store port of round 1's own
   // The old worker wakes up (its lspawn still stopped), told the new round's port.
-  {
-    std::ofstream(dir.path + "/attack.tmp") << port1 << "\n";
-  }
+  { std::ofstream(dir.path + "/attack.tmp") << port1 << "\n"; }
   REQUIRE(std::rename((dir.path + "/attack.tmp").c_str(), (dir.path + "/attack").c_str()) == 0);
   ::kill(stale, SIGCONT);
   const int sa = a.wait(60s), sb = b.wait(60s);
