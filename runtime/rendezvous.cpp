@@ -75,8 +75,10 @@ std::string this_host() {
 }
 
 // One non-blocking connect attempt to any address of host:port, waiting at most `wait` for it
-// to complete. Returns "" when a connection was established (and closed again), else why not.
-std::string probe_listener(const std::string& host, uint16_t port, milliseconds wait) {
+// to complete. Returns "" when a connection was established (and closed again), else why not;
+// `timed_out` is set when an attempt got no answer within `wait` (rather than a refusal).
+std::string probe_listener(const std::string& host, uint16_t port, milliseconds wait, bool& timed_out) {
+  timed_out = false;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -102,6 +104,7 @@ std::string probe_listener(const std::string& host, uint16_t port, milliseconds 
         } while (n < 0 && errno == EINTR);
         if (n == 0) {
           err = ETIMEDOUT;
+          timed_out = true;
         } else {
           socklen_t len = sizeof err;
           if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
@@ -329,11 +332,17 @@ c10::intrusive_ptr<c10d::TCPStore> connect_store(const std::string& host, uint16
   std::string why;
   int attempts = 0;
   // TCPStore's client sleeps 1 s between refused attempts; probe with a short backoff instead
-  // and hand over to TCPStore once the server listens.
+  // and hand over to TCPStore once the server listens. A probe that got no answer waits twice as
+  // long the next time: a handshake takes a round trip, and on a link whose round trip is over
+  // 1 s (or that lost the SYN twice) a fixed 1 s wait never saw one complete, so the rank retried
+  // until the rendezvous timeout (#47, docs/reliability.md "Slow and lossy links").
+  milliseconds probe_wait{1000};
   while (true) {
     ++attempts;
-    why = probe_listener(host, port, std::min(remaining(deadline), milliseconds(1000)));
+    bool timed_out = false;
+    why = probe_listener(host, port, std::min(remaining(deadline), probe_wait), timed_out);
     if (why.empty()) break;
+    if (timed_out) probe_wait *= 2;
     if (Clock::now() + backoff >= deadline) {
       throw RendezvousError("cannot connect to the rendezvous store at " + endpoint(host, port) + " after " +
                             elapsed_text(since(t0)) + " (timeout " + seconds_text(timeout) + ", " +

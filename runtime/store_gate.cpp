@@ -107,12 +107,13 @@ struct StoreGate::Loop {
   std::list<Conn> conns;
   // Connections with a deadline, oldest first: both deadlines are a fixed time after the event
   // that puts a connection here, so appending keeps each list in deadline order.
-  std::list<Conn*> heads;       // Head with part of a header: first_byte + kStoreReceiveTimeout
+  std::list<Conn*> heads;       // Head with part of a header: first_byte + head_timeout
   std::list<Conn*> connecting;  // Connecting: connect_start + kStoreConnectTimeout
   std::vector<Conn*> closing;   // closed during the current batch of events
   // accept() failed (EMFILE and the like): the listening socket is left out of the wait until
   // then, rather than waking the loop at once, again and again.
   std::optional<Clock::time_point> listen_paused_until;
+  std::chrono::milliseconds head_timeout{kStoreReceiveTimeout};
   std::atomic<int> refused{0};
   std::thread thread;
 
@@ -294,11 +295,11 @@ struct StoreGate::Loop {
   // Connections past their deadline (half-sent heads, connects to the server), oldest first; the
   // time until the next deadline (-1: none).
   int expire(Clock::time_point now) {
-    while (!heads.empty() && now - heads.front()->first_byte >= kStoreReceiveTimeout) {
+    while (!heads.empty() && now - heads.front()->first_byte >= head_timeout) {
       Conn& c = *heads.front();
       untime(c, heads);
       refuse(c, "sent " + byte_count(c.head.size()) + " of a request (" + hex_bytes(c.head.data(), c.head.size()) +
-                    "), then nothing for " + std::to_string(kStoreReceiveTimeout.count()) + " ms");
+                    "), then nothing for " + std::to_string(head_timeout.count()) + " ms");
       close_conn(c);
     }
     while (!connecting.empty() && now - connecting.front()->connect_start >= kStoreConnectTimeout) {
@@ -309,7 +310,7 @@ struct StoreGate::Loop {
     }
     std::optional<Clock::time_point> next;
     auto earliest = [&](Clock::time_point t) { next = std::min(next.value_or(t), t); };
-    if (!heads.empty()) earliest(heads.front()->first_byte + kStoreReceiveTimeout);
+    if (!heads.empty()) earliest(heads.front()->first_byte + head_timeout);
     if (!connecting.empty()) earliest(connecting.front()->connect_start + kStoreConnectTimeout);
     if (listen_paused_until) earliest(*listen_paused_until);
     if (!next) return -1;
@@ -427,8 +428,9 @@ struct StoreGate::Loop {
 };
 
 StoreGate::StoreGate(int listen_fd, std::uint16_t store_port, StoreProtocol protocol, std::string where,
-                     std::function<void(const std::string&)> log)
+                     std::function<void(const std::string&)> log, std::chrono::milliseconds head_timeout)
     : loop_(std::make_unique<Loop>()) {
+  loop_->head_timeout = head_timeout;
   loop_->listen = sys::Fd(listen_fd);
   port_ = static_cast<std::uint16_t>(sys::local_port(listen_fd));
   sys::set_nonblocking(listen_fd, "store gate " + where);

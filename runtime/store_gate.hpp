@@ -17,7 +17,8 @@
 //   - Legacy (1.13): the first byte must be a query type, and the length that follows (key or key
 //     count) at most kMaxFirstLength. A client may also stay silent (1.13's callback connection
 //     never writes unless a key is watched); silence is not refused.
-// A peer that sends part of the header and then nothing for kStoreReceiveTimeout is refused too.
+// A peer that sends part of the header and then nothing for kStoreReceiveTimeout (30 s: a lossy
+// link's retransmissions, runtime/store_listener.hpp) is refused too.
 // After the first request the bytes are relayed unchanged both ways, and the connection lives as
 // long as both ends keep it.
 //
@@ -32,10 +33,13 @@
 // the gate says so and accepts again 100 ms later; the clients wait in the backlog meanwhile.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+
+#include "runtime/store_listener.hpp"
 
 namespace lspawn {
 
@@ -56,9 +60,11 @@ class StoreGate {
  public:
   // Serves `listen_fd` (bound and listening; the gate owns and closes it) and relays accepted
   // clients to 127.0.0.1:`store_port`. `where` names the public endpoint in messages; `log`
-  // receives each message (one line, no newline); by default it goes to stderr.
+  // receives each message (one line, no newline); by default it goes to stderr. A client that
+  // sent part of its first request's header and then nothing for `head_timeout` is refused.
   StoreGate(int listen_fd, std::uint16_t store_port, StoreProtocol protocol, std::string where,
-            std::function<void(const std::string&)> log = {});
+            std::function<void(const std::string&)> log = {},
+            std::chrono::milliseconds head_timeout = kStoreReceiveTimeout);
   // Stops the thread and closes every connection (clients see the store go away).
   ~StoreGate();
   StoreGate(const StoreGate&) = delete;

@@ -28,11 +28,20 @@
 
 namespace lspawn {
 
-// Garbage on the store's port: every socket the store accepts gets SO_RCVTIMEO = this (inherited
-// from the listening socket lspawn makes or steers), so a client that sends half a message and
-// waits stalls TCPStore 1.13's single server thread for at most this long, never for good; the
-// server then drops that client. Legitimate clients send each request at once.
-inline constexpr std::chrono::milliseconds kStoreReceiveTimeout{1000};
+// Half a message on the store's port: every socket the store accepts gets SO_RCVTIMEO = this
+// (inherited from the listening socket lspawn makes or steers), so a client that sends half a
+// message and waits stalls TCPStore 1.13's single server thread for at most this long, never for
+// good; the server then drops that client. The store gate (runtime/store_gate.hpp) waits as long
+// for the rest of a first request.
+// Legitimate clients send each request at once, but its bytes can still arrive seconds apart: a
+// request is several small writes (TCPStore sets TCP_NODELAY), and when one segment is lost TCP
+// resends it after its retransmission timeout, 1 s at least on a new connection and doubling at
+// each loss (RFC 6298). Until #47 this was 1 s: one lost segment on a link with 200 ms of latency
+// and 5 % loss dropped a rank's store connection (`lost the store ...: Connection reset by peer`)
+// and failed the job (docs/reliability.md, "Slow and lossy links"). 30 s is the default node
+// timeout: the store gives up on a silent client no sooner than the nodes give up on each other.
+// Strangers never reach the server (the gate refuses them on their first bytes).
+inline constexpr std::chrono::milliseconds kStoreReceiveTimeout{30'000};
 
 // The numeric address the store should listen on (see above: env.bind_addr, else
 // env.master_addr). Throws std::runtime_error naming the variable and the address when it

@@ -2,6 +2,7 @@
 // store protocols, and a real TCPStore of this LibTorch behind a real gate — clients that open
 // correctly are relayed, a silent one is left alone, and garbage, a probe and half a request are
 // refused with a message naming the peer while the store keeps serving.
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -73,11 +75,14 @@ TEST_CASE("store gate: a real store behind it serves its clients and refuses gar
   std::mutex mu;
   std::vector<std::string> log;
   const int public_fd = lspawn::listen_socket("127.0.0.1", 0);
-  lspawn::StoreGate gate(public_fd, server->getPort(), lspawn::compat::store_protocol(), "gate-under-test",
-                         [&](const std::string& line) {
-                           std::lock_guard<std::mutex> l(mu);
-                           log.push_back(line);
-                         });
+  // A head deadline of 1 s (the default is kStoreReceiveTimeout, 30 s) keeps the test short.
+  lspawn::StoreGate gate(
+      public_fd, server->getPort(), lspawn::compat::store_protocol(), "gate-under-test",
+      [&](const std::string& line) {
+        std::lock_guard<std::mutex> l(mu);
+        log.push_back(line);
+      },
+      1s);
   auto logged = [&](const std::string& what) {
     std::lock_guard<std::mutex> l(mu);
     for (const auto& line : log) {
@@ -116,8 +121,8 @@ TEST_CASE("store gate: a real store behind it serves its clients and refuses gar
   REQUIRE(eventually([&] { return logged("47 45 54 20"); }, 5s));
   CHECK(logged("store at gate-under-test: refused a connection from 127.0.0.1:"));
   CHECK(logged("not a c10d store request (first bytes 47 45 54 20"));
-  // The half request: 1 byte, then nothing for kStoreReceiveTimeout.
-  REQUIRE(eventually([&] { return logged("sent 1 byte of a request (00), then nothing for"); }, 5s));
+  // The half request: 1 byte, then nothing for the head deadline.
+  REQUIRE(eventually([&] { return logged("sent 1 byte of a request (00), then nothing for 1000 ms"); }, 5s));
   CHECK(gate.refused() == 2);
   char c;
   CHECK(::recv(probe, &c, 1, 0) <= 0);  // the gate closed the refused connections (a reset: it
@@ -175,9 +180,68 @@ TEST_CASE("store gate: many clients at once are all relayed while one holds half
   for (int r = 0; r < kClients; ++r)
     CHECK(got[r] == std::vector<uint8_t>(60, static_cast<uint8_t>((r + 1) % kClients)));
   CHECK(hosted->add("count", 0) == kClients);
-  // The half request is refused on its own deadline (kStoreReceiveTimeout), not by the others.
-  REQUIRE(eventually([&] { return hosted->refused() == 1; }, 5s));
+  // The half request is still waiting (its deadline, kStoreReceiveTimeout, is 30 s) and held
+  // nobody up; closed, it is refused at once, naming what it sent.
+  CHECK(hosted->refused() == 0);
   ::close(half);
+  REQUIRE(eventually([&] { return hosted->refused() == 1; }, 5s));
+}
+
+// A lossy link (#47, docs/reliability.md "Slow and lossy links"): TCP resends a lost segment
+// after its retransmission timeout (1 s at least, doubling), so a request's writes can reach the
+// store seconds apart. A relay between a real client and the gate holds back all but the first
+// byte of each of the client's writes for 1.5 s: the first request's header and every later
+// request arrive in parts. Until #47 the gate refused such a head after 1 s, and the server
+// (SO_RCVTIMEO 1 s) dropped the client in the middle of a later request: "Connection reset by peer".
+TEST_CASE("store gate: a client whose requests arrive in parts 1.5 s apart is served", "[store_gate]") {
+  auto hosted = lspawn::host_store("127.0.0.1", 0, 30s, "127.0.0.1");
+  lspawn::test::LoopbackListener front;
+  std::atomic<bool> done{false};
+  // One relay per connection the client opens (1.13's client opens two: requests and callbacks).
+  auto relay = [&](lspawn::sys::Fd client) {
+    const lspawn::sys::Fd gate(lspawn::test::connect_to(hosted->public_port()));
+    if (!gate) return;
+    pollfd p[2] = {{client.get(), POLLIN, 0}, {gate.get(), POLLIN, 0}};
+    char buf[65536];
+    while (!done) {
+      if (::poll(p, 2, 100) <= 0) continue;
+      for (int i = 0; i < 2; ++i) {
+        if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        const ssize_t r = ::recv(p[i].fd, buf, sizeof buf, 0);
+        if (r <= 0) return;
+        const int to = p[1 - i].fd;
+        if (i == 0 && r > 1) {  // client -> store: the first byte now, the rest 1.5 s later
+          ::send(to, buf, 1, MSG_NOSIGNAL);
+          std::this_thread::sleep_for(1500ms);
+          ::send(to, buf + 1, static_cast<std::size_t>(r - 1), MSG_NOSIGNAL);
+        } else {
+          ::send(to, buf, static_cast<std::size_t>(r), MSG_NOSIGNAL);
+        }
+      }
+    }
+  };
+  std::vector<std::thread> relays;
+  std::thread acceptor([&] {
+    pollfd p{front.fd(), POLLIN, 0};
+    while (!done) {
+      if (::poll(&p, 1, 100) <= 0) continue;
+      lspawn::sys::Fd c(::accept4(front.fd(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (c) relays.emplace_back(relay, std::move(c));
+    }
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  auto c = lspawn::connect_store("127.0.0.1", front.port(), 30s);
+  c->set("k", std::vector<uint8_t>{1, 2, 3});
+  CHECK(c->get("k") == std::vector<uint8_t>{1, 2, 3});
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO("took " << took << " s");
+  c.reset();  // the client first: its connections close before the relays' ends
+  done = true;
+  acceptor.join();
+  for (auto& t : relays) t.join();
+  CHECK(took > 1.5);  // the relay did split the requests
+  CHECK(hosted->refused() == 0);
+  CHECK(hosted->get("k") == std::vector<uint8_t>{1, 2, 3});
 }
 
 // The gate connects to the server without blocking its thread: a server whose accept queue is full
