@@ -50,6 +50,11 @@ struct Attempts {
   static constexpr milliseconds kFirstReport{3000};
   static constexpr milliseconds kReportEvery{5000};
   static constexpr milliseconds kAnswerWait{3000};  // a coordinator answers a join at once
+  // A connect that times out is tried again with twice the wait, up to kMaxConnectWait: a link
+  // whose round trip is longer than a try (2 s one way: its SYN-ACK comes after 4 s) is then
+  // joined on a later try instead of never (docs/reliability.md, "Slow and lossy links").
+  static constexpr milliseconds kFirstConnectWait{2000};
+  static constexpr milliseconds kMaxConnectWait{32000};
 
   const NodeGroupOptions& o;
   const std::string ep;
@@ -58,6 +63,7 @@ struct Attempts {
   std::string host_problem;  // --rdzv-endpoint mode: why this node cannot host ("bind: ...")
   std::string join_problem;  // why it could not join ("connect: ...", "EP accepted ...")
   Clock::time_point next_report;
+  milliseconds connect_wait = kFirstConnectWait;  // the next try's connect: doubled by each timeout
 
   explicit Attempts(const NodeGroupOptions& opts)
       : o(opts),
@@ -65,6 +71,13 @@ struct Attempts {
         t0(Clock::now()),
         deadline(t0 + opts.rdzv_timeout),
         next_report(t0 + kFirstReport) {}
+
+  // How long the next connect may take: `connect_wait`, never past the deadline.
+  milliseconds next_connect_wait() const {
+    return std::max(milliseconds(0),
+                    std::min(connect_wait, std::chrono::duration_cast<milliseconds>(deadline - Clock::now())));
+  }
+  void connect_timed_out() { connect_wait = std::min(connect_wait * 2, kMaxConnectWait); }
 
   void cannot_host(int err) {
     // Not an address of this host: another host's lspawn hosts it (nothing to say).
@@ -152,16 +165,20 @@ bool await_answer(Link& link, std::vector<Message>& queue, int* joined, Attempts
 }
 
 bool Joining::try_join(const NodeGroupOptions& o, Attempts& tries) {
-  const auto left = std::chrono::duration_cast<milliseconds>(tries.deadline - Clock::now());
+  const milliseconds wait = tries.next_connect_wait();
   int err = 0;
   sys::Fd fd;
   try {
-    fd = sys::tcp_connect(o.endpoint_addr, o.endpoint_port, std::min(left, milliseconds(2000)), &err);
+    fd = sys::tcp_connect(o.endpoint_addr, o.endpoint_port, wait, &err);
   } catch (const sys::SysError& e) {
     throw NodeRendezvousError("rendezvous on " + tries.ep + ": " + e.what());
   }
   if (!fd) {
     tries.join_problem = std::string("connect: ") + std::strerror(err);
+    if (err == ETIMEDOUT) {
+      tries.join_problem += " (no answer in " + seconds_text(wait) + ")";
+      tries.connect_timed_out();
+    }
     return false;
   }
   sys::tcp_set_liveness(fd.get(), o.node_timeout, "rendezvous on " + tries.ep);

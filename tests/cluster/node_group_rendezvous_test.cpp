@@ -4,12 +4,15 @@
 // Each case waits on conditions with deadlines, never on sleeps.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <chrono>
 #include <string>
 #include <vector>
 
 #include "cluster/node_group_checks.hpp"
 #include "cluster/node_group_harness.hpp"
+#include "support/loopback.hpp"
 
 using namespace lspawn;
 using namespace lspawn::test;
@@ -148,4 +151,32 @@ TEST_CASE("node group: the rendezvous times out, naming what is missing", "[clus
     CHECK(contains(v.rendezvous_error, "timed out after"));
     CHECK(contains(v.rendezvous_error, "node 0 could not be reached: connect: Connection refused"));
   }
+}
+
+// A coordinator whose SYN-ACK takes longer than a connect try (2 s one way: 4 s) was never joined:
+// each try gave up after 2 s. Each timed-out connect now waits twice as long as the one before.
+// The endpoint here is a listener whose accept queue is full (backlog 0, one connection never
+// accepted): the kernel drops every further SYN, so every connect times out.
+TEST_CASE("node group: a member's connect that times out is tried again with twice the wait",
+          "[cluster][node_group][slow]") {
+  LoopbackJob job;
+  LoopbackListener silent(0);
+  const int queued = connect_to(silent.port());  // fills the queue of one
+  REQUIRE(queued >= 0);
+  auto o = job.static_options(2, 1);
+  o.endpoint_port = silent.port();
+  o.rdzv_timeout = milliseconds(6500);
+  job.add(o);
+  REQUIRE(job.await_all(ended, milliseconds(6500) + kForm));
+  ::close(queued);
+  const NodeView v = job[0].view();
+  std::string said;
+  for (const auto& line : v.info) said += line + "\n";
+  INFO(said << v.rendezvous_error);
+  // Tries of 2 s, then 4 s: the report after the second names its 4 s; the last try has what was
+  // left of the 6.5 s.
+  CHECK(v.has_info("node 0 could not be reached: connect: Connection timed out (no answer in 4 s)"));
+  CHECK_FALSE(v.has_info("(no answer in 8 s)"));
+  CHECK(contains(v.rendezvous_error, "timed out after 6.5 s"));
+  CHECK(contains(v.rendezvous_error, "connect: Connection timed out (no answer in"));
 }
