@@ -1,5 +1,5 @@
 # hosts_lib.sh — sourced by the multi-node tests: hosts made of network namespaces on one Linux
-# bridge, with names unique to the run, and the checks every such test uses.
+# bridge, with names unique to the run, and the checks every such test uses (checks.sh).
 #
 #   source hosts_lib.sh
 #   hosts_require                  # exits 77 (skipped) without root, iproute2, nsenter, unshare, timeout
@@ -108,29 +108,10 @@ host_pids() {
   done
 }
 
-FAILS=0
-PASSES=0
-pass() { echo "ok: $*"; PASSES=$((PASSES + 1)); }
-fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
-check() { local what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
-has() { grep -qF -- "$2" "$1"; }
+source "$(dirname "${BASH_SOURCE[0]}")/checks.sh"
 # Nothing may be left running in any host (waits up to 5 s for it).
 nothing_left() {
-  local left h
-  for _ in $(seq 50); do
-    left=$(for h in "${HOSTS[@]}"; do ip netns pids ${HOST_NS[$h]}; done 2>/dev/null | tr '\n' ' ')
-    [[ -z ${left// /} ]] && return 0
-    sleep 0.1
-  done
-  echo "   left running: $left: $(ps -o pid,args -p ${left// /,} 2>/dev/null | tail -n +2 | tr '\n' ';')"
-  return 1
+  local h ns=()
+  for h in "${HOSTS[@]}"; do ns+=("${HOST_NS[$h]}"); done
+  nothing_left_in 5 "${ns[@]}"
 }
-# until_in FILE TEXT SECONDS: waits until FILE holds TEXT.
-until_in() {
-  for _ in $(seq $(( $3 * 20 ))); do grep -qF -- "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
-  return 1
-}
-elapsed_below() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
-now() { date +%s.%N; }
-# secs_since T0: seconds from T0 (a `now`) to now, 2 decimals.
-secs_since() { awk -v a=$1 -v b=$(now) 'BEGIN { printf "%.2f", b - a }'; }

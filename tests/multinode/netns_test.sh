@@ -40,8 +40,7 @@ A=lspmn-$TOK-a B=lspmn-$TOK-b VA=lv${TOK}a VB=lv${TOK}b   # veth names: 11 chars
 NET=10.78.0
 NET6=fd78:${TOK:0:4}:${TOK:4:4}   # the IPv6 prefix of step 10 (fd78:<token>::/64)
 WORK=$(mktemp -d /tmp/lspawn-netns-XXXXXX)
-FAILS=0
-PASSES=0
+source "$(dirname "$0")/checks.sh"
 
 cleanup() {
   for ns in $A $B; do
@@ -78,33 +77,13 @@ on() {
   [[ $h == a ]] && ns=$A || ns=$B
   exec nsenter --net=/run/netns/$ns unshare --uts sh -c 'hostname "$0" && exec "$@"' "mn-$h" "$@"
 }
-pass() { echo "ok: $*"; PASSES=$((PASSES + 1)); }
-fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
-check() { local what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
-has() { grep -qF -- "$2" "$1"; }
 # Nothing of the job may be left in either namespace.
-nothing_left() {
-  local left
-  for _ in $(seq 50); do
-    left=$( (ip netns pids $A; ip netns pids $B) 2>/dev/null | tr '\n' ' ')
-    [[ -z ${left// /} ]] && return 0
-    sleep 0.1
-  done
-  echo "   left running: $left: $(ps -o pid,args -p ${left// /,} 2>/dev/null | tail -n +2 | tr '\n' ';')"
-  return 1
-}
-# until_in FILE TEXT SECONDS
-until_in() {
-  for _ in $(seq $(( $3 * 20 ))); do grep -qF -- "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
-  return 1
-}
-elapsed_below() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
+nothing_left() { nothing_left_in 5 $A $B; }
 
 export OMP_NUM_THREADS=1
 COMMON=(--nnodes 2 --nprocs 2 --grace-period 1)
 
-T0=$(date +%s.%N)
-stamp() { awk -v a=$T0 -v b=$(date +%s.%N) 'BEGIN { printf "%.1f s", b - a }'; }
+T0=$(now)
 echo "== 1. static rendezvous, all_reduce, with a job secret shared by the nodes"
 # The records and gloo's connections across the two hosts are authenticated (docs/security.md).
 SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')

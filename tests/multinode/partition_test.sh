@@ -37,7 +37,6 @@ hosts_up $NET a b c
 
 export OMP_NUM_THREADS=1
 T0=$(now)
-stamp() { printf '%s s' "$(secs_since $T0)"; }
 # 30 all_reduces 50 ms apart: about 1.5 s of training, long enough for a cut to land inside it.
 TRAIN=("$HELLO" --iters 30 --iter-sleep-ms 50)
 # static HOST NODE_RANK NODE_TIMEOUT [lspawn flags...] -- worker...: one node of a static job of 3.

@@ -26,24 +26,8 @@ missing=$(wire_missing)
 trap wire_down EXIT
 wire_up $DELAY $LOSS 47 || { echo "SKIP: cannot set up the wire (network namespaces, TUN devices)"; exit 77; }
 
-FAILS=0
-PASSES=0
-pass() { echo "ok: $*"; PASSES=$((PASSES + 1)); }
-fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
-check() { local what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
-between() { awk -v v="$1" -v lo="$2" -v hi="$3" 'BEGIN { exit !(v >= lo && v <= hi) }'; }
-nothing_left() {
-  local left
-  for _ in $(seq 50); do
-    left=$( (ip netns pids $WIRE_A; ip netns pids $WIRE_B) 2>/dev/null | tr '\n' ' ')
-    [[ -z ${left// /} ]] && return 0
-    sleep 0.1
-  done
-  echo "   left running: $(ps -o pid,args -p ${left// /,} 2>/dev/null | tail -n +2 | tr '\n' ';')"
-  return 1
-}
-T0=$(date +%s.%N)
-stamp() { awk -v a=$T0 -v b=$(date +%s.%N) 'BEGIN { printf "%.1f s", b - a }'; }
+source "$(dirname "$0")/checks.sh"
+nothing_left() { nothing_left_in 5 $WIRE_A $WIRE_B; }
 
 echo "== 1. the wire: ${DELAY} s one way, ${LOSS} lost each way"
 (on b "$WIRE_PY" "$WIRE_SCRIPT" echo $WIRE_NET.2:7777 >$WIRE_WORK/echo.out 2>&1) & pe=$!

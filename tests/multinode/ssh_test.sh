@@ -42,8 +42,7 @@ TOK=$(printf '%05x%03x' $(( $$ & 0xfffff )) $(( RANDOM & 0xfff )))
 A=lspsh-$TOK-a B=lspsh-$TOK-b VA=ls${TOK}a VB=ls${TOK}b   # veth names: 11 chars (< 16)
 NET=10.79.0
 WORK=$(mktemp -d /tmp/lspawn-ssh-XXXXXX)
-FAILS=0
-PASSES=0
+source "$(dirname "$0")/checks.sh"
 SSHD_PIDS=()
 
 etc_ssh_state() { ls -la --time-style=+%s /etc/ssh 2>&1; }
@@ -82,39 +81,9 @@ on() {
   [[ $h == a ]] && ns=$A || ns=$B
   exec nsenter --net=/run/netns/$ns unshare --uts sh -c 'hostname "$0" && exec "$@"' "mn-$h" "$@"
 }
-pass() { echo "ok: $*"; PASSES=$((PASSES + 1)); }
-fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
-check() { local what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
-has() { grep -qF -- "$2" "$1"; }
-count_in() { grep -cF -- "$2" "$1" 2>/dev/null; }
-# The processes in both namespaces but the sshd listeners.
-left_now() {
-  (ip netns pids $A; ip netns pids $B) 2>/dev/null | grep -vxF -f <(printf '%s\n' "${SSHD_PIDS[@]}") | tr '\n' ' '
-}
 # Nothing of the job may be left in either namespace (up to SECS, default 5): no ssh session
-# ("sshd: root@notty"), no lspawn, no worker.
-nothing_left() {
-  local left
-  for _ in $(seq $(( ${1:-5} * 10 ))); do
-    left=$(left_now)
-    [[ -z ${left// /} ]] && return 0
-    sleep 0.1
-  done
-  echo "   left running: $left: $(ps -o pid,args -p ${left// /,} 2>/dev/null | tail -n +2 | tr '\n' ';')"
-  return 1
-}
-# until_in FILE TEXT SECONDS [COUNT]: TEXT at least COUNT times (default 1) in FILE
-until_in() {
-  for _ in $(seq $(( $3 * 20 ))); do
-    (( $(count_in "$1" "$2") >= ${4:-1} )) && return 0
-    sleep 0.05
-  done
-  return 1
-}
-secs_since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
-elapsed_below() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
-T0=$(date +%s.%N)
-stamp() { echo "$(secs_since $T0) s"; }
+# ("sshd: root@notty"), no lspawn, no worker; the sshd listeners run on.
+nothing_left() { KEEP_PIDS=("${SSHD_PIDS[@]}"); nothing_left_in "${1:-5}" $A $B; }
 
 # ---- keys, sshd and ssh configuration, all in $WORK
 ssh-keygen -q -t ed25519 -N '' -C lspawn-test-host -f $WORK/host_key
