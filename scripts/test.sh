@@ -6,7 +6,9 @@
 #      the CPU, NCCL backend compiled in (-DLSPAWN_WITH_NCCL=ON, against the NCCL torch was built with)
 #   3. the oldest 2.x: PyPI's torch 2.4.1, for the CPU alone  → build-torch2.4/
 #      (scripts/setup-torch-cpu.sh, cmake/TorchCpuOnly.cmake: pre-C++11 ABI, CUDA 12 wheel)
-# Usage: scripts/test.sh                 # every line
+# Usage: scripts/test.sh                 # every line, the quick run (CI's): every test but those
+#                                        # labelled `long` (tests/CMakeLists.txt)
+#        scripts/test.sh --full          # every line, every test (the `long` ones too)
 #        scripts/test.sh --line 1.13     # or --line 2 (2.15) or --line 2.4: one line only
 #        LSPAWN_TORCH2_VERSION=2.11.0 scripts/test.sh --line 2   # line 2 with another CUDA
 #                                        # release (its NCCL compiled in) → build-torch-2.11.0/
@@ -20,14 +22,15 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-asan=0 tsan=0
+asan=0 tsan=0 full=0
 lines=(1.13 2 2.4)
 while (($#)); do
   case $1 in
     --asan) asan=1 ;;
     --tsan) tsan=1 ;;
+    --full) full=1 ;;
     --line) lines=("$2"); shift ;;
-    *) echo "test.sh: unknown argument '$1' (expected --asan, --tsan, --line 1.13|2|2.4)" >&2; exit 2 ;;
+    *) echo "test.sh: unknown argument '$1' (expected --full, --asan, --tsan, --line 1.13|2|2.4)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -114,8 +117,11 @@ run_suite() {   # $1: build dir, $2: ctest's -j, then extra ctest arguments
   # tests wait (on their processes' start-up, sockets, timeouts) more than they compute, and the
   # suite keeps the cores ~90 % busy this way (the 1.13 suite: 350 s against 436 s with -j2;
   # docs/reliability.md, "CI time"). Sanitizer builds, 2-5x slower per process, keep 2.
+  # Without --full, the tests labelled `long` are left out (CI's 25 minutes; each names the
+  # quicker test that covers its subject).
   local dir=$1 jobs=$2
   shift 2
+  ((full)) || set -- -LE long "$@"
   ctest --test-dir "$dir" --output-on-failure --timeout 300 -j "${LSPAWN_TEST_JOBS:-$jobs}" "$@"
 }
 

@@ -71,7 +71,7 @@ launch() {
 }
 
 # point TOOL DELAY LOSS: one job across a fresh wire; prints tool, delay, loss, result, seconds,
-# drops, limit, message, separated by \037 (empty fields survive read).
+# drops, limit, what was left, message, separated by \037 (empty fields survive read).
 point() {
   local tool=$1 delay=$2 loss=$3 t0 t1 ra rb took result limit msg
   trap wire_down EXIT
@@ -98,10 +98,23 @@ point() {
   fi
   local drops
   drops=$(wire_stats | awk -F'[ ,]+' '{ for (i = 1; i <= NF; i++) { if ($i == "read") r += $(i+1); if ($i == "dropped") d += $(i+1) } } END { printf "%d/%d", d, r }')
+  # What is left in the two hosts once both nodes' commands have ended (their lspawns exited, or
+  # the cap's SIGTERM, then SIGKILL 5 s later, ended them): waited for up to 5 s.
+  local left= pids
+  for _ in $(seq 50); do
+    pids=$( (ip netns pids $WIRE_A; ip netns pids $WIRE_B) 2>/dev/null | tr '\n' ' ')
+    [[ -z ${pids// /} ]] && break
+    sleep 0.1
+  done
+  if [[ -z ${pids// /} ]]; then
+    left=nothing
+  else
+    left="$(echo $pids | wc -w) processes: $(ps -o comm= -p ${pids// /,} 2>/dev/null | sort | uniq -c | awk '{ printf "%s%s x%s", s, $2, $1; s = ", " }')"
+  fi
   [[ -n ${KEEP:-} ]] && { mkdir -p "$KEEP"; cp $dir/a.out "$KEEP/$tool-$delay-$loss.a.out"; cp $dir/b.out "$KEEP/$tool-$delay-$loss.b.out"; }
   wire_down
   msg=${msg//|/\\|}
-  printf '%s\037%s\037%s\037%s\037%s\037%s\037%s\037%s\n' "$tool" "$delay" "$loss" "$result" "$took" "$drops" "$limit" "${msg:0:200}"
+  printf '%s\037%s\037%s\037%s\037%s\037%s\037%s\037%s\037%s\n' "$tool" "$delay" "$loss" "$result" "$took" "$drops" "$limit" "$left" "${msg:0:200}"
 }
 
 n=0
@@ -119,9 +132,9 @@ wait
 echo "2 nodes x 2 workers, $ITERS all_reduces, across netwire.py; defaults; a point is stopped after $CAP s; $JOBS points at once"
 [[ -z $TORCH_PY ]] && echo "(torchrun left out: no TORCH_PY)"
 echo
-echo "| one-way delay (s) | loss each way | launcher | completed | wall (s) | packets dropped/relayed | first limit to fire | its message |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| one-way delay (s) | loss each way | launcher | completed | wall (s) | packets dropped/relayed | first limit to fire | left in the hosts after | its message |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for f in "$OUT"/*.row; do
-  IFS=$'\037' read -r tool d l r t p lim m <"$f"
-  echo "| $d | $l | $tool | $r | $t | $p | ${lim:-none} | ${m:+\`$m\`} |"
+  IFS=$'\037' read -r tool d l r t p lim left m <"$f"
+  echo "| $d | $l | $tool | $r | $t | $p | ${lim:-none} | ${left:-?} | ${m:+\`$m\`} |"
 done
