@@ -83,12 +83,16 @@ void Links::send_to(int node_rank, const std::string& type, const Body& body, co
 void Links::sweep(Clock::time_point now, milliseconds heartbeat, milliseconds node_timeout,
                   const std::string& timeout_why, const Lost& lost) {
   bool pending = false;
+  // Once a heartbeat interval: each link's retransmission ceiling fitted to its round trip.
+  const bool fit_ceilings = now >= next_fit_;
+  if (fit_ceilings) next_fit_ = now + heartbeat;
   for (auto& n : nodes_) {
     if (!n->link) continue;
     if (now - n->link->last_in() > node_timeout && now >= n->busy_until) {
       lost(*n, timeout_why);
       continue;
     }
+    if (fit_ceilings) sys::tcp_fit_retransmission_ceiling(n->link->fd());
     try {
       if (now - n->link->last_out() >= heartbeat) {
         n->link->send("hb", Heartbeat{});
@@ -110,14 +114,15 @@ void Links::flush_for(milliseconds limit) {
   for (;;) {
     bool pending = false;
     for (auto& n : nodes_) {
-      if (!n->link || !n->link->pending()) continue;
+      if (!n->link) continue;
       try {
-        n->link->flush();
+        if (n->link->pending()) n->link->flush();
       } catch (const LinkError&) {
         drop(*n);
         continue;
       }
-      pending = pending || n->link->pending();
+      sys::discard_input(n->link->fd());
+      pending = pending || n->link->pending() || sys::tcp_unacknowledged(n->link->fd()) > 0;
     }
     if (!pending || Clock::now() >= end) return;
     std::this_thread::sleep_for(milliseconds(5));

@@ -98,13 +98,18 @@ class Links {
   // Whether a sweep is due at `now`.
   bool sweep_due(Clock::time_point now) const { return now >= next_sweep_ || (flush_soon_ && now >= flush_at_); }
   // The sweep: a node silent for `node_timeout` (past its announced busy time) is lost; to each
-  // other one a heartbeat when nothing went out for `heartbeat`, else what is still queued.
+  // other one a heartbeat when nothing went out for `heartbeat`, else what is still queued; and,
+  // once a heartbeat interval, each link's retransmission ceiling fitted to its round trip
+  // (sys::tcp_fit_retransmission_ceiling).
   void sweep(Clock::time_point now, std::chrono::milliseconds heartbeat, std::chrono::milliseconds node_timeout,
              const std::string& timeout_why, const Lost& lost);
   // When the next sweep is due.
   Clock::time_point next_sweep() const { return flush_soon_ ? std::min(next_sweep_, flush_at_) : next_sweep_; }
-  // Before exiting: gives the messages still queued up to `limit` to leave (a link that breaks is
-  // dropped, no one told).
+  // Before exiting: gives the messages still queued up to `limit` to leave and to be acknowledged
+  // by the peers' kernels (a link that breaks is dropped, no one told), reading and dropping what
+  // comes in meanwhile. Then the exit's close is no reset that overtakes the last message: on a
+  // link of seconds a `finish` still in flight was lost that way (docs/reliability.md, "Slow and
+  // lossy links"). On a LAN the acknowledgements take microseconds.
   void flush_for(std::chrono::milliseconds limit);
 
  private:
@@ -112,7 +117,8 @@ class Links {
   std::vector<std::unique_ptr<NodeLink>> nodes_;
   std::unordered_map<int, NodeLink*> by_fd_;  // the nodes with a link, by its fd
   Clock::time_point next_sweep_{};
-  bool flush_soon_ = false;  // a link holds bytes its socket did not take
+  Clock::time_point next_fit_{};  // sys::tcp_fit_retransmission_ceiling of every link, once a heartbeat
+  bool flush_soon_ = false;       // a link holds bytes its socket did not take
   Clock::time_point flush_at_{};
 };
 

@@ -858,7 +858,9 @@ std::string Run::attempt_text() const {
 int Run::print_outcome() {
   sup->run();  // a member told to finish early still reaps what it started
   if (forked) forked->unwatch();
-  group->flush_for(std::chrono::milliseconds(1000));
+  // Up to the node timeout (10 s at most) for the last messages to be acknowledged: milliseconds
+  // on a LAN, seconds on a slow link; a lost node's link is closed already.
+  group->flush_for(std::min(from_seconds(o.node_timeout_s), std::chrono::milliseconds(10000)));
   const node::FinishMsg& fin = *group->finish();
   const std::string summary = outcome_summary(fin);
   if (!summary.empty() && !o.no_summary) write_stderr(summary);

@@ -10,6 +10,8 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <fcntl.h>
@@ -419,6 +421,35 @@ void tcp_set_liveness(int fd, std::chrono::milliseconds timeout, const std::stri
   // out. Linux 6.15 and later; older kernels refuse the option (ENOPROTOOPT) and back off.
   int rto_max_ms = 1000;
   ::setsockopt(fd, IPPROTO_TCP, kTcpRtoMaxMs, &rto_max_ms, sizeof rto_max_ms);
+  tcp_fit_retransmission_ceiling(fd);  // a connected socket has a round trip from its handshake
+}
+
+int tcp_fit_retransmission_ceiling(int fd) {
+  tcp_info ti{};
+  socklen_t len = sizeof ti;
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return 0;
+  // No round trip measured yet (not connected): the kernel's initial variance would say 1 s.
+  const long long rto_ms = ti.tcpi_rtt == 0 ? 0 : (static_cast<long long>(ti.tcpi_rtt) + 4LL * ti.tcpi_rttvar) / 1000;
+  const int ceiling = static_cast<int>(std::clamp(2 * rto_ms, 1000LL, 120000LL));
+  int now = 0;
+  len = sizeof now;
+  if (::getsockopt(fd, IPPROTO_TCP, kTcpRtoMaxMs, &now, &len) != 0) return 0;
+  if (now != ceiling && ::setsockopt(fd, IPPROTO_TCP, kTcpRtoMaxMs, &ceiling, sizeof ceiling) != 0) return 0;
+  return ceiling;
+}
+
+void discard_input(int fd) {
+  char sink[4096];
+  for (;;) {
+    const ssize_t n = ::recv(fd, sink, sizeof sink, MSG_DONTWAIT);
+    if (n > 0 || (n < 0 && errno == EINTR)) continue;
+    return;
+  }
+}
+
+int tcp_unacknowledged(int fd) {
+  int n = 0;
+  return ::ioctl(fd, SIOCOUTQ, &n) == 0 ? n : -1;
 }
 
 ssize_t send_some(int fd, const char* data, size_t n, const std::string& context) {

@@ -157,6 +157,19 @@ Fd tcp_accept(int listen_fd, const std::string& context, std::string* peer = nul
 // data again within a second rather than after the next doubled back-off (docs/multi-node.md,
 // "Partitions").
 void tcp_set_liveness(int fd, std::chrono::milliseconds timeout, const std::string& context);
+// The retransmission ceiling of tcp_set_liveness fitted to the connection's measured round trip
+// (TCP_INFO): 2 x (smoothed RTT + 4 x its variance), at least 1 s, at most 120 s. Below a round
+// trip the 1 s ceiling resends every segment before its ACK can come, the connection always has
+// resent data outstanding, and TCP_USER_TIMEOUT ends a link that works (2 s one way; docs/
+// reliability.md, "Slow and lossy links"). Returns the ceiling in ms, 0 where the kernel has no
+// TCP_RTO_MAX_MS or the socket no TCP_INFO. Called as the heartbeats go (cluster/links.hpp).
+int tcp_fit_retransmission_ceiling(int fd);
+// The kernel's count of bytes sent on a TCP socket and not yet acknowledged by the peer, plus
+// those not yet sent (SIOCOUTQ); -1 when it cannot tell.
+int tcp_unacknowledged(int fd);
+// Reads and drops what a non-blocking socket holds now (errors and end of stream ignored): a
+// socket closed with unread bytes sends a reset, which can overtake what it sent last.
+void discard_input(int fd);
 // send(2) once, MSG_NOSIGNAL | MSG_DONTWAIT. Returns bytes sent, or -1 when the socket buffer is
 // full (EAGAIN). Other errors (EPIPE, ECONNRESET, ETIMEDOUT...) throw.
 ssize_t send_some(int fd, const char* data, size_t n, const std::string& context);

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "support/loopback.hpp"
 #include "sys/sys.hpp"
 
 namespace sys = lspawn::sys;
@@ -110,4 +111,47 @@ TEST_CASE("sys: tcp_set_liveness - user timeout, keepalive and retransmissions a
   } else {
     CHECK(rto_max == 1000);
   }
+}
+
+// The ceiling follows the measured round trip: on loopback (microseconds) it is the 1 s floor.
+// (A 2 s one-way link, where it must rise past 4 s: bench/faults/slow_links.sh and ctest
+// multinode_slow_link_2s, label long.)
+TEST_CASE("sys: tcp_fit_retransmission_ceiling - 1 s on a link of microseconds", "[sys]") {
+  lspawn::test::LoopbackListener listener;
+  sys::Fd client(lspawn::test::connect_to(listener.port()));
+  REQUIRE(client.get() >= 0);
+  const int ceiling = sys::tcp_fit_retransmission_ceiling(client.get());
+  int rto_max = -1;
+  socklen_t len = sizeof rto_max;
+  if (::getsockopt(client.get(), IPPROTO_TCP, 44, &rto_max, &len) != 0) {
+    CHECK(ceiling == 0);  // no TCP_RTO_MAX_MS on this kernel
+  } else {
+    CHECK(ceiling == 1000);
+    CHECK(rto_max == 1000);
+  }
+}
+
+// What flush_for() waits on before a node exits (cluster/links.hpp): bytes the peer has not
+// acknowledged. A peer that does not read fills its window; the bytes wait in the sender's queue
+// until it drains them (discard_input), then none are left.
+TEST_CASE("sys: tcp_unacknowledged counts what the peer has not taken, discard_input drains", "[sys]") {
+  lspawn::test::LoopbackListener listener;
+  sys::Fd client(lspawn::test::connect_to(listener.port()));
+  REQUIRE(client.get() >= 0);
+  sys::Fd server(::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+  REQUIRE(server.get() >= 0);
+  CHECK(sys::tcp_unacknowledged(client.get()) == 0);
+  const std::string chunk(64 * 1024, 'x');
+  size_t sent = 0;
+  for (ssize_t w; (w = ::send(client.get(), chunk.data(), chunk.size(), MSG_DONTWAIT | MSG_NOSIGNAL)) > 0;) {
+    sent += static_cast<size_t>(w);
+  }
+  INFO(sent << " bytes sent before the socket was full");
+  CHECK(sys::tcp_unacknowledged(client.get()) > 0);
+  for (int i = 0; i < 2000 && sys::tcp_unacknowledged(client.get()) > 0; ++i) {
+    sys::discard_input(server.get());
+    ::usleep(1000);
+  }
+  CHECK(sys::tcp_unacknowledged(client.get()) == 0);
+  CHECK(sys::tcp_unacknowledged(-1) == -1);
 }
