@@ -3,9 +3,10 @@
 // speaks the node protocol through the same code a member lspawn uses (cluster/node_channel's
 // Link, Message and body_of: the same frames, byte for byte). A member's behaviour is the real
 // one's where the coordinator can see it: its join (and the retry with 20 ms..500 ms back-off
-// when the coordinator closes it), a status message with its ranks' records every second (the
-// heartbeat; kStatusRefresh in launcher/run.cpp), the answer to "stacks?", and "done" at once
-// when told to stop (its workers stop instantly).
+// when the coordinator closes it), a status message with its ranks' records once it has its
+// assignment, then one per heartbeat interval (launcher/run.cpp's send_status, links.hpp's
+// intervals), the answer to "stacks?", and "done" at once when told to stop (its workers stop
+// instantly).
 //
 // Phases, each printed as JSON lines {"bench":"nodes","tool":"lspawn","K":K,"metric":..,"value":..}:
 //   formation   the last join sent → every member has its assignment (formation_s); also the
@@ -18,6 +19,7 @@
 //               stop (fanout_s) → every member told the job finished (finish_s); the coordinator's
 //               exit code (123: a node was lost)
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
@@ -210,6 +212,7 @@ struct Member {
   int index = 0;  // 0..K-2; its host name is sim-<index+1>
   std::unique_ptr<node::Link> link;
   bool joined = false, assigned = false, stopped = false, finished = false;
+  bool checked = false;  // its assignment is one decoded and checked (kCheckEvery)
   int retries = 0;
   milliseconds backoff{20};
   Clock::time_point retry_at{};
@@ -264,6 +267,14 @@ class Agent {
 };
 
 constexpr uint64_t kCoordinatorTag = ~0ull;
+
+// Which members' assignments are decoded and checked: every kCheckEvery-th and the last. Each
+// decodes K hosts (wire::decode_node_frame parses the whole frame), which a real member does once
+// for itself; one process doing it for all K members is O(K^2): ~30 s at K = 9,000 on this
+// machine, while no member sent anything and the coordinator's --node-timeout (30 s) ran out.
+// The others' frames are consumed unread.
+constexpr int kCheckEvery = 97;
+bool checked_member(int index, int members) { return index % kCheckEvery == 0 || index == members - 1; }
 
 void Agent::emit(const std::string& metric, double value, const std::string& note) const {
   std::printf(
@@ -396,9 +407,10 @@ void Agent::on_message(Member& m, const node::Message& msg) {
 // anything decodes it: one process decoding K assignments of K hosts each (O(K^2), seconds at
 // 4,096) would otherwise delay the last stamps by its own work, which K real members do in
 // parallel. The frames are recognised by their first bytes (node_channel.cpp's encode(): a map of
-// two, "t" and the type), "joined" consumed, the assignment left in the socket for Link::read()
-// once every member has one; the member's fd leaves the epoll set meanwhile. False: not a frame
-// this can stamp (a "reject"?): read it the usual way.
+// two, "t" and the type), "joined" consumed; the assignment of a checked member (kCheckEvery) is
+// left in the socket for Link::read() once every member has one, its fd out of the epoll set
+// meanwhile; the others' are consumed. False: not a frame this can stamp (a "reject"?): read it
+// the usual way.
 bool Agent::stamp_assignment(Member& m) {
   static std::string buf(2 << 20, '\0');
   for (;;) {
@@ -419,7 +431,11 @@ bool Agent::stamp_assignment(Member& m) {
     if (!is("assign")) return false;
     m.joined = m.assigned = true;
     m.assigned_at = ready_at_;
-    epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, m.link->fd(), nullptr);
+    if (checked_member(m.index, static_cast<int>(members_.size()))) {
+      epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, m.link->fd(), nullptr);  // decoded once all have theirs
+    } else {
+      ::recv(m.link->fd(), buf.data(), 4 + len, 0);  // consumed unread; what follows, Link reads
+    }
     return true;
   }
 }
@@ -544,13 +560,22 @@ bool Agent::run_until(Pred done, double limit_s, const std::string& what) {
   return true;
 }
 
+// The coordinator's output is read to its end first: what it said about the event that ended the
+// run (a link it closed, and why) may still be in the pipe when that event reached a member.
 int Agent::abandon() {
-  for (auto& l : lines_) std::cerr << "  coordinator: " << l.text << "\n";
+  if (coord_.err) {
+    pollfd p{coord_.err.get(), POLLIN, 0};
+    ::poll(&p, 1, 200);  // a moment for the line that goes with what just happened
+    read_coordinator();
+  }
   if (coord_.pid > 0 && !coordinator_exited_) {
     ::kill(coord_.pid, SIGKILL);
     waitpid(coord_.pid, nullptr, 0);
     coordinator_exited_ = true;
   }
+  if (coord_.err) read_coordinator();  // what it wrote before it died (its workers may hold the pipe)
+  for (auto& l : lines_) std::cerr << "  coordinator: " << l.text << "\n";
+  if (!partial_.empty()) std::cerr << "  coordinator: " << partial_ << "\n";
   return 1;
 }
 
@@ -587,23 +612,44 @@ int Agent::run() {
   if (!run_until([&] { return count(&Member::assigned) == static_cast<int>(members_.size()); }, 300, "the formation"))
     return dump();
   forming_ = false;
-  for (auto& m : members_) {  // the assignments, decoded now (checked in on_message)
-    m.assigned = false;
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = static_cast<uint64_t>(m.index);
-    epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, m.link->fd(), &ev);
-  }
   const auto stamped = [&] {
     std::vector<Clock::time_point> at;
     for (auto& m : members_) at.push_back(m.assigned_at);
     return at;
   }();
-  if (!run_until([&] { return count(&Member::assigned) == static_cast<int>(members_.size()); }, 300,
-                 "the assignments' decoding"))
+  int to_check = 0;
+  for (auto& m : members_) {  // the checked members' assignments, decoded now (in on_message)
+    if (!checked_member(m.index, static_cast<int>(members_.size()))) continue;
+    m.assigned = false;
+    m.checked = true;
+    ++to_check;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = static_cast<uint64_t>(m.index);
+    epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, m.link->fd(), &ev);
+  }
+  if (!run_until(
+          [&] {
+            int n = 0;
+            for (auto& m : members_) n += m.checked && m.assigned;
+            return n == to_check;
+          },
+          300, "the assignments' decoding"))
     return dump();
   for (size_t i = 0; i < members_.size(); ++i) members_[i].assigned_at = stamped[i];
-  next_slot_at_ = Clock::now();
+  // Every member's first status now, as a real member sends its ranks' records once its workers
+  // start (launcher/run.cpp's send_status: new records go out at once); then one per period,
+  // spread over it (send_status_due). Spreading the first ones too left the members of the
+  // period's last slots without a record at the coordinator for up to a period (7.5 s beyond
+  // 7,500 nodes): a report asked before then missed their ranks.
+  for (auto& m : members_) {
+    try {
+      if (m.link) m.link->send("status", m.status);
+    } catch (const node::LinkError& e) {
+      drop(m, e.what());
+    }
+  }
+  next_slot_at_ = Clock::now() + status_period() / 100;
   Clock::time_point last_join{}, last_assign{};
   int retries = 0;
   for (auto& m : members_) {
@@ -622,8 +668,10 @@ int Agent::run() {
   // Steady state: the coordinator's CPU and memory while every member heartbeats (its records
   // unchanged: a status per heartbeat interval), then while every member's records change (a
   // job in training: a status every status_interval).
-  if (o_.steady_s > 0) {
+  if (o_.steady_s > 0 || o_.report) {
     run_until([] { return false; }, 1.0, "");  // settle: every member's first status arrives
+  }
+  if (o_.steady_s > 0) {
     auto measure = [&](const std::string& name) {
       const double cpu0 = process_cpu_s(coord_.pid);
       const auto s0 = Clock::now();
