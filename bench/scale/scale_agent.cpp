@@ -660,16 +660,18 @@ int Agent::run() {
   emit("formation_s", seconds_between(last_join, last_assign));
   emit("formation_total_s", seconds_between(first_connect, last_assign));
   emit("join_retries", retries);
-  for (auto& l : lines_) {  // "rendezvous: 4096 nodes joined after 1.2 s"
-    const auto at = l.text.find(" nodes joined after ");
-    if (at != std::string::npos) emit("coordinator_formed_s", std::atof(l.text.c_str() + at + 20));
-  }
-
   // Steady state: the coordinator's CPU and memory while every member heartbeats (its records
   // unchanged: a status per heartbeat interval), then while every member's records change (a
   // job in training: a status every status_interval).
   if (o_.steady_s > 0 || o_.report) {
     run_until([] { return false; }, 1.0, "");  // settle: every member's first status arrives
+  }
+  // "rendezvous: 4096 nodes joined after 1.2 s", said as the coordinator's rendezvous returns: read
+  // by now (it may not have been when the last assignment came).
+  run_until([&] { return said(" nodes joined after "); }, 5, "the coordinator's rendezvous line");
+  for (auto& l : lines_) {
+    const auto at = l.text.find(" nodes joined after ");
+    if (at != std::string::npos) emit("coordinator_formed_s", std::atof(l.text.c_str() + at + 20));
   }
   if (o_.steady_s > 0) {
     auto measure = [&](const std::string& name) {
