@@ -183,11 +183,16 @@ void NodeGroup::on_start(const StartMsg& st) {
   start_ = round_;
 }
 
+// Said before the link is closed: the peer (or whoever watches it) that sees the close finds the
+// reason already written.
 void NodeGroup::lost(NodeLink& n, const std::string& why) {
   if (!n.link) return;
-  const std::string peer = n.link->peer();
+  if (finish_) {  // the job is over; the peer may simply have exited
+    links_->drop(n);
+    return;
+  }
+  info("lost " + n.link->peer() + ": " + why);
   links_->drop(n);
-  if (finish_) return;  // the job is over; the peer may simply have exited
   Cause c;
   c.kind = CauseKind::NodeLost;
   c.restart_count = round_;
@@ -197,7 +202,6 @@ void NodeGroup::lost(NodeLink& n, const std::string& why) {
   c.time_us = now_us();
   c.text = "lspawn: root cause: node " + std::to_string(n.node_rank) + " (" + n.host + ", " + n.addr +
            ") was lost: " + why + "\n";
-  info("lost " + peer + ": " + why);
   if (coordinator_) {
     coordinator_failure(c);
     n.done = true;

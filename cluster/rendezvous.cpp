@@ -421,9 +421,14 @@ bool Gathering::read_pending(Joiner& p) {
     }
   } catch (const LinkError& e) {
     // It went away before the job formed (it is simply not part of it), or it is not an
-    // lspawn: either way the rendezvous goes on without it. Bytes that are no frame of ours
-    // are said, naming the sender.
-    if (not_our_frames(e)) say(o, "rendezvous on " + ep + ": rejected connection from " + p.endpoint + ": " + e.what());
+    // lspawn: either way the rendezvous goes on without it. A node that had joined is said (it
+    // no longer counts), as are bytes that are no frame of ours, naming the sender.
+    if (p.join) {
+      say(o, "rendezvous on " + ep + ": node " + p.link->peer() + " joined, then went away (" + e.what() + "); " +
+                 std::to_string(joined() - 1) + " of " + std::to_string(o.nnodes) + " nodes joined now");
+    } else if (not_our_frames(e)) {
+      say(o, "rendezvous on " + ep + ": rejected connection from " + p.endpoint + ": " + e.what());
+    }
     return false;
   } catch (const BadMessage& e) {
     // A frame of ours with a body that is no join message: a stranger (or a broken lspawn) is

@@ -3,9 +3,10 @@
 // speaks the node protocol through the same code a member lspawn uses (cluster/node_channel's
 // Link, Message and body_of: the same frames, byte for byte). A member's behaviour is the real
 // one's where the coordinator can see it: its join (and the retry with 20 ms..500 ms back-off
-// when the coordinator closes it), a status message with its ranks' records every second (the
-// heartbeat; kStatusRefresh in launcher/run.cpp), the answer to "stacks?", and "done" at once
-// when told to stop (its workers stop instantly).
+// when the coordinator closes it), a status message with its ranks' records once it has its
+// assignment, then one per heartbeat interval (launcher/run.cpp's send_status, links.hpp's
+// intervals), the answer to "stacks?", and "done" at once when told to stop (its workers stop
+// instantly).
 //
 // Phases, each printed as JSON lines {"bench":"nodes","tool":"lspawn","K":K,"metric":..,"value":..}:
 //   formation   the last join sent → every member has its assignment (formation_s); also the
@@ -18,6 +19,7 @@
 //               stop (fanout_s) → every member told the job finished (finish_s); the coordinator's
 //               exit code (123: a node was lost)
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
@@ -40,6 +42,7 @@
 
 #include "cluster/links.hpp"
 #include "cluster/node_channel.hpp"
+#include "proto/node_wire.hpp"
 #include "supervisor/port.hpp"
 #include "sys/sys.hpp"
 
@@ -111,7 +114,9 @@ Options parse(int argc, char** argv) {
 }
 
 // The open-file limit this run needs: a connection per member here, and as many on the
-// coordinator (which inherits it). Root may raise the hard limit (up to fs.nr_open).
+// coordinator (which inherits it); each process has its own count, so K + 256 each (2 x K + 256
+// before, which stopped the harness at K = 9,872 under a hard limit of 20,000). Root may raise
+// the hard limit (up to fs.nr_open).
 void raise_file_limit(int needed) {
   rlimit r{};
   getrlimit(RLIMIT_NOFILE, &r);
@@ -210,6 +215,13 @@ struct Member {
   int index = 0;  // 0..K-2; its host name is sim-<index+1>
   std::unique_ptr<node::Link> link;
   bool joined = false, assigned = false, stopped = false, finished = false;
+  // While the job forms (read_forming()): the frame being read, what of it is kept, and a
+  // checked member's assignment, decoded once every member has one.
+  std::string frame;
+  size_t frame_got = 0;
+  uint32_t frame_len = 0;
+  bool keep = false;
+  std::string assign_frame;
   int retries = 0;
   milliseconds backoff{20};
   Clock::time_point retry_at{};
@@ -232,7 +244,8 @@ class Agent {
   void connect(Member& m);
   void drop(Member& m, const std::string& why);
   void on_member_readable(Member& m);
-  bool stamp_assignment(Member& m);
+  void read_forming(Member& m);
+  void forming_frame_done(Member& m);
   void on_message(Member& m, const node::Message& msg);
   void read_coordinator();
   void loop_once(Clock::time_point until);
@@ -257,13 +270,27 @@ class Agent {
   size_t next_slot_ = 0;     // status sends: members are spread over 100 slots of 10 ms
   Clock::time_point next_slot_at_ = Clock::time_point::max();  // set once the job has formed
   int64_t t0_us_ = now_us();
-  bool forming_ = false;          // stamp_assignment() before any decoding
+  bool forming_ = false;          // read_forming() until a member has its assignment
   Clock::time_point ready_at_{};  // when the current batch of events was returned
   bool coordinator_exited_ = false;
   int coordinator_status_ = 0;
 };
 
 constexpr uint64_t kCoordinatorTag = ~0ull;
+
+// Which members' assignments are decoded and checked: every kCheckEvery-th and the last. Each
+// decodes K hosts (wire::decode_node_frame parses the whole frame), which a real member does once
+// for itself; one process doing it for all K members is O(K^2): ~30 s at K = 9,000 on this
+// machine, while no member sent anything and the coordinator's --node-timeout (30 s) ran out.
+// The others' frames are consumed unread.
+constexpr int kCheckEvery = 97;
+bool checked_member(int index, int members) { return index % kCheckEvery == 0 || index == members - 1; }
+
+// Whether `frame` (length prefix included, at least its first bytes) is a frame of `type`.
+bool is_frame(const std::string& frame, const std::string& type) {
+  const std::string head = std::string("\xa2\x61t", 3) + static_cast<char>(0x60 | type.size()) + type;
+  return frame.size() >= 4 + head.size() && frame.compare(4, head.size(), head) == 0;
+}
 
 void Agent::emit(const std::string& metric, double value, const std::string& note) const {
   std::printf(
@@ -392,41 +419,83 @@ void Agent::on_message(Member& m, const node::Message& msg) {
   }
 }
 
-// While the job forms, a member's assignment is stamped when its frame has arrived whole, before
-// anything decodes it: one process decoding K assignments of K hosts each (O(K^2), seconds at
-// 4,096) would otherwise delay the last stamps by its own work, which K real members do in
-// parallel. The frames are recognised by their first bytes (node_channel.cpp's encode(): a map of
-// two, "t" and the type), "joined" consumed, the assignment left in the socket for Link::read()
-// once every member has one; the member's fd leaves the epoll set meanwhile. False: not a frame
-// this can stamp (a "reject"?): read it the usual way.
-bool Agent::stamp_assignment(Member& m) {
-  static std::string buf(2 << 20, '\0');
-  for (;;) {
-    const ssize_t n = ::recv(m.link->fd(), buf.data(), buf.size(), MSG_PEEK);
-    if (n < 4) return n < 0 || n == 0 ? n < 0 : true;  // nothing yet (EAGAIN), or EOF: read it
-    uint32_t len = 0;
-    for (int k = 0; k < 4; ++k) len = (len << 8) | static_cast<uint8_t>(buf[static_cast<size_t>(k)]);
-    if (static_cast<size_t>(n) < 4 + len) return true;  // the rest is on its way
-    auto is = [&](const std::string& type) {
-      const std::string head = std::string("\xa2\x61t", 3) + static_cast<char>(0x60 | type.size()) + type;
-      return len >= head.size() && buf.compare(4, head.size(), head) == 0;
-    };
-    if (is("joined")) {
-      ::recv(m.link->fd(), buf.data(), 4 + len, 0);  // consumed: Link never sees it
-      m.joined = true;
-      continue;
+// While the job forms, a member's frames are read here, exactly up to the end of its assignment,
+// and not decoded: one process decoding K assignments of K hosts each (O(K^2), seconds at 4,096)
+// would otherwise delay the last stamps by its own work, which K real members do in parallel. An
+// assignment is stamped when its last byte has been read. The first bytes of a frame say its type
+// (node_channel.cpp's encode(): a map of two, "t" and the type); an unchecked member's assignment
+// (kCheckEvery) is read past unkept, so the agent holds no K frames of K hosts at once. The
+// socket is read as a member's Link reads it, so its receive window stays open: peeking until the
+// whole frame was there (before) held up to one frame per socket in the kernel, and beyond
+// ~12,000 nodes a frame was larger than the receive buffer: the coordinator's sends stalled until
+// TCP_USER_TIMEOUT (30 s) broke the links. What follows the assignment is left to Link::read().
+void Agent::read_forming(Member& m) {
+  constexpr size_t kHead = 16;  // enough of a body to see the frame's type
+  static std::string skipped(256 << 10, '\0');
+  while (m.link && !m.assigned) {
+    const size_t total = m.frame_got < 4 ? 4 : 4 + size_t{m.frame_len};
+    size_t want = total - m.frame_got;
+    const bool in_head = m.frame_got < 4 + kHead;
+    if (in_head) want = std::min(want, 4 + kHead - m.frame_got);
+    char* into = nullptr;
+    if (in_head || m.keep) {
+      m.frame.resize(m.frame_got + want);
+      into = &m.frame[m.frame_got];
+    } else {
+      want = std::min(want, skipped.size());
+      into = skipped.data();
     }
-    if (!is("assign")) return false;
+    const ssize_t n = ::recv(m.link->fd(), into, want, 0);
+    if (in_head || m.keep) m.frame.resize(m.frame_got + static_cast<size_t>(std::max<ssize_t>(n, 0)));
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+      drop(m, std::string("connection broken (") + std::strerror(errno) + ")");
+      return;
+    }
+    if (n == 0) {
+      drop(m, "connection closed");
+      return;
+    }
+    m.frame_got += static_cast<size_t>(n);
+    if (m.frame_got == 4) {
+      m.frame_len = 0;
+      for (int k = 0; k < 4; ++k)
+        m.frame_len = (m.frame_len << 8) | static_cast<uint8_t>(m.frame[static_cast<size_t>(k)]);
+      if (m.frame_len > node::kMaxFrame)
+        throw std::runtime_error("sim-" + std::to_string(m.index + 1) + ": a frame of " + std::to_string(m.frame_len) +
+                                 " bytes");
+    }
+    if (m.frame_got < 4) continue;
+    if (m.frame_got == std::min(4 + size_t{m.frame_len}, 4 + kHead)) {
+      m.keep = !is_frame(m.frame, "assign") || checked_member(m.index, static_cast<int>(members_.size()));
+    }
+    if (m.frame_got == 4 + size_t{m.frame_len}) forming_frame_done(m);
+  }
+}
+
+void Agent::forming_frame_done(Member& m) {
+  if (is_frame(m.frame, "joined")) {
+    m.joined = true;
+  } else if (is_frame(m.frame, "assign")) {
     m.joined = m.assigned = true;
     m.assigned_at = ready_at_;
-    epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, m.link->fd(), nullptr);
-    return true;
+    if (m.keep) m.assign_frame = std::move(m.frame);
+  } else {  // a "reject"?: as Link::read would hand it over
+    wire::NodeFrame f;
+    wire::decode_node_frame(m.frame.data(), m.frame.size(), f, node::kMaxFrame);
+    on_message(m, node::Message{std::move(f.type), node::Body{std::move(f.body)}});
   }
+  m.frame.clear();
+  m.frame_got = 0;
+  m.keep = false;
 }
 
 void Agent::on_member_readable(Member& m) {
   if (!m.link) return;
-  if (forming_ && !m.assigned && stamp_assignment(m)) return;
+  if (forming_ && !m.assigned) {
+    read_forming(m);
+    return;
+  }
   try {
     for (auto& msg : m.link->read()) on_message(m, msg);
     if (m.link && m.link->pending()) m.link->flush();
@@ -534,7 +603,9 @@ bool Agent::run_until(Pred done, double limit_s, const std::string& what) {
                 << " s\n";
       return false;
     }
-    if (coordinator_exited_ && what != "the coordinator's exit") {
+    // The coordinator exits once it has sent every finish: those may still be unread here (a
+    // member whose link closes without one says so: drop()).
+    if (coordinator_exited_ && what != "the coordinator's exit" && what != "every member's finish") {
       std::cerr << "lspawn_scale_agent: K=" << o_.nodes << ": the coordinator exited ("
                 << sys::describe_wait_status(coordinator_status_) << ") while waiting for " << what << "\n";
       return false;
@@ -544,18 +615,27 @@ bool Agent::run_until(Pred done, double limit_s, const std::string& what) {
   return true;
 }
 
+// The coordinator's output is read to its end first: what it said about the event that ended the
+// run (a link it closed, and why) may still be in the pipe when that event reached a member.
 int Agent::abandon() {
-  for (auto& l : lines_) std::cerr << "  coordinator: " << l.text << "\n";
+  if (coord_.err) {
+    pollfd p{coord_.err.get(), POLLIN, 0};
+    ::poll(&p, 1, 200);  // a moment for the line that goes with what just happened
+    read_coordinator();
+  }
   if (coord_.pid > 0 && !coordinator_exited_) {
     ::kill(coord_.pid, SIGKILL);
     waitpid(coord_.pid, nullptr, 0);
     coordinator_exited_ = true;
   }
+  if (coord_.err) read_coordinator();  // what it wrote before it died (its workers may hold the pipe)
+  for (auto& l : lines_) std::cerr << "  coordinator: " << l.text << "\n";
+  if (!partial_.empty()) std::cerr << "  coordinator: " << partial_ << "\n";
   return 1;
 }
 
 int Agent::run() {
-  raise_file_limit(o_.nodes * 2 + 256);
+  raise_file_limit(o_.nodes + 256);
   signal(SIGPIPE, SIG_IGN);
   PortReservation port("127.0.0.1", 0);
   port_ = port.port();
@@ -587,23 +667,32 @@ int Agent::run() {
   if (!run_until([&] { return count(&Member::assigned) == static_cast<int>(members_.size()); }, 300, "the formation"))
     return dump();
   forming_ = false;
-  for (auto& m : members_) {  // the assignments, decoded now (checked in on_message)
-    m.assigned = false;
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = static_cast<uint64_t>(m.index);
-    epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, m.link->fd(), &ev);
-  }
   const auto stamped = [&] {
     std::vector<Clock::time_point> at;
     for (auto& m : members_) at.push_back(m.assigned_at);
     return at;
   }();
-  if (!run_until([&] { return count(&Member::assigned) == static_cast<int>(members_.size()); }, 300,
-                 "the assignments' decoding"))
-    return dump();
+  for (auto& m : members_) {  // the checked members' assignments, decoded now (in on_message)
+    if (m.assign_frame.empty()) continue;
+    wire::NodeFrame f;
+    wire::decode_node_frame(m.assign_frame.data(), m.assign_frame.size(), f, node::kMaxFrame);
+    on_message(m, node::Message{std::move(f.type), node::Body{std::move(f.body)}});
+    std::string().swap(m.assign_frame);
+  }
   for (size_t i = 0; i < members_.size(); ++i) members_[i].assigned_at = stamped[i];
-  next_slot_at_ = Clock::now();
+  // Every member's first status now, as a real member sends its ranks' records once its workers
+  // start (launcher/run.cpp's send_status: new records go out at once); then one per period,
+  // spread over it (send_status_due). Spreading the first ones too left the members of the
+  // period's last slots without a record at the coordinator for up to a period (7.5 s beyond
+  // 7,500 nodes): a report asked before then missed their ranks.
+  for (auto& m : members_) {
+    try {
+      if (m.link) m.link->send("status", m.status);
+    } catch (const node::LinkError& e) {
+      drop(m, e.what());
+    }
+  }
+  next_slot_at_ = Clock::now() + status_period() / 100;
   Clock::time_point last_join{}, last_assign{};
   int retries = 0;
   for (auto& m : members_) {
@@ -614,16 +703,20 @@ int Agent::run() {
   emit("formation_s", seconds_between(last_join, last_assign));
   emit("formation_total_s", seconds_between(first_connect, last_assign));
   emit("join_retries", retries);
-  for (auto& l : lines_) {  // "rendezvous: 4096 nodes joined after 1.2 s"
-    const auto at = l.text.find(" nodes joined after ");
-    if (at != std::string::npos) emit("coordinator_formed_s", std::atof(l.text.c_str() + at + 20));
-  }
-
   // Steady state: the coordinator's CPU and memory while every member heartbeats (its records
   // unchanged: a status per heartbeat interval), then while every member's records change (a
   // job in training: a status every status_interval).
-  if (o_.steady_s > 0) {
+  if (o_.steady_s > 0 || o_.report) {
     run_until([] { return false; }, 1.0, "");  // settle: every member's first status arrives
+  }
+  // "rendezvous: 4096 nodes joined after 1.2 s", said as the coordinator's rendezvous returns: read
+  // by now (it may not have been when the last assignment came).
+  run_until([&] { return said(" nodes joined after "); }, 5, "the coordinator's rendezvous line");
+  for (auto& l : lines_) {
+    const auto at = l.text.find(" nodes joined after ");
+    if (at != std::string::npos) emit("coordinator_formed_s", std::atof(l.text.c_str() + at + 20));
+  }
+  if (o_.steady_s > 0) {
     auto measure = [&](const std::string& name) {
       const double cpu0 = process_cpu_s(coord_.pid);
       const auto s0 = Clock::now();

@@ -43,7 +43,8 @@ struct HarnessNode::Round {
 
 HarnessNode::HarnessNode(TestedGroupOptions opts)
     : opts_(std::move(opts)), host_(opts_.host), wake_(sys::make_pipe("harness wake-up", O_NONBLOCK)) {
-  opts_.info = [this](const std::string& line) {
+  opts_.info = [this, also = std::move(opts_.info)](const std::string& line) {
+    if (also) also(line);  // the test's own, on the node's thread, as the line is said
     {
       std::lock_guard<std::mutex> lk(mu_);
       view_.info.push_back(line);

@@ -74,8 +74,9 @@ struct NodeView {
 
 class HarnessNode {
  public:
-  // Starts the node's thread: form(opts), then the drive loop. opts.info and
-  // opts.on_hang_message are the harness's (recorded in the view).
+  // Starts the node's thread: form(opts), then the drive loop. opts.on_hang_message is the
+  // harness's (recorded in the view); each info line is recorded in the view, after opts.info
+  // (when set) was called with it on the node's thread.
   explicit HarnessNode(TestedGroupOptions opts);
   // Stops driving and joins the thread (the group is destroyed). A node still in form() is
   // waited for: form() returns by its rdzv_timeout at the latest.

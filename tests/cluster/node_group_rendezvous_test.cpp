@@ -13,6 +13,7 @@
 #include "cluster/node_group_checks.hpp"
 #include "cluster/node_group_harness.hpp"
 #include "support/loopback.hpp"
+#include "sys/sys.hpp"
 
 using namespace lspawn;
 using namespace lspawn::test;
@@ -151,6 +152,42 @@ TEST_CASE("node group: the rendezvous times out, naming what is missing", "[clus
     CHECK(contains(v.rendezvous_error, "timed out after"));
     CHECK(contains(v.rendezvous_error, "node 0 could not be reached: connect: Connection refused"));
   }
+}
+
+// A node that joined and then went away before the job formed is no longer counted, and the
+// coordinator says so (it closes its end of that link; before, silently). The one that goes away
+// here is a bare connection speaking the node protocol through cluster's Link; a real node with
+// its --node-rank joins after it, and the job forms.
+TEST_CASE("node group: a node that joins and goes away before the job forms is said, and no longer counted",
+          "[cluster][node_group]") {
+  LoopbackJob job;
+  job.add(job.static_options(3, 0));
+  REQUIRE(job[0].await([](const NodeView& v) { return v.has_info("rendezvous: waiting for 2 more nodes"); }, kForm));
+  {
+    int err = 0;
+    sys::Fd fd = sys::tcp_connect("127.0.0.1", job.port(), kForm, &err);
+    REQUIRE(fd);
+    node::Link gone(std::move(fd), "the coordinator");
+    node::JoinMsg j;
+    j.host = "early";
+    j.node_rank = 1;
+    j.nnodes = 3;
+    j.nproc_per_node = 1;
+    gone.send("join", j);
+    std::vector<node::Message> got;
+    while (got.empty()) got = gone.read();  // "joined": it counts
+    REQUIRE(got[0].type == "joined");
+  }  // closed
+  REQUIRE(job[0].await(
+      [](const NodeView& v) {
+        return v.has_info("node early (127.0.0.1) joined, then went away (connection closed); 1 of 3 nodes joined now");
+      },
+      kForm));
+  CHECK_FALSE(job[0].view().formed);
+  job.add(job.static_options(3, 1));
+  job.add(job.static_options(3, 2));
+  REQUIRE(job.await_all(formed, kForm));
+  CHECK(job[0].view().assignment.hosts == std::vector<std::string>{"node0", "node1", "node2"});
 }
 
 // A coordinator whose SYN-ACK takes longer than a connect try (2 s one way: 4 s) was never joined:

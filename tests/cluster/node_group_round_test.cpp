@@ -4,7 +4,10 @@
 // Each case waits on conditions with deadlines, never on sleeps.
 #include <catch2/catch.hpp>
 
+#include <poll.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -12,6 +15,7 @@
 #include "cluster/node_group_checks.hpp"
 #include "cluster/node_group_harness.hpp"
 #include "sys/exit_codes.hpp"
+#include "sys/sys.hpp"
 
 using namespace lspawn;
 using namespace lspawn::test;
@@ -234,6 +238,62 @@ TEST_CASE("node group: a node that goes silent past --node-timeout is lost", "[c
   // heartbeat interval (timeout / 4) before it went silent.
   CHECK(std::chrono::steady_clock::now() - t0 >= kTimeout - kTimeout / 4);
   CHECK_FALSE(job[static_cast<size_t>(silent)].view().finish);
+}
+
+// The coordinator says why it closes a member's link before it closes it (NodeGroup::lost()): a
+// member, or a harness reading the coordinator's output (bench/scale), that sees the close finds
+// the reason written. Before, the line came after the close, and a simulated member that lost its
+// link at 8,192 nodes ended the run with the coordinator's output showing nothing. The member here
+// is a bare connection speaking the node protocol through cluster's Link (as bench/scale's
+// simulated members do): it joins, then sends nothing.
+TEST_CASE("node group: the coordinator says why it closes a member's link, before the member sees the close",
+          "[cluster][node_group]") {
+  constexpr milliseconds kTimeout{1500};  // as in the cases above
+  LoopbackJob job;
+  auto o = job.static_options(2, 0);
+  o.node_timeout = kTimeout;
+  std::atomic<int> member_fd{-1};
+  std::atomic<int> said{0};
+  std::atomic<bool> closed_when_said{false};
+  o.info = [&](const std::string& line) {  // on the coordinator's thread, as it says the line
+    if (line.find("lost node 1 (node1, 127.0.0.1): nothing received for 1.5 s (--node-timeout)") == std::string::npos)
+      return;
+    ++said;
+    pollfd p{member_fd.load(), POLLRDHUP, 0};
+    closed_when_said = ::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+  };
+  job.add(o);
+  REQUIRE(job[0].await([](const NodeView& v) { return v.has_info("rendezvous: waiting for 1 more node"); }, kForm));
+  int err = 0;
+  sys::Fd fd = sys::tcp_connect("127.0.0.1", job.port(), kForm, &err);
+  REQUIRE(fd);
+  sys::set_nonblocking(fd.get(), "member");
+  member_fd = fd.get();
+  node::Link member(std::move(fd), "the coordinator");
+  node::JoinMsg j;
+  j.host = "node1";
+  j.node_rank = 1;
+  j.nnodes = 2;
+  j.nproc_per_node = 1;
+  member.send("join", j);
+  REQUIRE(job[0].await(formed, kForm));
+  REQUIRE(job[0].await(finished, kTimeout + kSettle));  // the member lost: the job ends
+  CHECK(said == 1);
+  CHECK_FALSE(closed_when_said);
+  // And it was closed after: the member reads what came (joined, its assignment, heartbeats), then
+  // the end of the connection.
+  std::string end;
+  const auto deadline = std::chrono::steady_clock::now() + kSettle;
+  while (end.empty() && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{member.fd(), POLLIN, 0};
+    ::poll(&p, 1, 100);
+    try {
+      member.read();
+    } catch (const node::LinkError& e) {
+      end = e.what();
+    }
+  }
+  CHECK(end == "connection closed");
 }
 
 TEST_CASE("node group: a node goes silent while the others' workers are done: they are waiting, and see it",
