@@ -39,6 +39,7 @@ Where it runs:
 
 Outside lspawn (no LSPAWN_STATUS_DIR or RANK) install() does nothing and returns False.
 """
+import atexit
 import mmap
 import os
 import signal
@@ -83,6 +84,7 @@ STACK_SIGNAL = signal.SIGURG
 PYTHON_STACK_HEAD = "Python main thread (most recent call last):"
 STACK_END = "-- end of stack --"
 POLL_S = 0.2
+STOP_S = 2.0  # at exit, how long stop() waits for the watch thread (it answers within one dump)
 MAX_FRAMES = 64  # two lines each (file/line/function, source): within the 200 lines a report shows
 
 _DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
@@ -189,6 +191,7 @@ class _Watch:
         # Read once torch is there (_when_imported): {} until then.
         self.backends = self._backends() if "torch" in sys.modules else {}
         self.answers_stacks = False
+        self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name="lspawn-hang-watch", daemon=True)
 
     # -- the Flight Recorder ------------------------------------------------------------------------------
@@ -377,16 +380,38 @@ class _Watch:
         lines.append(STACK_END)
         _write_atomically(self.stack_path, "\n".join(lines) + "\n")
 
+    def stop(self, timeout=STOP_S):
+        """Ends the watch thread and waits for it (at most `timeout` s): at exit, before the interpreter finalizes.
+
+        The thread is a daemon, and its poll calls torch's Flight Recorder dump, which releases the GIL. CPython
+        <= 3.13 ends a daemon thread that wants the GIL back while the interpreter finalizes with pthread_exit();
+        inside pybind11's gil_scoped_release destructor (noexcept) that is std::terminate ("terminate called
+        without an active exception"). Suspected, not shown, for #47's abort at exit (docs/reliability.md, "A
+        rank aborts at exit"); stopped here, no thread of lspawn's is left in the worker when it finalizes. A
+        dump under way is waited for (20-45 ms); SIGURG (blocked in the thread, which waits for it) wakes it.
+        """
+        if self.pid != os.getpid() or not self.thread.is_alive():
+            return  # a forked child (the thread is the parent's) or stopped already
+        self.stopping.set()
+        if self.answers_stacks:
+            try:
+                signal.pthread_kill(self.thread.ident, STACK_SIGNAL)
+            except (OSError, ValueError):
+                pass
+        self.thread.join(timeout)
+
     def _run(self):
         deadline = time.monotonic() + POLL_S
-        while True:
+        while not self.stopping.is_set():
             try:
                 wait = max(0.0, deadline - time.monotonic())
                 if self.answers_stacks:
                     got = signal.sigtimedwait([STACK_SIGNAL], wait)
                 else:  # the program's own SIGURG handler: never take its signals
-                    time.sleep(wait)
+                    self.stopping.wait(wait)
                     got = None
+                if self.stopping.is_set():
+                    return
                 if got is not None:
                     self.write_stack()
                     continue
@@ -627,6 +652,9 @@ def install():
         # instead of importing torch here (~2 s per process, and an error where there is no torch at all).
         _when_imported("torch.distributed", record_collectives)
     watch.thread.start()
+    # Run last of the script's atexit handlers (registered now, before the script's): the record keeps
+    # following the script's own teardown (Lightning's destroy_process_group), then the thread is joined.
+    atexit.register(watch.stop)
     _installed = watch
     sys._lspawn_hang_pid = os.getpid()
     return True
