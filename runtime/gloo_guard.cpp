@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "runtime/socket_calls.hpp"
+#include "sys/sys.hpp"
 #include "sys/duration_text.hpp"
 #include "runtime/torch_compat.hpp"
 
@@ -130,12 +131,21 @@ std::string hex_bytes(const uint8_t* p, size_t n) {
   return out;
 }
 
+}  // namespace
+
+std::chrono::milliseconds gloo_token_wait(int fd) {
+  return std::clamp(2 * sys::tcp_retransmission_estimate(fd), kGlooTokenWait, std::chrono::milliseconds(60000));
+}
+
+namespace {
+
 // Reads the connection token from accepted socket `c`. "" when it is valid (and not a replay),
 // else why it is refused.
 std::string read_token(GuardState& s, int c) {
   RecordAuth::Token t{};
   size_t got = 0;
-  const auto deadline = Clock::now() + kGlooTokenWait;
+  const std::chrono::milliseconds wait = gloo_token_wait(c);
+  const auto deadline = Clock::now() + wait;
   while (got < t.size()) {
     const ssize_t n = ::recv(c, t.data() + got, t.size() - got, MSG_DONTWAIT);
     if (n > 0) {
@@ -154,9 +164,9 @@ std::string read_token(GuardState& s, int c) {
     if (errno == ECONNRESET) return "it reset the connection";
     if (errno != EAGAIN && errno != EWOULDBLOCK) return std::string("recv: ") + std::strerror(errno);
     if (wait_for(c, POLLIN, deadline) == 0) {
-      return got == 0 ? "it sent nothing for " + seconds_text(kGlooTokenWait)
+      return got == 0 ? "it sent nothing for " + seconds_text(wait)
                       : "it sent " + std::to_string(got) + " bytes of a connection token and nothing more for " +
-                            seconds_text(kGlooTokenWait);
+                            seconds_text(wait);
     }
   }
   if (!s.auth->check_connection_token(t)) return "a connection token not signed with this job's secret";

@@ -57,7 +57,14 @@ namespace lspawn {
 // How long an accepted gloo connection may take to send its token. A rank sends it as soon as
 // its connect() completes, before the listener's accept() usually runs; a connection that sends
 // nothing holds gloo's loop thread (which on 2.x also carries the pairs' traffic) this long.
+// On a link whose measured round trip is long the wait is longer: gloo_token_wait().
 inline constexpr std::chrono::milliseconds kGlooTokenWait{2000};
+// The wait for the token of accepted connection `fd`: kGlooTokenWait, or twice the kernel's
+// retransmission timeout for its measured round trip (sys::tcp_retransmission_estimate) when
+// that is longer, 60 s at most. A token whose segment is lost once is resent after that timeout:
+// with 2 s one way and 20 % loss a fixed 2 s refused real ranks and failed the job
+// (docs/reliability.md, "Slow and lossy links"). A stranger on a fast link still gets 2 s.
+std::chrono::milliseconds gloo_token_wait(int fd);
 
 // How long a rank's connect() to a gloo listener waits for the connection to complete so it can
 // send its token (a refused connection returns at once, untouched, for gloo to handle); and, on

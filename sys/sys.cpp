@@ -424,15 +424,21 @@ void tcp_set_liveness(int fd, std::chrono::milliseconds timeout, const std::stri
   tcp_fit_retransmission_ceiling(fd);  // a connected socket has a round trip from its handshake
 }
 
-int tcp_fit_retransmission_ceiling(int fd) {
+std::chrono::milliseconds tcp_retransmission_estimate(int fd) {
   tcp_info ti{};
   socklen_t len = sizeof ti;
-  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return 0;
   // No round trip measured yet (not connected): the kernel's initial variance would say 1 s.
-  const long long rto_ms = ti.tcpi_rtt == 0 ? 0 : (static_cast<long long>(ti.tcpi_rtt) + 4LL * ti.tcpi_rttvar) / 1000;
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 || ti.tcpi_rtt == 0) {
+    return std::chrono::milliseconds(0);
+  }
+  return std::chrono::milliseconds((static_cast<long long>(ti.tcpi_rtt) + 4LL * ti.tcpi_rttvar) / 1000);
+}
+
+int tcp_fit_retransmission_ceiling(int fd) {
+  const long long rto_ms = tcp_retransmission_estimate(fd).count();
   const int ceiling = static_cast<int>(std::clamp(2 * rto_ms, 1000LL, 120000LL));
   int now = 0;
-  len = sizeof now;
+  socklen_t len = sizeof now;
   if (::getsockopt(fd, IPPROTO_TCP, kTcpRtoMaxMs, &now, &len) != 0) return 0;
   if (now != ceiling && ::setsockopt(fd, IPPROTO_TCP, kTcpRtoMaxMs, &ceiling, sizeof ceiling) != 0) return 0;
   return ceiling;

@@ -164,6 +164,10 @@ void tcp_set_liveness(int fd, std::chrono::milliseconds timeout, const std::stri
 // reliability.md, "Slow and lossy links"). Returns the ceiling in ms, 0 where the kernel has no
 // TCP_RTO_MAX_MS or the socket no TCP_INFO. Called as the heartbeats go (cluster/links.hpp).
 int tcp_fit_retransmission_ceiling(int fd);
+// The kernel's retransmission timeout for the connection's measured round trip, before any
+// back-off (TCP_INFO: smoothed RTT + 4 x its variance), in whole ms; 0 before a round trip was
+// measured (and on loopback, where it is microseconds).
+std::chrono::milliseconds tcp_retransmission_estimate(int fd);
 // The kernel's count of bytes sent on a TCP socket and not yet acknowledged by the peer, plus
 // those not yet sent (SIOCOUTQ); -1 when it cannot tell.
 int tcp_unacknowledged(int fd);

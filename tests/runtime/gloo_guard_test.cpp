@@ -273,3 +273,19 @@ TEST_CASE("gloo guard: one secret per process", "[security]") {
   CHECK_NOTHROW(GlooGuard::install(round_auth(), "rank 0/2"));
   CHECK_THROWS_AS(GlooGuard::install(RecordAuth("another-secret-0123456789"), "rank 0/2"), std::logic_error);
 }
+
+// The token wait follows the link (gloo_token_wait): on loopback, a round trip of microseconds,
+// it is the fixed 2 s, so a silent stranger next to the rank holds gloo's loop thread no longer
+// than before. (On a link of seconds it grows past them: bench/faults/slow_links.sh with
+// LSPAWN_JOB_SECRET, docs/reliability.md.)
+TEST_CASE("gloo guard: the token wait on a link of microseconds is the fixed 2 s", "[security]") {
+  lspawn::test::LoopbackListener listener;
+  const int client = lspawn::test::connect_to(listener.port());
+  REQUIRE(client >= 0);
+  const int accepted = ::accept(listener.fd(), nullptr, nullptr);
+  REQUIRE(accepted >= 0);
+  CHECK(lspawn::gloo_token_wait(accepted) == lspawn::kGlooTokenWait);
+  CHECK(lspawn::gloo_token_wait(-1) == lspawn::kGlooTokenWait);  // no TCP_INFO: the fixed wait
+  ::close(accepted);
+  ::close(client);
+}
