@@ -418,10 +418,9 @@ void tcp_set_liveness(int fd, std::chrono::milliseconds timeout, const std::stri
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
   // Retransmissions at most 1 s apart (the kernel's least), not backed off to 2, 4, 8... s: a
   // link that comes back within `timeout` carries data again within 1 s, before `timeout` runs
-  // out. Linux 6.15 and later; older kernels refuse the option (ENOPROTOOPT) and back off.
-  int rto_max_ms = 1000;
-  ::setsockopt(fd, IPPROTO_TCP, kTcpRtoMaxMs, &rto_max_ms, sizeof rto_max_ms);
-  tcp_fit_retransmission_ceiling(fd);  // a connected socket has a round trip from its handshake
+  // out. Linux 6.15 and later; older kernels refuse the option (ENOPROTOOPT) and back off. 1 s
+  // until a round trip is measured; a connected socket has one from its handshake.
+  tcp_fit_retransmission_ceiling(fd);
 }
 
 std::chrono::milliseconds tcp_retransmission_estimate(int fd) {
