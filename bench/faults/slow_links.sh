@@ -35,6 +35,7 @@ TORCH_PY=${TORCH_PY-/work/main/.deps/torch2/bin/python}
 TOOLS="lspawn${TORCH_PY:+ torchrun}"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 source "$ROOT/tests/multinode/netwire_hosts.sh"
+source "$ROOT/tests/multinode/checks.sh"  # nothing_left_in, ns_pids
 missing=$(wire_missing)
 [[ -z $missing ]] || { echo "slow_links.sh: $missing" >&2; exit 1; }
 OUT=$(mktemp -d /tmp/lspawn-slow-links-XXXXXX)
@@ -100,15 +101,9 @@ point() {
   drops=$(wire_stats | awk -F'[ ,]+' '{ for (i = 1; i <= NF; i++) { if ($i == "read") r += $(i+1); if ($i == "dropped") d += $(i+1) } } END { printf "%d/%d", d, r }')
   # What is left in the two hosts once both nodes' commands have ended (their lspawns exited, or
   # the cap's SIGTERM, then SIGKILL 5 s later, ended them): waited for up to 5 s.
-  local left= pids
-  for _ in $(seq 50); do
-    pids=$( (ip netns pids $WIRE_A; ip netns pids $WIRE_B) 2>/dev/null | tr '\n' ' ')
-    [[ -z ${pids// /} ]] && break
-    sleep 0.1
-  done
-  if [[ -z ${pids// /} ]]; then
-    left=nothing
-  else
+  local left=nothing pids
+  if ! nothing_left_in 5 $WIRE_A $WIRE_B >/dev/null; then
+    pids=$(ns_pids $WIRE_A $WIRE_B)
     left="$(echo $pids | wc -w) processes: $(ps -o comm= -p ${pids// /,} 2>/dev/null | sort | uniq -c | awk '{ printf "%s%s x%s", s, $2, $1; s = ", " }')"
   fi
   [[ -n ${KEEP:-} ]] && { mkdir -p "$KEEP"; cp $dir/a.out "$KEEP/$tool-$delay-$loss.a.out"; cp $dir/b.out "$KEEP/$tool-$delay-$loss.b.out"; }
