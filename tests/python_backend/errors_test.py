@@ -70,6 +70,23 @@ def worker():
     print("refusals right")
 
 
+def build_refusals(tmp, env):
+    """The build command's failures: no compiler, a compiler that fails. Each names what failed, exits 1,
+    and leaves nothing in --out (no half-written shim, no object file)."""
+    out = os.path.join(tmp, "refused")
+    cases = [({"CXX": os.path.join(tmp, "no-such-c++")}, "no C++ compiler %r" % os.path.join(tmp, "no-such-c++")),
+             ({"CXX": "false"}, "building the backend's shim failed (exit 1):\nfalse -c")]
+    for extra, expected in cases:
+        proc = subprocess.run([sys.executable, "-m", "lspawn.distributed", "build", "--out", out],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=dict(os.environ, **env, **extra))
+        left = sorted(os.listdir(out)) if os.path.isdir(out) else []
+        print("build with CXX=%s: exit %d: %s" % (extra["CXX"], proc.returncode, proc.stdout.strip().splitlines()[-1:]))
+        if proc.returncode != 1 or expected not in proc.stdout or left:
+            raise SystemExit("FAILED: the build with CXX=%s: exit %d (want 1), %r not in its output, left %s:\n%s"
+                             % (extra["CXX"], proc.returncode, expected, left, proc.stdout[-2000:]))
+
+
 def main():
     here = os.path.abspath(__file__)
     harness.run_ranks(here, 2, ["ops"])
@@ -80,6 +97,7 @@ def main():
         env = {"LSPAWN_BACKEND_SHIM_DIR": empty, "XDG_CACHE_HOME": os.path.join(tmp, "cache")}
         results = harness.run_ranks(here, 2, ["noshim"], env=env)
         print(results[0][2].strip()[:600])
+        build_refusals(tmp, env)
         if os.environ.get("LSPAWN_TEST_SKIP_BUILD") == "1":
             return
         out = os.path.join(tmp, "built")

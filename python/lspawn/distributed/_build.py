@@ -109,13 +109,14 @@ def _engine_header_dir():
                      "reinstall lspawn)" % HERE)
 
 
-def command(out_path, info=None):
-    """The compiler's argv for this torch."""
+def commands(out_path, info=None):
+    """The compiler's argvs for this torch: the compile (to out_path + ".o") and the link. Two steps, not
+    one: a compiler cache (CXX="ccache c++") caches compiles only, never a compile-and-link."""
     info = info or TorchInfo.imported()
     major = int(torch_release(info.version).split(".")[0])
-    cxx = os.environ.get("CXX", "c++")
-    args = shlex.split(cxx) + ["-shared", "-fPIC", "-O2", "-g0", "-fvisibility=hidden",
-                               "-std=c++20" if major >= 2 else "-std=c++17", "-w"]
+    cxx = shlex.split(os.environ.get("CXX", "c++"))
+    args = cxx + ["-c", "-fPIC", "-O2", "-g0", "-fvisibility=hidden",
+                  "-std=c++20" if major >= 2 else "-std=c++17", "-w"]
     args.append("-D_GLIBCXX_USE_CXX11_ABI=%d" % info.cxx11_abi)
     for name, value in sorted(info.pybind.items()):
         args.append('-DPYBIND11_%s="%s"' % (name, value))
@@ -124,12 +125,21 @@ def command(out_path, info=None):
     for inc in info.includes + [sysconfig.get_paths()["include"]]:
         args += ["-isystem", inc]
     args += ["-I", _engine_header_dir()]
+    obj = out_path + ".o"
+    args += [os.path.join(HERE, "_shim.cpp"), "-o", obj]
     # No -lc10 -ltorch_cpu: the shim names no torch library (a wheel's shim would otherwise tie
     # auditwheel's tag to whatever libtorch the build machine has); its torch symbols resolve at
     # load from the torch the process imported, which lspawn.distributed puts in the global scope
-    # first (_load()), as the engine's.
-    args += [os.path.join(HERE, "_shim.cpp"), "-o", out_path]
-    return args
+    # first (_load()), as the engine's. The link runs the compiler itself, not the cache.
+    linker = [a for a in cxx if os.path.basename(a) not in ("ccache", "sccache")] or ["c++"]
+    return [args, linker + ["-shared", obj, "-o", out_path]]
+
+
+def _unlink(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def build(out_dir=None, verbose=False, torch_dir=None):
@@ -140,23 +150,26 @@ def build(out_dir=None, verbose=False, torch_dir=None):
     os.makedirs(out_dir, exist_ok=True)
     final = os.path.join(out_dir, shim_filename(info))
     tmp = "%s.tmp.%d" % (final, os.getpid())
-    argv = command(tmp, info)
-    if verbose:
-        print(" ".join(shlex.quote(a) for a in argv), file=sys.stderr)
+    steps = commands(tmp, info)
     if not os.path.isfile(sysconfig.get_paths()["include"] + "/Python.h"):
         raise BuildError("lspawn: cannot build the backend's shim: Python's headers are missing (%s/Python.h; "
                          "Debian: apt-get install python3-dev)" % sysconfig.get_paths()["include"])
     try:
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    except FileNotFoundError:
-        raise BuildError("lspawn: cannot build the backend's shim: no C++ compiler %r (set CXX)" % argv[0]) from None
-    if proc.returncode != 0:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise BuildError("lspawn: building the backend's shim failed (exit %d):\n%s\n%s" % (
-            proc.returncode, " ".join(shlex.quote(a) for a in argv), proc.stdout[-8000:]))
+        for argv in steps:
+            if verbose:
+                print(" ".join(shlex.quote(a) for a in argv), file=sys.stderr)
+            try:
+                proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            except FileNotFoundError:
+                raise BuildError("lspawn: cannot build the backend's shim: no C++ compiler %r (set CXX)" % argv[0]) from None
+            if proc.returncode != 0:
+                raise BuildError("lspawn: building the backend's shim failed (exit %d):\n%s\n%s" % (
+                    proc.returncode, " ".join(shlex.quote(a) for a in argv), proc.stdout[-8000:]))
+    except BuildError:
+        _unlink(tmp)
+        raise
+    finally:
+        _unlink(tmp + ".o")
     os.replace(tmp, final)
     return final
 
