@@ -231,8 +231,8 @@ if [[ "${LSPAWN_SKIP_WHEEL:-0}" != 1 ]]; then
   echo "test.sh: wheel build + tests took $((SECONDS - start)) s"
 fi
 # The cross-built wheels (docs/python.md, "Which wheel"): manylinux_2_17 x86_64 used here, aarch64
-# under qemu-user (tests/wheel/cross.sh; ~70 s with zig's and ccache's caches warm, ~25 s of it
-# the backend's shim compiled for the x86_64 wheel; ~2 min more with zig's cold).
+# under qemu-user (tests/wheel/cross.sh; ~65 s with zig's and ccache's caches warm, each wheel
+# built in 15 s; ~2 min more per wheel with either cold; docs/reliability.md, "CI time").
 # LSPAWN_SKIP_CROSS=1 skips it.
 if [[ "${LSPAWN_SKIP_WHEEL:-0}" != 1 && "${LSPAWN_SKIP_CROSS:-0}" != 1 ]]; then
   start=$SECONDS
