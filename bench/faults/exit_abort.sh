@@ -15,7 +15,8 @@
 #
 #   bench/faults/exit_abort.sh /work/main/build/launcher/lspawn
 #   N=40 VARIANTS="site nosite" TRIGGER=1 bench/faults/exit_abort.sh build/launcher/lspawn
-# Environment: N (jobs per variant; 20), VARIANTS ("site nosite torchrun"), TRIGGER (0),
+# Environment: N (jobs per variant; 20), VARIANTS ("site nosite torchrun"), TRIGGER (0), PROGRESS
+# (a file that gets a line per job as it ends; default stderr),
 # TORCH_PY (/work/main/.deps/torch2/bin/python), KEEP (where failed jobs' logs and backtraces go;
 # a new folder under /tmp). PYTHONPATH must hold lspawn's python/ when the lspawn binary is a build
 # tree's (as for the tests); LSPAWN_GUARDIAN likewise.
@@ -32,6 +33,7 @@ mkdir -p "$KEEP"
 export OMP_NUM_THREADS=1
 ulimit -c unlimited 2>/dev/null || echo "exit_abort.sh: no core files (ulimit -c)" >&2
 
+if [[ -n ${PROGRESS:-} ]]; then exec {progress_fd}>>"$PROGRESS"; else progress_fd=2; fi
 declare -A jobs ok codes term lastline
 for v in $VARIANTS; do jobs[$v]=0 ok[$v]=0 codes[$v]="" term[$v]=0 lastline[$v]=0; done
 
@@ -71,6 +73,8 @@ for ((i = 1; i <= N; i++)); do
       done
       echo "exit_abort.sh: $v job $i exited $rc (terminate called: $t); $KEEP/$v-$i.*" >&2
     fi
+    # One line per job, as it ends (PROGRESS, default stderr): a run stopped early still has its counts.
+    echo "exit_abort.sh: $(date +%T) $v job $i: exit $rc, terminate called: $t" >&"$progress_fd"
     rm -rf "$dir"
   done
 done
