@@ -40,10 +40,9 @@ if(LSPAWN_WHEEL_SHIM_PYTHONS)
   endif()
   set(_cmds)
   foreach(_py ${LSPAWN_WHEEL_SHIM_PYTHONS})
-    # CCACHE_BASEDIR: the sdist is unpacked at a new temporary path for each build.
+    # LSPAWN_CCACHE_ENV's base_dir: the sdist is unpacked at a new temporary path for each build.
     list(APPEND _cmds COMMAND ${CMAKE_COMMAND} -E env "PYTHONPATH=${PROJECT_SOURCE_DIR}/python" "CXX=${_cxx}"
-      CCACHE_BASEDIR=${PROJECT_SOURCE_DIR} CCACHE_NOHASHDIR=1
-      ${_py} -m lspawn.distributed build --out ${_shims})
+      ${LSPAWN_CCACHE_ENV} ${_py} -m lspawn.distributed build --out ${_shims})
   endforeach()
   add_custom_target(lspawn_wheel_shims ALL ${_cmds}
     COMMENT "the torch.distributed backend's shims for ${LSPAWN_WHEEL_SHIM_PYTHONS}" VERBATIM)

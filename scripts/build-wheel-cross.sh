@@ -51,7 +51,7 @@ mkdir -p "$(dirname "$zigenv")"
 # directly (no interpreter start per compile), through this checkout's link .deps/zig/bin/zig (their
 # default; zig finds its lib/ from its real path, the shared one).
 zig=$("$zigenv/bin/python" -c 'import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))')
-[[ -L $root/.deps/zig || ! -e $root/.deps/zig/bin/python ]] || rm -rf "$root/.deps/zig"  # a venv of the old layout
+if [[ -e $root/.deps/zig/bin/python ]]; then rm -rf "$root/.deps/zig"; fi  # a venv of the old layout
 mkdir -p "$root/.deps/zig/bin"
 ln -sfn "$zig" "$root/.deps/zig/bin/zig"
 export LSPAWN_ZIG=$root/.deps/zig/bin/zig

@@ -144,11 +144,11 @@ EOF
     ok "init_process_group(\"lspawn\") with no shim names 'python -m lspawn.distributed build'"
     # As a user with a compiler cache builds it (CXX="ccache c++"; ~25 s without): the compile is
     # one step of its own (the link another), and the paths under $work are made relative.
-    local cxx=c++
-    command -v ccache > /dev/null && cxx="ccache c++"
-    out=$(run CXX="$cxx" CCACHE_DIR="$(ccache --get-config cache_dir 2> /dev/null || echo "$HOME/.cache/ccache")" \
-      CCACHE_BASEDIR="$work" CCACHE_NOHASHDIR=1 python -m lspawn.distributed build 2>&1) ||
-      fail "python -m lspawn.distributed build: $out"
+    local cc_env=()
+    if command -v ccache > /dev/null; then
+      cc_env=(CXX="ccache c++" CCACHE_DIR="$(ccache --get-config cache_dir)" CCACHE_BASEDIR="$work" CCACHE_NOHASHDIR=1)
+    fi
+    out=$(run "${cc_env[@]}" python -m lspawn.distributed build 2>&1) || fail "python -m lspawn.distributed build: $out"
     out=$(run lspawn --nprocs 2 python backend_hello.py lspawn 2>&1) || fail "backend lspawn: $out"
     [[ $(grep -c "sum 3 on shm" <<<"$out") == 2 ]] || fail "backend lspawn: $out"
     ok "the shim built on the target: init_process_group(\"lspawn\") on the wheel's engine: shm"
