@@ -10,6 +10,8 @@
 //   --iter-sleep-ms M  sleep M ms after each all_reduce repetition (default 0): K repetitions
 //                      then take about K x M ms, so that a fault can land during training;
 //                      each rank prints "rank R/N: training: K all_reduce iterations" first
+//   --restart-iters K  all_reduce repetitions in a restarted round (TORCHELASTIC_RESTART_COUNT > 0;
+//                      default: --iters), so that a first round can train until a fault ends it
 //   --delay-ms D       the failure flags below act D ms after initialisation (default 0)
 //   --fail-rank R      rank R exits with --exit-code C (default 3) instead of finishing
 //   --throw-rank R     rank R throws std::runtime_error (→ error report, exit 1)
@@ -39,6 +41,7 @@ namespace {
 struct Flags {
   int64_t size = 4;
   int iters = 1;
+  int restart_iters = -1;  // -1: --iters
   int iter_sleep_ms = 0;
   int delay_ms = 0;
   int fail_rank = -1;
@@ -75,6 +78,8 @@ Flags parse(int argc, char** argv) {
       f.size = take();
     else if (a == "--iters")
       f.iters = static_cast<int>(take());
+    else if (a == "--restart-iters")
+      f.restart_iters = static_cast<int>(take());
     else if (a == "--iter-sleep-ms")
       f.iter_sleep_ms = static_cast<int>(take());
     else if (a == "--delay-ms")
@@ -102,6 +107,7 @@ Flags parse(int argc, char** argv) {
   }
   if (f.size < 1) throw std::invalid_argument("--size must be >= 1");
   if (f.iter_sleep_ms < 0) throw std::invalid_argument("--iter-sleep-ms must be >= 0");
+  if (f.restart_iters < -1) throw std::invalid_argument("--restart-iters must be >= 0");
   return f;
 }
 
@@ -143,11 +149,13 @@ int hello(int argc, char** argv) {
   // all_reduce (sum): every rank contributes rank+1, so each element is N(N+1)/2.
   const double want = n * (n + 1) / 2.0;
   at::Tensor t;
+  const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  const int iters = f.restart_iters >= 0 && std::atoi(attempt ? attempt : "0") > 0 ? f.restart_iters : f.iters;
   if (f.iter_sleep_ms > 0) {
-    std::printf("rank %d/%d: training: %d all_reduce iterations\n", r, n, f.iters);
+    std::printf("rank %d/%d: training: %d all_reduce iterations\n", r, n, iters);
     std::fflush(stdout);
   }
-  for (int i = 0; i < f.iters; ++i) {
+  for (int i = 0; i < iters; ++i) {
     std::vector<at::Tensor> ts{at::full({f.size}, double(r + 1), at::kFloat)};
     w.pg->allreduce(ts)->wait();
     t = ts[0];

@@ -37,8 +37,12 @@ hosts_up $NET a b c
 
 export OMP_NUM_THREADS=1
 T0=$(now)
-# 30 all_reduces 50 ms apart: about 1.5 s of training, long enough for a cut to land inside it.
+# 30 all_reduces 50 ms apart: about 1.5 s of training, for the cases whose cut heals (the job then
+# completes).
 TRAIN=("$HELLO" --iters 30 --iter-sleep-ms 50)
+# For the cuts that do not heal: the first round trains until the fault ends it, however late the cut
+# lands on a loaded machine (a round of 1.5 s could finish first); a restarted round trains 30.
+UNTIL_CUT=("$HELLO" --iters 1000000 --iter-sleep-ms 50 --restart-iters 30)
 # static HOST NODE_RANK NODE_TIMEOUT [lspawn flags...] -- worker...: one node of a static job of 3.
 static() {
   local h=$1 r=$2 nt=$3
@@ -101,13 +105,16 @@ elastic() {
   on $h timeout 60 "$LSPAWN" --nnodes 2:3 --nprocs 1 --grace-period 1 --node-timeout 3 --rdzv-timeout 20 \
     --rdzv-endpoint $NET.1:29400 --rdzv-id part4 --max-restarts 1 "$@"
 }
-# hostfile CASE: one command for the three hosts, the caller here, the hosts reached through the
+# hostfile CASE [worker...]: one command for the three hosts, the caller here, the hosts reached through the
 # remote shell nsrsh.sh (what ssh is between machines); in the background, its pid in pcall.
 export NSRSH_HOSTS="$NET.1=${HOST_NS[a]}=mn-a $NET.2=${HOST_NS[b]}=mn-b $NET.3=${HOST_NS[c]}=mn-c"
 printf '%s slots=1\n' $NET.1 $NET.2 $NET.3 >$WORK/hosts
 hostfile() {
+  local n=$1
+  shift
+  (($# > 0)) || set -- "${TRAIN[@]}"
   timeout 60 "$LSPAWN" --hostfile $WORK/hosts --rsh "$HERE/nsrsh.sh" --grace-period 1 --node-timeout 3 \
-    "${TRAIN[@]}" >$WORK/$1.out 2>$WORK/$1.err &
+    "$@" >$WORK/$n.out 2>$WORK/$n.err &
   pcall=$!
 }
 
@@ -197,7 +204,7 @@ case_2() {
 
 case_3() {
   echo "== [$(stamp)] 3. training: c cut for good, static --nnodes 3"
-  run_static 3 3 "${TRAIN[@]}"
+  run_static 3 3 "${UNTIL_CUT[@]}"
   training 3
   t0=$(now)
   host_cut c
@@ -216,11 +223,11 @@ case_3() {
 
 case_4() {
   echo "== [$(stamp)] 4. elastic --nnodes 2:3 --max-restarts 1: c cut for good; a and b go on"
-  started 4 a elastic a "${TRAIN[@]}"
+  started 4 a elastic a "${UNTIL_CUT[@]}"
   until_in $WORK/4a.err "rendezvous: waiting" 20
-  started 4 b elastic b "${TRAIN[@]}"
+  started 4 b elastic b "${UNTIL_CUT[@]}"
   until_in $WORK/4a.err "rendezvous: 2 nodes joined" 20  # b before c: c is node 2
-  started 4 c elastic c "${TRAIN[@]}"
+  started 4 c elastic c "${UNTIL_CUT[@]}"
   training 4
   t0=$(now)
   host_cut c
@@ -254,7 +261,7 @@ case_5() {
 
 case_5b() {
   echo "== [$(stamp)] 5b. b<->c for good, --hang-timeout 3"
-  run_static 5b 3 --hang-timeout 3 "${TRAIN[@]}"
+  run_static 5b 3 --hang-timeout 3 "${UNTIL_CUT[@]}"
   training 5b
   t0=$(now)
   hosts_blackhole b c
@@ -269,7 +276,7 @@ case_5b() {
 
 case_5c() {
   echo "== [$(stamp)] 5c. b<->c for good, no --hang-timeout: LSPAWN_PG_TIMEOUT=3 ends the collective"
-  LSPAWN_PG_TIMEOUT=3 run_static 5c 3 "${TRAIN[@]}"
+  LSPAWN_PG_TIMEOUT=3 run_static 5c 3 "${UNTIL_CUT[@]}"
   training 5c
   t0=$(now)
   hosts_blackhole b c
@@ -300,7 +307,7 @@ case_6() {
 
 case_6b() {
   echo "== [$(stamp)] 6b. --hostfile: c cut for good"
-  hostfile 6b
+  hostfile 6b "${UNTIL_CUT[@]}"
   until_in $WORK/6b.out "[mn-c rank 2] rank 2/3: training:" 30 || fail "hostfile: mn-c never started training"
   sleep 0.5
   t0=$(now)
