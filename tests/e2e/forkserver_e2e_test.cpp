@@ -91,11 +91,10 @@ TEST_CASE("forkserver: workers are children of one forkserver - which is gone af
   // lspawn reaped the forkserver before exiting; the workers and their children are gone.
   CHECK_FALSE(alive(server));
   for (pid_t w : p.workers) CHECK_FALSE(alive(w));
-  CHECK(alive_after(p.children, 1s).empty());
+  CHECK(alive_after(p.children, 10s).empty());  // at once; 10 s for a loaded machine
 }
 
-TEST_CASE("forkserver: lspawn killed by SIGKILL leaves no forkserver - worker or grandchild within 1 s",
-          "[e2e][forkserver]") {
+TEST_CASE("forkserver: lspawn killed by SIGKILL leaves no forkserver - worker or grandchild", "[e2e][forkserver]") {
   Subreaper reaper;  // orphans come to us: reaped, not "alive"
   Child c({lspawn_bin(), "--start-method", "forkserver", "--nprocs", "3", worker_bin(), "child-then-wait"});
   REQUIRE(c.wait_stdout_count("pids ", 3, 10s));
@@ -106,7 +105,7 @@ TEST_CASE("forkserver: lspawn killed by SIGKILL leaves no forkserver - worker or
   REQUIRE(pids.size() == 7);
   for (pid_t x : pids) REQUIRE(alive(x));
   c.signal(SIGKILL);
-  CHECK(alive_after(pids, 1s).empty());
+  CHECK(alive_after(pids, 10s).empty());  // at once; 10 s for a loaded machine
   c.wait(5s);
 }
 
@@ -151,7 +150,7 @@ TEST_CASE("forkserver: SIGTERM to lspawn while the forkserver starts - exit 143 
   REQUIRE(st != -1);
   CHECK(WEXITSTATUS(st) == 128 + SIGTERM);
   CHECK(c.err().find("while the forkserver started") != std::string::npos);
-  CHECK(alive_after(children, 1s).empty());
+  CHECK(alive_after(children, 10s).empty());  // at once; 10 s for a loaded machine
 }
 
 TEST_CASE("forkserver: at exit the program's static destructors run and buffered output is flushed",

@@ -89,15 +89,17 @@ TEST_CASE("lspawn killed by SIGKILL leaves no worker, no grandchild and no run d
   REQUIRE(run_dir.rfind("/", 0) == 0);
   REQUIRE(::access((run_dir + "/lspawn-status").c_str(), F_OK) == 0);
   c.signal(SIGKILL);
-  CHECK(alive_after(pids, 1s).empty());
   c.wait(5s);
-  // ... and lspawn's guardian removes it once the workers are killed (docs/architecture.md).
+  // ... and lspawn's guardian removes it once the workers are killed (docs/architecture.md): wait for that,
+  // its last act (milliseconds; the fault matrix measures it, a loaded machine can take longer to schedule it),
+  // then the workers and grandchildren, SIGKILLed before it, are gone or on their way out.
   const auto t0 = std::chrono::steady_clock::now();
-  while (::access(run_dir.c_str(), F_OK) == 0 && std::chrono::steady_clock::now() - t0 < 2s) {
+  while (::access(run_dir.c_str(), F_OK) == 0 && std::chrono::steady_clock::now() - t0 < 30s) {
     std::this_thread::sleep_for(5ms);
   }
   INFO("run directory " << run_dir);
   CHECK(::access(run_dir.c_str(), F_OK) != 0);
+  CHECK(alive_after(pids, 2s).empty());
 }
 
 TEST_CASE("a worker's own children die with it after it exits", "[e2e][signals][exec-only]") {

@@ -289,8 +289,10 @@ TEST_CASE("spawn: a sibling that exits on its own within the grace period is not
   CHECK(path_exists(dir.path + "/clean"));
 }
 
-TEST_CASE("spawn daemon: the parent is killed -> children and grandchildren gone within 1 s, and the run directory",
-          "[counts-threads]") {
+TEST_CASE(
+    "spawn daemon: the parent is killed -> its guardian kills children and grandchildren, then removes the run "
+    "directory",
+    "[counts-threads]") {
   const StartMethod m = GENERATE(from_range(std::begin(kMethods), std::end(kMethods)));
   INFO("start method " << lspawn::start_method_name(m));
   TempDir dir;
@@ -322,13 +324,20 @@ TEST_CASE("spawn daemon: the parent is killed -> children and grandchildren gone
   lspawn::sys::kill(parent, SIGKILL, "test");
   int status;
   lspawn::sys::waitpid(parent, &status, 0, "test");
-  const bool all_gone = eventually([&] { return std::none_of(family.begin(), family.end(), alive); }, 1000ms);
+  // The parent's guardian SIGKILLs every worker's process group, then removes the spawn's private directory:
+  // wait for that (an event; milliseconds on a quiet machine, docs/reliability.md measures it), then every
+  // process of the family must be gone, or on its way out of SIGKILL.
+  CHECK(eventually([&] { return !path_exists(run_dir); }, 30000ms));
+  const bool all_gone = eventually([&] { return std::none_of(family.begin(), family.end(), alive); }, 2000ms);
+  if (!all_gone) {
+    for (pid_t p : family) {
+      if (alive(p)) UNSCOPED_INFO("left alive: pid " << p << ": " << read_file("/proc/" + std::to_string(p) + "/stat"));
+    }
+  }
   CHECK(all_gone);
   if (!all_gone) {  // leave nothing behind for the next test
     for (pid_t p : family) ::kill(p, SIGKILL);
   }
-  // The parent's guardian removes the spawn's private directory after the kills.
-  CHECK(eventually([&] { return !path_exists(run_dir); }, 2000ms));
 }
 
 TEST_CASE("spawn Forkserver: 8 workers start side by side, not one after another") {
