@@ -20,13 +20,15 @@ torch.multiprocessing's spawn finds it) and the parent's values of the torchrun 
    exception (DIR/error.<rank> for the parent, $TORCHELASTIC_ERROR_FILE for the launcher's summary)
    and makes the worker exit 1. SystemExit and KeyboardInterrupt propagate as in any script.
 
+A worker that is killed leaves nothing of multiprocessing's behind (_worker.multiprocessing_leftovers).
+
 The package's __init__ does not import this module: `-m` runs it fresh as __main__.
 """
 import os
 import pickle
 import sys
 
-from lspawn._worker import report, run, write_atomic
+from lspawn._worker import multiprocessing_leftovers, report, run, write_atomic
 
 
 def _install_hang_diagnosis():
@@ -74,6 +76,11 @@ def main(argv):
     error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if payload["hang_diagnosis"] and os.environ.get("LSPAWN_STATUS_DIR"):
         _install_hang_diagnosis()  # before anything starts a thread; it reads RANK: not restored yet
+    try:
+        multiprocessing_leftovers(directory, index)
+    except Exception as e:  # multiprocessing's own defaults then: a killed worker can leave its names
+        print("lspawn: process %d: multiprocessing's resource tracker not started: %s" % (index, e), file=sys.stderr,
+              flush=True)
     for key, value in payload["parent_env"].items():
         if payload["torchrun_env"] and key != "PYTHONPATH":
             continue

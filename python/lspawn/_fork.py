@@ -49,7 +49,7 @@ import time
 import traceback
 
 from . import _guardian
-from ._worker import run
+from ._worker import multiprocessing_leftovers, run
 from ._context import ProcessContext, pidfd_open, read_error, remove_dir
 from ._errors import exited, raised
 
@@ -203,6 +203,11 @@ def _child(fn, index, args, directory, parent, env, port):
             os._exit(1)
         os.environ.update(env)
         _as_multiprocessing_child()
+        try:
+            multiprocessing_leftovers(directory, index)
+        except Exception as e:  # multiprocessing's own defaults then: a killed worker can leave its names
+            print("lspawn: process %d: multiprocessing's resource tracker not started: %s" % (index, e),
+                  file=sys.stderr, flush=True)
         try:
             code = run(fn, index, args, directory)
         finally:

@@ -45,8 +45,11 @@ def train(steps):
 lspawn.install()
 import torch.distributed.launcher.api as api  # noqa: E402
 print("launcher:", "lspawn" if getattr(api.elastic_launch, "_lspawn", False) else "torch", flush=True)
+import atexit  # noqa: E402
+import shutil  # noqa: E402
 import tempfile  # noqa: E402
 os.environ["ACCEL_TEST_DIR"] = tempfile.mkdtemp(prefix="lspawn-accelerate-")
+atexit.register(shutil.rmtree, os.environ["ACCEL_TEST_DIR"], ignore_errors=True)
 notebook_launcher(train, args=(5,), num_processes=2)
 lines = []
 for r in range(2):

@@ -20,8 +20,10 @@ LSPAWN_GUARDIAN): `python mp_test.py [-v] [TestClass[.test]]`.
 """
 import importlib.util
 import multiprocessing.connection
+import multiprocessing.process
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -99,9 +101,13 @@ def nested_body(i, ready, seconds):
 
 
 def nested(i, pids_queue, seconds, kwargs):
+    import multiprocessing.util
     ready = mp.get_context(CONTEXT_OF[kwargs.get("start_method")]).Queue()
     context = mp.start_processes(nested_body, args=(ready, seconds), nprocs=2, join=False, **kwargs)
-    pids_queue.put(context.pids())
+    # What multiprocessing leaves of this process once it is killed: its Queue's semaphores' names in
+    # /dev/shm, its temporary folder (the resource sharer's socket, when it shared an fd with the children).
+    names = [lock._semlock.name for lock in (ready._rlock, ready._wlock, ready._sem) if lock is not None]
+    pids_queue.put((context.pids(), names, multiprocessing.util.get_temp_dir()))
     pids_queue.close()
     pids_queue.join_thread()  # flushed before the SIGTERM below (torch's own version of this test races here)
     for _ in range(2):
@@ -214,7 +220,7 @@ class _Contract:
         pids_queue = mp.get_context(CONTEXT[self.method]).Queue()
         kwargs = {"start_method": METHODS[self.method]["start_method"]}  # the inner call: no preload
         context = self.start(nested, args=(pids_queue, 20.0, kwargs), nprocs=1, join=False)
-        pids = pids_queue.get(timeout=60)
+        pids, names, tempdir = pids_queue.get(timeout=60)
         start = time.time()
         while pids:
             pids = [p for p in pids if _alive(p)]
@@ -222,6 +228,18 @@ class _Contract:
             time.sleep(0.1)
         with self.assertRaises(mp.ProcessExitedException):
             context.join()
+        # Nothing of multiprocessing's is left by the killed process (as torch.multiprocessing's parent's
+        # resource tracker unlinks them): its semaphores' names, unlinked by its resource tracker once the
+        # process is gone, and its temporary folder. Names of the fork method are unlinked at creation.
+        self.assertEqual(3, len(names))
+        left = ["/dev/shm/sem." + n.lstrip("/") for n in names if n is not None]
+        if tempdir != multiprocessing.process.current_process()._config.get("tempdir"):
+            left.append(tempdir)  # not this process's own, which a forked child inherits (and this one removes)
+        start = time.time()
+        while left and time.time() - start < 10.0:
+            left = [path for path in left if os.path.exists(path)]
+            time.sleep(0.05)
+        self.assertEqual([], left, "left by the killed process")
 
     # beyond torch's tests, per start method
 
@@ -353,6 +371,7 @@ def _python(code, cwd, stdin=None, env=None, timeout=120):
 class Once(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="lspawn-mp-test-")
+        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
 
     def test_bootstrap_guard(self):
         for method in ("spawn", "forkserver"):
