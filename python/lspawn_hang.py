@@ -592,6 +592,61 @@ def _when_imported(name, then):
     sys.meta_path.insert(0, _WhenImported(name, then))
 
 
+def resource_tracker_out_of_group():
+    """multiprocessing's resource tracker for this worker, out of its process group, so that a worker lspawn
+    kills leaves no semaphore names in /dev/shm (docs/python.md, "A killed worker leaves nothing").
+
+    The tracker unlinks the names (a Queue has 3) that its clients registered and did not unlink, once the
+    last of them, the holders of its pipe, is gone. torch.multiprocessing's children share their parent's
+    tracker, and torchrun stops a worker's group with SIGTERM, which the tracker ignores: it outlives the
+    worker and cleans up. lspawn kills a failed or stopped worker's group at once with SIGKILL (no
+    grandchild outlives its worker), and multiprocessing starts the tracker as the worker's child, in that
+    group: it died too, and the names stayed. Here the tracker is started in a session of its own (setsid),
+    when first needed, as multiprocessing starts it (most workers never need one); it ends by itself once
+    the worker and its children are gone. A tracker already known (inherited through fork) is kept. Patched
+    when multiprocessing.resource_tracker is imported, or now if it is."""
+    name = "multiprocessing.resource_tracker"
+    if name in sys.modules:
+        _tracker_out_of_group(sys.modules[name])
+    else:
+        _when_imported(name, lambda: _tracker_out_of_group(sys.modules[name]))
+
+
+def _tracker_out_of_group(module):
+    tracker = getattr(module, "_resource_tracker", None)
+    if tracker is None or getattr(tracker, "_fd", None) is not None or getattr(tracker, "_lspawn", False):
+        return
+    import threading
+    lock, default = threading.Lock(), tracker.ensure_running
+
+    def ensure_running():  # what register(), unregister() and getfd() call, and what the module exports
+        with lock:
+            if tracker._fd is None:
+                _start_tracker(tracker)
+        default()  # multiprocessing's own: is it alive (a dead one is started again, as a child)
+
+    tracker.ensure_running = module.ensure_running = ensure_running
+    tracker._lspawn = True
+
+
+def _start_tracker(tracker):
+    from multiprocessing import spawn, util
+    r, w = os.pipe()
+    try:
+        os.set_inheritable(r, True)
+        exe = spawn.get_executable()
+        args = [exe] + util._args_from_interpreter_flags()
+        args += ["-c", "from multiprocessing.resource_tracker import main;main(%d)" % r]
+        # As multiprocessing starts it (bpo-33613): SIGINT and SIGTERM blocked until it ignores them.
+        pid = os.posix_spawn(exe, args, os.environ, setsid=True, setsigmask=(signal.SIGINT, signal.SIGTERM))
+    except BaseException:
+        os.close(w)
+        raise
+    finally:
+        os.close(r)
+    tracker._fd, tracker._pid = w, pid
+
+
 def install():
     """Starts this process's record and its watch thread, once. Returns True when recording (under lspawn:
     LSPAWN_STATUS_DIR and RANK set), False otherwise. Call it before other threads start (they must

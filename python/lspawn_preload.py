@@ -262,6 +262,10 @@ def _worker_setup():
         lspawn_hang.install()
     except Exception as e:
         print("lspawn: hang diagnosis is off in this worker: %s" % e, file=sys.stderr, flush=True)
+    try:
+        lspawn_hang.resource_tracker_out_of_group()  # a killed worker leaves no semaphore names
+    except Exception as e:
+        print("lspawn: multiprocessing's resource tracker is left as it is: %s" % e, file=sys.stderr, flush=True)
     try:  # lspawn --cpu-backend lspawn
         lspawn_hang.install_cpu_backend(os.path.dirname(os.path.abspath(__file__)))
     except NameError:  # lspawn_hang did not import (said above)

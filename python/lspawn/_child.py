@@ -28,18 +28,12 @@ import os
 import pickle
 import sys
 
-from lspawn._worker import multiprocessing_leftovers, report, run, write_atomic
+from lspawn._worker import hang_module, multiprocessing_leftovers, report, run, write_atomic
 
 
 def _install_hang_diagnosis():
-    hang = sys.modules.get("lspawn_hang")  # the preload server's copy, when it imported one
     try:
-        if hang is None:
-            try:
-                from lspawn import lspawn_hang as hang
-            except ImportError:  # a source checkout: python/lspawn_hang.py, beside the package
-                import lspawn_hang as hang
-        hang.install()
+        hang_module().install()
     except Exception as e:
         print("lspawn: hang diagnosis is off in this worker: %s" % e, file=sys.stderr, flush=True)
 

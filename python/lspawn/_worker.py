@@ -56,17 +56,24 @@ def report(directory, index, error_file=None, echo=False):
             print("lspawn: process %d: cannot write %s: %s" % (index, error_file, e), file=sys.stderr)
 
 
+def hang_module():
+    """lspawn_hang: the preload server's copy when it imported one, else the wheel's (lspawn.lspawn_hang), else
+    a source checkout's (python/lspawn_hang.py, beside the package)."""
+    hang = sys.modules.get("lspawn_hang")
+    if hang is None:
+        try:
+            from lspawn import lspawn_hang as hang
+        except ImportError:
+            import lspawn_hang as hang
+    return hang
+
+
 def multiprocessing_leftovers(directory, index):
     """What multiprocessing leaves of a worker that is killed, cleaned up (docs/python.md, "A killed worker
     leaves nothing"): its temporary folder (`pymp-*`: the resource sharer's socket, a heap's file) is made in
     DIR (DIR/mp.<index>), which the parent, or the guardian if the parent dies, removes; its semaphores'
-    names in /dev/shm (a Queue has 3) are unlinked by its resource tracker.
-
-    torch.multiprocessing's children share their parent's resource tracker (the parent passes its fd),
-    and so do a worker forked by start_method="fork" (the fd is inherited: kept). A worker started by the launcher has
-    none: multiprocessing would start one as its child, in its process group, and lspawn SIGKILLs that
-    group with the worker, tracker and all. This one is in a session of its own; it ends by itself once
-    the pipe's last writer (this worker and its children) is gone, after unlinking what they left."""
+    names in /dev/shm (a Queue has 3) are unlinked by a resource tracker out of the worker's process group
+    (lspawn_hang.resource_tracker_out_of_group)."""
     import multiprocessing.process
     config = multiprocessing.process.current_process()._config
     if "tempdir" not in config:
@@ -74,41 +81,7 @@ def multiprocessing_leftovers(directory, index):
         if len(tempdir) < 70:  # room for multiprocessing's socket names (listener-XXXXXXXX) within 107 bytes
             os.mkdir(tempdir, 0o700)
             config["tempdir"] = tempdir
-    from multiprocessing import resource_tracker
-    tracker = resource_tracker._resource_tracker
-    if getattr(tracker, "_fd", None) is not None:
-        return
-    # Started when first needed, as multiprocessing's (most workers never need one: no interpreter
-    # started for them); ensure_running() is what register() and getfd() call, and what the module exports.
-    import threading
-    lock, default = threading.Lock(), tracker.ensure_running
-
-    def ensure_running():
-        with lock:
-            if tracker._fd is None:
-                _start_resource_tracker(tracker)
-        default()  # multiprocessing's own: is it alive (a dead one is started again, as a child)
-
-    tracker.ensure_running = resource_tracker.ensure_running = ensure_running
-
-
-def _start_resource_tracker(tracker):
-    import signal
-    from multiprocessing import spawn, util
-    r, w = os.pipe()
-    try:
-        os.set_inheritable(r, True)
-        exe = spawn.get_executable()
-        args = [exe] + util._args_from_interpreter_flags()
-        args += ["-c", "from multiprocessing.resource_tracker import main;main(%d)" % r]
-        # As multiprocessing starts it (bpo-33613): SIGINT and SIGTERM blocked until it ignores them.
-        pid = os.posix_spawn(exe, args, os.environ, setsid=True, setsigmask=(signal.SIGINT, signal.SIGTERM))
-    except BaseException:
-        os.close(w)
-        raise
-    finally:
-        os.close(r)
-    tracker._fd, tracker._pid = w, pid
+    hang_module().resource_tracker_out_of_group()
 
 
 def _keep_value(directory, index, value):

@@ -9,7 +9,8 @@ Python's `site` imports this module at start-up, which:
    starts in turn (subprocesses, multiprocessing's spawned children, a DataLoader's workers) runs as it
    would without lspawn;
 2. calls lspawn_hang.install() (the file beside this folder's parent): it wraps torch.distributed when the
-   script imports it, and answers SIGURG with the main thread's stack; it imports nothing heavy itself;
+   script imports it, and answers SIGURG with the main thread's stack; it imports nothing heavy itself; and
+   lspawn_hang.resource_tracker_out_of_group(), so that a worker lspawn kills leaves no semaphore names;
 3. imports the sitecustomize this one shadows, if the interpreter has one (a distribution's or a venv's),
    as the interpreter would have.
 
@@ -56,6 +57,13 @@ def _lspawn_site():
             hang.install()
         except Exception as e:  # the script runs regardless
             sys.stderr.write("lspawn: the hang diagnosis is off in this worker (%s: %s)\n" % (type(e).__name__, e))
+        try:
+            hang = sys.modules.get("lspawn_hang")
+            if hang is not None:
+                hang.resource_tracker_out_of_group()  # a killed worker leaves no semaphore names
+        except Exception as e:
+            sys.stderr.write("lspawn: multiprocessing's resource tracker is left as it is (%s: %s)\n"
+                             % (type(e).__name__, e))
 
     # lspawn --cpu-backend lspawn: the script's gloo groups on lspawn's backend (lspawn/distributed/_override.py).
     if os.environ.get("LSPAWN_CPU_BACKEND") == "lspawn":

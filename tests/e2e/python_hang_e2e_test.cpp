@@ -9,14 +9,18 @@
 
 #include <cstdlib>
 #include <set>
+#include <sstream>
 #include <thread>
 #include <tuple>
 
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "harness.hpp"
 #include "launcher/cli_options.hpp"
+#include "support/text.hpp"
+#include "support/wait.hpp"
 
 using namespace lspawn::test;
 using namespace std::chrono_literals;
@@ -190,6 +194,49 @@ TEST_CASE("python hang: Lightning DDP, a rank late in training_step: the others 
   CHECK(has(e, ", in sleep_in_training_step\nlspawn:       time.sleep(600)"));
   CHECK(has(e, "stopped by the hang watchdog"));
   CHECK(alive_after(worker_pids(c.out()), 2s).empty());
+}
+
+// A worker that lspawn stops, or that is killed, leaves no semaphore name of multiprocessing's in /dev/shm
+// (docs/python.md, "A killed worker leaves nothing"): lspawn kills a failed or stopped worker's process group at
+// once, so the resource tracker, multiprocessing's helper that unlinks what a dead process registered, must not
+// be in it (lspawn_hang.resource_tracker_out_of_group, from lspawn's sitecustomize and the preload bootstrap).
+TEST_CASE("python workers: a worker stopped by lspawn or killed leaves no multiprocessing semaphore in /dev/shm",
+          "[e2e][python]") {
+  const auto [mode, how, code] = GENERATE(std::make_tuple(std::string("exec"), std::string("fail"), 3),
+                                          std::make_tuple(std::string("exec"), std::string("kill"), 128 + SIGKILL),
+                                          std::make_tuple(std::string("preload"), std::string("kill"), 128 + SIGKILL));
+  INFO(mode << " " << how);
+  Subreaper reaper;
+  std::vector<std::string> argv{lspawn_bin(), "--nprocs", "2", "--grace-period", "2"};
+  if (mode == "preload") argv.insert(argv.end(), {"--preload", "multiprocessing"});
+  argv.insert(argv.end(), {kPython, LSPAWN_PY_MP_NAMES, how});
+  Child c(argv);
+  const int st = c.wait(60s);
+  INFO(c.out() << c.err());
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == code);
+  std::vector<std::string> paths;
+  for (const auto& l : lines(c.out())) {
+    const auto at = l.find("names ");
+    if (at == std::string::npos) continue;
+    std::istringstream in(l.substr(at + 6));
+    for (std::string name; in >> name;) paths.push_back("/dev/shm/sem." + name.substr(name[0] == '/' ? 1 : 0));
+  }
+  REQUIRE(paths.size() == 6);  // 3 per rank
+  auto left = [&] {
+    std::vector<std::string> there;
+    for (const auto& p : paths) {
+      if (::access(p.c_str(), F_OK) == 0) there.push_back(p);
+    }
+    return there;
+  };
+  // The tracker unlinks them once the last process holding its pipe is gone: it runs on after lspawn has exited.
+  const bool gone = eventually([&] { return left().empty(); }, 10000ms);
+  for (const auto& p : left()) {
+    UNSCOPED_INFO("left: " << p);
+    ::unlink(p.c_str());  // nothing left for the next test either way
+  }
+  CHECK(gone);
 }
 
 // #33: the restart policy with Python workers. lspawn's sitecustomize (lspawn_hang) writes the
