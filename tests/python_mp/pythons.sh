@@ -25,6 +25,9 @@ if [[ ${LSPAWN_PYTHONS_ALL:-0} != 1 ]]; then
   for m in $(seq 13 -1 "$((oldest + 1))"); do [[ -n $(find_python "$m") ]] && { newest=$m; break; }; done
   minors="$oldest $newest"
 fi
+# Each run's working folder (mp_test.py writes its scripts there), removed at the end.
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/lspawn-pythons.XXXXXX")
+trap 'rm -rf "$scratch"' EXIT
 for minor in $minors; do
   py=$(find_python "$minor")
   if [[ -z $py ]]; then
@@ -36,7 +39,7 @@ for minor in $minors; do
     echo "pythons.sh: $py has torch: python_mp.torch covers that; this run is about the Python alone"
   fi
   start=$SECONDS
-  if out=$(cd "$(mktemp -d)" && "$py" "$here/mp_test.py" 2>&1); then
+  if out=$(cd "$(mktemp -d "$scratch/3.$minor.XXXXXX")" && "$py" "$here/mp_test.py" 2>&1); then
     echo "pythons.sh: ok Python 3.$minor ($py): $(tail -3 <<<"$out" | grep -E '^OK' || echo OK) in $((SECONDS - start)) s"
   else
     echo "$out" | tail -60

@@ -115,7 +115,7 @@ def fail_one(i):
         sys.exit(3)
 
 if __name__ == "__main__":
-    folder = tempfile.mkdtemp()
+    folder = tempfile.mkdtemp(dir=".")  # the test's work folder, removed with it
     lspawn.spawn(write, args=(folder,), nprocs=2)
     assert sorted(os.listdir(folder)) == ["0", "1"], os.listdir(folder)
     try:

@@ -144,7 +144,8 @@ if [[ -x $t2/python ]] && "$t2/python" -c 'import torch' 2>/dev/null; then
   "$t2/python" -m pip install -q --no-index --no-deps --disable-pip-version-check --target "$work/t2" "$wheel"
   spec=cpu:lspawn
   "$t2/python" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null && spec=cpu:lspawn,cuda:nccl
-  out=$(run env PYTHONPATH="$work/t2" "$t2/torchrun" --standalone --nproc-per-node 2 backend_hello.py "$spec" 2>&1) ||
+  out=$(run env PYTHONPATH="$work/t2" "$t2/torchrun" --standalone --nproc-per-node 2 \
+    --log-dir "$work/torchrun-logs" backend_hello.py "$spec" 2>&1) ||
     fail "torchrun, $spec: $out"
   [[ $(grep -o "sum 3 on shm" <<<"$out" | wc -l) == 2 ]] || fail "torchrun, $spec: $out"  # torchrun does not keep lines whole
   ok "torch 2.15 under torchrun: init_process_group(\"$spec\") from the wheel's shim: shm"
