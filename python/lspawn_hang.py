@@ -592,6 +592,34 @@ def _when_imported(name, then):
     sys.meta_path.insert(0, _WhenImported(name, then))
 
 
+def multiprocessing_temp_dir_in(directory, name):
+    """multiprocessing's temporary folder of this process (util.get_temp_dir(): the resource sharer's socket, a
+    heap's file, a forkserver's socket) made as `directory`/`name`, in a folder lspawn removes after the run (or
+    its guardian, if lspawn is killed), instead of `pymp-*` in TMPDIR, which a killed process leaves there
+    (docs/python.md, "A killed worker leaves nothing"). Children forked later share it, as they share a
+    `pymp-*`. Set when multiprocessing.process is imported (importing multiprocessing costs ~40 ms: not
+    here), or now if it is; never over a folder already chosen, nor where the socket names would not fit."""
+    path = os.path.join(directory, name)
+    if len(path) >= 70:  # multiprocessing's socket names (listener-XXXXXXXX) must fit in 107 bytes
+        return
+
+    def use(module):
+        config = module.current_process()._config
+        if "tempdir" in config or not os.path.isdir(directory):
+            return
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        config["tempdir"] = path
+
+    mp_name = "multiprocessing.process"
+    if mp_name in sys.modules:
+        use(sys.modules[mp_name])
+    else:
+        _when_imported(mp_name, lambda: use(sys.modules[mp_name]))
+
+
 def resource_tracker_out_of_group():
     """multiprocessing's resource tracker for this worker, out of its process group, so that a worker lspawn
     kills leaves no semaphore names in /dev/shm (docs/python.md, "A killed worker leaves nothing").

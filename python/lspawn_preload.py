@@ -263,7 +263,9 @@ def _worker_setup():
     except Exception as e:
         print("lspawn: hang diagnosis is off in this worker: %s" % e, file=sys.stderr, flush=True)
     try:
-        lspawn_hang.resource_tracker_out_of_group()  # a killed worker leaves no semaphore names
+        lspawn_hang.resource_tracker_out_of_group()  # a killed worker leaves no semaphore names ...
+        if os.environ.get("LSPAWN_RUN_DIR"):  # ... and no pymp-* folder
+            lspawn_hang.multiprocessing_temp_dir_in(os.environ["LSPAWN_RUN_DIR"], "mp.%d" % os.getpid())
     except Exception as e:
         print("lspawn: multiprocessing's resource tracker is left as it is: %s" % e, file=sys.stderr, flush=True)
     try:  # lspawn --cpu-backend lspawn

@@ -73,15 +73,10 @@ def multiprocessing_leftovers(directory, index):
     leaves nothing"): its temporary folder (`pymp-*`: the resource sharer's socket, a heap's file) is made in
     DIR (DIR/mp.<index>), which the parent, or the guardian if the parent dies, removes; its semaphores'
     names in /dev/shm (a Queue has 3) are unlinked by a resource tracker out of the worker's process group
-    (lspawn_hang.resource_tracker_out_of_group)."""
-    import multiprocessing.process
-    config = multiprocessing.process.current_process()._config
-    if "tempdir" not in config:
-        tempdir = os.path.join(directory, "mp.%d" % index)
-        if len(tempdir) < 70:  # room for multiprocessing's socket names (listener-XXXXXXXX) within 107 bytes
-            os.mkdir(tempdir, 0o700)
-            config["tempdir"] = tempdir
-    hang_module().resource_tracker_out_of_group()
+    (lspawn_hang.multiprocessing_temp_dir_in, resource_tracker_out_of_group)."""
+    hang = hang_module()
+    hang.multiprocessing_temp_dir_in(directory, "mp.%d" % index)
+    hang.resource_tracker_out_of_group()
 
 
 def _keep_value(directory, index, value):

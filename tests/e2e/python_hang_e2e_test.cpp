@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <filesystem>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -196,12 +197,16 @@ TEST_CASE("python hang: Lightning DDP, a rank late in training_step: the others 
   CHECK(alive_after(worker_pids(c.out()), 2s).empty());
 }
 
-// A worker that lspawn stops, or that is killed, leaves no semaphore name of multiprocessing's in /dev/shm
-// (docs/python.md, "A killed worker leaves nothing"): lspawn kills a failed or stopped worker's process group at
-// once, so the resource tracker, multiprocessing's helper that unlinks what a dead process registered, must not
-// be in it (lspawn_hang.resource_tracker_out_of_group, from lspawn's sitecustomize and the preload bootstrap).
-TEST_CASE("python workers: a worker stopped by lspawn or killed leaves no multiprocessing semaphore in /dev/shm",
-          "[e2e][python]") {
+// A worker that lspawn stops, or that is killed, leaves no semaphore name of multiprocessing's in /dev/shm and no
+// pymp-* folder (docs/python.md, "A killed worker leaves nothing"). The folder is made in the run's directory,
+// which lspawn removes. lspawn kills a failed or stopped worker's process group at once, so the resource
+// tracker, multiprocessing's helper that unlinks what a dead process registered, must not be in it
+// (lspawn_hang.multiprocessing_temp_dir_in and resource_tracker_out_of_group, from lspawn's sitecustomize and
+// the preload bootstrap).
+TEST_CASE(
+    "python workers: a worker stopped by lspawn or killed leaves no multiprocessing semaphore in /dev/shm and no "
+    "pymp folder",
+    "[e2e][python]") {
   const auto [mode, how, code] = GENERATE(std::make_tuple(std::string("exec"), std::string("fail"), 3),
                                           std::make_tuple(std::string("exec"), std::string("kill"), 128 + SIGKILL),
                                           std::make_tuple(std::string("preload"), std::string("kill"), 128 + SIGKILL));
@@ -216,13 +221,18 @@ TEST_CASE("python workers: a worker stopped by lspawn or killed leaves no multip
   REQUIRE(WIFEXITED(st));
   CHECK(WEXITSTATUS(st) == code);
   std::vector<std::string> paths;
+  int folders = 0;
   for (const auto& l : lines(c.out())) {
-    const auto at = l.find("names ");
-    if (at == std::string::npos) continue;
-    std::istringstream in(l.substr(at + 6));
-    for (std::string name; in >> name;) paths.push_back("/dev/shm/sem." + name.substr(name[0] == '/' ? 1 : 0));
+    if (const auto at = l.find("names "); at != std::string::npos) {
+      std::istringstream in(l.substr(at + 6));
+      for (std::string name; in >> name;) paths.push_back("/dev/shm/sem." + name.substr(name[0] == '/' ? 1 : 0));
+    } else if (const auto at = l.find("tempdir "); at != std::string::npos) {
+      paths.push_back(l.substr(at + 8));  // in lspawn's run directory (LSPAWN_RUN_DIR), removed with it
+      ++folders;
+    }
   }
-  REQUIRE(paths.size() == 6);  // 3 per rank
+  REQUIRE(paths.size() == 8);  // 3 names and a folder per rank
+  CHECK(folders == 2);
   auto left = [&] {
     std::vector<std::string> there;
     for (const auto& p : paths) {
@@ -234,7 +244,8 @@ TEST_CASE("python workers: a worker stopped by lspawn or killed leaves no multip
   const bool gone = eventually([&] { return left().empty(); }, 10000ms);
   for (const auto& p : left()) {
     UNSCOPED_INFO("left: " << p);
-    ::unlink(p.c_str());  // nothing left for the next test either way
+    std::error_code ec;
+    std::filesystem::remove_all(p, ec);  // nothing left for the next test either way
   }
   CHECK(gone);
 }
