@@ -24,6 +24,10 @@ Phases (each must leave nothing, and each figure must be as flat at its end as a
   kill-construct rank 0 SIGKILLed inside the engine's construction, while it waits for a
            held-back rank 1 in the first barrier: the segment it had not unlinked yet must be
            removed (the Supervisor does it when it reaps rank 0: sys/shm_segments.hpp).
+  kill-mp  `lspawn --nproc-per-node 2 python3 tests/e2e/fixtures/py_mp_names.py kill`: each rank makes
+           a multiprocessing Queue (3 semaphore names in /dev/shm) and its temporary folder; rank 0
+           SIGKILLs itself, lspawn stops rank 1. Neither may leave a name or a pymp-* folder
+           (docs/python.md, "A killed worker leaves nothing"); as many jobs as --kills.
 
 Figures: open fds (/proc/PID/fd) and VmRSS of each persistent process; entries under /tmp and
 /dev/shm (files and directories, recursively: a run directory left inside a kept one counts);
@@ -493,6 +497,17 @@ class Soak:
         self.left_after(phase, before)
 
 
+    def phase_kill_mp(self):
+        before = self.figures({})
+        cmd = [self.args.lspawn, "--nproc-per-node", "2", sys.executable,
+               os.path.join(REPO, "tests", "e2e", "fixtures", "py_mp_names.py"), "kill"]
+        for i in range(self.args.kills):
+            if self.run_job("kill-mp", i + 1, cmd, want=128 + signal.SIGKILL):
+                self.show("kill-mp", "job %d/%d: rank 0 SIGKILLed itself, lspawn exit %d"
+                          % (i + 1, self.args.kills, 128 + signal.SIGKILL), self.figures({}))
+        self.left_after("kill-mp", before)  # the ranks' resource trackers end just after lspawn: waited for
+
+
 def under(path, folder):
     path = os.path.realpath(path)
     return path == folder or path.startswith(folder + "/")
@@ -542,7 +557,7 @@ def main():
                     help="report every N jobs, every N/10 rounds (default 100, --quick 10)")
     ap.add_argument("--rss-tolerance-kib", type=int, default=1024,
                     help="RSS growth allowed per process, start to end (default %(default)s KiB)")
-    ap.add_argument("--phases", default="cli,warm,spawn,elastic,kill,kill-construct",
+    ap.add_argument("--phases", default="cli,warm,spawn,elastic,kill,kill-construct,kill-mp",
                     help="which phases, comma-separated (default %(default)s)")
     ap.add_argument("--inject", default="",
                     help="check the soak itself: leaks to make in the cli phase, comma-separated: "
@@ -565,8 +580,8 @@ def main():
     args.engine = os.path.abspath(args.engine or os.path.join(b, "shm", "liblspawn_engine.so"))
     phases = [p for p in args.phases.split(",") if p]
     for p in phases:
-        if p not in ("cli", "warm", "spawn", "elastic", "kill", "kill-construct"):
-            ap.error("--phases: unknown phase %r (cli, warm, spawn, elastic, kill, kill-construct)" % p)
+        if p not in ("cli", "warm", "spawn", "elastic", "kill", "kill-construct", "kill-mp"):
+            ap.error("--phases: unknown phase %r (cli, warm, spawn, elastic, kill, kill-construct, kill-mp)" % p)
     if args.jobs < 2 or args.spawn_jobs < 2 or args.rounds < 1 or args.kills < 0 or args.every < 1:
         ap.error("--jobs must be >= 2, --rounds >= 1, --kills >= 0, --every >= 1")
     for what in ("lspawn", "guardian", "worker", "engine"):
