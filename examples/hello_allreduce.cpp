@@ -111,13 +111,16 @@ Flags parse(int argc, char** argv) {
   return f;
 }
 
+// This run's restart attempt (TORCHELASTIC_RESTART_COUNT, lspawn --max-restarts): 0 in the first.
+int attempt() {
+  const char* count = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  return std::atoi(count ? count : "0");
+}
+
 // The failure a flag asks of this rank, if any. Returns normally when none.
 void maybe_fail(const Flags& f, int rank) {
   if (rank != f.fail_rank && rank != f.throw_rank && rank != f.signal_rank && rank != f.hang_rank) return;
-  if (f.fail_attempt >= 0) {
-    const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
-    if (std::atoi(attempt ? attempt : "0") != f.fail_attempt) return;
-  }
+  if (f.fail_attempt >= 0 && attempt() != f.fail_attempt) return;
   std::this_thread::sleep_for(std::chrono::milliseconds(f.delay_ms));
   std::fflush(stdout);
   if (rank == f.fail_rank) {
@@ -149,8 +152,7 @@ int hello(int argc, char** argv) {
   // all_reduce (sum): every rank contributes rank+1, so each element is N(N+1)/2.
   const double want = n * (n + 1) / 2.0;
   at::Tensor t;
-  const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
-  const int iters = f.restart_iters >= 0 && std::atoi(attempt ? attempt : "0") > 0 ? f.restart_iters : f.iters;
+  const int iters = f.restart_iters >= 0 && attempt() > 0 ? f.restart_iters : f.iters;
   if (f.iter_sleep_ms > 0) {
     std::printf("rank %d/%d: training: %d all_reduce iterations\n", r, n, iters);
     std::fflush(stdout);

@@ -589,16 +589,32 @@ def _mark_rendezvous_on_init(directory, rank):
 
 
 def _when_imported(name, then):
-    sys.meta_path.insert(0, _WhenImported(name, then))
+    """Calls then() once the module `name` has been executed: now if it has been already, else from the
+    import that executes it (_WhenImported)."""
+    if name in sys.modules:
+        then()
+    else:
+        sys.meta_path.insert(0, _WhenImported(name, then))
 
 
-def multiprocessing_temp_dir_in(directory, name):
+def no_multiprocessing_leftovers(directory, name):
+    """A worker that lspawn kills leaves nothing of multiprocessing's (docs/python.md, "A killed worker leaves
+    nothing"): no semaphore names in /dev/shm (its resource tracker out of its process group:
+    _tracker_out_of_group), and no `pymp-*` folder in TMPDIR (its temporary folder made as `directory`/`name`,
+    in a folder lspawn removes after the run, or its guardian if lspawn is killed: _temp_dir_in; none without
+    a directory). Each is set when multiprocessing imports the module it patches (importing multiprocessing
+    costs ~40 ms: not here), or now if it has."""
+    tracker = "multiprocessing.resource_tracker"
+    _when_imported(tracker, lambda: _tracker_out_of_group(sys.modules[tracker]))
+    if directory:
+        _temp_dir_in(directory, name)
+
+
+def _temp_dir_in(directory, name):
     """multiprocessing's temporary folder of this process (util.get_temp_dir(): the resource sharer's socket, a
-    heap's file, a forkserver's socket) made as `directory`/`name`, in a folder lspawn removes after the run (or
-    its guardian, if lspawn is killed), instead of `pymp-*` in TMPDIR, which a killed process leaves there
-    (docs/python.md, "A killed worker leaves nothing"). Children forked later share it, as they share a
-    `pymp-*`. Set when multiprocessing.process is imported (importing multiprocessing costs ~40 ms: not
-    here), or now if it is; never over a folder already chosen, nor where the socket names would not fit."""
+    heap's file, a forkserver's socket) as `directory`/`name` instead of a `pymp-*` in TMPDIR, which a killed
+    process leaves there. Children forked later share it, as they share a `pymp-*`. Never over a folder
+    already chosen, nor where the socket names would not fit."""
     path = os.path.join(directory, name)
     if len(path) >= 70:  # multiprocessing's socket names (listener-XXXXXXXX) must fit in 107 bytes
         return
@@ -613,16 +629,13 @@ def multiprocessing_temp_dir_in(directory, name):
             pass
         config["tempdir"] = path
 
-    mp_name = "multiprocessing.process"
-    if mp_name in sys.modules:
-        use(sys.modules[mp_name])
-    else:
-        _when_imported(mp_name, lambda: use(sys.modules[mp_name]))
+    process = "multiprocessing.process"
+    _when_imported(process, lambda: use(sys.modules[process]))
 
 
-def resource_tracker_out_of_group():
+def _tracker_out_of_group(module):
     """multiprocessing's resource tracker for this worker, out of its process group, so that a worker lspawn
-    kills leaves no semaphore names in /dev/shm (docs/python.md, "A killed worker leaves nothing").
+    kills leaves no semaphore names in /dev/shm.
 
     The tracker unlinks the names (a Queue has 3) that its clients registered and did not unlink, once the
     last of them, the holders of its pipe, is gone. torch.multiprocessing's children share their parent's
@@ -631,16 +644,7 @@ def resource_tracker_out_of_group():
     grandchild outlives its worker), and multiprocessing starts the tracker as the worker's child, in that
     group: it died too, and the names stayed. Here the tracker is started in a session of its own (setsid),
     when first needed, as multiprocessing starts it (most workers never need one); it ends by itself once
-    the worker and its children are gone. A tracker already known (inherited through fork) is kept. Patched
-    when multiprocessing.resource_tracker is imported, or now if it is."""
-    name = "multiprocessing.resource_tracker"
-    if name in sys.modules:
-        _tracker_out_of_group(sys.modules[name])
-    else:
-        _when_imported(name, lambda: _tracker_out_of_group(sys.modules[name]))
-
-
-def _tracker_out_of_group(module):
+    the worker and its children are gone. A tracker already known (inherited through fork) is kept."""
     tracker = getattr(module, "_resource_tracker", None)
     if tracker is None or getattr(tracker, "_fd", None) is not None or getattr(tracker, "_lspawn", False):
         return
@@ -728,12 +732,9 @@ def install():
             except Exception as e:
                 print("lspawn: rank %d: collectives not recorded (torch.distributed could not be wrapped: %s)"
                       % (rank, e), file=sys.stderr, flush=True)
-    if "torch.distributed" in sys.modules:
-        record_collectives()
-    else:
-        # Not imported yet (a script that imports torch later, a worker that never does): wrap it when it is,
-        # instead of importing torch here (~2 s per process, and an error where there is no torch at all).
-        _when_imported("torch.distributed", record_collectives)
+    # Now if torch.distributed is imported, else when it is (a script that imports torch later, a worker that
+    # never does), instead of importing torch here (~2 s per process, and an error where there is no torch).
+    _when_imported("torch.distributed", record_collectives)
     watch.thread.start()
     # Run last of the script's atexit handlers (registered now, before the script's): the record keeps
     # following the script's own teardown (Lightning's destroy_process_group), then the thread is joined.

@@ -263,11 +263,10 @@ def _worker_setup():
     except Exception as e:
         print("lspawn: hang diagnosis is off in this worker: %s" % e, file=sys.stderr, flush=True)
     try:
-        lspawn_hang.resource_tracker_out_of_group()  # a killed worker leaves no semaphore names ...
-        if os.environ.get("LSPAWN_RUN_DIR"):  # ... and no pymp-* folder
-            lspawn_hang.multiprocessing_temp_dir_in(os.environ["LSPAWN_RUN_DIR"], "mp.%d" % os.getpid())
+        # A killed worker leaves no semaphore names and no pymp-* folder.
+        lspawn_hang.no_multiprocessing_leftovers(os.environ.get("LSPAWN_RUN_DIR"), "mp.%d" % os.getpid())
     except Exception as e:
-        print("lspawn: multiprocessing's resource tracker is left as it is: %s" % e, file=sys.stderr, flush=True)
+        print("lspawn: multiprocessing's leftovers are not taken care of: %s" % e, file=sys.stderr, flush=True)
     try:  # lspawn --cpu-backend lspawn
         lspawn_hang.install_cpu_backend(os.path.dirname(os.path.abspath(__file__)))
     except NameError:  # lspawn_hang did not import (said above)

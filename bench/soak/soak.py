@@ -496,7 +496,6 @@ class Soak:
             shutil.rmtree(store, ignore_errors=True)
         self.left_after(phase, before)
 
-
     def phase_kill_mp(self):
         before = self.figures({})
         cmd = [self.args.lspawn, "--nproc-per-node", "2", sys.executable,
@@ -579,9 +578,10 @@ def main():
     args.worker = os.path.abspath(args.worker or os.path.join(b, "tests", "e2e", "lspawn_test_worker"))
     args.engine = os.path.abspath(args.engine or os.path.join(b, "shm", "liblspawn_engine.so"))
     phases = [p for p in args.phases.split(",") if p]
+    known = ("cli", "warm", "spawn", "elastic", "kill", "kill-construct", "kill-mp")
     for p in phases:
-        if p not in ("cli", "warm", "spawn", "elastic", "kill", "kill-construct", "kill-mp"):
-            ap.error("--phases: unknown phase %r (cli, warm, spawn, elastic, kill, kill-construct, kill-mp)" % p)
+        if p not in known:
+            ap.error("--phases: unknown phase %r (%s)" % (p, ", ".join(known)))
     if args.jobs < 2 or args.spawn_jobs < 2 or args.rounds < 1 or args.kills < 0 or args.every < 1:
         ap.error("--jobs must be >= 2, --rounds >= 1, --kills >= 0, --every >= 1")
     for what in ("lspawn", "guardian", "worker", "engine"):

@@ -70,11 +70,7 @@ def main(argv):
     error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if payload["hang_diagnosis"] and os.environ.get("LSPAWN_STATUS_DIR"):
         _install_hang_diagnosis()  # before anything starts a thread; it reads RANK: not restored yet
-    try:
-        multiprocessing_leftovers(directory, index)
-    except Exception as e:  # multiprocessing's own defaults then: a killed worker can leave its names
-        print("lspawn: process %d: multiprocessing's resource tracker not started: %s" % (index, e), file=sys.stderr,
-              flush=True)
+    multiprocessing_leftovers(directory, index)
     for key, value in payload["parent_env"].items():
         if payload["torchrun_env"] and key != "PYTHONPATH":
             continue

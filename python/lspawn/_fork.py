@@ -203,11 +203,7 @@ def _child(fn, index, args, directory, parent, env, port):
             os._exit(1)
         os.environ.update(env)
         _as_multiprocessing_child()
-        try:
-            multiprocessing_leftovers(directory, index)
-        except Exception as e:  # multiprocessing's own defaults then: a killed worker can leave its names
-            print("lspawn: process %d: multiprocessing's resource tracker not started: %s" % (index, e),
-                  file=sys.stderr, flush=True)
+        multiprocessing_leftovers(directory, index)
         try:
             code = run(fn, index, args, directory)
         finally:

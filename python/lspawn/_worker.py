@@ -69,14 +69,15 @@ def hang_module():
 
 
 def multiprocessing_leftovers(directory, index):
-    """What multiprocessing leaves of a worker that is killed, cleaned up (docs/python.md, "A killed worker
-    leaves nothing"): its temporary folder (`pymp-*`: the resource sharer's socket, a heap's file) is made in
-    DIR (DIR/mp.<index>), which the parent, or the guardian if the parent dies, removes; its semaphores'
-    names in /dev/shm (a Queue has 3) are unlinked by a resource tracker out of the worker's process group
-    (lspawn_hang.multiprocessing_temp_dir_in, resource_tracker_out_of_group)."""
-    hang = hang_module()
-    hang.multiprocessing_temp_dir_in(directory, "mp.%d" % index)
-    hang.resource_tracker_out_of_group()
+    """A killed worker of spawn() leaves nothing of multiprocessing's: no semaphore names, and its temporary
+    folder in DIR (DIR/mp.<index>), which the parent, or the guardian if the parent dies, removes
+    (lspawn_hang.no_multiprocessing_leftovers). Never a failure of the worker: said, and multiprocessing's
+    defaults stay."""
+    try:
+        hang_module().no_multiprocessing_leftovers(directory, "mp.%d" % index)
+    except Exception as e:
+        print("lspawn: process %d: multiprocessing's leftovers are not taken care of: %s" % (index, e),
+              file=sys.stderr, flush=True)
 
 
 def _keep_value(directory, index, value):

@@ -10,8 +10,8 @@ Python's `site` imports this module at start-up, which:
    would without lspawn;
 2. calls lspawn_hang.install() (the file beside this folder's parent): it wraps torch.distributed when the
    script imports it, and answers SIGURG with the main thread's stack; it imports nothing heavy itself; and
-   lspawn_hang.resource_tracker_out_of_group() and multiprocessing_temp_dir_in(), so that a worker lspawn
-   kills leaves no semaphore names and no pymp-* folder;
+   lspawn_hang.no_multiprocessing_leftovers(), so that a worker lspawn kills leaves no semaphore names and
+   no pymp-* folder;
 3. imports the sitecustomize this one shadows, if the interpreter has one (a distribution's or a venv's),
    as the interpreter would have.
 
@@ -60,12 +60,10 @@ def _lspawn_site():
             sys.stderr.write("lspawn: the hang diagnosis is off in this worker (%s: %s)\n" % (type(e).__name__, e))
         try:
             hang = sys.modules.get("lspawn_hang")
-            if hang is not None:
-                hang.resource_tracker_out_of_group()  # a killed worker leaves no semaphore names ...
-                if os.environ.get("LSPAWN_RUN_DIR"):  # ... and no pymp-* folder
-                    hang.multiprocessing_temp_dir_in(os.environ["LSPAWN_RUN_DIR"], "mp.%d" % os.getpid())
+            if hang is not None:  # a killed worker leaves no semaphore names and no pymp-* folder
+                hang.no_multiprocessing_leftovers(os.environ.get("LSPAWN_RUN_DIR"), "mp.%d" % os.getpid())
         except Exception as e:
-            sys.stderr.write("lspawn: multiprocessing's resource tracker is left as it is (%s: %s)\n"
+            sys.stderr.write("lspawn: multiprocessing's leftovers are not taken care of (%s: %s)\n"
                              % (type(e).__name__, e))
 
     # lspawn --cpu-backend lspawn: the script's gloo groups on lspawn's backend (lspawn/distributed/_override.py).

@@ -201,8 +201,7 @@ TEST_CASE("python hang: Lightning DDP, a rank late in training_step: the others 
 // pymp-* folder (docs/python.md, "A killed worker leaves nothing"). The folder is made in the run's directory,
 // which lspawn removes. lspawn kills a failed or stopped worker's process group at once, so the resource
 // tracker, multiprocessing's helper that unlinks what a dead process registered, must not be in it
-// (lspawn_hang.multiprocessing_temp_dir_in and resource_tracker_out_of_group, from lspawn's sitecustomize and
-// the preload bootstrap).
+// (lspawn_hang.no_multiprocessing_leftovers, from lspawn's sitecustomize and the preload bootstrap).
 TEST_CASE(
     "python workers: a worker stopped by lspawn or killed leaves no multiprocessing semaphore in /dev/shm and no "
     "pymp folder",
