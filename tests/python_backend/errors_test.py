@@ -8,6 +8,8 @@
   then that very command (`python -m lspawn.distributed build --out DIR`) is run, and the backend works.
   The build takes 20-50 s; LSPAWN_TEST_SKIP_BUILD=1 skips that last part.
 - Registering twice is harmless.
+- Loading the shim does not import torch.utils.cpp_extension (only a build needs it: ~120 ms per rank, and a
+  CUDA torch on a machine without CUDA prints "No CUDA runtime is found" on every rank when it is imported).
 """
 import os
 import subprocess
@@ -42,6 +44,9 @@ def worker():
     ld.register()
     ld.register()  # harmless
     failures = []
+    if "torch.utils.cpp_extension" in sys.modules:  # only building a shim needs it (~120 ms a rank, and a warning)
+        failures.append("init_process_group imported torch.utils.cpp_extension: a CUDA torch without CUDA warns "
+                        "'No CUDA runtime is found' on every rank")
     try:
         dist.all_reduce(torch.ones(4, dtype=torch.int64), op=dist.ReduceOp.AVG)
         failures.append("AVG on int64 was not refused")

@@ -97,7 +97,7 @@ def _load():
         return _shim
     ctypes.CDLL(_engine_path(), mode=ctypes.RTLD_GLOBAL)  # the shim's engine_* symbols
     _torch_symbols_global()
-    info = _build.TorchInfo.imported()
+    info = _build.TorchInfo.imported(includes=False)
     name = _build.shim_filename(info)
     for d in _shim_dirs():
         path = os.path.join(d, name)

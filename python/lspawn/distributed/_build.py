@@ -44,15 +44,21 @@ class TorchInfo:
         self.version, self.cxx11_abi, self.pybind, self.includes = version, cxx11_abi, pybind, includes
 
     @staticmethod
-    def imported():
+    def imported(includes=True):
+        """The imported torch's. includes=False (naming the shim to load, not building one) leaves
+        torch.utils.cpp_extension unimported: it costs ~120 ms, and a CUDA torch on a machine without CUDA
+        prints "No CUDA runtime is found" when it is imported, on every rank (`includes` is then None)."""
         import torch
-        import torch.utils.cpp_extension as ext
         pybind = {}
         for name in ("COMPILER_TYPE", "STDLIB", "BUILD_ABI"):
             value = getattr(torch._C, "_PYBIND11_" + name, None)
             if value is not None:
                 pybind[name] = value
-        return TorchInfo(torch.__version__, int(bool(torch._C._GLIBCXX_USE_CXX11_ABI)), pybind, ext.include_paths())
+        paths = None
+        if includes:
+            import torch.utils.cpp_extension as ext
+            paths = ext.include_paths()
+        return TorchInfo(torch.__version__, int(bool(torch._C._GLIBCXX_USE_CXX11_ABI)), pybind, paths)
 
     @staticmethod
     def from_dir(torch_dir):
@@ -82,7 +88,7 @@ class TorchInfo:
 def shim_filename(info=None):
     """The file name the shim of this interpreter and torch has, e.g.
     _lspawn_backend-torch2.15.0-cxx11abi1-cpython-311-x86_64-linux-gnu.so."""
-    info = info or TorchInfo.imported()
+    info = info or TorchInfo.imported(includes=False)
     return "_lspawn_backend-torch%s-cxx11abi%d-%s.so" % (torch_release(info.version), info.cxx11_abi, python_abi())
 
 
