@@ -7,6 +7,8 @@
   with an error that names the torch release, the releases this install has, and the command that builds one;
   then that very command (`python -m lspawn.distributed build --out DIR`) is run, and the backend works.
   The build takes 20-50 s; LSPAWN_TEST_SKIP_BUILD=1 skips that last part.
+- A shim built from another lspawn's source (before an upgrade; another environment's), in a folder looked in
+  first, is not loaded: the error names it and the build command.
 - Registering twice is harmless.
 - Loading the shim does not import torch.utils.cpp_extension (only a build needs it: ~120 ms per rank, and a
   CUDA torch on a machine without CUDA prints "No CUDA runtime is found" on every rank when it is imported).
@@ -38,6 +40,16 @@ def worker():
             print("refused: %s" % e)
             sys.exit(0 if "python -m lspawn.distributed build" in str(e).replace(sys.executable, "python")
                      and torch.__version__ in str(e) else 3)
+        sys.exit(4)
+    if mode == "stale":  # the folder holds this torch's shim built from other sources only: none may load
+        try:
+            harness.init()
+        except Exception as e:
+            text = str(e).replace(sys.executable, "python")
+            print("refused: %s" % text)
+            stale = os.environ["STALE_SHIMS"].split(os.pathsep)
+            sys.exit(0 if "another lspawn's source" in text and all(p in text for p in stale)
+                     and "python -m lspawn.distributed build" in text else 3)
         sys.exit(4)
     dist = harness.init()
     import lspawn.distributed as ld
@@ -92,6 +104,23 @@ def build_refusals(tmp, env):
                              % (extra["CXX"], proc.returncode, expected, left, proc.stdout[-2000:]))
 
 
+def stale_shims(tmp, env):
+    """A shim built from another lspawn's source (its digest in the name differs; an older lspawn's name has none)
+    is not loaded: init_process_group refuses, naming those files and the build command. The shim is the one
+    this test's build made (LSPAWN_BACKEND_SHIM_DIR), copied under those names."""
+    from lspawn.distributed import _build
+    import shutil
+    built = os.path.join(os.environ["LSPAWN_BACKEND_SHIM_DIR"], _build.shim_filename())
+    stale_dir = os.path.join(tmp, "stale")
+    os.mkdir(stale_dir)
+    stale = [os.path.join(stale_dir, _build.shim_stem() + suffix) for suffix in ("-000000000000.so", ".so")]
+    for path in stale:
+        shutil.copy(built, path)
+    results = harness.run_ranks(os.path.abspath(__file__), 2, ["stale"],
+                                env=dict(env, LSPAWN_BACKEND_SHIM_DIR=stale_dir, STALE_SHIMS=os.pathsep.join(stale)))
+    print(results[0][2].strip()[:800])
+
+
 def main():
     here = os.path.abspath(__file__)
     harness.run_ranks(here, 2, ["ops"])
@@ -103,6 +132,7 @@ def main():
         results = harness.run_ranks(here, 2, ["noshim"], env=env)
         print(results[0][2].strip()[:600])
         build_refusals(tmp, env)
+        stale_shims(tmp, env)
         if os.environ.get("LSPAWN_TEST_SKIP_BUILD") == "1":
             return
         out = os.path.join(tmp, "built")

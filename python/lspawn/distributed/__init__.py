@@ -56,11 +56,13 @@ def _shim_dirs():
 
 
 def supported_releases():
-    """The torch releases (and Pythons) this install has a shim for, as 'torch 2.15.0 (cpython-311...)'."""
+    """The torch releases (and Pythons) this install has a shim for, as 'torch 2.15.0 (cpython-311...)'. Shims
+    built from another lspawn's source (_build.source_digest()) are not counted: they are never loaded."""
     out = []
+    suffix = "-%s.so" % _build.source_digest()
     for d in _shim_dirs():
-        for path in sorted(glob.glob(os.path.join(d, "_lspawn_backend-torch*.so"))):
-            name = os.path.basename(path)[len("_lspawn_backend-torch"):-3]
+        for path in sorted(glob.glob(os.path.join(d, "_lspawn_backend-torch*" + suffix))):
+            name = os.path.basename(path)[len("_lspawn_backend-torch"):-len(suffix)]
             release, abi, soabi = name.split("-", 2)
             out.append("torch %s (%s, %s)" % (release, abi.replace("cxx11abi", "CXX11 ABI "), soabi))
     return out
@@ -113,12 +115,16 @@ def _load():
             _shim = module
             return module
     have = supported_releases()
+    stem = _build.shim_stem(info)
+    stale = sorted(p for d in _shim_dirs() for p in glob.glob(os.path.join(glob.escape(d), glob.escape(stem) + "*.so")))
     raise ShimMissingError(
         "lspawn: the torch.distributed backend 'lspawn' has no build for torch %s (C++ ABI %d, %s): this install "
-        "has %s. Build one against the installed torch (needs a C++ compiler and Python's headers, ~30 s):\n"
+        "has %s.%s Build one against the installed torch (needs a C++ compiler and Python's headers, ~30 s):\n"
         "    %s -m lspawn.distributed build\n(looked for %s in %s)" % (
-            info.version, info.cxx11_abi, _build.python_abi(),
-            ", ".join(have) if have else "none", sys.executable, name, ", ".join(_shim_dirs())))
+            info.version, info.cxx11_abi, _build.python_abi(), ", ".join(have) if have else "none",
+            (" Not loaded, built from another lspawn's source (before an upgrade, or another environment's): %s."
+             % ", ".join(stale)) if stale else "",
+            sys.executable, name, ", ".join(_shim_dirs())))
 
 
 def _claim_status_slot(name, group_rank, group_size):

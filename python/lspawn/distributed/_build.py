@@ -85,11 +85,39 @@ class TorchInfo:
         return TorchInfo(m.group(1), int(abi.group(1)), pybind, [inc, os.path.join(inc, "torch", "csrc", "api", "include")])
 
 
-def shim_filename(info=None):
-    """The file name the shim of this interpreter and torch has, e.g.
-    _lspawn_backend-torch2.15.0-cxx11abi1-cpython-311-x86_64-linux-gnu.so."""
+def shim_stem(info=None):
+    """What a shim's file name says of its torch and Python, e.g.
+    _lspawn_backend-torch2.15.0-cxx11abi1-cpython-311-x86_64-linux-gnu."""
     info = info or TorchInfo.imported(includes=False)
-    return "_lspawn_backend-torch%s-cxx11abi%d-%s.so" % (torch_release(info.version), info.cxx11_abi, python_abi())
+    return "_lspawn_backend-torch%s-cxx11abi%d-%s" % (torch_release(info.version), info.cxx11_abi, python_abi())
+
+
+def shim_filename(info=None):
+    """The file name the shim of this interpreter, torch and lspawn has: shim_stem() and source_digest(), e.g.
+    _lspawn_backend-torch2.15.0-cxx11abi1-cpython-311-x86_64-linux-gnu-3f2a9c01b7de.so."""
+    return "%s-%s.so" % (shim_stem(info), source_digest())
+
+
+_digest = None
+
+
+def source_digest():
+    """12 hex digits of SHA-256 over what the shim is compiled from besides torch: _shim.cpp and the engine's
+    header. In the shim's file name, so that a shim built from another lspawn's source is never loaded for this
+    one: one built before an upgrade (~/.cache/lspawn/shims is looked in before the package's own), or by
+    another environment's lspawn sharing the cache. Each finds its own."""
+    global _digest
+    if _digest is None:
+        import hashlib
+        h = hashlib.sha256()
+        for path in (os.path.join(HERE, "_shim.cpp"), os.path.join(_engine_header_dir(), "engine.h")):
+            try:
+                with open(path, "rb") as f:
+                    h.update(f.read())
+            except OSError as e:
+                raise BuildError("lspawn: cannot read %s (%s): a damaged install? reinstall lspawn" % (path, e))
+        _digest = h.hexdigest()[:12]
+    return _digest
 
 
 def python_abi():
