@@ -11,7 +11,7 @@ written by mpi_allreduce.c) | lspawn/gloo, and a second for all_reduce <= 16 KiB
 the engine alone from C (--engine-json, written by engine_bench.c). bench/python_backend/run.sh runs it all.
 
     python allreduce_bench.py [--nprocs 2,4] [--backends lspawn,gloo] [--ops all_reduce,all_gather,broadcast]
-                              [--budget-ms 300] [--mpi-json F] [--engine-json F] [--json OUT]
+                              [--budget-ms 300] [--mpi-json F] [--engine-json F] [--json OUT] [--hosts K]
 Env: PYTHONPATH with the source tree's python/, LSPAWN_ENGINE, LSPAWN_BACKEND_SHIM_DIR (as for the tests).
 """
 import argparse
@@ -95,9 +95,12 @@ def worker(args):
 
 def run_ranks(backend, n, args, timeout):
     """N ranks of this script's worker (tests/python_backend/harness.py starts them); rank 0's JSON rows."""
+    per_host = -(-n // args.hosts)  # --hosts K: ranks in K blocks, each a host to the lspawn backend
     results = harness.run_ranks(os.path.abspath(__file__), n, ["--ops", args.ops, "--sizes", args.sizes,
                                                                 "--budget-ms", str(args.budget_ms)],
-                                timeout=timeout, env={"BENCH_BACKEND": backend, "MKL_NUM_THREADS": "1"}, check=False)
+                                timeout=timeout, env={"BENCH_BACKEND": backend, "MKL_NUM_THREADS": "1"}, check=False,
+                                rank_env=(lambda r: {"LSPAWN_BACKEND_HOST_KEY": "host%d" % (r // per_host)})
+                                if args.hosts > 1 else None)
     failed = any(code != 0 for _, code, _ in results)
     rows = [json.loads(line) for line in results[0][2].splitlines() if line.startswith("{")]
     if failed:
@@ -132,6 +135,9 @@ def main():
     ap.add_argument("--mpi-json", help="JSON lines from mpi_allreduce.c")
     ap.add_argument("--engine-json", help="JSON lines from engine_bench.c")
     ap.add_argument("--json", help="write every row here")
+    ap.add_argument("--hosts", type=int, default=1,
+                    help="simulate this many hosts (LSPAWN_BACKEND_HOST_KEY, ranks in contiguous blocks): lspawn "
+                         "runs shm within each and gloo between the hosts' leaders (transport shm+gloo)")
     args = ap.parse_args()
     if args.worker:
         return worker(args)
@@ -146,8 +152,9 @@ def main():
             if failed:
                 problems.append("%s N=%d failed after %d rows" % (backend, n, len(got)))
             for r in got:
-                if backend == "lspawn" and r["transport"] != "shm":
-                    problems.append("lspawn N=%d ran on %r, not shm" % (n, r["transport"]))
+                want = "shm+gloo" if args.hosts > 1 and n > 1 else "shm"
+                if backend == "lspawn" and r["transport"] != want:
+                    problems.append("lspawn N=%d ran on %r, not %s" % (n, r["transport"], want))
                 if r.get("check") is False:
                     problems.append("%s %s N=%d %d B: wrong result" % (backend, r["op"], n, r["bytes"]))
             rows += got
@@ -165,7 +172,8 @@ def main():
 
     sizes = [int(s) for s in args.sizes.split(",")]
     nprocs = [int(x) for x in args.nprocs.split(",")]
-    print("\nMedian µs per op on rank 0 (float32; all_gather: size is each rank's part).\n")
+    print("\nMedian µs per op on rank 0 (float32; all_gather: size is each rank's part%s).\n"
+          % (("; %d hosts simulated, ranks in contiguous blocks" % args.hosts) if args.hosts > 1 else ""))
     print("| op | N | size | gloo µs | lspawn µs | Open MPI µs | lspawn/gloo speedup |")
     print("|---|---|---|---:|---:|---:|---:|")
     for op in args.ops.split(","):

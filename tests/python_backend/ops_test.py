@@ -5,7 +5,9 @@ the same inputs (small integers, so that every sum and product is exact in every
 reduction cannot change a bit), and requires identical outputs. Where gloo refuses a case (ReduceOp.AVG,
 reduce_scatter on torch 1.13, bool reductions), the result is compared with one computed locally from every
 rank's inputs instead. Also: async ops and their futures, a subgroup, and the transport: shm on one host,
-shm+gloo on hosts simulated by LSPAWN_BACKEND_HOST_KEY (N = 4 as 2 + 2, N = 3 as 2 + 1, not contiguous).
+shm+gloo on hosts simulated by LSPAWN_BACKEND_HOST_KEY (N = 4 as 2 + 2, N = 3 as 2 + 1, not contiguous);
+and which ops went to gloo whole (lspawn.distributed.counts()): point to point only, and across hosts
+gather, scatter and all_to_all.
 
     python ops_test.py [N ...] [--no-hosts]      (default 1 2 3 4, then the two host splits)
 """
@@ -232,6 +234,15 @@ def worker():
     expected = os.environ.get("LSPAWN_TEST_TRANSPORT", "shm")
     if ld.transport() != expected:
         failures.append("default group transport %r, expected %s" % (ld.transport(), expected))
+    # Which path each op took: gloo whole only for point to point, and across hosts gather, scatter and
+    # all_to_all; every other op of this test on lspawn's (the engine, with gloo between the hosts' leaders).
+    counts = ld.counts()
+    to_gloo = {"send", "recv"} | ({"gather", "scatter", "all_to_all", "all_to_all_single"} if expected == "shm+gloo" else set())
+    if set(counts["gloo"]) - to_gloo:
+        failures.append("handed to gloo whole: %s (only %s may be)" % (counts["gloo"], sorted(to_gloo)))
+    ours = {"all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter", "barrier"}
+    if ours - set(counts["lspawn"]):
+        failures.append("not on lspawn's path: %s (counts %s)" % (sorted(ours - set(counts["lspawn"])), counts))
     dist.destroy_process_group()
     if failures:
         print("rank %d: %d of %d checks failed:\n  %s" % (rank, len(failures), checked[0], "\n  ".join(failures[:40])))
@@ -247,8 +258,9 @@ def main():
         print("N=%d: %s" % (n, results[0][2].strip().splitlines()[-1]))
     if "--no-hosts" in sys.argv:
         return
-    # Hosts simulated on this machine (LSPAWN_BACKEND_HOST_KEY): reductions on shm within a host and gloo
-    # between the hosts' leaders, the other ops through gloo; N = 4 as 2 + 2, N = 3 as ranks {0, 2} + {1}.
+    # Hosts simulated on this machine (LSPAWN_BACKEND_HOST_KEY): the reductions, broadcast, the all_gathers and
+    # barrier on shm within a host and gloo between the hosts' leaders, gather, scatter and all_to_all through
+    # gloo; N = 4 as 2 + 2, N = 3 as ranks {0, 2} + {1} (a host's ranks not contiguous, hosts of 2 and 1).
     for n, host_of in ((4, lambda r: "a" if r < 2 else "b"), (3, lambda r: "a" if r != 1 else "b")):
         results = harness.run_ranks(os.path.abspath(__file__), n, timeout=600,
                                     env={"LSPAWN_TEST_TRANSPORT": "shm+gloo",

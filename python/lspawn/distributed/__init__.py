@@ -5,8 +5,8 @@
 
 Every collective on CPU tensors of ranks that share one host runs on lspawn's engine (the
 shared-memory communicator of the C++ runtime, liblspawn_engine.so). In a group spanning hosts the
-reductions run on it within each host and on gloo between the hosts' leaders. Point-to-point work,
-the other ops of such a group and what the engine does not reduce (complex numbers, int16, ...) go to
+reductions, broadcast, the all_gathers and barrier run on it within each host and on gloo between the
+hosts' leaders. Point-to-point work, the other ops of such a group and what the engine does not reduce (complex numbers, int16, ...) go to
 a gloo backend of the same group, so results are gloo's wherever lspawn's are not. A rank that dies
 mid-collective makes the others fail within milliseconds with an error naming it. Under lspawn the
 backend's operations enter the rank's status record (`lspawn status`, `--hang-timeout`).
@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 from . import _build
 
-__all__ = ["BACKEND", "register", "ShimMissingError", "transport", "supported_releases"]
+__all__ = ["BACKEND", "register", "ShimMissingError", "transport", "counts", "supported_releases"]
 
 BACKEND = "lspawn"
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -179,31 +179,28 @@ def _create(opts, backend_options=None):
     ranks = list(getattr(opts, "global_ranks_in_group", None) or range(size))
     group_id = str(getattr(opts, "group_id", "") or "0")
     fallback = _gloo(opts.store, rank, size, timeout)
-    local, host_index, leaders = [], 0, None
+    rank_hosts, leaders = [], None
     if _use_engine():
         keys = _hosts(fallback, size)
         order = []  # hosts in the order of their lowest rank
         for k in keys:
             if k not in order:
                 order.append(k)
-        host_index = order.index(keys[rank])
-        local = [r for r in range(size) if keys[r] == keys[rank]]
+        rank_hosts = [order.index(k) for k in keys]
         if len(order) > 1:
-            heads = [keys.index(k) for k in order]
+            heads = [keys.index(k) for k in order]  # each host's lowest rank: its leader
             if rank in heads:
                 leaders = _gloo(opts.store, heads.index(rank), len(heads), timeout, "lspawn-leaders/")
     label = "world" if group_id in ("0", "default_pg") else "pg" + group_id
     slot = _claim_status_slot("lspawn:" + label, rank, size)
     backend, how = shim.create(opts.store, rank, size, int(timeout.total_seconds() * 1000), [int(r) for r in ranks],
-                               group_id, fallback, int(slot), local, host_index, leaders)
+                               group_id, fallback, int(slot), rank_hosts, leaders)
     _transports[id(backend)] = how
     return backend
 
 
-def transport(group=None):
-    """'shm' when the group's collectives run on lspawn's engine, 'shm+gloo' when the group spans hosts
-    (reductions on the engine within each host, gloo between them), 'gloo' when they all go to gloo
-    (LSPAWN_BACKEND_SHM=0); None when the group has no lspawn backend."""
+def _backends_of(group):
+    """The group's process group and its CPU backend (torch 2.x), of which one may be lspawn's."""
     pg = group or dist.distributed_c10d._get_default_group()
     candidates = [pg]
     get_backend = getattr(pg, "_get_backend", None)
@@ -212,9 +209,27 @@ def transport(group=None):
             candidates.append(get_backend(torch.device("cpu")))
         except RuntimeError:
             pass
-    for c in candidates:
+    return candidates
+
+
+def transport(group=None):
+    """'shm' when the group's collectives run on lspawn's engine, 'shm+gloo' when the group spans hosts
+    (reductions, broadcast, the all_gathers and barrier on the engine within each host, gloo between
+    them), 'gloo' when they all go to gloo (LSPAWN_BACKEND_SHM=0); None when the group has no lspawn backend."""
+    for c in _backends_of(group):
         if id(c) in _transports:
             return _transports[id(c)]
+    return None
+
+
+def counts(group=None):
+    """How many ops of the group ran on lspawn's path and how many were handed to gloo whole, by op name:
+    {"lspawn": {"all_reduce": 120, ...}, "gloo": {"send": 2, ...}}; None when the group has no lspawn backend.
+    What goes to gloo: point to point, what the engine cannot reduce (complex, int16, ...), sparse tensors,
+    and across hosts gather, scatter and all_to_all (docs/python-backend.md)."""
+    for c in _backends_of(group):
+        if id(c) in _transports:
+            return _load().counts(c)
     return None
 
 

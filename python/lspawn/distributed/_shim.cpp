@@ -33,8 +33,10 @@
 #include <mutex>
 #include <thread>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine.h"
@@ -234,22 +236,33 @@ std::size_t nbytes(const at::Tensor& t) { return static_cast<std::size_t>(t.nume
 
 class LspawnBackend final : public Base {
  public:
-  // local_ranks: the group ranks that share this host's shared memory, this one among them (ascending; empty:
-  // no engine, everything through gloo). leaders: the gloo backend of the lowest rank of every host, on those
-  // ranks only, when the group spans hosts (null on the others, and on one host).
+  // rank_hosts: each group rank's host, numbered in the order of the hosts' lowest ranks (ranks on one host
+  // share its shared memory; empty: no engine, everything through gloo). leaders: the gloo backend of the
+  // lowest rank of every host (its rank there: the host's number), on those ranks only, when the group spans
+  // hosts (null on the others, and on one host).
   LspawnBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout,
                 std::vector<int> global_ranks, const std::string& group_id, c10::intrusive_ptr<Base> fallback,
-                std::uintptr_t status_slot, std::vector<int> local_ranks, int host_index,
-                c10::intrusive_ptr<Base> leaders)
+                std::uintptr_t status_slot, std::vector<int> rank_hosts, c10::intrusive_ptr<Base> leaders)
       : Base(rank, size), store_(store), timeout_(timeout), global_ranks_(std::move(global_ranks)),
         group_id_(group_id), fallback_(std::move(fallback)), leaders_(std::move(leaders)),
-        slot_(reinterpret_cast<void*>(status_slot)), local_ranks_(std::move(local_ranks)) {
+        slot_(reinterpret_cast<void*>(status_slot)), hosts_(std::move(rank_hosts)) {
     if (global_ranks_.size() != static_cast<std::size_t>(size)) {
       global_ranks_.resize(size);
       for (int r = 0; r < size; ++r) global_ranks_[r] = r;
     }
-    spans_hosts_ = !local_ranks_.empty() && static_cast<int>(local_ranks_.size()) != size;
-    if (!local_ranks_.empty()) connect(host_index);
+    if (hosts_.empty()) return;
+    if (hosts_.size() != static_cast<std::size_t>(size)) fail("lspawn backend: a host for each rank expected (a bug)");
+    int nhosts = 0;
+    for (int h : hosts_) nhosts = std::max(nhosts, h + 1);
+    std::vector<int> count(nhosts, 0);
+    place_.resize(size);
+    for (int r = 0; r < size; ++r) {
+      place_[r] = count[hosts_[r]]++;
+      if (hosts_[r] == hosts_[rank]) local_ranks_.push_back(r);
+    }
+    widest_host_ = *std::max_element(count.begin(), count.end());
+    spans_hosts_ = nhosts > 1;
+    connect(hosts_[rank]);
   }
   ~LspawnBackend() override {
     runner_.reset();  // its last jobs run first
@@ -257,11 +270,19 @@ class LspawnBackend final : public Base {
   }
 
   const std::string getBackendName() const override { return "lspawn"; }
-  // "shm" when the engine carries this group's collectives (one host), "shm+gloo" when all_reduce runs
-  // on shm within each host and gloo between hosts, "gloo" when every op goes to gloo.
-  // The engine carries every rank of the group (one host): the ops other than reductions run on it.
+  // "shm" when the engine carries this group's collectives (one host), "shm+gloo" when the reductions,
+  // broadcast, the all_gathers and barrier run on shm within each host and gloo between the hosts'
+  // leaders, "gloo" when every op goes to gloo.
+  // The engine carries every rank of the group (one host): gather, scatter and all_to_all run on it too.
   bool whole() const { return engine_ && !spans_hosts_; }
   std::string transport() const { return engine_ ? (spans_hosts_ ? "shm+gloo" : "shm") : "gloo"; }
+  // How many ops ran on lspawn's path (the engine; spanning hosts, with gloo between the leaders) and how
+  // many went to gloo whole, by op name (lspawn.distributed.counts()).
+  std::map<std::string, uint64_t> counts(bool on_gloo) const {
+    std::map<std::string, uint64_t> out;
+    for (const auto& kv : on_gloo ? gloo_ops_ : engine_ops_) out[kv.first] += kv.second;
+    return out;
+  }
 
   WorkPtr allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override {
     int etype = 0, eop = 0;
@@ -295,12 +316,12 @@ class LspawnBackend final : public Base {
   }
 
   WorkPtr broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override {
-    if (!whole() || tensors.size() != 1 || opts.rootTensor != 0 || !dense(tensors[0]))
+    if (!engine_ || tensors.size() != 1 || opts.rootTensor != 0 || !dense(tensors[0]))
       return to_fallback("broadcast", tensors, [&] { return fallback_->broadcast(tensors, opts); });
     check_root(opts.rootRank, "broadcast");
     return run("broadcast", nbytes(tensors[0]), c10d::OpType::BROADCAST, tensors, [&] {
       Staged s = stage(tensors[0]);
-      check(lspawn_engine_broadcast(engine_, s.buf.data_ptr(), nbytes(s.buf), static_cast<int>(opts.rootRank), &err_));
+      broadcast_bytes(s.buf.data_ptr(), nbytes(s.buf), static_cast<int>(opts.rootRank));
       s.finish();
     });
   }
@@ -323,7 +344,7 @@ class LspawnBackend final : public Base {
 
   WorkPtr allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                     const c10d::AllgatherOptions& opts) override {
-    if (!whole() || inputs.size() != 1 || outputs.size() != 1 || !dense(inputs[0]) || !same_as(outputs[0], inputs[0]))
+    if (!engine_ || inputs.size() != 1 || outputs.size() != 1 || !dense(inputs[0]) || !same_as(outputs[0], inputs[0]))
       return to_fallback("all_gather", inputs, [&] { return fallback_->allgather(outputs, inputs, opts); });
     return run("all_gather", nbytes(inputs[0]), c10d::OpType::ALLGATHER, outputs[0], [&] {
       at::Tensor flat = gather_flat(inputs[0]);
@@ -335,7 +356,7 @@ class LspawnBackend final : public Base {
     if (!dense(input) || !dense(output) || output.scalar_type() != input.scalar_type() ||
         output.numel() != input.numel() * getSize())
       return to_fallback("all_gather_into_tensor", {input}, [&] { return fallback_->_allgather_base(output, input, opts); });
-    if (!whole() && output.is_contiguous()) {
+    if (!engine_ && output.is_contiguous()) {
       // gloo's all_gather into views of the output (torch 1.13's gloo has no _allgather_base).
       return to_fallback("all_gather_into_tensor", {input}, [&] {
         std::vector<std::vector<at::Tensor>> outs(1);
@@ -345,13 +366,13 @@ class LspawnBackend final : public Base {
         return fallback_->allgather(outs, ins, opts);
       });
     }
-    if (!whole())
+    if (!engine_)
       return to_fallback("all_gather_into_tensor", {input}, [&] { return fallback_->_allgather_base(output, input, opts); });
     std::vector<at::Tensor> out{output};
     return run("all_gather_into_tensor", nbytes(input), c10d::OpType::_ALLGATHER_BASE, out, [&] {
       Staged in = stage(input);
       Staged o = stage(output);
-      check(lspawn_engine_all_gather(engine_, in.buf.data_ptr(), nbytes(in.buf), o.buf.data_ptr(), &err_));
+      gather_bytes(in.buf.data_ptr(), nbytes(in.buf), o.buf.data_ptr());
       o.finish();
     });
   }
@@ -359,7 +380,7 @@ class LspawnBackend final : public Base {
   WorkPtr allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                               const c10d::AllgatherOptions& opts) override {
     // outputs[r][i]: rank r's inputs[i].
-    bool ok = whole() && dense(inputs) && outputs.size() == static_cast<std::size_t>(getSize());
+    bool ok = engine_ && dense(inputs) && outputs.size() == static_cast<std::size_t>(getSize());
     for (std::size_t r = 0; ok && r < outputs.size(); ++r) {
       ok = outputs[r].size() == inputs.size();
       for (std::size_t i = 0; ok && i < inputs.size(); ++i)
@@ -381,7 +402,7 @@ class LspawnBackend final : public Base {
 #if LSPAWN_TORCH2
   WorkPtr allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                           const c10d::AllgatherOptions& opts) override {
-    bool ok = whole() && outputs.size() == inputs.size() && dense(inputs) && dense(outputs);
+    bool ok = engine_ && outputs.size() == inputs.size() && dense(inputs) && dense(outputs);
     for (std::size_t i = 0; ok && i < inputs.size(); ++i)
       ok = outputs[i].numel() == inputs[i].numel() * getSize() && outputs[i].scalar_type() == inputs[i].scalar_type();
     if (!ok)
@@ -393,7 +414,7 @@ class LspawnBackend final : public Base {
       for (std::size_t i = 0; i < inputs.size(); ++i) {
         Staged in = stage(inputs[i]);
         Staged o = stage(outputs[i]);
-        check(lspawn_engine_all_gather(engine_, in.buf.data_ptr(), nbytes(in.buf), o.buf.data_ptr(), &err_));
+        gather_bytes(in.buf.data_ptr(), nbytes(in.buf), o.buf.data_ptr());
         o.finish();
       }
     });
@@ -576,8 +597,18 @@ class LspawnBackend final : public Base {
   }
 
   WorkPtr barrier(const c10d::BarrierOptions& opts) override {
-    if (!whole()) return to_fallback("barrier", {}, [&] { return fallback_->barrier(opts); });
-    return run("barrier", 0, c10d::OpType::BARRIER, {}, [&] { check(lspawn_engine_barrier(engine_, &err_)); });
+    if (!engine_) return to_fallback("barrier", {}, [&] { return fallback_->barrier(opts); });
+    return run("barrier", 0, c10d::OpType::BARRIER, {}, [&] {
+      check(lspawn_engine_barrier(engine_, &err_));
+      if (!spans_hosts_) return;
+      // Every host's ranks are in (above); the leaders meet; each host waits for its leader.
+      if (leaders_) {
+        c10d::BarrierOptions o;
+        o.timeout = timeout_;
+        leaders_->barrier(o)->wait();
+      }
+      check(lspawn_engine_barrier(engine_, &err_));
+    });
   }
 
   // Point to point: gloo's, recorded.
@@ -717,8 +748,54 @@ class LspawnBackend final : public Base {
   at::Tensor gather_flat(const at::Tensor& input) {
     Staged in = stage(input);
     at::Tensor flat = at::empty({in.buf.numel() * getSize()}, in.buf.options());
-    check(lspawn_engine_all_gather(engine_, in.buf.data_ptr(), nbytes(in.buf), flat.data_ptr(), &err_));
+    gather_bytes(in.buf.data_ptr(), nbytes(in.buf), flat.data_ptr());
     return flat;
+  }
+
+  // The root's n bytes at p into every rank's p: on shm, or (spanning hosts) on shm within the root's host,
+  // gloo among the hosts' leaders from the root's host's, then on shm within every other host from its leader.
+  void broadcast_bytes(void* p, std::size_t n, int root) {
+    if (!spans_hosts_) {
+      check(lspawn_engine_broadcast(engine_, p, n, root, &err_));
+      return;
+    }
+    const int root_host = hosts_[root];
+    const bool here = hosts_[getRank()] == root_host;
+    if (here) check(lspawn_engine_broadcast(engine_, p, n, place_[root], &err_));
+    if (leaders_ && n) {
+      std::vector<at::Tensor> bytes{at::from_blob(p, {static_cast<int64_t>(n)}, at::TensorOptions().dtype(at::kByte))};
+      c10d::BroadcastOptions o;
+      o.rootRank = root_host;
+      o.timeout = timeout_;
+      leaders_->broadcast(bytes, o)->wait();
+    }
+    if (!here) check(lspawn_engine_broadcast(engine_, p, n, 0, &err_));
+  }
+
+  // Every rank's n bytes at `in`, end to end in rank order, into every rank's `out` (size * n): on shm, or
+  // (spanning hosts) on shm within each host into a block (its ranks in order, padded to the widest host),
+  // gloo's all_gather of the blocks among the leaders, each leader puts them in rank order, and a shm
+  // broadcast from it within its host.
+  void gather_bytes(const void* in, std::size_t n, void* out) {
+    if (!spans_hosts_) {
+      check(lspawn_engine_all_gather(engine_, in, n, out, &err_));
+      return;
+    }
+    const auto bytes = at::TensorOptions().dtype(at::kByte);
+    at::Tensor block = at::empty({static_cast<int64_t>(n) * widest_host_}, bytes);
+    check(lspawn_engine_all_gather(engine_, in, n, block.data_ptr(), &err_));
+    if (leaders_ && n) {
+      std::vector<std::vector<at::Tensor>> blocks(1);
+      for (int h = 0; h < leaders_->getSize(); ++h) blocks[0].push_back(at::empty({block.numel()}, bytes));
+      std::vector<at::Tensor> mine{block};
+      c10d::AllgatherOptions o;
+      o.timeout = timeout_;
+      leaders_->allgather(blocks, mine, o)->wait();
+      auto* dst = static_cast<unsigned char*>(out);
+      for (int r = 0; r < getSize(); ++r)
+        std::memcpy(dst + r * n, blocks[0][hosts_[r]].data_ptr<uint8_t>() + place_[r] * n, n);
+    }
+    check(lspawn_engine_broadcast(engine_, out, n * getSize(), 0, &err_));
   }
   at::Tensor chunk(const at::Tensor& flat, int r, const at::Tensor& like) {
     return flat.narrow(0, static_cast<int64_t>(r) * like.numel(), like.numel()).view(like.sizes());
@@ -789,6 +866,7 @@ class LspawnBackend final : public Base {
   template <typename F>
   WorkPtr run(const char* what, std::size_t bytes, c10d::OpType type, const std::vector<at::Tensor>& outputs, F&& f) {
     if (runner_) runner_->idle();  // the engine's calls stay in the order they were asked for
+    ++engine_ops_[what];
     const uint64_t seq = ++seq_;
     lspawn_status_enter(slot_, what, seq, bytes);
     try {
@@ -805,6 +883,7 @@ class LspawnBackend final : public Base {
   template <typename F>
   WorkPtr run_async(const char* what, std::size_t bytes, c10d::OpType type, const std::vector<at::Tensor>& outputs, F f) {
     if (!runner_) runner_ = std::make_unique<Runner>();
+    ++engine_ops_[what];
     const uint64_t seq = ++seq_;
     lspawn_status_enter(slot_, what, seq, bytes);
     auto work = c10::make_intrusive<FutureWork>(type, outputs);
@@ -827,6 +906,7 @@ class LspawnBackend final : public Base {
   WorkPtr to_fallback(const char* what, const std::vector<at::Tensor>& tensors, F&& f) {
     std::size_t bytes = 0;
     for (const auto& t : tensors) bytes += nbytes(t);
+    ++gloo_ops_[what];
     const uint64_t seq = ++seq_;
     lspawn_status_enter(slot_, what, seq, bytes);
     WorkPtr w;
@@ -850,12 +930,17 @@ class LspawnBackend final : public Base {
   c10::intrusive_ptr<Base> fallback_;
   c10::intrusive_ptr<Base> leaders_;  // the hosts' leaders, when the group spans hosts and this rank leads
   void* slot_ = nullptr;
-  std::vector<int> local_ranks_;      // the group ranks on this host (empty: no engine)
+  std::vector<int> hosts_;            // each group rank's host (empty: no engine)
+  std::vector<int> place_;            // each group rank's place among its host's ranks (its engine rank)
+  std::vector<int> local_ranks_;      // the group ranks on this host
+  int widest_host_ = 0;               // the most ranks on one host
   bool spans_hosts_ = false;
   lspawn_engine* engine_ = nullptr;
   lspawn_engine_error err_{};  // written by whichever thread calls the engine (one at a time: run())
   std::unique_ptr<Runner> runner_;  // made at the first large reduction
   uint64_t seq_ = 0;
+  // counts(): by the op's name, a literal (one pointer per call site; counts() adds up equal names).
+  std::unordered_map<const char*, uint64_t> engine_ops_, gloo_ops_;
 };
 
 }  // namespace lspawn_backend
@@ -869,7 +954,7 @@ PYBIND11_MODULE(_lspawn_backend, m) {
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, int64_t timeout_ms,
          std::vector<int> global_ranks, const std::string& group_id,
          const c10::intrusive_ptr<lspawn_backend::Base>& fallback, std::uintptr_t status_slot,
-         std::vector<int> local_ranks, int host_index, const py::object& leaders_or_none) {
+         std::vector<int> rank_hosts, const py::object& leaders_or_none) {
         c10::intrusive_ptr<lspawn_backend::Base> leaders;
         if (!leaders_or_none.is_none()) leaders = leaders_or_none.cast<c10::intrusive_ptr<lspawn_backend::Base>>();
         c10::intrusive_ptr<lspawn_backend::LspawnBackend> b;
@@ -877,13 +962,21 @@ PYBIND11_MODULE(_lspawn_backend, m) {
           py::gil_scoped_release nogil;  // the store and gloo wait for the other ranks
           b = c10::make_intrusive<lspawn_backend::LspawnBackend>(store, rank, size, std::chrono::milliseconds(timeout_ms),
                                                                  std::move(global_ranks), group_id, fallback,
-                                                                 status_slot, std::move(local_ranks), host_index,
-                                                                 leaders);
+                                                                 status_slot, std::move(rank_hosts), leaders);
         }
         std::string transport = b->transport();
         return py::make_tuple(c10::intrusive_ptr<lspawn_backend::Base>(std::move(b)), transport);
       },
       py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_ms"), py::arg("global_ranks"),
-      py::arg("group_id"), py::arg("fallback"), py::arg("status_slot"), py::arg("local_ranks"),
-      py::arg("host_index"), py::arg("leaders"));
+      py::arg("group_id"), py::arg("fallback"), py::arg("status_slot"), py::arg("rank_hosts"),
+      py::arg("leaders"));
+  // {"lspawn": {op: n}, "gloo": {op: n}} of a backend this module made, else None.
+  m.def("counts", [](const c10::intrusive_ptr<lspawn_backend::Base>& backend) -> py::object {
+    const auto* b = dynamic_cast<const lspawn_backend::LspawnBackend*>(backend.get());
+    if (!b) return py::none();
+    py::dict d;
+    d["lspawn"] = b->counts(false);
+    d["gloo"] = b->counts(true);
+    return d;
+  });
 }
