@@ -262,6 +262,8 @@ class LspawnBackend final : public Base {
     }
     widest_host_ = *std::max_element(count.begin(), count.end());
     spans_hosts_ = nhosts > 1;
+    blocked_ = size % widest_host_ == 0;
+    for (int r = 0; blocked_ && r < size; ++r) blocked_ = hosts_[r] == r / widest_host_;
     connect(hosts_[rank]);
   }
   ~LspawnBackend() override {
@@ -773,7 +775,7 @@ class LspawnBackend final : public Base {
   }
 
   // Every rank's n bytes at `in`, end to end in rank order, into every rank's `out` (size * n): on shm, or
-  // (spanning hosts) on shm within each host into a block (its ranks in order, padded to the widest host),
+  // (spanning hosts, any layout) on shm within each host into a block (its ranks in order, padded to the widest host),
   // gloo's all_gather of the blocks among the leaders, each leader puts them in rank order, and a shm
   // broadcast from it within its host.
   void gather_bytes(const void* in, std::size_t n, void* out) {
@@ -782,6 +784,27 @@ class LspawnBackend final : public Base {
       return;
     }
     const auto bytes = at::TensorOptions().dtype(at::kByte);
+    if (blocked_) {
+      // Hosts of one size whose ranks are consecutive (the usual layout): each host's block is its slice of
+      // `out`. The engine gathers into it, gloo's all_gather copies the blocks into place, and each host's
+      // broadcast carries the other hosts' blocks only: no block of our own, no reordering.
+      auto* o = static_cast<unsigned char*>(out);
+      const std::size_t block = n * widest_host_;
+      const int me = hosts_[getRank()], nhosts = getSize() / widest_host_;
+      check(lspawn_engine_all_gather(engine_, in, n, o + me * block, &err_));
+      if (leaders_ && n) {
+        auto slice = [&](int h) { return at::from_blob(o + h * block, {static_cast<int64_t>(block)}, bytes); };
+        std::vector<std::vector<at::Tensor>> blocks(1);
+        for (int h = 0; h < nhosts; ++h) blocks[0].push_back(slice(h));
+        std::vector<at::Tensor> mine{slice(me)};  // gloo copies its input into a buffer of its own first
+        c10d::AllgatherOptions opt;
+        opt.timeout = timeout_;
+        leaders_->allgather(blocks, mine, opt)->wait();
+      }
+      if (me > 0) check(lspawn_engine_broadcast(engine_, o, me * block, 0, &err_));
+      if (me + 1 < nhosts) check(lspawn_engine_broadcast(engine_, o + (me + 1) * block, (nhosts - me - 1) * block, 0, &err_));
+      return;
+    }
     at::Tensor block = at::empty({static_cast<int64_t>(n) * widest_host_}, bytes);
     check(lspawn_engine_all_gather(engine_, in, n, block.data_ptr(), &err_));
     if (leaders_ && n) {
@@ -934,6 +957,7 @@ class LspawnBackend final : public Base {
   std::vector<int> place_;            // each group rank's place among its host's ranks (its engine rank)
   std::vector<int> local_ranks_;      // the group ranks on this host
   int widest_host_ = 0;               // the most ranks on one host
+  bool blocked_ = false;              // hosts of one size, each a run of consecutive ranks
   bool spans_hosts_ = false;
   lspawn_engine* engine_ = nullptr;
   lspawn_engine_error err_{};  // written by whichever thread calls the engine (one at a time: run())
