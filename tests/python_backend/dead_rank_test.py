@@ -4,6 +4,10 @@
 all_reduce within 10 s (the group's timeout is 60 s: only the engine's peer check can be this fast), with an
 error that names rank 1 and says it died. Then the same with a rank stopped by SIGKILL in the middle of a
 stream of all_reduces.
+
+Across hosts (4 ranks as hosts {0, 1} and {2, 3}, LSPAWN_BACKEND_HOST_KEY): rank 3 exits. Rank 2, its host's
+leader, names rank 3 dead; rank 0, the other leader, fails in the step between hosts with an error that says
+so and names the hosts' leaders (gloo's own names only an address); rank 1 names rank 0. All within 10 s.
 """
 import os
 import signal
@@ -21,6 +25,21 @@ def worker():
     mode = sys.argv[sys.argv.index("--worker") + 1]
     t = torch.ones(4 << 20)
     dist.all_reduce(t)  # everybody is in
+    if mode == "hosts":
+        if rank == 3:
+            os._exit(7)
+        start = time.monotonic()
+        try:
+            for _ in range(1000):
+                dist.all_reduce(t)
+        except RuntimeError as e:
+            took, text = time.monotonic() - start, str(e)
+            print("rank %d: failed after %.2f s: %s" % (rank, took, text.splitlines()[0][:400]))
+            want = {0: ["between hosts failed", "leaders: ranks 0 (host 0), 2 (host 1)", "that host's ranks name it"],
+                    1: ["rank 0", "died"], 2: ["rank 3", "died"]}[rank]
+            sys.exit(0 if took < 10 and all(w in text for w in want) else 3)
+        print("rank %d: no error although rank 3 is gone" % rank)
+        sys.exit(4)
     if rank == 1:
         if mode == "exit":
             os._exit(7)
@@ -49,6 +68,11 @@ def main():
             if r != 1:
                 print("%s: %s" % (mode, out.strip().splitlines()[-1]))
         print("%s: whole run %.1f s" % (mode, time.monotonic() - start))
+    results = harness.run_ranks(os.path.abspath(__file__), 4, ["hosts"], timeout=60, expect={0: 0, 1: 0, 2: 0, 3: 7},
+                                rank_env=lambda r: {"LSPAWN_BACKEND_HOST_KEY": "host%d" % (r // 2)})
+    for r, c, out in results:
+        if r != 3:
+            print("hosts: %s" % out.strip().splitlines()[-1])
 
 
 if __name__ == "__main__":

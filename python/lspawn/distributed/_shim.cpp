@@ -607,7 +607,7 @@ class LspawnBackend final : public Base {
       if (leaders_) {
         c10d::BarrierOptions o;
         o.timeout = timeout_;
-        leaders_->barrier(o)->wait();
+        between_hosts("barrier", [&] { leaders_->barrier(o)->wait(); });
       }
       check(lspawn_engine_barrier(engine_, &err_));
     });
@@ -726,7 +726,7 @@ class LspawnBackend final : public Base {
         c10d::AllreduceOptions o;
         o.reduceOp = leader_op(op);
         o.timeout = timeout_;
-        leaders_->allreduce(one, o)->wait();
+        between_hosts("all_reduce", [&] { leaders_->allreduce(one, o)->wait(); });
         if (!x.is_same(s.buf)) s.buf.copy_(x);
       }
       check(lspawn_engine_broadcast(engine_, s.buf.data_ptr(), nbytes(s.buf), 0, &err_));
@@ -769,7 +769,7 @@ class LspawnBackend final : public Base {
       c10d::BroadcastOptions o;
       o.rootRank = root_host;
       o.timeout = timeout_;
-      leaders_->broadcast(bytes, o)->wait();
+      between_hosts("broadcast", [&] { leaders_->broadcast(bytes, o)->wait(); });
     }
     if (!here) check(lspawn_engine_broadcast(engine_, p, n, 0, &err_));
   }
@@ -799,7 +799,7 @@ class LspawnBackend final : public Base {
         std::vector<at::Tensor> mine{slice(me)};  // gloo copies its input into a buffer of its own first
         c10d::AllgatherOptions opt;
         opt.timeout = timeout_;
-        leaders_->allgather(blocks, mine, opt)->wait();
+        between_hosts("all_gather", [&] { leaders_->allgather(blocks, mine, opt)->wait(); });
       }
       if (me > 0) check(lspawn_engine_broadcast(engine_, o, me * block, 0, &err_));
       if (me + 1 < nhosts) check(lspawn_engine_broadcast(engine_, o + (me + 1) * block, (nhosts - me - 1) * block, 0, &err_));
@@ -813,7 +813,7 @@ class LspawnBackend final : public Base {
       std::vector<at::Tensor> mine{block};
       c10d::AllgatherOptions o;
       o.timeout = timeout_;
-      leaders_->allgather(blocks, mine, o)->wait();
+      between_hosts("all_gather", [&] { leaders_->allgather(blocks, mine, o)->wait(); });
       auto* dst = static_cast<unsigned char*>(out);
       for (int r = 0; r < getSize(); ++r)
         std::memcpy(dst + r * n, blocks[0][hosts_[r]].data_ptr<uint8_t>() + place_[r] * n, n);
@@ -869,6 +869,29 @@ class LspawnBackend final : public Base {
       for (int d = 0; d < getRank(); ++d) off_in += table[r * n + d];
       if (out_bytes[r]) std::memcpy(out + off_out, all.data() + r * widest + off_in, out_bytes[r]);
       off_out += out_bytes[r];
+    }
+  }
+
+  // The leaders' gloo step of a collective spanning hosts; its failure says which step and which ranks lead
+  // the hosts. gloo names only an address ("Connection closed by peer [10.0.0.2]:41234"): most often another
+  // host's leader gave up because a rank of its host died, and that host's ranks name the dead one.
+  template <typename F>
+  void between_hosts(const char* what, F&& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      std::string leaders;
+      for (int r = 0, h = 0; r < getSize(); ++r)
+        if (hosts_[r] == h) {
+          leaders += (h ? ", " : "") + std::to_string(global_ranks_[r]) + " (host " + std::to_string(h) + ")";
+          ++h;
+        }
+      std::string first = e.what();
+      first = first.substr(0, first.find('\n'));
+      fail(std::string("lspawn backend (group '") + group_id_ + "', rank " + std::to_string(global_ranks_[getRank()]) +
+           "): " + what + " between hosts failed in the hosts' leaders' gloo step (leaders: ranks " + leaders +
+           "): " + first + ". Likely a rank of another host failed or was stopped, and its leader left: that " +
+           "host's ranks name it");
     }
   }
 
