@@ -7,7 +7,8 @@ stream of all_reduces.
 
 Across hosts (4 ranks as hosts {0, 1} and {2, 3}, LSPAWN_BACKEND_HOST_KEY): rank 3 exits. Rank 2, its host's
 leader, names rank 3 dead; rank 0, the other leader, fails in the step between hosts with an error that says
-so and names the hosts' leaders (gloo's own names only an address); rank 1 names rank 0. All within 10 s.
+so and names the hosts' leaders (gloo's own names only an address); rank 1 sees rank 0 die. Both say that the
+first failure in the group was rank 3's (the note rank 2 left in the store). All within 10 s.
 """
 import os
 import signal
@@ -35,8 +36,9 @@ def worker():
         except RuntimeError as e:
             took, text = time.monotonic() - start, str(e)
             print("rank %d: failed after %.2f s: %s" % (rank, took, text.splitlines()[0][:400]))
-            want = {0: ["between hosts failed", "leaders: ranks 0 (host 0), 2 (host 1)", "that host's ranks name it"],
-                    1: ["rank 0", "died"], 2: ["rank 3", "died"]}[rank]
+            first = "first failure in the group: rank 3 died (host 1), seen by rank 2"
+            want = {0: ["between hosts failed", "leaders: ranks 0 (host 0), 2 (host 1)", first],
+                    1: ["rank 0", "died", first], 2: ["rank 3", "died"]}[rank]
             sys.exit(0 if took < 10 and all(w in text for w in want) else 3)
         print("rank %d: no error although rank 3 is gone" % rank)
         sys.exit(4)

@@ -888,10 +888,14 @@ class LspawnBackend final : public Base {
         }
       std::string first = e.what();
       first = first.substr(0, first.find('\n'));
+      int rank = -1;  // the rank that saw the first death on its host names it (up to 3 s to write it)
+      const std::string note = read_note(std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(3)), rank);
       fail(std::string("lspawn backend (group '") + group_id_ + "', rank " + std::to_string(global_ranks_[getRank()]) +
            "): " + what + " between hosts failed in the hosts' leaders' gloo step (leaders: ranks " + leaders +
-           "): " + first + ". Likely a rank of another host failed or was stopped, and its leader left: that " +
-           "host's ranks name it");
+           "): " + first +
+           (note.empty() ? ". Likely a rank of another host failed or was stopped, and its leader left: that "
+                           "host's ranks name it"
+                         : "; first failure in the group: " + note));
     }
   }
 
@@ -905,8 +909,51 @@ class LspawnBackend final : public Base {
     if (rc == LSPAWN_ENGINE_OK) return;
     std::string msg = std::string("lspawn backend (group '") + group_id_ + "', rank " +
                       std::to_string(global_ranks_[getRank()]) + "): " + err_.message;
+    if (spans_hosts_) msg += first_failure(err_.kind, err_.rank, err_.message);
     fail(msg);
   }
+
+  // Across hosts, the rank that died first, as the C++ runtime's hierarchy says it (collectives/hierarchy.hpp):
+  // a rank whose engine saw a rank of its host die writes a note into the group's store, first writer wins;
+  // every rank whose op then fails (a leader whose gloo peer left, a rank whose leader left) reads it and names
+  // that rank, not its own neighbour. Returns "; first failure in the group: <note>" or "".
+  std::string first_failure(int kind, int dead, const std::string& text) {
+    if (kind == LSPAWN_ENGINE_PEER_DIED && dead >= 0) {
+      const std::string v = std::to_string(dead) + "\n" + "rank " + std::to_string(dead) + " died (host " +
+                            std::to_string(hosts_[getRank()]) + "), seen by rank " +
+                            std::to_string(global_ranks_[getRank()]) + ": " + text.substr(0, text.find('\n'));
+      try {
+        store_->compareSet(kNoteKey, {}, std::vector<uint8_t>(v.begin(), v.end()));
+      } catch (...) {
+        // the store is gone (its host died): the others keep their own view
+      }
+    }
+    if (kind != LSPAWN_ENGINE_PEER_DIED && kind != LSPAWN_ENGINE_TIMEOUT) return "";
+    int rank = -1;
+    std::string note = read_note(std::chrono::milliseconds(0), rank);
+    return !note.empty() && rank != dead ? "; first failure in the group: " + note : "";
+  }
+  // The note's text (its rank in `rank`), waiting up to `wait` for it; "" when there is none (or no store).
+  std::string read_note(std::chrono::milliseconds wait, int& rank) {
+    const auto deadline = std::chrono::steady_clock::now() + wait;
+    try {
+      for (;;) {
+        if (store_->check({kNoteKey})) {
+          const auto v = store_->get(kNoteKey);
+          const std::string s(v.begin(), v.end());
+          const auto nl = s.find('\n');
+          if (nl == std::string::npos) return "";
+          rank = std::atoi(s.substr(0, nl).c_str());
+          return s.substr(nl + 1);
+        }
+        if (std::chrono::steady_clock::now() >= deadline) return "";
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    } catch (...) {
+      return "";
+    }
+  }
+  static constexpr const char* kNoteKey = "lspawn/failure";
 
   // Runs an op on the engine, bracketed in the status record; the Work is complete.
   template <typename F>
