@@ -199,6 +199,12 @@ def worker():
         dist.all_gather_coalesced(outs_l, a)
         dist.all_gather_coalesced(outs_g, a, group=gloo)
         same("all_gather_coalesced", [t for l in outs_l for t in l], [t for l in outs_g for t in l])
+    for count in (1, 2, 5):  # fewer elements than, as many as, and one more than twice the ranks of a host
+        one = torch.arange(count, dtype=torch.float64) + rank
+        one_g = one.clone()
+        dist.all_reduce(one)
+        dist.all_reduce(one_g, group=gloo)
+        same("all_reduce of %d element(s)" % count, one, one_g)
     nc = torch.arange(24, dtype=torch.float32).reshape(4, 6).t() * (rank + 1)
     nc_g = nc.clone().t().contiguous().t()
     dist.all_reduce(nc)
