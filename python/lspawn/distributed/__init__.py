@@ -35,7 +35,6 @@ __all__ = ["BACKEND", "register", "ShimMissingError", "transport", "counts", "su
 BACKEND = "lspawn"
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _shim = None
-_transports = {}  # id(backend object) -> "shm" | "shm+gloo" | "gloo"
 
 
 class ShimMissingError(ImportError):
@@ -193,9 +192,8 @@ def _create(opts, backend_options=None):
                 leaders = _gloo(opts.store, heads.index(rank), len(heads), timeout, "lspawn-leaders/")
     label = "world" if group_id in ("0", "default_pg") else "pg" + group_id
     slot = _claim_status_slot("lspawn:" + label, rank, size)
-    backend, how = shim.create(opts.store, rank, size, int(timeout.total_seconds() * 1000), [int(r) for r in ranks],
+    backend, _ = shim.create(opts.store, rank, size, int(timeout.total_seconds() * 1000), [int(r) for r in ranks],
                                group_id, fallback, int(slot), rank_hosts, leaders)
-    _transports[id(backend)] = how
     return backend
 
 
@@ -212,14 +210,22 @@ def _backends_of(group):
     return candidates
 
 
+def _ours(group):
+    """The group's lspawn backend (as torch hands it out) and its transport, or (None, None)."""
+    if _shim is None:  # no lspawn backend was made in this process
+        return None, None
+    for c in _backends_of(group):
+        how = _shim.transport(c)
+        if how is not None:
+            return c, how
+    return None, None
+
+
 def transport(group=None):
     """'shm' when the group's collectives run on lspawn's engine, 'shm+gloo' when the group spans hosts
     (reductions, broadcast, the all_gathers and barrier on the engine within each host, gloo between
     them), 'gloo' when they all go to gloo (LSPAWN_BACKEND_SHM=0); None when the group has no lspawn backend."""
-    for c in _backends_of(group):
-        if id(c) in _transports:
-            return _transports[id(c)]
-    return None
+    return _ours(group)[1]
 
 
 def counts(group=None):
@@ -227,10 +233,8 @@ def counts(group=None):
     {"lspawn": {"all_reduce": 120, ...}, "gloo": {"send": 2, ...}}; None when the group has no lspawn backend.
     What goes to gloo: point to point, what the engine cannot reduce (complex, int16, ...), sparse tensors,
     and across hosts gather, scatter and all_to_all (docs/python-backend.md)."""
-    for c in _backends_of(group):
-        if id(c) in _transports:
-            return _load().counts(c)
-    return None
+    backend, _ = _ours(group)
+    return _shim.counts(backend) if backend is not None else None
 
 
 def register():

@@ -1064,9 +1064,24 @@ PYBIND11_MODULE(_lspawn_backend, m) {
       py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_ms"), py::arg("global_ranks"),
       py::arg("group_id"), py::arg("fallback"), py::arg("status_slot"), py::arg("rank_hosts"),
       py::arg("leaders"));
-  // {"lspawn": {op: n}, "gloo": {op: n}} of a backend this module made, else None.
-  m.def("counts", [](const c10::intrusive_ptr<lspawn_backend::Base>& backend) -> py::object {
-    const auto* b = dynamic_cast<const lspawn_backend::LspawnBackend*>(backend.get());
+  // What a backend this module made says of itself, asked through any Python object that may hold one (a
+  // ProcessGroup, a Backend): the object, not its id(), since torch may hand out a new Python wrapper of the
+  // same backend each time (2.11 does).
+  auto ours = [](const py::object& o) -> const lspawn_backend::LspawnBackend* {
+    try {
+      return dynamic_cast<const lspawn_backend::LspawnBackend*>(o.cast<c10::intrusive_ptr<lspawn_backend::Base>>().get());
+    } catch (const py::cast_error&) {
+      return nullptr;
+    }
+  };
+  // "shm" | "shm+gloo" | "gloo", or None: not ours.
+  m.def("transport", [ours](const py::object& o) -> py::object {
+    const auto* b = ours(o);
+    return b ? py::object(py::str(b->transport())) : py::object(py::none());
+  });
+  // {"lspawn": {op: n}, "gloo": {op: n}}, or None: not ours.
+  m.def("counts", [ours](const py::object& o) -> py::object {
+    const auto* b = ours(o);
     if (!b) return py::none();
     py::dict d;
     d["lspawn"] = b->counts(false);
