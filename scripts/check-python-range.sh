@@ -12,8 +12,11 @@
 # scripts/check-torch-range.sh and CI's 2.4.1 line.
 #
 # Per release: the python hang and python preload e2e tests (tests/e2e/python_*_e2e_test.cpp, which
-# read LSPAWN_TEST_PYTHON at run time), and which Flight Recorder API lspawn_hang found. Exit 1 if
-# any release failed; a table at the end.
+# read LSPAWN_TEST_PYTHON at run time), and which Flight Recorder API lspawn_hang found; then the
+# torch.distributed backend: its shim built for that release by the users' command (`python -m
+# lspawn.distributed build`) and its tests run with that Python against the build's engine
+# (tests/python_backend/: ops, dead_rank, ddp, fsdp2, errors; LSPAWN_CHECK_BACKEND_TESTS to choose,
+# empty: none). Exit 1 if any release failed; a table at the end.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 if (($# < 1)) || [[ ! -f $1/CTestTestfile.cmake ]]; then
@@ -26,9 +29,39 @@ versions=("$@")
 ((${#versions[@]})) || versions=(2.11.0 2.12.1 2.13.0 2.14.1 2.15.0)
 rows=()
 failed=0
+backend_tests=${LSPAWN_CHECK_BACKEND_TESTS-ops dead_rank ddp fsdp2 errors}
+engine=$build/shm/liblspawn_engine.so
+ccache_env=()  # the shim's compile through ccache, in its own cache (XDG_CACHE_HOME is moved below)
+if command -v ccache >/dev/null && cache_dir=$(ccache --get-config cache_dir 2>/dev/null); then
+  ccache_env=(CXX="ccache ${CXX:-c++}" CCACHE_DIR="$cache_dir")
+fi
+backend() {  # $1: the venv; prints "passed: TESTS" or "FAILED: TEST", the output of a failure on stderr
+  local venv=$1 shims out t
+  shims=$(mktemp -d)
+  # XDG_CACHE_HOME: no shim of ~/.cache is found instead of the one built here
+  local env=(PYTHONPATH="$root/python" LSPAWN_ENGINE="$engine" LSPAWN_BACKEND_SHIM_DIR="$shims"
+             LSPAWN_BIN="$build/launcher/lspawn" XDG_CACHE_HOME="$shims/cache" OMP_NUM_THREADS=1 LSPAWN_TEST_SKIP_BUILD=1
+             "${ccache_env[@]}")
+  if ! out=$(env "${env[@]}" "$venv/bin/python" -m lspawn.distributed build --out "$shims" 2>&1); then
+    echo "$out" >&2
+    rm -rf "$shims"
+    echo "FAILED: the shim's build"
+    return 1
+  fi
+  for t in $backend_tests; do
+    if ! out=$(env "${env[@]}" timeout 600 "$venv/bin/python" "$root/tests/python_backend/${t}_test.py" 2>&1); then
+      echo "$out" | tail -40 >&2
+      rm -rf "$shims"
+      echo "FAILED: ${t}_test.py"
+      return 1
+    fi
+  done
+  rm -rf "$shims"
+  echo "passed: shim built, $(echo $backend_tests | wc -w) tests ($backend_tests)"
+}
 for v in "${versions[@]}"; do
   if ! venv=$(LSPAWN_TORCH2_VERSION=$v bash "$root/scripts/setup-torch2.sh"); then
-    rows+=("| $v | setup failed (scripts/setup-torch2.sh's message above) | |")
+    rows+=("| $v | setup failed (scripts/setup-torch2.sh's message above) | | |")
     failed=1
     continue
   fi
@@ -46,10 +79,21 @@ for v in "${versions[@]}"; do
   fi
   summary=$(grep -E 'tests passed' "$log" | head -1)
   rm -f "$log"
-  rows+=("| $v | $result ($summary, $((SECONDS - start)) s) | $api |")
+  hang_row="$result ($summary, $((SECONDS - start)) s)"
+  start=$SECONDS
+  if [[ -z $backend_tests ]]; then
+    backend_row="not run"
+  elif [[ ! -f $engine ]]; then
+    backend_row="not run: no $engine in BUILD_DIR"
+    failed=1
+  else
+    backend_row=$(backend "$venv") || failed=1
+    backend_row="$backend_row ($((SECONDS - start)) s)"
+  fi
+  rows+=("| $v | $hang_row | $backend_row | $api |")
 done
 echo
-echo "| torch | python hang + python preload e2e tests | torch, Flight Recorders lspawn_hang reads |"
-echo "|---|---|---|"
+echo "| torch | python hang + python preload e2e tests | the torch.distributed backend | torch, Flight Recorders lspawn_hang reads |"
+echo "|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
 exit $failed
