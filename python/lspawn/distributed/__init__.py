@@ -6,10 +6,11 @@
 Every collective on CPU tensors of ranks that share one host runs on lspawn's engine (the
 shared-memory communicator of the C++ runtime, liblspawn_engine.so). In a group spanning hosts the
 reductions, broadcast, the all_gathers and barrier run on it within each host and on gloo between the
-hosts' leaders. Point-to-point work, the other ops of such a group and what the engine does not reduce (complex numbers, int16, ...) go to
-a gloo backend of the same group, so results are gloo's wherever lspawn's are not. A rank that dies
-mid-collective makes the others fail within milliseconds with an error naming it. Under lspawn the
-backend's operations enter the rank's status record (`lspawn status`, `--hang-timeout`).
+hosts' leaders. Point-to-point work, the other ops of such a group and what the engine does not reduce
+(complex numbers, int16, ...) go to a gloo backend of the same group, so results are gloo's wherever
+lspawn's are not. A rank that dies mid-collective makes the others fail within milliseconds with an
+error naming it. Under lspawn the backend's operations enter the rank's status record (`lspawn status`,
+`--hang-timeout`).
 docs/python-backend.md has the whole story.
 
 The backend is compiled per torch release (a shim, built against that release's c10d); the one
@@ -192,9 +193,8 @@ def _create(opts, backend_options=None):
                 leaders = _gloo(opts.store, heads.index(rank), len(heads), timeout, "lspawn-leaders/")
     label = "world" if group_id in ("0", "default_pg") else "pg" + group_id
     slot = _claim_status_slot("lspawn:" + label, rank, size)
-    backend, _ = shim.create(opts.store, rank, size, int(timeout.total_seconds() * 1000), [int(r) for r in ranks],
-                               group_id, fallback, int(slot), rank_hosts, leaders)
-    return backend
+    return shim.create(opts.store, rank, size, int(timeout.total_seconds() * 1000), [int(r) for r in ranks], group_id,
+                       fallback, int(slot), rank_hosts, leaders)
 
 
 def _backends_of(group):

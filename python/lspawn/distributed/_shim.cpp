@@ -1058,8 +1058,7 @@ PYBIND11_MODULE(_lspawn_backend, m) {
                                                                  std::move(global_ranks), group_id, fallback,
                                                                  status_slot, std::move(rank_hosts), leaders);
         }
-        std::string transport = b->transport();
-        return py::make_tuple(c10::intrusive_ptr<lspawn_backend::Base>(std::move(b)), transport);
+        return c10::intrusive_ptr<lspawn_backend::Base>(std::move(b));
       },
       py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_ms"), py::arg("global_ranks"),
       py::arg("group_id"), py::arg("fallback"), py::arg("status_slot"), py::arg("rank_hosts"),
