@@ -8,9 +8,9 @@
 #     lib/liblspawn_preload.so                 --preload's fork loop
 #     lib/liblspawn_engine.so                  the torch.distributed backend's engine (shm/engine.h)
 #     distributed/                             the backend `lspawn`: its Python, the shim's source
-#       _shim.cpp, engine.h, _shims/*.so       (_shim.cpp) and header, and the shims built here for
-#                                              the Pythons of LSPAWN_WHEEL_SHIM_PYTHONS (one per
-#                                              torch release and Python; docs/python-backend.md)
+#       _shim.cpp, _cuda_ipc.h, engine.h,      (_shim.cpp, _cuda_ipc.h) and the engine's header, and the
+#       _shims/*.so                            shims built here for the Pythons of LSPAWN_WHEEL_SHIM_PYTHONS
+#                                              (one per torch release and Python; docs/python-backend.md)
 # The binary finds the package from its own path (supervisor/install_layout.hpp); the package
 # finds the binary through its RECORD (python/lspawn/_paths.py). What ships is stripped
 # (pyproject.toml: install.strip) and links libstdc++ statically, so the shared libraries it
@@ -26,7 +26,7 @@ install(TARGETS lspawn RUNTIME DESTINATION ${SKBUILD_SCRIPTS_DIR})
 install(TARGETS lspawn-guardian RUNTIME DESTINATION lspawn/libexec)
 install(TARGETS lspawn_preload lspawn_engine LIBRARY DESTINATION lspawn/lib)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/lspawn/ DESTINATION lspawn
-  FILES_MATCHING PATTERN "*.py" PATTERN "*.cpp" PATTERN "__pycache__" EXCLUDE PATTERN "_shims" EXCLUDE)
+  FILES_MATCHING PATTERN "*.py" PATTERN "*.cpp" PATTERN "*.h" PATTERN "__pycache__" EXCLUDE PATTERN "_shims" EXCLUDE)
 install(FILES ${PROJECT_SOURCE_DIR}/shm/engine.h DESTINATION lspawn/distributed)
 # The backend's shims the wheel ships: one per Python (with its torch) named here, built by the
 # command users run for a torch without one (python -m lspawn.distributed build), against this

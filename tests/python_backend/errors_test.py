@@ -2,7 +2,8 @@
 
 - all_reduce with ReduceOp.AVG on an int64 tensor: refused, naming the op, the reduction and what to use.
 - ReduceOp.PREMUL_SUM (torch 2.x): refused, naming the op and the backend to use (nccl).
-- LSPAWN_BACKEND_SHM=2: refused, naming the variable and its values.
+- LSPAWN_BACKEND_SHM=2: refused, naming the variable and its values; LSPAWN_SHM_CUDA_IPC=yes and
+  LSPAWN_SHM_CUDA_IPC_MIN_BYTES=2MiB alike, at init (not at a first CUDA tensor, which a CPU machine never has).
 - No shim for this torch (an empty shim folder, a cache elsewhere, no package shims): init_process_group fails
   with an error that names the torch release, the releases this install has, and the command that builds one;
   then that very command (`python -m lspawn.distributed build --out DIR`) is run, and the backend works.
@@ -32,6 +33,14 @@ def worker():
         except Exception as e:
             print("refused: %s" % e)
             sys.exit(0 if "LSPAWN_BACKEND_SHM" in str(e) and "'2'" in str(e) else 3)
+        sys.exit(4)
+    if mode == "cuda-ipc-env":  # read at init, not at the first CUDA tensor (a CPU machine never meets one)
+        name, value = os.environ["CUDA_IPC_VAR"], os.environ[os.environ["CUDA_IPC_VAR"]]
+        try:
+            harness.init()
+        except Exception as e:
+            print("refused: %s" % e)
+            sys.exit(0 if "%s='%s'" % (name, value) in str(e) and "expected" in str(e) else 3)
         sys.exit(4)
     if mode == "noshim":
         try:
@@ -125,6 +134,8 @@ def main():
     here = os.path.abspath(__file__)
     harness.run_ranks(here, 2, ["ops"])
     harness.run_ranks(here, 2, ["shm-env"])
+    for name, value in (("LSPAWN_SHM_CUDA_IPC", "yes"), ("LSPAWN_SHM_CUDA_IPC_MIN_BYTES", "2MiB")):
+        harness.run_ranks(here, 2, ["cuda-ipc-env"], env={"CUDA_IPC_VAR": name, name: value})
     with tempfile.TemporaryDirectory() as tmp:
         empty = os.path.join(tmp, "empty")
         os.mkdir(empty)

@@ -249,6 +249,9 @@ def worker():
     ours = {"all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter", "barrier"}
     if ours - set(counts["lspawn"]):
         failures.append("not on lspawn's path: %s (counts %s)" % (sorted(ours - set(counts["lspawn"])), counts))
+    # CPU tensors only: CUDA IPC never ran, and says so (tests/python_backend/cuda_test.py runs it on a GPU).
+    if counts["cuda_ipc"] or ld.cuda_ipc() != "unused":
+        failures.append("CUDA IPC on CPU tensors: %r, %s" % (ld.cuda_ipc(), counts["cuda_ipc"]))
     dist.destroy_process_group()
     if failures:
         print("rank %d: %d of %d checks failed:\n  %s" % (rank, len(failures), checked[0], "\n  ".join(failures[:40])))

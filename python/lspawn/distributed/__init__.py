@@ -230,11 +230,21 @@ def transport(group=None):
 
 def counts(group=None):
     """How many ops of the group ran on lspawn's path and how many were handed to gloo whole, by op name:
-    {"lspawn": {"all_reduce": 120, ...}, "gloo": {"send": 2, ...}}; None when the group has no lspawn backend.
-    What goes to gloo: point to point, what the engine cannot reduce (complex, int16, ...), sparse tensors,
-    and across hosts gather, scatter and all_to_all (docs/python-backend.md)."""
+    {"lspawn": {"all_reduce": 120, ...}, "gloo": {"send": 2, ...}, "cuda_ipc": {"all_reduce": 40, ...}};
+    None when the group has no lspawn backend. What goes to gloo: point to point, what the engine cannot
+    reduce (complex, int16, ...), sparse tensors, and across hosts gather, scatter and all_to_all
+    (docs/python-backend.md). "cuda_ipc": of lspawn's, those whose CUDA tensors went device to device."""
     backend, _ = _ours(group)
     return _shim.counts(backend) if backend is not None else None
+
+
+def cuda_ipc(group=None):
+    """The group's CUDA IPC path: "on" (it carried an op), "off: <why>" (a rank could not export or map its
+    device memory: CUDA tensors are staged through host memory from then on), "unused" (no CUDA tensor of
+    LSPAWN_SHM_CUDA_IPC_MIN_BYTES or more yet, LSPAWN_SHM_CUDA_IPC=0, or the group spans hosts); None when
+    the group has no lspawn backend."""
+    backend, _ = _ours(group)
+    return _shim.cuda_ipc(backend) if backend is not None else None
 
 
 def register():

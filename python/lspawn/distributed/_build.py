@@ -102,15 +102,16 @@ _digest = None
 
 
 def source_digest():
-    """12 hex digits of SHA-256 over what the shim is compiled from besides torch: _shim.cpp and the engine's
-    header. In the shim's file name, so that a shim built from another lspawn's source is never loaded for this
+    """12 hex digits of SHA-256 over what the shim is compiled from besides torch: _shim.cpp, _cuda_ipc.h, _cudart.h
+    and the engine's header. In the shim's file name, so that a shim built from another lspawn's source is never loaded for this
     one: one built before an upgrade (~/.cache/lspawn/shims is looked in before the package's own), or by
     another environment's lspawn sharing the cache. Each finds its own."""
     global _digest
     if _digest is None:
         import hashlib
         h = hashlib.sha256()
-        for path in (os.path.join(HERE, "_shim.cpp"), os.path.join(_engine_header_dir(), "engine.h")):
+        for path in (os.path.join(HERE, "_shim.cpp"), os.path.join(HERE, "_cuda_ipc.h"), os.path.join(HERE, "_cudart.h"),
+                     os.path.join(_engine_header_dir(), "engine.h")):
             try:
                 with open(path, "rb") as f:
                     h.update(f.read())

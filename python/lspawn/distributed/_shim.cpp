@@ -8,6 +8,10 @@
 // of the releases CI tests. The engine's C symbols are resolved at load from the engine that
 // lspawn.distributed loads first (RTLD_GLOBAL), so no C++ type crosses between them.
 //
+// CUDA tensors: device to device through CUDA IPC in a group on one host (all_reduce, broadcast, the
+// all_gathers, reduce_scatter_tensor; _cuda_ipc.h), every other op and every smaller tensor staged through
+// host memory.
+//
 // Every operation is either carried by the engine (synchronously, in the calling thread: the
 // Work it returns is complete, its future holds the outputs), handed whole to the gloo backend,
 // or refused with an error naming the operation and the backend to use instead. Never a partial
@@ -40,6 +44,7 @@
 #include <vector>
 
 #include "engine.h"
+#include "_cuda_ipc.h"
 
 namespace lspawn_backend {
 
@@ -250,6 +255,12 @@ class LspawnBackend final : public Base {
       global_ranks_.resize(size);
       for (int r = 0; r < size; ++r) global_ranks_[r] = r;
     }
+    try {  // read now, so that a bad value fails init_process_group, not the first CUDA collective
+      ipc_wanted_ = cuda_ipc_wanted();
+      ipc_min_bytes_ = cuda_ipc_min_bytes();
+    } catch (const std::invalid_argument& e) {
+      fail(std::string("lspawn backend: ") + e.what());
+    }
     if (hosts_.empty()) return;
     if (hosts_.size() != static_cast<std::size_t>(size)) fail("lspawn backend: a host for each rank expected (a bug)");
     int nhosts = 0;
@@ -268,6 +279,7 @@ class LspawnBackend final : public Base {
   }
   ~LspawnBackend() override {
     runner_.reset();  // its last jobs run first
+    ipc_.reset();     // its scratch and mappings
     if (engine_) lspawn_engine_destroy(engine_);
   }
 
@@ -280,10 +292,17 @@ class LspawnBackend final : public Base {
   std::string transport() const { return engine_ ? (spans_hosts_ ? "shm+gloo" : "shm") : "gloo"; }
   // How many ops ran on lspawn's path (the engine; spanning hosts, with gloo between the leaders) and how
   // many went to gloo whole, by op name (lspawn.distributed.counts()).
-  std::map<std::string, uint64_t> counts(bool on_gloo) const {
+  // Of the former, those whose CUDA tensors went device to device through CUDA IPC (cuda_ipc: true).
+  std::map<std::string, uint64_t> counts(bool on_gloo, bool cuda_ipc = false) const {
     std::map<std::string, uint64_t> out;
-    for (const auto& kv : on_gloo ? gloo_ops_ : engine_ops_) out[kv.first] += kv.second;
+    for (const auto& kv : cuda_ipc ? ipc_ops_ : on_gloo ? gloo_ops_ : engine_ops_) out[kv.first] += kv.second;
     return out;
+  }
+  // CUDA IPC in this group: "on" (it carried an op), "off: <why>", or "unused" (no CUDA tensor of
+  // LSPAWN_SHM_CUDA_IPC_MIN_BYTES or more yet; LSPAWN_SHM_CUDA_IPC=0; the group spans hosts).
+  std::string cuda_ipc_state() const {
+    if (!ipc_) return "unused";
+    return ipc_->off() ? "off: " + ipc_->why_off() : "on";
   }
 
   WorkPtr allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override {
@@ -291,6 +310,10 @@ class LspawnBackend final : public Base {
     bool avg = false;
     if (tensors.size() != 1 || !reducible(tensors[0], opts.reduceOp, "all_reduce", etype, eop, avg))
       return to_fallback("all_reduce", tensors, [&] { return fallback_->allreduce(tensors, opts); });
+    if (tensors[0].is_cuda())  // in this thread: the engine's copies to and from the device are on its stream
+      return run("all_reduce", nbytes(tensors[0]), c10d::OpType::ALLREDUCE, tensors, [&] {
+        reduce_in_place(tensors[0], etype, eop, avg);
+      });
     if (nbytes(tensors[0]) >= async_min_bytes()) {
       at::Tensor t = tensors[0];
       return run_async("all_reduce", nbytes(t), c10d::OpType::ALLREDUCE, tensors,
@@ -311,9 +334,10 @@ class LspawnBackend final : public Base {
       bytes += nbytes(t);
     }
     auto all = [this, ts = tensors, eop, avg]() mutable {
-      for (auto& t : ts) reduce_in_place(t, engine_type(t.scalar_type()), eop, avg);
+      for (auto& t : ts) reduce_in_place(t, engine_type(t.scalar_type()), eop, avg, "all_reduce_coalesced");
     };
-    if (bytes >= async_min_bytes()) return run_async("all_reduce_coalesced", bytes, c10d::OpType::ALLREDUCE_COALESCED, tensors, all);
+    const bool cuda = std::any_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) { return t.is_cuda(); });
+    if (bytes >= async_min_bytes() && !cuda) return run_async("all_reduce_coalesced", bytes, c10d::OpType::ALLREDUCE_COALESCED, tensors, all);
     return run("all_reduce_coalesced", bytes, c10d::OpType::ALLREDUCE_COALESCED, tensors, all);
   }
 
@@ -322,6 +346,8 @@ class LspawnBackend final : public Base {
       return to_fallback("broadcast", tensors, [&] { return fallback_->broadcast(tensors, opts); });
     check_root(opts.rootRank, "broadcast");
     return run("broadcast", nbytes(tensors[0]), c10d::OpType::BROADCAST, tensors, [&] {
+      if (on_device(tensors[0], "broadcast", [&](CudaIpc& ipc) { return ipc.broadcast(tensors[0], static_cast<int>(opts.rootRank)); }))
+        return;
       Staged s = stage(tensors[0]);
       broadcast_bytes(s.buf.data_ptr(), nbytes(s.buf), static_cast<int>(opts.rootRank));
       s.finish();
@@ -336,10 +362,11 @@ class LspawnBackend final : public Base {
     check_root(opts.rootRank, "reduce");
     return run("reduce", nbytes(tensors[0]), c10d::OpType::REDUCE, tensors, [&] {
       if (getRank() == opts.rootRank) {
-        reduce_in_place(tensors[0], etype, eop, avg);
-      } else {  // the input of a rank that is not the root stays as it was
-        at::Tensor scratch = tensors[0].to(at::kCPU).clone(at::MemoryFormat::Contiguous);
-        reduce_in_place(scratch, etype, eop, avg);
+        reduce_in_place(tensors[0], etype, eop, avg, "reduce");
+      } else {  // the input of a rank that is not the root stays as it was (a scratch on its device: every
+                // rank takes the path the root's tensor takes)
+        at::Tensor scratch = tensors[0].clone(at::MemoryFormat::Contiguous);
+        reduce_in_place(scratch, etype, eop, avg, "reduce");
       }
     });
   }
@@ -349,6 +376,9 @@ class LspawnBackend final : public Base {
     if (!engine_ || inputs.size() != 1 || outputs.size() != 1 || !dense(inputs[0]) || !same_as(outputs[0], inputs[0]))
       return to_fallback("all_gather", inputs, [&] { return fallback_->allgather(outputs, inputs, opts); });
     return run("all_gather", nbytes(inputs[0]), c10d::OpType::ALLGATHER, outputs[0], [&] {
+      at::Tensor on = at::empty({inputs[0].numel() * getSize()}, inputs[0].options());
+      if (on_device(inputs[0], "all_gather", [&](CudaIpc& ipc) { return ipc.all_gather(inputs[0], on); }))
+        return spread(on, outputs[0]);
       at::Tensor flat = gather_flat(inputs[0]);
       spread(flat, outputs[0]);
     });
@@ -372,6 +402,8 @@ class LspawnBackend final : public Base {
       return to_fallback("all_gather_into_tensor", {input}, [&] { return fallback_->_allgather_base(output, input, opts); });
     std::vector<at::Tensor> out{output};
     return run("all_gather_into_tensor", nbytes(input), c10d::OpType::_ALLGATHER_BASE, out, [&] {
+      if (on_device(input, "all_gather_into_tensor", [&](CudaIpc& ipc) { return ipc.all_gather(input, output); }))
+        return;
       Staged in = stage(input);
       Staged o = stage(output);
       gather_bytes(in.buf.data_ptr(), nbytes(in.buf), o.buf.data_ptr());
@@ -414,6 +446,9 @@ class LspawnBackend final : public Base {
     for (auto& t : inputs) bytes += nbytes(t);
     return run("all_gather_into_tensor_coalesced", bytes, c10d::OpType::COALESCED, outputs, [&] {
       for (std::size_t i = 0; i < inputs.size(); ++i) {
+        if (on_device(inputs[i], "all_gather_into_tensor_coalesced",
+                      [&](CudaIpc& ipc) { return ipc.all_gather(inputs[i], outputs[i]); }))
+          continue;
         Staged in = stage(inputs[i]);
         Staged o = stage(outputs[i]);
         gather_bytes(in.buf.data_ptr(), nbytes(in.buf), o.buf.data_ptr());
@@ -476,6 +511,13 @@ class LspawnBackend final : public Base {
       return to_fallback("reduce_scatter_tensor", {input}, [&] { return fallback_->_reduce_scatter_base(output, input, opts); });
     std::vector<at::Tensor> out{output};
     return run("reduce_scatter_tensor", nbytes(input), c10d::OpType::_REDUCE_SCATTER_BASE, out, [&] {
+      // On the device: the whole reduction, this rank's part kept.
+      at::Tensor whole_sum = input.is_cuda() ? input.flatten().clone() : at::Tensor();
+      if (on_device(input, "reduce_scatter_tensor", [&](CudaIpc& ipc) { return ipc.all_reduce(whole_sum, eop); })) {
+        if (avg) whole_sum.div_(getSize());
+        output.copy_(chunk(whole_sum, getRank(), output));
+        return;
+      }
       at::Tensor flat = input.to(at::kCPU).flatten().clone();
       reduce_in_place(flat, etype, eop, avg);
       output.copy_(chunk(flat, getRank(), output));
@@ -706,7 +748,12 @@ class LspawnBackend final : public Base {
 
   // All ranks' `t` reduced into every rank's `t`: on shm, or (spanning hosts) on shm within the host, then
   // gloo among the hosts' leaders, then a shm broadcast from the leader (local rank 0).
-  void reduce_in_place(at::Tensor& t, int etype, int eop, bool avg) {
+  // `what`: the op, as counts() names it when CUDA IPC carries it.
+  void reduce_in_place(at::Tensor& t, int etype, int eop, bool avg, const char* what = "all_reduce") {
+    if (on_device(t, what, [&](CudaIpc& ipc) { return ipc.all_reduce(t, eop); })) {
+      if (avg) t.div_(getSize());
+      return;
+    }
     Staged s = stage(t);
     check(lspawn_engine_all_reduce(engine_, s.buf.data_ptr(), static_cast<size_t>(s.buf.numel()), etype, eop, &err_));
     if (spans_hosts_) {
@@ -913,6 +960,26 @@ class LspawnBackend final : public Base {
     fail(msg);
   }
 
+  // Runs f(ipc) when `t` takes CUDA IPC (_cuda_ipc.h): a CUDA tensor of LSPAWN_SHM_CUDA_IPC_MIN_BYTES or more in
+  // a group on one host. true when it carried the op (counted under `what`); false: stage it (IPC is off, or
+  // was turned off by this op on every rank alike). The same choice on every rank of a group whose ranks pass
+  // alike tensors; a rank that does not meets the others' exchange of records, and the engine fails the op on
+  // every rank, naming the ranks.
+  template <typename F>
+  bool on_device(const at::Tensor& t, const char* what, F&& f) {
+    if (!whole() || !ipc_wanted_ || !t.is_cuda() || nbytes(t) < ipc_min_bytes_) return false;
+    if (!ipc_) {
+      auto all_gather = [this](const void* in, std::size_t n, void* out) {
+        check(lspawn_engine_all_gather(engine_, in, n, out, &err_));
+      };
+      ipc_ = std::make_unique<CudaIpc>(getRank(), getSize(), global_ranks_, all_gather,
+                                       [this] { check(lspawn_engine_barrier(engine_, &err_)); });
+    }
+    if (ipc_->off() || !f(*ipc_)) return false;
+    ++ipc_ops_[what];
+    return true;
+  }
+
   // Across hosts, the rank that died first, as the C++ runtime's hierarchy says it (collectives/hierarchy.hpp):
   // a rank whose engine saw a rank of its host die writes a note into the group's store, first writer wins;
   // every rank whose op then fails (a leader whose gloo peer left, a rank whose leader left) reads it and names
@@ -1032,9 +1099,12 @@ class LspawnBackend final : public Base {
   lspawn_engine* engine_ = nullptr;
   lspawn_engine_error err_{};  // written by whichever thread calls the engine (one at a time: run())
   std::unique_ptr<Runner> runner_;  // made at the first large reduction
+  bool ipc_wanted_ = true;          // LSPAWN_SHM_CUDA_IPC
+  std::size_t ipc_min_bytes_ = 0;   // LSPAWN_SHM_CUDA_IPC_MIN_BYTES
+  std::unique_ptr<CudaIpc> ipc_;    // made at the first CUDA tensor that takes it (ipc_for)
   uint64_t seq_ = 0;
   // counts(): by the op's name, a literal (one pointer per call site; counts() adds up equal names).
-  std::unordered_map<const char*, uint64_t> engine_ops_, gloo_ops_;
+  std::unordered_map<const char*, uint64_t> engine_ops_, gloo_ops_, ipc_ops_;
 };
 
 }  // namespace lspawn_backend
@@ -1085,6 +1155,12 @@ PYBIND11_MODULE(_lspawn_backend, m) {
     py::dict d;
     d["lspawn"] = b->counts(false);
     d["gloo"] = b->counts(true);
+    d["cuda_ipc"] = b->counts(false, true);
     return d;
+  });
+  // "on" | "off: <why>" | "unused", or None: not ours.
+  m.def("cuda_ipc", [ours](const py::object& o) -> py::object {
+    const auto* b = ours(o);
+    return b ? py::object(py::str(b->cuda_ipc_state())) : py::object(py::none());
   });
 }

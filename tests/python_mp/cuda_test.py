@@ -1,0 +1,71 @@
+"""`import lspawn as mp`: CUDA tensors in spawn's args, as torch.multiprocessing shares them (CUDA IPC handles).
+
+Needs a GPU: exits 77 (skipped) where torch sees none (every CI machine of this project). On a GPU machine
+(scripts/gpu-python-check.sh), each case in a fresh interpreter (a parent that initialised CUDA cannot fork):
+
+- spawn, forkserver and preload: the parent's CUDA tensor reaches 3 ranks as a CUDA IPC handle; each rank writes
+  its element on the device; the parent reads the ranks' writes in its own tensor afterwards. The same program
+  with torch.multiprocessing.spawn first, which must give the same (the anchor).
+- fork: refused before any process starts, naming CUDA (a forked CUDA context is unusable), as _fork.py says.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+SKIP = 77
+
+CASE = textwrap.dedent("""
+    import sys
+    import torch
+    import {module} as mp
+
+    def write(i, t):
+        t[i] = i + 1
+        torch.cuda.synchronize()
+
+    if __name__ == "__main__":
+        t = torch.zeros(3, device="cuda")
+        kwargs = {kwargs}
+        try:
+            mp.spawn(write, args=(t,), nprocs=3, **kwargs)
+        except RuntimeError as e:
+            print("refused:", str(e).splitlines()[0])
+            sys.exit(0)
+        print("parent sees", t.tolist(), "on", t.device)
+""")
+
+
+def run(module, kwargs):
+    code = CASE.format(module=module, kwargs=kwargs)
+    proc = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=180, env=os.environ)
+    out = proc.stdout.strip()
+    print("[%s %s] exit %d: %s" % (module, kwargs, proc.returncode, out.splitlines()[-1] if out else ""))
+    if proc.returncode != 0:
+        raise SystemExit("FAILED: %s %s exited %d:\n%s" % (module, kwargs, proc.returncode, out[-3000:]))
+    return out
+
+
+def main():
+    import torch
+    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
+        print("no CUDA device: skipped (scripts/gpu-python-check.sh runs it on a GPU machine)")
+        sys.exit(SKIP)
+    want = "parent sees [1.0, 2.0, 3.0] on cuda:0"
+    anchor = run("torch.multiprocessing", "{}")
+    if want not in anchor:
+        raise SystemExit("FAILED: torch.multiprocessing itself: %s (expected %s)" % (anchor, want))
+    for kwargs in ('{"start_method": "spawn"}', '{"start_method": "forkserver"}',
+                   '{"start_method": "spawn", "preload": ["torch"]}'):
+        out = run("lspawn", kwargs)
+        if want not in out:
+            raise SystemExit("FAILED: lspawn %s: %s (expected %s, as torch.multiprocessing)" % (kwargs, out, want))
+    out = run("lspawn", '{"start_method": "fork"}')
+    if "refused" not in out or "CUDA" not in out:
+        raise SystemExit("FAILED: fork with CUDA initialised was not refused naming CUDA: %s" % out)
+    print("CUDA tensors in args: as torch.multiprocessing; fork refused")
+
+
+if __name__ == "__main__":
+    main()
