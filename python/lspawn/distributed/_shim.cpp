@@ -58,10 +58,14 @@ using WorkPtr = c10::intrusive_ptr<Work>;
 
 // The Work of every op the engine runs: its future holds the outputs, or the error. Completed before it is
 // returned when the op ran in the caller's thread (run()), later when it ran on the runner (run_async()).
+// With CUDA outputs the future is one of their devices, as gloo's and NCCL's are: completing it records an
+// event on each one's current stream, which a callback's or waiter's stream then waits for (a CPU future
+// would hand CUDA tensors to `then` callbacks with no synchronisation at all).
 class FutureWork final : public Work {
  public:
   FutureWork(c10d::OpType type, std::vector<at::Tensor> outputs)
-      : Work(-1, type), outputs_(std::move(outputs)), future_(c10::make_intrusive<c10::ivalue::Future>(list_type())) {}
+      : Work(-1, type), outputs_(std::move(outputs)),
+        future_(c10::make_intrusive<c10::ivalue::Future>(list_type(), devices_of(outputs_))) {}
   bool isCompleted() override { return future_->completed(); }
   bool isSuccess() const override { return future_->completed() && !future_->hasError(); }
   bool wait(std::chrono::milliseconds /*timeout*/) override {
@@ -88,6 +92,12 @@ class FutureWork final : public Work {
     std::lock_guard<std::mutex> l(mu_);
     finished_ = true;
     cv_.notify_all();
+  }
+  static std::vector<c10::Device> devices_of(const std::vector<at::Tensor>& ts) {
+    std::vector<c10::Device> out;
+    for (const auto& t : ts)
+      if (!t.device().is_cpu() && std::find(out.begin(), out.end(), t.device()) == out.end()) out.push_back(t.device());
+    return out;
   }
   static const c10::TypePtr& list_type() {
     static const c10::TypePtr t = c10::ListType::create(c10::TensorType::get());
@@ -337,7 +347,8 @@ class LspawnBackend final : public Base {
       for (auto& t : ts) reduce_in_place(t, engine_type(t.scalar_type()), eop, avg, "all_reduce_coalesced");
     };
     const bool cuda = std::any_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) { return t.is_cuda(); });
-    if (bytes >= async_min_bytes() && !cuda) return run_async("all_reduce_coalesced", bytes, c10d::OpType::ALLREDUCE_COALESCED, tensors, all);
+    if (bytes >= async_min_bytes() && !cuda)
+      return run_async("all_reduce_coalesced", bytes, c10d::OpType::ALLREDUCE_COALESCED, tensors, all);
     return run("all_reduce_coalesced", bytes, c10d::OpType::ALLREDUCE_COALESCED, tensors, all);
   }
 
@@ -346,8 +357,8 @@ class LspawnBackend final : public Base {
       return to_fallback("broadcast", tensors, [&] { return fallback_->broadcast(tensors, opts); });
     check_root(opts.rootRank, "broadcast");
     return run("broadcast", nbytes(tensors[0]), c10d::OpType::BROADCAST, tensors, [&] {
-      if (on_device(tensors[0], "broadcast", [&](CudaIpc& ipc) { return ipc.broadcast(tensors[0], static_cast<int>(opts.rootRank)); }))
-        return;
+      const int root = static_cast<int>(opts.rootRank);
+      if (on_device(tensors[0], "broadcast", [&](CudaIpc& ipc) { return ipc.broadcast(tensors[0], root); })) return;
       Staged s = stage(tensors[0]);
       broadcast_bytes(s.buf.data_ptr(), nbytes(s.buf), static_cast<int>(opts.rootRank));
       s.finish();
@@ -376,8 +387,11 @@ class LspawnBackend final : public Base {
     if (!engine_ || inputs.size() != 1 || outputs.size() != 1 || !dense(inputs[0]) || !same_as(outputs[0], inputs[0]))
       return to_fallback("all_gather", inputs, [&] { return fallback_->allgather(outputs, inputs, opts); });
     return run("all_gather", nbytes(inputs[0]), c10d::OpType::ALLGATHER, outputs[0], [&] {
-      at::Tensor on = at::empty({inputs[0].numel() * getSize()}, inputs[0].options());
-      if (on_device(inputs[0], "all_gather", [&](CudaIpc& ipc) { return ipc.all_gather(inputs[0], on); }))
+      at::Tensor on;  // every rank's input on the device
+      if (on_device(inputs[0], "all_gather", [&](CudaIpc& ipc) {
+            on = at::empty({inputs[0].numel() * getSize()}, inputs[0].options());
+            return ipc.all_gather(inputs[0], on);
+          }))
         return spread(on, outputs[0]);
       at::Tensor flat = gather_flat(inputs[0]);
       spread(flat, outputs[0]);
@@ -512,8 +526,11 @@ class LspawnBackend final : public Base {
     std::vector<at::Tensor> out{output};
     return run("reduce_scatter_tensor", nbytes(input), c10d::OpType::_REDUCE_SCATTER_BASE, out, [&] {
       // On the device: the whole reduction, this rank's part kept.
-      at::Tensor whole_sum = input.is_cuda() ? input.flatten().clone() : at::Tensor();
-      if (on_device(input, "reduce_scatter_tensor", [&](CudaIpc& ipc) { return ipc.all_reduce(whole_sum, eop); })) {
+      at::Tensor whole_sum;
+      if (on_device(input, "reduce_scatter_tensor", [&](CudaIpc& ipc) {
+            whole_sum = input.flatten().clone();
+            return ipc.all_reduce(whole_sum, eop);
+          })) {
         if (avg) whole_sum.div_(getSize());
         output.copy_(chunk(whole_sum, getRank(), output));
         return;
