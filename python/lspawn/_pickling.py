@@ -20,6 +20,7 @@ What multiprocessing's spawn does for its Process, done here for each rank of a 
 What cannot travel is said before any process starts: a TypeError naming fn or args, the start
 method and the cause (a lock of a fork context, say: multiprocessing's own message).
 """
+import copyreg
 import io
 import os
 import pickle
@@ -82,14 +83,30 @@ def _cloudpickle():
     return cloudpickle
 
 
+_cloud_pickler = None
+
+
+def _cloud_pickler_class(cloud):
+    """cloudpickle's pickler with multiprocessing's and torch's reductions (ForkingPickler's table, read live:
+    torch registers its own when torch.multiprocessing is imported) before its own. A class attribute: the C
+    pickler reads dispatch_table once, in __init__, and CloudPickler's class attribute shadows the slot an
+    assignment on the instance would fill (such an assignment was lost: a notebook's tensor travelled as a
+    copy, a pipe's end as a bare fd number)."""
+    global _cloud_pickler
+    if _cloud_pickler is None or not issubclass(_cloud_pickler, cloud.CloudPickler):
+        class _CloudPickler(cloud.CloudPickler):
+            dispatch_table = ChainMap(_reduction.ForkingPickler._extra_reducers,
+                                      getattr(cloud.CloudPickler, "dispatch_table", copyreg.dispatch_table))
+        _cloud_pickler = _CloudPickler
+    return _cloud_pickler
+
+
 def _dump(obj, cloud):
     buf = io.BytesIO()
     if cloud is None:
         _reduction.ForkingPickler(buf, pickle.HIGHEST_PROTOCOL).dump(obj)
     else:
-        p = cloud.CloudPickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
-        p.dispatch_table = ChainMap(_reduction.ForkingPickler._extra_reducers, p.dispatch_table)
-        p.dump(obj)
+        _cloud_pickler_class(cloud)(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
     return buf.getvalue()
 
 

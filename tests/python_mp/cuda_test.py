@@ -5,7 +5,8 @@ Needs a GPU: exits 77 (skipped) where torch sees none (every CI machine of this 
 
 - spawn, forkserver and preload: the parent's CUDA tensor reaches 3 ranks as a CUDA IPC handle; each rank writes
   its element on the device; the parent reads the ranks' writes in its own tensor afterwards. The same program
-  with torch.multiprocessing.spawn first, which must give the same (the anchor).
+  with torch.multiprocessing.spawn first, which must give the same (the anchor). Each rank returns a CUDA tensor
+  of its own: the parent gets its value, on the same device (a copy: the rank is gone by then).
 - fork: refused before any process starts, naming CUDA (a forked CUDA context is unusable), as _fork.py says.
 """
 import os
@@ -23,15 +24,18 @@ CASE = textwrap.dedent("""
     def write(i, t):
         t[i] = i + 1
         torch.cuda.synchronize()
+        return t[i:i + 1] * 10  # a CUDA tensor of this rank's: reaches the parent by value
 
     if __name__ == "__main__":
         t = torch.zeros(3, device="cuda")
         kwargs = {kwargs}
         try:
-            mp.spawn(write, args=(t,), nprocs=3, **kwargs)
+            values = mp.spawn(write, args=(t,), nprocs=3, **kwargs)
         except RuntimeError as e:
             print("refused:", str(e).splitlines()[0])
             sys.exit(0)
+        if values is not None:  # lspawn: each rank's return value (torch.multiprocessing: None)
+            print("returned", [(v.tolist(), str(v.device)) for v in values])
         print("parent sees", t.tolist(), "on", t.device)
 """)
 
@@ -56,11 +60,14 @@ def main():
     anchor = run("torch.multiprocessing", "{}")
     if want not in anchor:
         raise SystemExit("FAILED: torch.multiprocessing itself: %s (expected %s)" % (anchor, want))
+    returned = "returned [([10.0], 'cuda:0'), ([20.0], 'cuda:0'), ([30.0], 'cuda:0')]"
     for kwargs in ('{"start_method": "spawn"}', '{"start_method": "forkserver"}',
                    '{"start_method": "spawn", "preload": ["torch"]}'):
         out = run("lspawn", kwargs)
         if want not in out:
             raise SystemExit("FAILED: lspawn %s: %s (expected %s, as torch.multiprocessing)" % (kwargs, out, want))
+        if returned not in out:
+            raise SystemExit("FAILED: lspawn %s: the ranks' CUDA return values: %s (expected %s)" % (kwargs, out, returned))
     out = run("lspawn", '{"start_method": "fork"}')
     if "refused" not in out or "CUDA" not in out:
         raise SystemExit("FAILED: fork with CUDA initialised was not refused naming CUDA: %s" % out)

@@ -418,6 +418,27 @@ class Once(unittest.TestCase):
         self.assertIn("TypeError: lspawn.spawn: fn <function fn at", out.stdout)
         self.assertIn("pip install 'lspawn[notebook]'", out.stdout)
 
+    @unittest.skipUnless(HAVE_CLOUDPICKLE and HAVE_TORCH, "no cloudpickle or no torch")
+    def test_notebook_shares_tensors_and_pipes(self):
+        # A function of a notebook's __main__ travels by value (cloudpickle); its args still as multiprocessing
+        # and torch send them: the tensor's pages shared (the parent sees the writes), the pipe's end a real fd.
+        code = """
+            import lspawn, torch
+            def fn(i, t, conn):
+                t[i] = i + 1
+                conn.send(i)
+            if __name__ == "__main__":
+                for method in ("spawn", "forkserver"):
+                    t = torch.zeros(2)
+                    ours, theirs = lspawn.get_context(method).Pipe()
+                    lspawn.spawn(fn, args=(t, theirs), nprocs=2, start_method=method)
+                    print(method, t.tolist(), sorted(ours.recv() if ours.poll(30) else -1 for _ in range(2)))
+            """
+        out = _python(code, self.dir, stdin=True)
+        self.assertEqual(0, out.returncode, out.stdout)
+        self.assertIn("spawn [1.0, 2.0] [0, 1]", out.stdout)
+        self.assertIn("forkserver [1.0, 2.0] [0, 1]", out.stdout)
+
     def test_fork_refuses_python_threads(self):
         stop = threading.Event()
         t = threading.Thread(target=stop.wait, name="busy-helper")
