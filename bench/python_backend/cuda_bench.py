@@ -1,13 +1,13 @@
 """CUDA tensors through torch.distributed: the `lspawn` backend (CUDA IPC; and staged through host memory,
-LSPAWN_SHM_CUDA_IPC=0) against NCCL, in one run. Needs a GPU (scripts/gpu-python-check.sh runs it).
+LSPAWN_SHM_CUDA_IPC=0) against NCCL and gloo, in one run. Needs a GPU (scripts/gpu-python-check.sh runs it).
 
 For each backend the parent starts N ranks (default 2) of this Python on one host, rank r on GPU r % count (all
 on one GPU when there is one), joined through a TCPStore on port 0 (tests/python_backend/harness.py); each rank
 times all_reduce (sum, float32), all_gather (all_gather_into_tensor) and broadcast (root 0) from 4 KiB to 64 MiB:
 3 warm-ups, then an iteration count sized from the fastest of 5 more to last about --budget-ms, each iteration
-ending in torch.cuda.synchronize(); the median of rank 0's. Prints one markdown table: op | size | nccl | lspawn
-IPC | lspawn staged | nccl / lspawn IPC. (NCCL is the tool a CUDA user has; gloo's CUDA path stages through the
-host as lspawn's staged one does.)
+ending in torch.cuda.synchronize(); the median of rank 0's. Prints one markdown table: op | size | nccl | gloo |
+lspawn IPC | lspawn staged | the speedups. NCCL only with a GPU per rank (it refuses two ranks on one GPU:
+"Duplicate GPU detected"); gloo's CUDA path stages through the host, as lspawn's staged one does.
 
     python cuda_bench.py [--nprocs 2] [--budget-ms 200] [--sizes 4096,...] [--json OUT]
 Env: PYTHONPATH with the source tree's python/, LSPAWN_ENGINE, LSPAWN_BACKEND_SHIM_DIR (as for the tests).
@@ -23,7 +23,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import harness  # noqa: E402
 
 SIZES = [4 << 10, 256 << 10, 2 << 20, 4 << 20, 16 << 20, 64 << 20]
-BACKENDS = {"nccl": ("nccl", {}), "lspawn-ipc": ("lspawn", {}), "lspawn-staged": ("lspawn", {"LSPAWN_SHM_CUDA_IPC": "0"})}
+BACKENDS = {"nccl": ("nccl", {}), "gloo": ("gloo", {}), "lspawn-ipc": ("lspawn", {}),
+            "lspawn-staged": ("lspawn", {"LSPAWN_SHM_CUDA_IPC": "0"})}
 
 
 def human(b):
@@ -43,8 +44,11 @@ def worker(args):
         for nbytes in [int(s) for s in args.sizes.split(",")]:
             x = torch.full((nbytes // 4,), float(rank + 1), device=dev)
             out = torch.empty(nbytes // 4 * n, device=dev)
+            parts = list(out.chunk(n))
             run = {"all_reduce": lambda: dist.all_reduce(x), "all_gather": lambda: dist.all_gather_into_tensor(out, x),
                    "broadcast": lambda: dist.broadcast(x, src=0)}[op]
+            if op == "all_gather" and name == "gloo":  # gloo's CUDA all_gather_into_tensor is not in every 2.x
+                run = lambda: dist.all_gather(parts, x)  # noqa: E731
 
             def timed():
                 t = time.perf_counter()
@@ -81,6 +85,10 @@ def main():
         return 2
     rows, problems = [], []
     for name, (_, env) in BACKENDS.items():
+        if name == "nccl" and torch.cuda.device_count() < args.nprocs:  # "Duplicate GPU detected"
+            print("[bench] nccl: skipped, %d GPU(s) for %d ranks (NCCL refuses two ranks on one GPU)"
+                  % (torch.cuda.device_count(), args.nprocs), file=sys.stderr)
+            continue
         t0 = time.monotonic()
         results = harness.run_ranks(os.path.abspath(__file__), args.nprocs,
                                     ["--sizes", args.sizes, "--budget-ms", str(args.budget_ms)],
@@ -107,13 +115,13 @@ def main():
     fmt = lambda v: "n/a" if v is None else ("%.1f" % v if v < 1000 else "%.0f" % v)  # noqa: E731
     print("\nMedian µs per op on rank 0, N = %d, %s (float32; all_gather: size is each rank's part).\n"
           % (args.nprocs, torch.cuda.get_device_name(0)))
-    print("| op | size | nccl | lspawn IPC | lspawn staged | nccl / lspawn IPC |")
-    print("|---|---|---:|---:|---:|---:|")
+    print("| op | size | nccl | gloo | lspawn IPC | lspawn staged | gloo / lspawn IPC | nccl / lspawn IPC |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for op in ("all_reduce", "all_gather", "broadcast"):
         for b in [int(s) for s in args.sizes.split(",")]:
-            v = [get(i, op, b) for i in ("nccl", "lspawn-ipc", "lspawn-staged")]
-            ratio = "%.2fx" % (v[0] / v[1]) if v[0] and v[1] else "n/a"
-            print("| %s | %s | %s | %s |" % (op, human(b), " | ".join(fmt(x) for x in v), ratio))
+            v = [get(i, op, b) for i in ("nccl", "gloo", "lspawn-ipc", "lspawn-staged")]
+            ratios = ["%.2fx" % (ref / v[2]) if ref and v[2] else "n/a" for ref in (v[1], v[0])]
+            print("| %s | %s | %s | %s |" % (op, human(b), " | ".join(fmt(x) for x in v), " | ".join(ratios)))
     if problems:
         print("\nProblems:\n" + "\n".join("- " + p for p in problems))
         return 1
