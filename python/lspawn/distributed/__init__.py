@@ -8,7 +8,9 @@ shared-memory communicator of the C++ runtime, liblspawn_engine.so). In a group 
 reductions, broadcast, the all_gathers and barrier run on it within each host and on gloo between the
 hosts' leaders. Point-to-point work, the other ops of such a group and what the engine does not reduce
 (complex numbers, int16, ...) go to a gloo backend of the same group, so results are gloo's wherever
-lspawn's are not. A rank that dies mid-collective makes the others fail within milliseconds with an
+lspawn's are not. CUDA tensors (init_process_group("lspawn") on torch 2.x) go device to device through
+CUDA IPC within a host from LSPAWN_SHM_CUDA_IPC_MIN_BYTES (2 MiB) on, staged through host memory below it
+(cuda_ipc() says which). A rank that dies mid-collective makes the others fail within milliseconds with an
 error naming it. Under lspawn the backend's operations enter the rank's status record (`lspawn status`,
 `--hang-timeout`).
 docs/python-backend.md has the whole story.
@@ -31,7 +33,7 @@ import torch.distributed as dist
 
 from . import _build
 
-__all__ = ["BACKEND", "register", "ShimMissingError", "transport", "counts", "supported_releases"]
+__all__ = ["BACKEND", "register", "ShimMissingError", "transport", "counts", "cuda_ipc", "supported_releases"]
 
 BACKEND = "lspawn"
 _HERE = os.path.dirname(os.path.abspath(__file__))
