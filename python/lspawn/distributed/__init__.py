@@ -174,13 +174,25 @@ def _gloo(store, rank, size, timeout, prefix="lspawn-gloo/"):
     return dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), rank, size, timeout)
 
 
+def _generation_store(store, size):
+    """The group's store under lspawn/<generation>/, where every key lspawn writes for this group lives: gloo's
+    addresses (its backends'), the shared-memory segment's name, the first-failure note. The generation counts
+    the times a group of this name was made on this store: torch names groups again from 0 after
+    destroy_process_group() (so that recovering trainers agree), and the keys of the last one were read as this
+    one's: its gloo rendezvous connected to the old addresses and timed out. Every rank adds 1 once; no rank
+    can make the next generation before every rank added to this one (its rendezvous needs them all)."""
+    generation = (int(store.add("lspawn/generations", 1)) - 1) // max(size, 1)
+    return dist.PrefixStore("lspawn/%d/" % generation, store)
+
+
 def _create(opts, backend_options=None):
     """Backend.register_backend's creator (extended API): torch 1.13 and 2.x."""
     shim = _load()
     rank, size, timeout = opts.group_rank, opts.group_size, opts.timeout
     ranks = list(getattr(opts, "global_ranks_in_group", None) or range(size))
     group_id = str(getattr(opts, "group_id", "") or "0")
-    fallback = _gloo(opts.store, rank, size, timeout)
+    store = _generation_store(opts.store, size)
+    fallback = _gloo(store, rank, size, timeout)
     rank_hosts, leaders = [], None
     if _use_engine():
         keys = _hosts(fallback, size)
@@ -192,10 +204,10 @@ def _create(opts, backend_options=None):
         if len(order) > 1:
             heads = [keys.index(k) for k in order]  # each host's lowest rank: its leader
             if rank in heads:
-                leaders = _gloo(opts.store, heads.index(rank), len(heads), timeout, "lspawn-leaders/")
+                leaders = _gloo(store, heads.index(rank), len(heads), timeout, "lspawn-leaders/")
     label = "world" if group_id in ("0", "default_pg") else "pg" + group_id
     slot = _claim_status_slot("lspawn:" + label, rank, size)
-    return shim.create(opts.store, rank, size, int(timeout.total_seconds() * 1000), [int(r) for r in ranks], group_id,
+    return shim.create(store, rank, size, int(timeout.total_seconds() * 1000), [int(r) for r in ranks], group_id,
                        fallback, int(slot), rank_hosts, leaders)
 
 
