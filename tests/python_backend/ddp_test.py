@@ -54,7 +54,7 @@ def worker():
 
 if __name__ == "__main__":
     if "--worker" in sys.argv:
-        worker()
+        harness.run_worker(worker)  # no interpreter teardown: gloo's can abort the rank (harness.py)
     else:
         # Then with every reduction on the backend's runner thread (the path of DDP's buckets >= 256 KiB).
         for env in ({}, {"LSPAWN_BACKEND_ASYNC_BYTES": "1"}):

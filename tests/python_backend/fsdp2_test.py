@@ -61,6 +61,6 @@ def main():
 
 if __name__ == "__main__":
     if "--worker" in sys.argv:
-        worker()
+        harness.run_worker(worker)  # no interpreter teardown: gloo's can abort the rank (harness.py)
     else:
         main()
