@@ -14,6 +14,9 @@ Needs a GPU: exits 77 (skipped) where torch sees none (every CI machine of this 
    gloo on a machine with fewer GPUs than ranks: NCCL refuses two ranks on one GPU).
 4. A rank that passes a CPU tensor where the other passes a CUDA one: both fail within seconds, naming the
    op; neither waits for the group's timeout.
+
+With --dry-run (python_backend.cuda_dry_run, every machine): checks 1 and 3 on CPU tensors over cpu:lspawn (DDP
+against gloo), so that the expected values and the comparisons stay right between GPU runs.
 """
 import os
 import sys
@@ -25,14 +28,27 @@ import harness  # noqa: E402
 SMALL, LARGE = 1024, 3 << 20  # elements: 4 KiB and 12 MiB of float32
 
 
+DRY = "LSPAWN_TEST_CUDA_DRY_RUN"  # set: the same checks on CPU tensors (--dry-run), so that they stay right
+
+
 def device():
     import torch
+    if os.environ.get(DRY):
+        return torch.device("cpu")
     return torch.device("cuda", int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
+
+
+def synchronize():
+    import torch
+    if not os.environ.get(DRY):
+        torch.cuda.synchronize()
 
 
 def init():
     import lspawn.distributed  # noqa: F401
     import torch
+    if os.environ.get(DRY):
+        return harness.init()  # cpu:lspawn (torch 1.13: lspawn)
     torch.cuda.set_device(device())
     return harness.init("lspawn")
 
@@ -84,7 +100,7 @@ def ops(failures):
             t = inputs(rank, numel, dtype)
             dist.reduce(t, dst=0)
             same("reduce to 0 %s" % tag, t, sum(e.double() for e in every).to(dtype) if rank == 0 else every[rank])
-    torch.cuda.synchronize()
+    synchronize()
 
 
 def ddp(failures):
@@ -139,7 +155,11 @@ def worker():
     ops(failures)
     counts, state = ld.counts(), ld.cuda_ipc()
     print("cuda_ipc: %s, counts %s" % (state, counts["cuda_ipc"]))
-    if os.environ.get("LSPAWN_SHM_CUDA_IPC") == "0":
+    if os.environ.get(DRY):  # CPU tensors: the expected values and DDP's comparison are what is checked
+        if counts["cuda_ipc"] or state != "unused":
+            failures.append("CUDA IPC on CPU tensors: %s %s" % (state, counts["cuda_ipc"]))
+        ddp(failures)
+    elif os.environ.get("LSPAWN_SHM_CUDA_IPC") == "0":
         if counts["cuda_ipc"] or state != "unused":
             failures.append("LSPAWN_SHM_CUDA_IPC=0, yet CUDA IPC: %s %s" % (state, counts["cuda_ipc"]))
     else:
@@ -157,10 +177,14 @@ def worker():
 
 def main():
     import torch
+    here = os.path.abspath(__file__)
+    if "--dry-run" in sys.argv:  # python_backend.cuda_dry_run: every machine
+        for rank, _, out in harness.run_ranks(here, 2, ["ops"], env={DRY: "1"}, timeout=300):
+            print("[dry run rank %d] %s" % (rank, out.strip().splitlines()[-1]))
+        return
     if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
         print("no CUDA device: skipped (scripts/gpu-python-check.sh runs it on a GPU machine)")
         sys.exit(harness.SKIP)
-    here = os.path.abspath(__file__)
     for env in ({}, {"LSPAWN_SHM_CUDA_IPC": "0"}):
         for rank, _, out in harness.run_ranks(here, 2, ["ops"], env=env, timeout=300):
             print("[%s rank %d] %s" % (env or "IPC", rank, out.strip().splitlines()[-1]))
