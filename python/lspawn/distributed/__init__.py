@@ -191,10 +191,14 @@ def _create(opts, backend_options=None):
     rank, size, timeout = opts.group_rank, opts.group_size, opts.timeout
     ranks = list(getattr(opts, "global_ranks_in_group", None) or range(size))
     group_id = str(getattr(opts, "group_id", "") or "0")
+    # Every setting read before the first rendezvous: a rank that fails on a bad value fails on its own reading,
+    # not on its gloo peer that left for the same reason ("Connection closed by peer").
+    use_engine = _use_engine()
+    shim.check_settings()
     store = _generation_store(opts.store, size)
     fallback = _gloo(store, rank, size, timeout)
     rank_hosts, leaders = [], None
-    if _use_engine():
+    if use_engine:
         keys = _hosts(fallback, size)
         order = []  # hosts in the order of their lowest rank
         for k in keys:

@@ -1129,6 +1129,17 @@ class LspawnBackend final : public Base {
 PYBIND11_MODULE(_lspawn_backend, m) {
   namespace py = pybind11;
   m.attr("ENGINE_ABI") = LSPAWN_ENGINE_ABI;
+  // The backend's settings (LSPAWN_SHM_CUDA_IPC, LSPAWN_SHM_CUDA_IPC_MIN_BYTES): a bad one raises ValueError
+  // naming it. Called before any rendezvous, so that every rank fails on its own reading, not on a peer that
+  // left (create() reads them again).
+  m.def("check_settings", [] {
+    try {
+      (void)lspawn_backend::cuda_ipc_wanted();
+      (void)lspawn_backend::cuda_ipc_min_bytes();
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("lspawn backend: ") + e.what());
+    }
+  });
   m.def("engine_abi", [] { return lspawn_engine_abi(); });
   m.def(
       "create",
