@@ -93,7 +93,7 @@ def _cloud_pickler_class(cloud):
     assignment on the instance would fill (such an assignment was lost: a notebook's tensor travelled as a
     copy, a pipe's end as a bare fd number)."""
     global _cloud_pickler
-    if _cloud_pickler is None or not issubclass(_cloud_pickler, cloud.CloudPickler):
+    if _cloud_pickler is None:
         class _CloudPickler(cloud.CloudPickler):
             dispatch_table = ChainMap(_reduction.ForkingPickler._extra_reducers,
                                       getattr(cloud.CloudPickler, "dispatch_table", copyreg.dispatch_table))

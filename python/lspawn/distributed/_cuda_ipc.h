@@ -23,10 +23,8 @@
 // No CUDA header and no CUDA library at build time: the CUDA runtime calls are looked up when the first
 // CUDA tensor comes, in the libcudart the process's torch loaded (_cudart.h).
 //
-// When it is used (_shim.cpp): a CUDA tensor of at least min_bytes() in a group on one host, unless
-// LSPAWN_SHM_CUDA_IPC=0; a smaller one, or one in a group spanning hosts, is staged through host memory.
-// min_bytes(): LSPAWN_SHM_CUDA_IPC_MIN_BYTES, default 2 MiB, as in the C++ runtime (docs/benchmarks.md
-// §11: on an H100 an IPC all_reduce costs ~0.8 ms whatever its size, a staged one ~0.3 ms per MiB).
+// When it is used (_shim.cpp): a CUDA tensor of at least CudaIpcSettings::min_bytes in a group on one host,
+// unless LSPAWN_SHM_CUDA_IPC=0; a smaller one, or one in a group spanning hosts, is staged through host memory.
 // Every rank must pass a CUDA tensor of the same shape and type, as with NCCL: a rank that disagrees
 // fails the op on every rank, naming it. When a rank cannot export or open a scratch (no libcudart
 // loaded, no IPC on this platform, out of memory), every rank learns it in the same exchange and
@@ -53,28 +51,37 @@
 
 namespace lspawn_backend {
 
-// Whether LSPAWN_SHM_CUDA_IPC allows IPC (1 or unset) or not (0); another value throws, naming it.
-inline bool cuda_ipc_wanted() {
-  const char* v = std::getenv("LSPAWN_SHM_CUDA_IPC");
-  if (v == nullptr || *v == '\0' || std::string(v) == "1") return true;
-  if (std::string(v) == "0") return false;
-  throw std::invalid_argument(std::string("LSPAWN_SHM_CUDA_IPC='") + v +
-                              "': expected 1 (CUDA tensors device to device through CUDA IPC) or 0 (staged through "
-                              "host memory)");
-}
+// When the backend takes CUDA IPC, from the environment. from_environment() throws std::invalid_argument
+// naming a bad value ("lspawn backend: LSPAWN_SHM_CUDA_IPC='yes': expected ...").
+struct CudaIpcSettings {
+  bool wanted = true;  // LSPAWN_SHM_CUDA_IPC: 1 or unset, or 0 (every CUDA tensor staged)
+  // LSPAWN_SHM_CUDA_IPC_MIN_BYTES: tensors of fewer bytes are staged (the same on every rank: the sizes agree).
+  // 2 MiB as in the C++ runtime (docs/benchmarks.md §11: on an H100 an IPC all_reduce costs ~0.8 ms whatever
+  // its size, a staged one ~0.3 ms per MiB).
+  std::size_t min_bytes = std::size_t{2} << 20;
 
-// LSPAWN_SHM_CUDA_IPC_MIN_BYTES (default 2 MiB); a value that is not a byte count throws, naming it.
-inline std::size_t cuda_ipc_min_bytes() {
-  const char* v = std::getenv("LSPAWN_SHM_CUDA_IPC_MIN_BYTES");
-  if (v == nullptr || *v == '\0') return std::size_t{2} << 20;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long n = std::strtoull(v, &end, 10);
-  if (*v == '-' || end == v || *end != '\0' || errno == ERANGE)
-    throw std::invalid_argument(std::string("LSPAWN_SHM_CUDA_IPC_MIN_BYTES='") + v +
-                                "': expected a byte count (CUDA tensors of fewer bytes are staged through host memory)");
-  return static_cast<std::size_t>(n);
-}
+  static CudaIpcSettings from_environment() {
+    CudaIpcSettings s;
+    if (const char* v = std::getenv("LSPAWN_SHM_CUDA_IPC"); v != nullptr && *v != '\0' && std::string(v) != "1") {
+      if (std::string(v) != "0")
+        throw std::invalid_argument(std::string("lspawn backend: LSPAWN_SHM_CUDA_IPC='") + v +
+                                    "': expected 1 (CUDA tensors device to device through CUDA IPC) or 0 (staged "
+                                    "through host memory)");
+      s.wanted = false;
+    }
+    if (const char* v = std::getenv("LSPAWN_SHM_CUDA_IPC_MIN_BYTES"); v != nullptr && *v != '\0') {
+      char* end = nullptr;
+      errno = 0;
+      const unsigned long long n = std::strtoull(v, &end, 10);
+      if (*v == '-' || end == v || *end != '\0' || errno == ERANGE)
+        throw std::invalid_argument(std::string("lspawn backend: LSPAWN_SHM_CUDA_IPC_MIN_BYTES='") + v +
+                                    "': expected a byte count (CUDA tensors of fewer bytes are staged through host "
+                                    "memory)");
+      s.min_bytes = static_cast<std::size_t>(n);
+    }
+    return s;
+  }
+};
 
 class CudaIpc {
  public:
@@ -85,7 +92,7 @@ class CudaIpc {
   CudaIpc(int rank, int size, std::vector<int> shown, std::function<void(const void*, std::size_t, void*)> all_gather,
           std::function<void()> barrier)
       : rank_(rank), size_(size), shown_(std::move(shown)), all_gather_(std::move(all_gather)),
-        barrier_(std::move(barrier)), min_bytes_(cuda_ipc_min_bytes()) {
+        barrier_(std::move(barrier)) {
     previous_.resize(size);
     mapped_.assign(size, nullptr);
     mapped_device_.assign(size, -1);
@@ -102,8 +109,6 @@ class CudaIpc {
   CudaIpc(const CudaIpc&) = delete;
   CudaIpc& operator=(const CudaIpc&) = delete;
 
-  // Tensors of fewer bytes are staged (the same on every rank: the sizes agree).
-  std::size_t min_bytes() const { return min_bytes_; }
   bool off() const { return off_; }
   const std::string& why_off() const { return why_off_; }
 
@@ -358,7 +363,6 @@ class CudaIpc {
   const std::vector<int> shown_;
   const std::function<void(const void*, std::size_t, void*)> all_gather_;
   const std::function<void()> barrier_;
-  const std::size_t min_bytes_;
   bool off_ = false;
   std::string why_off_;
   int device_ = -1;  // of the scratch

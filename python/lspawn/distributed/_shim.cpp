@@ -8,7 +8,7 @@
 // of the releases CI tests. The engine's C symbols are resolved at load from the engine that
 // lspawn.distributed loads first (RTLD_GLOBAL), so no C++ type crosses between them.
 //
-// CUDA tensors: device to device through CUDA IPC in a group on one host (all_reduce, broadcast, the
+// CUDA tensors: device to device through CUDA IPC in a group on one host (all_reduce, reduce, broadcast, the
 // all_gathers, reduce_scatter_tensor; _cuda_ipc.h), every other op and every smaller tensor staged through
 // host memory.
 //
@@ -260,16 +260,11 @@ class LspawnBackend final : public Base {
                 std::uintptr_t status_slot, std::vector<int> rank_hosts, c10::intrusive_ptr<Base> leaders)
       : Base(rank, size), store_(store), timeout_(timeout), global_ranks_(std::move(global_ranks)),
         group_id_(group_id), fallback_(std::move(fallback)), leaders_(std::move(leaders)),
-        slot_(reinterpret_cast<void*>(status_slot)), hosts_(std::move(rank_hosts)) {
+        slot_(reinterpret_cast<void*>(status_slot)), hosts_(std::move(rank_hosts)),
+        ipc_settings_(CudaIpcSettings::from_environment()) {
     if (global_ranks_.size() != static_cast<std::size_t>(size)) {
       global_ranks_.resize(size);
       for (int r = 0; r < size; ++r) global_ranks_[r] = r;
-    }
-    try {  // read now, so that a bad value fails init_process_group, not the first CUDA collective
-      ipc_wanted_ = cuda_ipc_wanted();
-      ipc_min_bytes_ = cuda_ipc_min_bytes();
-    } catch (const std::invalid_argument& e) {
-      fail(std::string("lspawn backend: ") + e.what());
     }
     if (hosts_.empty()) return;
     if (hosts_.size() != static_cast<std::size_t>(size)) fail("lspawn backend: a host for each rank expected (a bug)");
@@ -300,12 +295,14 @@ class LspawnBackend final : public Base {
   // The engine carries every rank of the group (one host): gather, scatter and all_to_all run on it too.
   bool whole() const { return engine_ && !spans_hosts_; }
   std::string transport() const { return engine_ ? (spans_hosts_ ? "shm+gloo" : "shm") : "gloo"; }
-  // How many ops ran on lspawn's path (the engine; spanning hosts, with gloo between the leaders) and how
-  // many went to gloo whole, by op name (lspawn.distributed.counts()).
-  // Of the former, those whose CUDA tensors went device to device through CUDA IPC (cuda_ipc: true).
-  std::map<std::string, uint64_t> counts(bool on_gloo, bool cuda_ipc = false) const {
+  // How many ops ran on lspawn's path (the engine; spanning hosts, with gloo between the leaders), how many
+  // of those went device to device through CUDA IPC, and how many went to gloo whole, by op name
+  // (lspawn.distributed.counts()).
+  enum class Path { Lspawn, CudaIpc, Gloo };
+  std::map<std::string, uint64_t> counts(Path path) const {
     std::map<std::string, uint64_t> out;
-    for (const auto& kv : cuda_ipc ? ipc_ops_ : on_gloo ? gloo_ops_ : engine_ops_) out[kv.first] += kv.second;
+    const auto& ops = path == Path::Lspawn ? engine_ops_ : path == Path::CudaIpc ? ipc_ops_ : gloo_ops_;
+    for (const auto& kv : ops) out[kv.first] += kv.second;
     return out;
   }
   // CUDA IPC in this group: "on" (it carried an op), "off: <why>", or "unused" (no CUDA tensor of
@@ -320,11 +317,8 @@ class LspawnBackend final : public Base {
     bool avg = false;
     if (tensors.size() != 1 || !reducible(tensors[0], opts.reduceOp, "all_reduce", etype, eop, avg))
       return to_fallback("all_reduce", tensors, [&] { return fallback_->allreduce(tensors, opts); });
-    if (tensors[0].is_cuda())  // in this thread: the engine's copies to and from the device are on its stream
-      return run("all_reduce", nbytes(tensors[0]), c10d::OpType::ALLREDUCE, tensors, [&] {
-        reduce_in_place(tensors[0], etype, eop, avg);
-      });
-    if (nbytes(tensors[0]) >= async_min_bytes()) {
+    // CUDA tensors in this thread: the copies to and from the device are on its stream.
+    if (nbytes(tensors[0]) >= async_min_bytes() && !tensors[0].is_cuda()) {
       at::Tensor t = tensors[0];
       return run_async("all_reduce", nbytes(t), c10d::OpType::ALLREDUCE, tensors,
                        [this, t, etype, eop, avg]() mutable { reduce_in_place(t, etype, eop, avg); });
@@ -984,7 +978,7 @@ class LspawnBackend final : public Base {
   // every rank, naming the ranks.
   template <typename F>
   bool on_device(const at::Tensor& t, const char* what, F&& f) {
-    if (!whole() || !ipc_wanted_ || !t.is_cuda() || nbytes(t) < ipc_min_bytes_) return false;
+    if (!whole() || !ipc_settings_.wanted || !t.is_cuda() || nbytes(t) < ipc_settings_.min_bytes) return false;
     if (!ipc_) {
       auto all_gather = [this](const void* in, std::size_t n, void* out) {
         check(lspawn_engine_all_gather(engine_, in, n, out, &err_));
@@ -1116,9 +1110,8 @@ class LspawnBackend final : public Base {
   lspawn_engine* engine_ = nullptr;
   lspawn_engine_error err_{};  // written by whichever thread calls the engine (one at a time: run())
   std::unique_ptr<Runner> runner_;  // made at the first large reduction
-  bool ipc_wanted_ = true;          // LSPAWN_SHM_CUDA_IPC
-  std::size_t ipc_min_bytes_ = 0;   // LSPAWN_SHM_CUDA_IPC_MIN_BYTES
-  std::unique_ptr<CudaIpc> ipc_;    // made at the first CUDA tensor that takes it (ipc_for)
+  const CudaIpcSettings ipc_settings_;  // read at construction: a bad value fails init_process_group
+  std::unique_ptr<CudaIpc> ipc_;        // made at the first CUDA tensor that takes it (on_device)
   uint64_t seq_ = 0;
   // counts(): by the op's name, a literal (one pointer per call site; counts() adds up equal names).
   std::unordered_map<const char*, uint64_t> engine_ops_, gloo_ops_, ipc_ops_;
@@ -1132,14 +1125,7 @@ PYBIND11_MODULE(_lspawn_backend, m) {
   // The backend's settings (LSPAWN_SHM_CUDA_IPC, LSPAWN_SHM_CUDA_IPC_MIN_BYTES): a bad one raises ValueError
   // naming it. Called before any rendezvous, so that every rank fails on its own reading, not on a peer that
   // left (create() reads them again).
-  m.def("check_settings", [] {
-    try {
-      (void)lspawn_backend::cuda_ipc_wanted();
-      (void)lspawn_backend::cuda_ipc_min_bytes();
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(std::string("lspawn backend: ") + e.what());
-    }
-  });
+  m.def("check_settings", [] { (void)lspawn_backend::CudaIpcSettings::from_environment(); });
   m.def("engine_abi", [] { return lspawn_engine_abi(); });
   m.def(
       "create",
@@ -1181,9 +1167,10 @@ PYBIND11_MODULE(_lspawn_backend, m) {
     const auto* b = ours(o);
     if (!b) return py::none();
     py::dict d;
-    d["lspawn"] = b->counts(false);
-    d["gloo"] = b->counts(true);
-    d["cuda_ipc"] = b->counts(false, true);
+    using Path = lspawn_backend::LspawnBackend::Path;
+    d["lspawn"] = b->counts(Path::Lspawn);
+    d["gloo"] = b->counts(Path::Gloo);
+    d["cuda_ipc"] = b->counts(Path::CudaIpc);
     return d;
   });
   // "on" | "off: <why>" | "unused", or None: not ours.
