@@ -34,6 +34,8 @@ if [[ $version == 2.15.0 ]]; then
   venv=${LSPAWN_TORCH2_VENV:-$root/.deps/torch2}
 else
   venv=${LSPAWN_TORCH2_VENV:-$root/.deps/torch-$version}
+  # scripts/setup-torch-cpu.sh's folder of that release (CI's 2.4.1, C++ only) is not a venv
+  [[ -z ${LSPAWN_TORCH2_VENV:-} && -e $venv/.lspawn-torch-cpu-$version ]] && venv=$root/.deps/torch-$version-venv
 fi
 py=${PYTHON:-python3}
 pure=(filelock "typing-extensions>=4.13.0" sympy networkx jinja2 fsspec numpy)
@@ -119,22 +121,45 @@ log "installing torch==$version (no CUDA dependencies) into $venv"
 # The CUDA runtime wheels this torch pins (for 2.15.0: nvidia-cusparselt-cu13==0.8.1,
 # nvidia-nvshmem-cu13==3.7.2, nvidia-nccl-cu13==2.30.7), and libcufile (among cuda-toolkit's
 # extras in the pins; the toolkit here lacks it).
-mapfile -t nvidia < <("$venv/bin/python" - <<'EOF'
-import importlib.metadata as md, re
+#
+# A torch built for another CUDA major than the toolkit's (PyPI's 2.4-2.10: CUDA 12; the toolkit
+# here: 13) cannot borrow the toolkit's libraries (libcublas.so.12 is not libcublas.so.13): it gets
+# every nvidia wheel it pins, with their own dependencies (nvJitLink, which cuSPARSE needs and torch
+# does not name), as `pip install torch==VERSION` gives a user (~2.5 GB more).
+# scripts/check-python-range.sh runs 2.4-2.10 in such venvs.
+toolkit_major=$(sed -nE 's/^#define CUDART_VERSION[[:space:]]+([0-9]+)[0-9]{3}[[:space:]]*$/\1/p' \
+  "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime_api.h" 2>/dev/null || true)
+mapfile -t nvidia < <(TOOLKIT_MAJOR=$toolkit_major "$venv/bin/python" - <<'EOF'
+import importlib.metadata as md, os, re
+pins = []
 for req in md.requires("torch") or []:
     spec, _, marker = req.partition(";")
     spec = spec.replace(" ", "")
-    if "extra" not in marker and re.match(r"nvidia-(cusparselt|nvshmem|nccl)-cu\d+([=<>!~]|$)", spec):
-        print(spec)
+    if "extra" not in marker and spec.startswith("nvidia-"):
+        pins.append(spec)
+majors = {m.group(1) for m in (re.match(r"nvidia-[a-z0-9-]+-cu(\d+)", p) for p in pins) if m}
+if majors and majors != {os.environ["TOOLKIT_MAJOR"]}:
+    print("all")
+    print(*pins, sep="\n")
+else:
+    print("toolkit")
+    print(*(p for p in pins if re.match(r"nvidia-(cusparselt|nvshmem|nccl)-cu\d+([=<>!~]|$)", p)), sep="\n")
 EOF
 )
+which=${nvidia[0]:-}
+nvidia=("${nvidia[@]:1}")
 if ((${#nvidia[@]} == 0)); then
-  log "torch==$version names no nvidia-nccl/cusparselt/nvshmem wheel in its Requires-Dist: not a CUDA build?"
+  log "torch==$version names no nvidia wheel in its Requires-Dist: not a CUDA build?"
   exit 1
 fi
-nvidia+=(nvidia-cufile)
-log "installing the CUDA runtime wheels it pins: ${nvidia[*]}"
-"${pip[@]}" install --no-deps --no-compile "${nvidia[@]}" >&2
+if [[ $which == all ]]; then
+  log "torch==$version is built for another CUDA major than the toolkit's (${toolkit_major:-none found}): installing every CUDA wheel it pins, with their dependencies: ${nvidia[*]}"
+  "${pip[@]}" install --no-compile "${nvidia[@]}" >&2
+else
+  nvidia+=(nvidia-cufile)
+  log "installing the CUDA runtime wheels it pins: ${nvidia[*]}"
+  "${pip[@]}" install --no-deps --no-compile "${nvidia[@]}" >&2
+fi
 "${pip[@]}" install --no-compile "${pure[@]}" >&2
 site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 # A stable path for CMake and the tests, whatever the Python version.
