@@ -10,7 +10,8 @@ for them:
     lspawn_hang.install()          # once per worker process, as early as possible (see below)
 
 - **which collective**: from torch's Flight Recorder, which records every collective of every process group
-  (gloo natively in torch >= 2.7, on by default with 2000 entries; NCCL too). A thread of this module reads
+  (gloo's readable from torch 2.8, NCCL's too; on by default with 2000 entries from 2.11, and turned on
+  here, TORCH_FR_BUFFER_SIZE=2000, for 2.8-2.10, which ship it off, unless the user set the variable). A thread of this module reads
   its per-group status (last enqueued / last completed collective: ~0.15 ms) every 0.2 s and mirrors it into
   the record: group `world` (the default group) or `pg<name>`, sequence number, in a collective or not; when
   a state has held for one more poll (a wait, or a rank that stopped calling collectives) it reads the whole
@@ -679,6 +680,26 @@ def _start_tracker(tracker):
     tracker._fd, tracker._pid = w, pid
 
 
+def _flight_recorder_on():
+    """Turns torch's Flight Recorder on where torch ships it off: 2.x up to 2.10 records nothing unless
+    TORCH_FR_BUFFER_SIZE (or TORCH_NCCL_TRACE_BUFFER_SIZE) is set (FlightRecorder.hpp: a default of 0
+    entries; 2000 from 2.11), and its recorder still answers a dump, with no group in it: the report
+    then named no collective at all, where the wrapped functions would have (found by
+    scripts/check-python-range.sh on 2.10). Sets TORCH_FR_BUFFER_SIZE=2000, 2.11's default, when
+    neither variable is set; a value the user set, 0 included, is kept. Read by the recorder when it is
+    first used (the first process group, or a dump): so before _Watch._backends() reads it. A no-op
+    until torch is imported, and for 1.x (no recorder) and torch >= 2.11."""
+    torch = sys.modules.get("torch")
+    if torch is None or os.environ.get("TORCH_FR_BUFFER_SIZE") or os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE"):
+        return
+    try:
+        major, minor = (int(x) for x in str(torch.__version__).split(".")[:2])
+    except (AttributeError, ValueError):
+        return
+    if major == 2 and minor <= 10:
+        os.environ["TORCH_FR_BUFFER_SIZE"] = "2000"
+
+
 def install():
     """Starts this process's record and its watch thread, once. Returns True when recording (under lspawn:
     LSPAWN_STATUS_DIR and RANK set), False otherwise. Call it before other threads start (they must
@@ -711,6 +732,7 @@ def install():
     if not faulthandler.is_enabled():
         faulthandler.enable()
     current = signal.getsignal(STACK_SIGNAL)
+    _flight_recorder_on()  # torch imported already (the preload server's): before _Watch reads the recorder
     watch = _Watch(record, directory, rank)
     watch.pid = os.getpid()
     if current in (signal.SIG_DFL, None):  # a program's own SIGURG handler is left alone (no stacks)
@@ -725,6 +747,7 @@ def install():
         except Exception:  # the restart policy then treats this rank's failures as before
             pass
         if "torch" in sys.modules and not watch.backends:
+            _flight_recorder_on()
             watch.backends = watch._backends()
         if not watch.backends:
             try:

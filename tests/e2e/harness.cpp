@@ -18,10 +18,12 @@ std::string test_python() {
   return env ? env : LSPAWN_TEST_PYTHON;
 }
 
-bool python_imports(const std::string& module) {
-  Child c({test_python(), "-c", "import " + module});
+bool python_runs(const std::string& code) {
+  Child c({test_python(), "-c", code});
   return code_of(c.wait(std::chrono::seconds(120))) == 0;
 }
+
+bool python_imports(const std::string& module) { return python_runs("import " + module); }
 
 std::vector<std::string> with_start_method(std::vector<std::string> argv) {
   const char* m = std::getenv("LSPAWN_E2E_START_METHOD");

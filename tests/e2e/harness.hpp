@@ -33,6 +33,8 @@ std::string test_python();
 // Whether test_python() imports `module` (e.g. "lightning": the 2.x venv of
 // scripts/setup-torch2.sh installs it).
 bool python_imports(const std::string& module);
+// Whether `python -c code` exits 0 under test_python().
+bool python_runs(const std::string& code);
 
 // argv of an lspawn run (argv[0] == lspawn_bin()) with "--start-method M" inserted when the
 // environment has LSPAWN_E2E_START_METHOD=M (how ctest runs the suite again, under
