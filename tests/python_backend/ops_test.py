@@ -4,7 +4,7 @@ Each rank runs every case twice: on the default group (lspawn) and on a gloo gro
 the same inputs (small integers, so that every sum and product is exact in every dtype and the order of a
 reduction cannot change a bit), and requires identical outputs. Where gloo refuses a case (ReduceOp.AVG,
 reduce_scatter on torch 1.13, bool reductions), the result is compared with one computed locally from every
-rank's inputs instead. Also: async ops and their futures, a subgroup, and the transport: shm on one host,
+rank's inputs instead; so is reduce_scatter with AVG always, which gloo takes and sums in torch 2.5.1-2.8.0. Also: async ops and their futures, a subgroup, and the transport: shm on one host,
 shm+gloo on hosts simulated by LSPAWN_BACKEND_HOST_KEY (N = 4 as 2 + 2, N = 3 as 2 + 1, not contiguous);
 and which ops went to gloo whole (lspawn.distributed.counts()): point to point only, and across hosts
 gather, scatter and all_to_all.
@@ -49,6 +49,17 @@ def worker():
             if a.dtype != b.dtype or a.shape != b.shape or not torch.equal(a, b):
                 failures.append("%s: lspawn %s != reference %s" % (name, a.flatten()[:8].tolist(), b.flatten()[:8].tolist()))
                 return
+
+    def alone(name, fn, make_args, local_ref):
+        """fn(args, None) on lspawn's group; compares the first of args with local_ref()'s (where gloo's
+        result is no reference)."""
+        ours = make_args()
+        try:
+            fn(ours, None)
+        except RuntimeError as e:
+            failures.append("%s: lspawn refused (%s)" % (name, str(e).splitlines()[0][:160]))
+            return
+        same(name, ours[:1], local_ref())
 
     def both(name, fn, make_args, local_ref=None):
         """fn(args, group) runs the op in place on args; compares lspawn's args with gloo's (or local_ref())."""
@@ -164,6 +175,19 @@ def worker():
                               torch.cat([gen(rank * n + j, shape, dtype, s) for j in range(n)])],
                  lambda s=s: [fold([gen(r * n + rank, shape, dtype, s) for r in range(n)], "sum"),
                               torch.cat([gen(rank * n + j, shape, dtype, s) for j in range(n)])])
+            if dtype in FLOATS:
+                # AVG, against the local result alone: gloo takes AVG in reduce_scatter and returns the sum
+                # in torch 2.5.1-2.8.0 (measured; 2.10.0 and 2.15.0 average), so its result is no reference.
+                avg_ref = lambda s=s: [(fold([gen(r * n + rank, shape, dtype, s) for r in range(n)], "sum") / n)  # noqa: E731
+                                       .to(getattr(torch, dtype))]
+                alone("reduce_scatter %s avg %s" % (dtype, shape),
+                      lambda a, g: dist.reduce_scatter(a[0], a[1:], op=dist.ReduceOp.AVG, group=g),
+                      lambda s=s: [torch.zeros(shape, dtype=getattr(torch, dtype))] +
+                      [gen(rank * n + j, shape, dtype, s) for j in range(n)], avg_ref)
+                alone("reduce_scatter_tensor %s avg %s" % (dtype, shape),
+                      lambda a, g: rs_base(a[0], a[1], op=dist.ReduceOp.AVG, group=g),
+                      lambda s=s: [torch.zeros(shape, dtype=getattr(torch, dtype)),
+                                   torch.cat([gen(rank * n + j, shape, dtype, s) for j in range(n)])], avg_ref)
             # all_to_all_single, even and uneven (rank r sends r+j+1 rows to rank j).
             both("all_to_all_single %s even" % dtype,
                  lambda a, g: dist.all_to_all_single(a[0], a[1], group=g),
