@@ -26,7 +26,7 @@ def fully_shard_function():
 
 def gloo_averages(dist):
     """Whether gloo's reduce_scatter_tensor(op=AVG) averages. FSDP2 reduce-scatters float32 gradients with
-    AVG; gloo takes the op but returns the sum (measured: torch 2.5.1-2.8.0 give the sum, 2.10.0 and 2.15.0
+    AVG; gloo takes the op but returns the sum (measured: torch 2.4.1-2.8.0 give the sum, 2.9.1, 2.10.0, 2.15.0
     the average), so its weights are no reference there."""
     import torch
     n, r = dist.get_world_size(), dist.get_rank()

@@ -4,8 +4,8 @@ Each rank runs every case twice: on the default group (lspawn) and on a gloo gro
 the same inputs (small integers, so that every sum and product is exact in every dtype and the order of a
 reduction cannot change a bit), and requires identical outputs. Where gloo refuses a case (ReduceOp.AVG,
 reduce_scatter on torch 1.13, bool reductions), the result is compared with one computed locally from every
-rank's inputs instead; so is reduce_scatter with AVG always, which gloo takes and sums in torch 2.5.1-2.8.0. Also: async ops and their futures, a subgroup, and the transport: shm on one host,
-shm+gloo on hosts simulated by LSPAWN_BACKEND_HOST_KEY (N = 4 as 2 + 2, N = 3 as 2 + 1, not contiguous);
+rank's inputs instead; so is reduce_scatter with AVG always, which gloo takes and sums in torch
+2.4.1-2.8.0. Also: async ops and their futures, a subgroup, and the transport: shm on one host, shm+gloo on hosts simulated by LSPAWN_BACKEND_HOST_KEY (N = 4 as 2 + 2, N = 3 as 2 + 1, not contiguous);
 and which ops went to gloo whole (lspawn.distributed.counts()): point to point only, and across hosts
 gather, scatter and all_to_all.
 
@@ -177,7 +177,7 @@ def worker():
                               torch.cat([gen(rank * n + j, shape, dtype, s) for j in range(n)])])
             if dtype in FLOATS:
                 # AVG, against the local result alone: gloo takes AVG in reduce_scatter and returns the sum
-                # in torch 2.5.1-2.8.0 (measured; 2.10.0 and 2.15.0 average), so its result is no reference.
+                # in torch 2.4.1-2.8.0 (measured; 2.9.1, 2.10.0 and 2.15.0 average), so its result is no reference.
                 avg_ref = lambda s=s: [(fold([gen(r * n + rank, shape, dtype, s) for r in range(n)], "sum") / n)  # noqa: E731
                                        .to(getattr(torch, dtype))]
                 alone("reduce_scatter %s avg %s" % (dtype, shape),
