@@ -14,7 +14,7 @@
 # read LSPAWN_TEST_PYTHON at run time), and which Flight Recorder API lspawn_hang found; then the
 # torch.distributed backend: its shim built for that release by the users' command (`python -m
 # lspawn.distributed build`) and its tests run with that Python against the build's engine
-# (tests/python_backend/: ops, dead_rank, ddp, fsdp2, errors; LSPAWN_CHECK_BACKEND_TESTS to choose,
+# (tests/python_backend/: ops, dead_rank, ddp, fsdp2, errors, launcher, lightning; LSPAWN_CHECK_BACKEND_TESTS to choose,
 # empty: none). Exit 1 if any release failed; a table at the end.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,7 +28,7 @@ versions=("$@")
 ((${#versions[@]})) || versions=(2.4.1 2.5.1 2.6.0 2.7.1 2.8.0 2.9.1 2.10.0 2.11.0 2.12.1 2.13.0 2.14.1 2.15.0)
 rows=()
 failed=0
-backend_tests=${LSPAWN_CHECK_BACKEND_TESTS-ops dead_rank ddp fsdp2 errors}
+backend_tests=${LSPAWN_CHECK_BACKEND_TESTS-ops dead_rank ddp fsdp2 errors launcher lightning}
 engine=$build/shm/liblspawn_engine.so
 ccache_env=()  # the shim's compile through ccache, in its own cache (XDG_CACHE_HOME is moved below)
 if command -v ccache >/dev/null && cache_dir=$(ccache --get-config cache_dir 2>/dev/null); then
