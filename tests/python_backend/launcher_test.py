@@ -6,6 +6,10 @@
 - `--cpu-backend nccl`: a usage error naming the option and the values (exit 2), nothing started.
 - `lspawn --hang-timeout 3`: rank 1 sleeps instead of joining an all_reduce on the lspawn backend; the report
   names the op and the backend's group (lspawn:world) and the job exits 124.
+- The same for an unmodified gloo DDP script under `--cpu-backend lspawn`, rank 1 late in its third step: the
+  report names the gradient bucket's all_reduce, which DDP's C++ reducer issues (no Python function does), on
+  every torch: the backend records its ops from C++. Under gloo alone such a hang is named only where torch's
+  Flight Recorder reads gloo (2.8 on; docs/hang-diagnosis.md).
 
 Needs LSPAWN_BIN (the lspawn program under test).
 """
@@ -38,6 +42,18 @@ HANG = textwrap.dedent("""
     if dist.get_rank() == 1:
         time.sleep(60)
     dist.all_reduce(t)
+""")
+
+DDP_HANG = textwrap.dedent("""
+    import time, torch, torch.distributed as dist
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel
+    dist.init_process_group("gloo")
+    model = DistributedDataParallel(nn.Linear(8, 1))
+    for step in range(3):
+        if step == 2 and dist.get_rank() == 1:
+            time.sleep(60)
+        model(torch.randn(4, 8)).sum().backward()
 """)
 
 
@@ -75,6 +91,14 @@ def main():
         check(p.returncode == 124, "--hang-timeout: exit code %d, expected 124" % p.returncode, p)
         check("lspawn:world" in p.stdout and "all_reduce" in p.stdout, "the hang report does not name the backend's op", p)
         print("hang report: %s" % [l for l in p.stdout.splitlines() if "lspawn:world" in l][0].strip())
+        p = lspawn(["--cpu-backend", "lspawn", "--hang-timeout", "3", "--nprocs", "2"], DDP_HANG, tmp)
+        check(p.returncode == 124, "DDP under --cpu-backend lspawn, --hang-timeout: exit code %d, expected 124"
+              % p.returncode, p)
+        # Linear(8, 1): 8 weights and a bias, one bucket of 9 floats.
+        check("waiting: rank 0 in all_reduce #" in p.stdout and "on group lspawn:world, 36 B" in p.stdout,
+              "the hang report does not name the reducer's bucket all_reduce", p)
+        check("behind: rank 1" in p.stdout, "the hang report does not name rank 1 as behind", p)
+        print("DDP's reducer, hang report: %s" % [l for l in p.stdout.splitlines() if "waiting: rank 0" in l][0].strip())
 
 
 if __name__ == "__main__":
