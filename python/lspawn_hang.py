@@ -210,6 +210,7 @@ class _Watch:
             from torch._C import _distributed_c10d as c10d
         except Exception:
             return {}
+        _flight_recorder_on()  # before this function's first read sizes the recorder
         if not hasattr(c10d, "_dump_fr_trace_json"):
             return {}  # no Flight Recorder in this torch: the wrapped functions record
         for var in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):  # torch's precedence
@@ -687,8 +688,8 @@ def _flight_recorder_on():
     then named no collective at all, where the wrapped functions would have (found by
     scripts/check-python-range.sh on 2.10). Sets TORCH_FR_BUFFER_SIZE=2000, 2.11's default, when
     neither variable is set; a value the user set, 0 included, is kept. Read by the recorder when it is
-    first used (the first process group, or a dump): so before _Watch._backends() reads it. A no-op
-    until torch is imported, and for 1.x (no recorder) and torch >= 2.11."""
+    first used (the first process group, or a dump): so _Watch._backends() calls it before it reads the
+    recorder. A no-op for 1.x (no recorder) and torch >= 2.11."""
     torch = sys.modules.get("torch")
     if torch is None or os.environ.get("TORCH_FR_BUFFER_SIZE") or os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE"):
         return
@@ -732,7 +733,6 @@ def install():
     if not faulthandler.is_enabled():
         faulthandler.enable()
     current = signal.getsignal(STACK_SIGNAL)
-    _flight_recorder_on()  # torch imported already (the preload server's): before _Watch reads the recorder
     watch = _Watch(record, directory, rank)
     watch.pid = os.getpid()
     if current in (signal.SIG_DFL, None):  # a program's own SIGURG handler is left alone (no stacks)
@@ -747,7 +747,6 @@ def install():
         except Exception:  # the restart policy then treats this rank's failures as before
             pass
         if "torch" in sys.modules and not watch.backends:
-            _flight_recorder_on()
             watch.backends = watch._backends()
         if not watch.backends:
             try:
