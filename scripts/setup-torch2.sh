@@ -146,13 +146,13 @@ else:
     print(*(p for p in pins if re.match(r"nvidia-(cusparselt|nvshmem|nccl)-cu\d+([=<>!~]|$)", p)), sep="\n")
 EOF
 )
-which=${nvidia[0]:-}
+mode=${nvidia[0]:-}  # the script's first line: "all" (another CUDA major) or "toolkit"
 nvidia=("${nvidia[@]:1}")
 if ((${#nvidia[@]} == 0)); then
   log "torch==$version names no nvidia wheel in its Requires-Dist: not a CUDA build?"
   exit 1
 fi
-if [[ $which == all ]]; then
+if [[ $mode == all ]]; then
   log "torch==$version is built for another CUDA major than the toolkit's (${toolkit_major:-none found}): installing every CUDA wheel it pins, with their dependencies: ${nvidia[*]}"
   "${pip[@]}" install --no-compile "${nvidia[@]}" >&2
 else

@@ -89,15 +89,14 @@ def main():
     # gloo first: FSDP2 on CPU tensors fails inside torch itself up to 2.6 (2.6: FSDP2 asks the CPU's
     # Stream for record_event; 2.4: it initialises CUDA), whatever the backend. There, with no reference,
     # the case is skipped, showing torch's error; from 2.7 gloo's failure fails it.
-    import torch
-    before_27 = tuple(int(x) for x in torch.__version__.split(".")[:2]) < (2, 7)
-    runs = harness.run_ranks(os.path.abspath(__file__), 2, ["gloo"], timeout=300, check=not before_27)
-    if any(code != 0 for _, code, _ in runs):
-        last = [out.strip().splitlines()[-1] if out.strip() else "(no output)" for _, _, out in runs]
+    here = os.path.abspath(__file__)
+    gloo = harness.run_ranks(here, 2, ["gloo"], timeout=300, check=harness.torch_release() >= (2, 7))
+    if any(code != 0 for _, code, _ in gloo):
+        last = [out.strip().splitlines()[-1] if out.strip() else "(no output)" for _, _, out in gloo]
         print("skipped: FSDP2 on CPU tensors fails with gloo in this torch, so it has no reference here: %s" % last)
         sys.exit(77)
-    for backend in ("gloo", "cpu:lspawn"):
-        for rank, _, out in runs if backend == "gloo" else harness.run_ranks(os.path.abspath(__file__), 2, [backend], timeout=300):
+    for backend, runs in (("gloo", gloo), ("cpu:lspawn", harness.run_ranks(here, 2, ["cpu:lspawn"], timeout=300))):
+        for rank, _, out in runs:
             lines = out.strip().splitlines()
             for note in (l for l in lines if rank == 0 and l.startswith("note: ")):
                 print(note)

@@ -92,9 +92,14 @@ def run_worker(worker):
     os._exit(code)
 
 
-def torch_major():
+def torch_release():
+    """(major, minor) of the torch imported here, e.g. (2, 15)."""
     import torch
-    return int(torch.__version__.split(".")[0])
+    return tuple(int(x) for x in torch.__version__.split(".")[:2])
+
+
+def torch_major():
+    return torch_release()[0]
 
 
 def init(backend=None):
