@@ -81,10 +81,20 @@ std::optional<Hierarchy::Note> Hierarchy::read_note(std::chrono::milliseconds wa
 void Hierarchy::fail(std::exception_ptr error) {
   try {
     explain(std::move(error));
+  } catch (const std::exception& e) {
+    if (!failure_) failure_ = std::current_exception();
+    leave(e.what());
+    throw;
   } catch (...) {
     if (!failure_) failure_ = std::current_exception();
+    leave("unknown exception");
     throw;
   }
+}
+
+void Hierarchy::leave(const std::string& reason) {
+  local_->abort(reason);
+  leaders_.reset();  // its only reference: ProcessGroupGloo's destructor closes the pairs
 }
 
 void Hierarchy::check_usable() const {
@@ -115,7 +125,7 @@ void Hierarchy::explain(std::exception_ptr error) {
       publish(ranks[0], "rank " + std::to_string(ranks[0]) + " died (" + where.str() + "), seen by rank " +
                             std::to_string(me) + ": " + first_line(e.what()));
     }
-    if (kind == Kind::PeerDied || kind == Kind::Timeout) {
+    if (kind == Kind::PeerDied || kind == Kind::Timeout || kind == Kind::PeerLeft) {
       // The member we saw die may have left because of an earlier failure elsewhere.
       if (auto note = read_note(std::chrono::milliseconds(0));
           note && std::find(ranks.begin(), ranks.end(), note->rank) == ranks.end()) {

@@ -76,7 +76,10 @@ class Hierarchy {
   // naming the rank of the group's failure note when one appears within `note_wait` — else the
   // exception is rethrown as it is.
   // The hierarchy is then broken (its ranks are at unknown stages of the op): check_usable()
-  // throws that failure again, as shm::Error naming the same ranks, for every later op.
+  // throws that failure again, as shm::Error naming the same ranks, for every later op. And this
+  // rank leaves it, so that nobody waits for it though it may live on (a trainer that catches
+  // the error): its node's members that wait for it fail at once (shm::Error::Kind::PeerLeft),
+  // and a leader closes its gloo connections, so the other leaders fail at once in their step.
   [[noreturn]] void fail(std::exception_ptr error);
   // Called by each op before its first stage: throws when an earlier op failed (fail()), so a
   // rank that goes on issuing ops after a failure (DDP's hook thread, bucket after bucket) does
@@ -85,6 +88,7 @@ class Hierarchy {
 
  private:
   [[noreturn]] void explain(std::exception_ptr error);  // fail()'s work
+  void leave(const std::string& reason);                // fail()'s: shm abort, leaders closed
   struct Note {
     int rank;
     std::string text;

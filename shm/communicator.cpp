@@ -57,7 +57,7 @@ std::uint64_t random_u64() {
 using Clock = std::chrono::steady_clock;
 
 constexpr std::uint64_t kMagic = 0x6c7370776e73686dULL;  // "lspwnshm"
-constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kVersion = 2;                    // 2: InfoLine's left and reason
 constexpr std::size_t kLine = 64;
 // How long a waiter yields before it sleeps on the futex (Communicator::wait_all).
 constexpr auto kYieldFor = std::chrono::microseconds(20);
@@ -147,7 +147,13 @@ struct alignas(kLine) InfoLine {
   std::uint64_t addr[2];        // single-copy all_reduce: the buffer's address, per round parity
   std::uint64_t canary_addr;    // probe at construction: where to read, and what to find there
   std::uint64_t canary_value;
+  // 0 while this rank is in the group; kLeftFailed or kLeftClosed once it left (release; read with
+  // acquire by the peers that wait for it, then `reason`, written before it).
+  std::atomic<std::uint32_t> left;
+  char reason[192];  // why it left (NUL-terminated)
 };
+constexpr std::uint32_t kLeftFailed = 1;  // its communicator broke or was aborted
+constexpr std::uint32_t kLeftClosed = 2;  // destroyed
 static_assert(sizeof(ArriveLine) == kLine);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
 
@@ -235,6 +241,7 @@ Communicator::Communicator(int rank, int size, const Rendezvous& rendezvous, Com
     new (&seg_->sleepers) std::atomic<std::uint32_t>(0);
     for (int r = 0; r < size; ++r) {
       new (&LSPAWN_SEG_ARRIVE(seg_, r)->arrived) std::atomic<std::uint32_t>(0);
+      new (&LSPAWN_SEG_INFO(seg_, size, r)->left) std::atomic<std::uint32_t>(0);
       LSPAWN_SEG_INFO(seg_, size, r)->pid = 0;
     }
     seg_->size = size;
@@ -372,7 +379,25 @@ void Communicator::all_reduce_single_copy(unsigned char* data, std::size_t count
 }
 
 Communicator::~Communicator() {
-  if (seg_) ::munmap(seg_, map_bytes_);
+  if (!seg_) return;
+  leave(kLeftClosed, "it closed its communicator (destroyed its group)");
+  ::munmap(seg_, map_bytes_);
+}
+
+void Communicator::abort(const std::string& reason) {
+  broken_ = true;
+  if (seg_) leave(kLeftFailed, reason);
+}
+
+// Says in this rank's line that it left (the first time only) and wakes the peers asleep on its
+// arrival counter, which is what they wait for when they wait for this rank.
+void Communicator::leave(std::uint32_t how, const std::string& reason) {
+  InfoLine* mine = LSPAWN_SEG_INFO(seg_, size_, rank_);
+  if (mine->left.load(std::memory_order_relaxed) != 0) return;
+  std::snprintf(mine->reason, sizeof mine->reason, "%s", reason.substr(0, reason.find('\n')).c_str());
+  mine->left.store(how, std::memory_order_release);
+  auto* arrived = &LSPAWN_SEG_ARRIVE(seg_, rank_)->arrived;
+  if (seg_->sleepers.load(std::memory_order_seq_cst) > 0) futex(arrived, FUTEX_WAKE, INT_MAX, nullptr);
 }
 
 unsigned char* Communicator::slot(int set, int rank) const {
@@ -393,7 +418,7 @@ std::string Communicator::me() const {
 }
 
 void Communicator::fail(Error e) {
-  broken_ = true;
+  abort(e.what());
   throw e;
 }
 
@@ -441,13 +466,21 @@ void Communicator::wait_all(std::uint32_t target, const char* what) {
       const bool timed_out = now >= deadline;
       if (!timed_out && now - last_liveness < std::chrono::milliseconds(20)) continue;
       last_liveness = now;
-      std::vector<int> late, dead;
-      std::ostringstream who;
+      std::vector<int> late, dead, gone;
+      std::ostringstream who, why;
       for (int p = 0; p < size_; ++p) {
         if (p == rank_ || reached(LSPAWN_SEG_ARRIVE(seg_, p)->arrived.load(std::memory_order_acquire))) continue;
-        const int pid = LSPAWN_SEG_INFO(seg_, size_, p)->pid;
+        const InfoLine* line = LSPAWN_SEG_INFO(seg_, size_, p);
+        const int pid = line->pid;
         late.push_back(p);
-        if (process_dead(pid)) dead.push_back(p);
+        if (process_dead(pid)) {
+          dead.push_back(p);
+        } else if (const std::uint32_t how = line->left.load(std::memory_order_acquire); how != 0) {
+          gone.push_back(p);
+          why << (gone.size() > 1 ? "; " : "") << "rank " << shown(p) << " (pid " << pid << ", alive) left the group"
+              << (how == kLeftClosed ? ": " : " after a failure of its own: ")
+              << std::string(line->reason, strnlen(line->reason, sizeof line->reason));
+        }
         who << (late.size() > 1 ? ", " : "") << "rank " << shown(p) << " (pid " << pid
             << (process_dead(pid) ? ", dead" : "") << ")";
       }
@@ -456,6 +489,10 @@ void Communicator::wait_all(std::uint32_t target, const char* what) {
       if (!dead.empty()) {
         msg << "peer died during the collective: " << who.str() << " after " << seconds(now - start) << " s of waiting";
         fail(Error(Error::Kind::PeerDied, dead, msg.str()));
+      }
+      if (!gone.empty()) {
+        msg << "cannot complete after " << seconds(now - start) << " s: " << why.str();
+        fail(Error(Error::Kind::PeerLeft, gone, msg.str()));
       }
       if (timed_out) {
         msg << "timed out after " << seconds(now - start) << " s (timeout "

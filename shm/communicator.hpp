@@ -14,6 +14,11 @@
 //     throws Error{Kind::Mismatch} naming the ranks that differ, on every rank.
 //   - After any Error the communicator is broken (peers are at unknown points of the protocol):
 //     later calls throw at once. Build a new one.
+//   - A rank that leaves says so in the segment: its communicator broke (any Error here, or
+//     abort(reason) from its owner, e.g. after a failure between nodes) or was destroyed. A peer
+//     that waits for it then fails within milliseconds, Error{PeerLeft} naming it and its reason,
+//     though its process is alive (a trainer that caught the error to recover) — not after the
+//     whole timeout.
 //
 // How it works (docs/shm-backend.md has the full story)
 //   One POSIX shm object, created by rank 0 under a unique name published through the
@@ -49,7 +54,9 @@ namespace lspawn::shm {
 // A failure of a shm collective. `ranks` are the ranks concerned (dead, late, or mismatching).
 class Error : public lspawn::Error {
  public:
-  enum class Kind { Timeout, PeerDied, Mismatch, Broken, System };
+  // PeerLeft: a peer this rank waited for left the group, alive (its communicator broke, was
+  // aborted or destroyed; see Communicator::abort).
+  enum class Kind { Timeout, PeerDied, Mismatch, Broken, System, PeerLeft };
   Error(Kind kind, std::vector<int> ranks, const std::string& what)
       : lspawn::Error(what), kind_(kind), ranks_(std::move(ranks)) {}
   Kind kind() const { return kind_; }
@@ -111,6 +118,11 @@ class Communicator {
   int size() const { return size_; }
   const CommOptions& options() const { return options_; }
   bool broken() const { return broken_; }
+  // Leaves the group: this communicator is broken, and the peers that wait for this rank, now or
+  // in a later op, fail at once with Error{PeerLeft} quoting `reason` (its first 191 bytes). For
+  // an owner whose op failed outside the segment (the leaders' step between nodes), so that its
+  // node's ranks, waiting on it, do not wait out the timeout. Idempotent: the first reason stays.
+  void abort(const std::string& reason);
   // True when large all_reduces use the single-copy path (see CommOptions::single_copy).
   bool single_copy() const { return single_copy_; }
 
@@ -133,7 +145,8 @@ class Communicator {
   void probe_single_copy();
   void peer_copy(int q, void* local, std::uint64_t remote, std::size_t bytes, bool to_peer);
   void all_reduce_single_copy(unsigned char* data, std::size_t count, ElemType type, KernelOp op, const Desc& d);
-  [[noreturn]] void fail(Error e);
+  [[noreturn]] void fail(Error e);  // abort(e.what()), then throw e
+  void leave(std::uint32_t how, const std::string& reason);
   int shown(int q) const;  // q as messages name it (CommOptions::shown_ranks)
   std::string me() const;  // "rank 2/4 (pid 123)" or, with shown_ranks, "rank 5 (2/4 here, pid 123)"
 

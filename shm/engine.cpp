@@ -48,6 +48,7 @@ int kind_of(lspawn::shm::Error::Kind k) {
     case K::Mismatch: return LSPAWN_ENGINE_MISMATCH;
     case K::Broken: return LSPAWN_ENGINE_BROKEN;
     case K::System: return LSPAWN_ENGINE_SYSTEM;
+    case K::PeerLeft: return LSPAWN_ENGINE_PEER_LEFT;
   }
   return LSPAWN_ENGINE_SYSTEM;
 }
@@ -132,6 +133,15 @@ lspawn_engine* lspawn_engine_create(int rank, int size, const char* label, int64
 }
 
 void lspawn_engine_destroy(lspawn_engine* engine) { delete engine; }
+
+void lspawn_engine_abort(lspawn_engine* engine, const char* reason) {
+  if (!engine) return;
+  try {
+    engine->comm->abort(reason ? reason : "aborted by its owner");
+  } catch (...) {
+    // nothing throws here but an allocation failure: the communicator is broken already
+  }
+}
 
 int lspawn_engine_supports(int type, int op) {
   return valid_type(type) && valid_op(op) &&

@@ -13,7 +13,10 @@
  * Semantics are the communicator's: every rank of a group calls the same operations in the same
  * order; each call returns when this rank's output is complete; a peer that died makes the others
  * fail within milliseconds, naming it (LSPAWN_ENGINE_PEER_DIED, `rank` = that rank as shown);
- * after any error the engine is broken and later calls fail at once (LSPAWN_ENGINE_BROKEN). */
+ * after any error the engine is broken and later calls fail at once (LSPAWN_ENGINE_BROKEN), and
+ * it has left the group: a peer waiting for it fails within milliseconds too, though its process
+ * lives on (LSPAWN_ENGINE_PEER_LEFT, with the reason it left), as after lspawn_engine_abort()
+ * or lspawn_engine_destroy(). */
 #ifndef LSPAWN_SHM_ENGINE_H
 #define LSPAWN_SHM_ENGINE_H
 
@@ -30,8 +33,9 @@
 extern "C" {
 #endif
 
-/* Bumped when a signature or a constant below changes: a shim checks it at load. */
-#define LSPAWN_ENGINE_ABI 1
+/* Bumped when a signature or a constant below changes: a shim checks it at load.
+ * 2: LSPAWN_ENGINE_PEER_LEFT, lspawn_engine_abort(). */
+#define LSPAWN_ENGINE_ABI 2
 
 /* Element types (shm::ElemType's order). */
 enum {
@@ -63,7 +67,8 @@ enum {
   LSPAWN_ENGINE_MISMATCH = 3,
   LSPAWN_ENGINE_BROKEN = 4,
   LSPAWN_ENGINE_SYSTEM = 5,
-  LSPAWN_ENGINE_INVALID = 6
+  LSPAWN_ENGINE_INVALID = 6,
+  LSPAWN_ENGINE_PEER_LEFT = 7 /* a peer left the group alive (its engine failed, was aborted or destroyed) */
 };
 
 typedef struct lspawn_engine_error {
@@ -90,6 +95,10 @@ LSPAWN_ENGINE_API lspawn_engine* lspawn_engine_create(int rank, int size, const 
                                                       const int* shown_ranks, lspawn_engine_set_fn set,
                                                       lspawn_engine_get_fn get, void* ctx, lspawn_engine_error* err);
 LSPAWN_ENGINE_API void lspawn_engine_destroy(lspawn_engine* engine);
+/* Leaves the group without destroying the engine: it is broken (later calls fail at once), and
+ * the peers waiting for this rank fail at once with LSPAWN_ENGINE_PEER_LEFT quoting `reason`.
+ * For an owner whose op failed outside the engine (the step between hosts). Safe to repeat. */
+LSPAWN_ENGINE_API void lspawn_engine_abort(lspawn_engine* engine, const char* reason);
 
 /* 1 when `op` is defined on `type` (bitwise ops on integer and bool types only). */
 LSPAWN_ENGINE_API int lspawn_engine_supports(int type, int op);

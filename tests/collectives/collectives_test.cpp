@@ -235,17 +235,23 @@ TEST_CASE("hierarchical: LSPAWN_BACKEND=gloo keeps flat gloo, and so does one me
       run_ranks(kWorker, 2, "sum", "auto", {{"LSPAWN_TEST_NODES", "0,1"}, {"LSPAWN_TEST_EXPECT_BACKEND", "gloo"}}));
 }
 
+// 4 ranks as 2 nodes of 2 (hierarchical), `victim` SIGKILLed in a kill scenario of worker.cpp; the
+// group's timeout is 120 s, which none of these tests may wait for.
+RunResult kill_across_nodes(const std::string& scenario, int victim) {
+  return run_ranks(kWorker, 4, scenario, "auto",
+                   {{"LSPAWN_TEST_NODES", "0,0,1,1"},
+                    {"LSPAWN_TEST_KILL_RANK", std::to_string(victim)},
+                    {"LSPAWN_TEST_TIMEOUT_MS", "120000"}},
+                   std::chrono::seconds(180));
+}
+
 // Rank 3 (a member) or rank 2 (its node's leader) is SIGKILLed in an all_reduce: every other rank
 // fails in bounded time naming it, also rank 0 and 1 on the other node, whose own view is a
 // closed gloo connection or their leader leaving.
 TEST_CASE("hierarchical: a rank SIGKILLed mid-collective is named on every node",
           "[collectives][processes][hierarchical][failure]") {
   const int victim = GENERATE(3, 2);
-  auto r = run_ranks(kWorker, 4, "kill", "auto",
-                     {{"LSPAWN_TEST_NODES", "0,0,1,1"},
-                      {"LSPAWN_TEST_KILL_RANK", std::to_string(victim)},
-                      {"LSPAWN_TEST_TIMEOUT_MS", "120000"}},
-                     std::chrono::seconds(180));
+  auto r = kill_across_nodes("kill", victim);
   INFO("victim " << victim << "\n" << r.all_output());
   REQUIRE_FALSE(r.timed_out);
   CHECK(r.ranks[victim].signal == SIGKILL);
@@ -265,15 +271,33 @@ TEST_CASE("hierarchical: a rank SIGKILLed mid-collective is named on every node"
   CHECK(r.seconds < 60);
 }
 
+// The same, and every rank that survives catches its failure and stays alive 12 s (a trainer that
+// recovers): each still fails within seconds, naming rank 3. Before, rank 0 waited in the
+// leaders' gloo step until rank 2, the other leader, exited, and rank 1 on rank 0.
+TEST_CASE("hierarchical: ranks that catch the failure and live on do not hold up the others",
+          "[collectives][processes][hierarchical][failure]") {
+  auto r = kill_across_nodes("kill_stay", 3);
+  INFO(r.all_output());
+  REQUIRE_FALSE(r.timed_out);
+  CHECK(r.ranks[3].signal == SIGKILL);
+  for (int q = 0; q < 3; ++q) {
+    INFO("rank " << q);
+    CHECK(r.ranks[q].exit_code == 2);
+    const std::string& out = r.ranks[q].output;
+    const auto at = out.find("failed after ");
+    REQUIRE(at != std::string::npos);
+    CHECK(std::stod(out.substr(at + 13)) < 10.0);  // the 12 s its peers stay alive, or the 120 s timeout
+    CHECK_THAT(out, Catch::Contains("ranks concerned: 3"));
+  }
+  CHECK_THAT(r.ranks[1].output, Catch::Contains("alive) left the group after a failure of its own"));
+}
+
 // After that failure a hierarchical group is broken: the next op throws the first failure at
 // once on every surviving rank (collectives/hierarchy.hpp, check_usable), naming the same rank,
 // instead of a node leader meeting its member mid-op (a collective mismatch, or a wait).
 TEST_CASE("hierarchical: after a failed op the next one throws the first failure again",
           "[collectives][processes][hierarchical][failure]") {
-  auto r = run_ranks(
-      kWorker, 4, "kill_retry", "auto",
-      {{"LSPAWN_TEST_NODES", "0,0,1,1"}, {"LSPAWN_TEST_KILL_RANK", "3"}, {"LSPAWN_TEST_TIMEOUT_MS", "120000"}},
-      std::chrono::seconds(180));
+  auto r = kill_across_nodes("kill_retry", 3);
   INFO(r.all_output());
   REQUIRE_FALSE(r.timed_out);
   CHECK(r.ranks[3].signal == SIGKILL);

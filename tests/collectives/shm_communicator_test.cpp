@@ -206,13 +206,41 @@ TEST_CASE("threads as ranks: a mismatched call throws Mismatch on every rank", "
   }
 }
 
+// Rank threads that wait for each other outside the communicator (a rank that must stay in its
+// group, alive, until the others are done with it).
+struct Latch {
+  std::mutex mu;
+  std::condition_variable cv;
+  int count;
+  explicit Latch(int n) : count(n) {}
+  void arrive() {
+    std::lock_guard<std::mutex> l(mu);
+    if (--count == 0) cv.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return count <= 0; });
+  }
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 TEST_CASE("threads as ranks: a rank that never joins makes the others time out naming it", "[shm]") {
   CommOptions opts;
   opts.timeout = std::chrono::milliseconds(300);
   const auto start = std::chrono::steady_clock::now();
+  Latch others(2);
   auto errors = on_ranks(3, opts, [&](Communicator& c) {
-    if (c.rank() == 2) return;  // skips the barrier
-    c.barrier();
+    if (c.rank() == 2) return others.wait();  // skips the barrier, its communicator kept
+    try {
+      c.barrier();
+    } catch (...) {
+      others.arrive();
+      throw;
+    }
+    others.arrive();
   });
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK(took < 10.0);
@@ -226,4 +254,115 @@ TEST_CASE("threads as ranks: a rank that never joins makes the others time out n
       CHECK_THAT(e.what(), Catch::Contains("timed out") && Catch::Contains("rank 2"));
     }
   }
+}
+
+TEST_CASE("threads as ranks: a rank that destroyed its communicator makes the others fail at once naming it", "[shm]") {
+  CommOptions opts;
+  opts.timeout = std::chrono::seconds(20);  // only the left mark can be this fast
+  const auto start = std::chrono::steady_clock::now();
+  auto errors = on_ranks(3, opts, [&](Communicator& c) {
+    c.barrier();
+    if (c.rank() == 2) return;  // leaves: its communicator is destroyed, its thread (process) lives on
+    c.barrier();
+  });
+  CHECK(seconds_since(start) < 5.0);
+  CHECK_FALSE(errors[2]);
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(errors[r]);
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const Error& e) {
+      CHECK(e.kind() == Error::Kind::PeerLeft);
+      CHECK(e.ranks() == std::vector<int>{2});
+      CHECK_THAT(e.what(), Catch::Contains("shm barrier") &&
+                               Catch::Contains("alive) left the group: it closed its communicator"));
+    }
+  }
+}
+
+TEST_CASE(
+    "threads as ranks: abort(reason) makes the peers that wait fail at once quoting it, and refuses the "
+    "rank's own later calls",
+    "[shm]") {
+  CommOptions opts;
+  opts.timeout = std::chrono::seconds(20);
+  const auto start = std::chrono::steady_clock::now();
+  Latch others(2);
+  std::string own;  // rank 1's later call
+  auto errors = on_ranks(3, opts, [&](Communicator& c) {
+    std::vector<double> v(1000, 1.0);
+    c.all_reduce(v.data(), v.size(), ElemType::Float64, KernelOp::Sum);
+    if (c.rank() == 1) {
+      c.abort("all_reduce between nodes failed\nsecond line, not shown");
+      c.abort("a second reason, not shown");
+      try {
+        c.barrier();
+      } catch (const Error& e) {
+        own = std::string(e.kind() == Error::Kind::Broken ? "Broken: " : "other: ") + e.what();
+      }
+      return others.wait();  // alive and holding its communicator, as a trainer that caught the error
+    }
+    try {
+      c.all_reduce(v.data(), v.size(), ElemType::Float64, KernelOp::Sum);
+    } catch (...) {
+      others.arrive();
+      throw;
+    }
+    others.arrive();
+  });
+  CHECK(seconds_since(start) < 5.0);
+  CHECK_FALSE(errors[1]);
+  CHECK_THAT(own, Catch::StartsWith("Broken: ") && Catch::Contains("unusable after an earlier failure"));
+  for (int r : {0, 2}) {
+    REQUIRE(errors[r]);
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const Error& e) {
+      CHECK(e.kind() == Error::Kind::PeerLeft);
+      CHECK(e.ranks() == std::vector<int>{1});
+      CHECK_THAT(e.what(), Catch::Contains("shm all_reduce") && Catch::Contains("rank 1 (pid ") &&
+                               Catch::EndsWith("alive) left the group after a failure of its own: all_reduce "
+                                               "between nodes failed"));
+    }
+  }
+}
+
+TEST_CASE(
+    "threads as ranks: a rank that timed out has left, and the late rank's next call fails at once "
+    "quoting the timeout",
+    "[shm]") {
+  CommOptions opts;
+  opts.timeout = std::chrono::milliseconds(300);
+  Latch first_done(1);
+  std::string late_error;
+  double late_took = -1;
+  auto errors = on_ranks(2, opts, [&](Communicator& c) {
+    if (c.rank() == 0) {
+      try {
+        c.barrier();  // rank 1 is late: times out, and leaves
+      } catch (...) {
+        first_done.arrive();
+        throw;
+      }
+      first_done.arrive();
+      return;
+    }
+    first_done.wait();
+    // The round rank 0 abandoned may still complete here (rank 0 arrived before it gave up); the next one can not.
+    const auto t = std::chrono::steady_clock::now();
+    try {
+      c.barrier();
+      c.barrier();
+    } catch (const Error& e) {
+      late_took = seconds_since(t);
+      late_error = std::string(e.kind() == Error::Kind::PeerLeft ? "PeerLeft: " : "other: ") + e.what();
+    }
+  });
+  REQUIRE(errors[0]);
+  CHECK_FALSE(errors[1]);
+  CHECK(late_took >= 0);
+  CHECK(late_took < 0.25);  // under the 300 ms timeout: not a timeout of its own
+  CHECK_THAT(late_error, Catch::StartsWith("PeerLeft: ") && Catch::Contains("rank 0 (pid ") &&
+                             Catch::Contains("left the group after a failure of its own: shm barrier:") &&
+                             Catch::Contains("timed out"));
 }

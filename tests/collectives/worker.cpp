@@ -6,7 +6,7 @@
 //        LSPAWN_TEST_TIMEOUT_MS (group timeout), LSPAWN_TEST_BIG=1 (add the 64 MiB case),
 //        LSPAWN_TEST_EXPECT_BACKEND (Group::backend() must say so), LSPAWN_TEST_EXPECT_SINGLE_COPY
 //        (0/1: the shm communicator's single-copy path must be off/on), LSPAWN_TEST_KILL_RANK (the
-//        rank scenarios "kill" and "kill_retry" SIGKILL; default the last), LSPAWN_TEST_FROM_WORLD=1 (join through
+//        rank scenarios "kill", "kill_retry" and "kill_stay" SIGKILL; default the last), LSPAWN_TEST_FROM_WORLD=1 (join through
 //        runtime's init_process_group() and Group::from_world(): run under lspawn, any host)
 //
 // Exit status: 0 all checks passed; 1 a check failed (message on stderr); 2 CollectiveError;
@@ -426,6 +426,27 @@ void scenario_kill_retry(Group& g) {
   check(false, "all_reduce after a failed one completed");
 }
 
+// As "kill", and every rank that survives catches its failure and stays alive 12 s, holding its
+// group, as a trainer that recovers would (then the failure ends it). Each must still fail within
+// seconds of the kill, though its node's leader or the other node's leader lives on: a rank that
+// fails leaves the hierarchy (Hierarchy::fail: its shm communicator says so, a leader closes its
+// gloo connections). Each prints "failed after <s> s".
+void scenario_kill_stay(Group& g) {
+  auto t = at::ones({1 << 20});
+  for (int i = 0; i < 3; ++i) lspawn::all_reduce(g, t);
+  if (g.rank() == env_int("LSPAWN_TEST_KILL_RANK", g.size() - 1)) ::raise(SIGKILL);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    for (int i = 0; i < 5; ++i) lspawn::all_reduce(g, t);
+  } catch (const lspawn::CollectiveError& e) {
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::cerr << "rank " << g.rank() << ": failed after " << took << " s: " << e.what() << std::endl;
+    std::this_thread::sleep_for(std::chrono::seconds(12));
+    throw;
+  }
+  check(false, "all_reduce returned although a rank died");
+}
+
 // Rank 1 calls broadcast where the others call all_reduce.
 void scenario_mismatch_op(Group& g) {
   auto t = at::ones({10});
@@ -550,6 +571,8 @@ int lspawn::test::collectives_worker_main(int argc, char** argv) {
       scenario_sigpipe(*g);
     else if (scenario == "kill_retry")
       scenario_kill_retry(*g);
+    else if (scenario == "kill_stay")
+      scenario_kill_stay(*g);
     else if (scenario == "mismatch_op")
       scenario_mismatch_op(*g);
     else if (scenario == "mismatch_shape")

@@ -7,8 +7,14 @@ stream of all_reduces.
 
 Across hosts (4 ranks as hosts {0, 1} and {2, 3}, LSPAWN_BACKEND_HOST_KEY): rank 3 exits. Rank 2, its host's
 leader, names rank 3 dead; rank 0, the other leader, fails in the step between hosts with an error that says
-so and names the hosts' leaders (gloo's own names only an address); rank 1 sees rank 0 die. Both say that the
+so and names the hosts' leaders (gloo's own names only an address); rank 1 sees rank 0 leave. Both say that the
 first failure in the group was rank 3's (the note rank 2 left in the store). All within 10 s.
+
+The same, with the leaders catching their error and staying alive 15 s (a trainer that recovers: it catches,
+then makes a new group): rank 0 must still fail within 10 s (rank 2 closes its connections between hosts when
+its op fails; before, rank 0 waited in gloo for the group's 60 s), and so must rank 1, whose leader is alive
+but has left the group (it says so in the shared segment). A leader's later op on the broken group fails at
+once.
 """
 import os
 import signal
@@ -26,7 +32,8 @@ def worker():
     mode = sys.argv[sys.argv.index("--worker") + 1]
     t = torch.ones(4 << 20)
     dist.all_reduce(t)  # everybody is in
-    if mode == "hosts":
+    if mode in ("hosts", "hosts-stay"):
+        stay = mode == "hosts-stay"
         if rank == 3:
             os._exit(7)
         start = time.monotonic()
@@ -38,8 +45,21 @@ def worker():
             print("rank %d: failed after %.2f s: %s" % (rank, took, text.splitlines()[0][:400]))
             first = "first failure in the group: rank 3 died (host 1), seen by rank 2"
             want = {0: ["between hosts failed", "leaders: ranks 0 (host 0), 2 (host 1)", first],
-                    1: ["rank 0", "died", first], 2: ["rank 3", "died"]}[rank]
-            sys.exit(0 if took < 10 and all(w in text for w in want) else 3)
+                    1: ["rank 0", "left the group" if stay else "died", first], 2: ["rank 3", "died"]}[rank]
+            ok = took < 10 and all(w in text for w in want)
+            if stay and rank in (0, 2):
+                again = time.monotonic()
+                try:
+                    dist.all_reduce(t)
+                    print("rank %d: a later all_reduce on the broken group passed" % rank)
+                    ok = False
+                except RuntimeError as e2:
+                    print("rank %d: later op failed after %.2f s: %s" % (rank, time.monotonic() - again,
+                                                                         str(e2).splitlines()[0][:300]))
+                    ok = ok and time.monotonic() - again < 1
+                sys.stdout.flush()
+                time.sleep(15)  # alive, as a trainer that caught the error would be
+            sys.exit(0 if ok else 3)
         print("rank %d: no error although rank 3 is gone" % rank)
         sys.exit(4)
     if rank == 1:
@@ -75,6 +95,12 @@ def main():
     for r, c, out in results:
         if r != 3:
             print("hosts: %s" % out.strip().splitlines()[-1])
+    results = harness.run_ranks(os.path.abspath(__file__), 4, ["hosts-stay"], timeout=60,
+                                expect={0: 0, 1: 0, 2: 0, 3: 7},
+                                rank_env=lambda r: {"LSPAWN_BACKEND_HOST_KEY": "host%d" % (r // 2)})
+    for r, c, out in results:
+        if r != 3:
+            print("hosts-stay: %s" % " | ".join(out.strip().splitlines()[-2:]))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@
 
 #include <sys/mman.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <map>
@@ -143,6 +144,49 @@ TEST_CASE("engine: threads as ranks, every op, and a rank that never comes is na
   CHECK(std::string(err0.message).find("rank 11") != std::string::npos);
   // Broken after an error: the next call fails at once.
   CHECK(lspawn_engine_barrier(e0, &err0) == LSPAWN_ENGINE_BROKEN);
+  lspawn_engine_destroy(e0);
+}
+
+TEST_CASE("engine: lspawn_engine_abort makes the peer that waits fail at once with PEER_LEFT, quoting the reason",
+          "[shm][engine]") {
+  Board board;
+  std::vector<int> shown{10, 11};
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  int rc1 = -1;
+  std::thread t1([&] {
+    lspawn_engine_error err{};
+    lspawn_engine* e =
+        lspawn_engine_create(1, 2, "engine-test-abort", 20000, shown.data(), board_set, board_get, &board, &err);
+    if (!e) return;
+    lspawn_engine_abort(e, "all_reduce between hosts failed");
+    lspawn_engine_abort(e, nullptr);  // again: harmless, the first reason stays
+    rc1 = lspawn_engine_barrier(e, &err);
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return done; });  // alive and holding its engine
+    lspawn_engine_destroy(e);
+  });
+  lspawn_engine_error err0{};
+  lspawn_engine* e0 =
+      lspawn_engine_create(0, 2, "engine-test-abort", 20000, shown.data(), board_set, board_get, &board, &err0);
+  REQUIRE(e0 != nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  const int rc0 = lspawn_engine_barrier(e0, &err0);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  {
+    std::lock_guard<std::mutex> l(mu);
+    done = true;
+  }
+  cv.notify_all();
+  t1.join();
+  CHECK(rc0 == LSPAWN_ENGINE_PEER_LEFT);
+  CHECK(err0.rank == 11);
+  CHECK(took < 5.0);  // the timeout is 20 s
+  CHECK_THAT(err0.message, Catch::Contains("rank 11 (pid") &&
+                               Catch::EndsWith("left the group after a failure of its own: all_reduce between hosts "
+                                               "failed"));
+  CHECK(rc1 == LSPAWN_ENGINE_BROKEN);
   lspawn_engine_destroy(e0);
 }
 

@@ -948,13 +948,37 @@ class LspawnBackend final : public Base {
       first = first.substr(0, first.find('\n'));
       int rank = -1;  // the rank that saw the first death on its host names it (up to 3 s to write it)
       const std::string note = read_note(std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(3)), rank);
-      fail(std::string("lspawn backend (group '") + group_id_ + "', rank " + std::to_string(global_ranks_[getRank()]) +
-           "): " + what + " between hosts failed in the hosts' leaders' gloo step (leaders: ranks " + leaders +
-           "): " + first +
-           (note.empty() ? ". Likely a rank of another host failed or was stopped, and its leader left: that "
-                           "host's ranks name it"
-                         : "; first failure in the group: " + note));
+      leave(prefix() + what + " between hosts failed in the hosts' leaders' gloo step (leaders: ranks " + leaders +
+                "): " + first +
+                (note.empty() ? ". Likely a rank of another host failed or was stopped, and its leader left: that "
+                                "host's ranks name it"
+                              : "; first failure in the group: " + note),
+            std::string(what) + " between hosts failed (the hosts' leaders' gloo step)");
     }
+  }
+
+  std::string prefix() const {
+    return "lspawn backend (group '" + group_id_ + "', rank " + std::to_string(global_ranks_[getRank()]) + "): ";
+  }
+
+  // After an op on lspawn's path failed here, this rank leaves the group, so that nobody waits for it: it may
+  // live on (a trainer that catches the error to make a new group). Its engine says so in the host's segment
+  // (the host's ranks that wait for it fail at once, LSPAWN_ENGINE_PEER_LEFT, quoting `reason`), and a leader
+  // closes its gloo connections to the other hosts' leaders (they fail at once in their step between hosts,
+  // instead of waiting out the group's timeout). Every later op on that path fails with this first failure
+  // (check_usable), instead of meeting the host's ranks mid-op (a "mismatch" that hides the cause).
+  [[noreturn]] void leave(const std::string& message, const std::string& reason) {
+    if (failure_.empty()) {
+      const std::string mine = prefix();
+      failure_ = message.substr(message.compare(0, mine.size(), mine) == 0 ? mine.size() : 0);
+      failure_ = failure_.substr(0, failure_.find('\n'));
+    }
+    if (engine_) lspawn_engine_abort(engine_, reason.c_str());
+    leaders_.reset();  // the only reference: ProcessGroupGloo's destructor closes its pairs
+    fail(message);
+  }
+  void check_usable() const {
+    if (!failure_.empty()) fail(prefix() + "unusable after an earlier failure (make a new group): " + failure_);
   }
 
   void check_root(int64_t root, const char* what) {
@@ -965,10 +989,9 @@ class LspawnBackend final : public Base {
 
   void check(int rc) {
     if (rc == LSPAWN_ENGINE_OK) return;
-    std::string msg = std::string("lspawn backend (group '") + group_id_ + "', rank " +
-                      std::to_string(global_ranks_[getRank()]) + "): " + err_.message;
+    std::string msg = prefix() + err_.message;
     if (spans_hosts_) msg += first_failure(err_.kind, err_.rank, err_.message);
-    fail(msg);
+    leave(msg, err_.message);
   }
 
   // Runs f(ipc) when `t` takes CUDA IPC (_cuda_ipc.h): a CUDA tensor of LSPAWN_SHM_CUDA_IPC_MIN_BYTES or more in
@@ -1006,7 +1029,7 @@ class LspawnBackend final : public Base {
         // the store is gone (its host died): the others keep their own view
       }
     }
-    if (kind != LSPAWN_ENGINE_PEER_DIED && kind != LSPAWN_ENGINE_TIMEOUT) return "";
+    if (kind != LSPAWN_ENGINE_PEER_DIED && kind != LSPAWN_ENGINE_TIMEOUT && kind != LSPAWN_ENGINE_PEER_LEFT) return "";
     int rank = -1;
     std::string note = read_note(std::chrono::milliseconds(0), rank);
     return !note.empty() && rank != dead ? "; first failure in the group: " + note : "";
@@ -1041,6 +1064,7 @@ class LspawnBackend final : public Base {
     const uint64_t seq = ++seq_;
     lspawn_status_enter(slot_, what, seq, bytes);
     try {
+      check_usable();
       f();
     } catch (...) {
       lspawn_status_complete(slot_, seq);
@@ -1059,8 +1083,9 @@ class LspawnBackend final : public Base {
     lspawn_status_enter(slot_, what, seq, bytes);
     auto work = c10::make_intrusive<FutureWork>(type, outputs);
     void* slot = slot_;
-    runner_->submit([f = std::move(f), work, slot, seq]() mutable {
+    runner_->submit([this, f = std::move(f), work, slot, seq]() mutable {
       try {
+        check_usable();
         f();
         lspawn_status_complete(slot, seq);
         work->done();
@@ -1100,6 +1125,7 @@ class LspawnBackend final : public Base {
   std::string group_id_;
   c10::intrusive_ptr<Base> fallback_;
   c10::intrusive_ptr<Base> leaders_;  // the hosts' leaders, when the group spans hosts and this rank leads
+  std::string failure_;               // the first failure on lspawn's path (leave()); later ops fail with it
   void* slot_ = nullptr;
   std::vector<int> hosts_;            // each group rank's host (empty: no engine)
   std::vector<int> place_;            // each group rank's place among its host's ranks (its engine rank)
