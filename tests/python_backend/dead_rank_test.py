@@ -15,7 +15,12 @@ then makes a new group): rank 0 must still fail within 10 s (rank 2 closes its c
 its op fails; before, rank 0 waited in gloo for the group's 60 s), and so must rank 1, whose leader is alive
 but has left the group (it says so in the shared segment). A leader's later op on the broken group fails at
 once.
+
+And the recovery itself: the survivors destroy the group and form a new one without the dead rank (on one
+host: 3 ranks, rank 2 exits; across hosts: 4 ranks, rank 3 exits, a new group of hosts {0, 1} and {2}). Its
+all_reduce is right and runs on lspawn's path.
 """
+import datetime
 import os
 import signal
 import sys
@@ -62,6 +67,35 @@ def worker():
             sys.exit(0 if ok else 3)
         print("rank %d: no error although rank 3 is gone" % rank)
         sys.exit(4)
+    if mode in ("recover", "recover-hosts"):
+        # A trainer that recovers (torchft's way): the survivors catch the failure, destroy the group and form
+        # a new one without the dead rank, on a new prefix of the store. Its all_reduce must be right, on
+        # lspawn's path (shm, or shm+gloo across the hosts that are left).
+        import lspawn.distributed as ld
+        n = dist.get_world_size()
+        if rank == n - 1:
+            os._exit(7)
+        try:
+            for _ in range(1000):
+                dist.all_reduce(t)
+            print("rank %d: no error although rank %d is gone" % (rank, n - 1))
+            sys.exit(4)
+        except RuntimeError:
+            pass
+        start = time.monotonic()
+        dist.destroy_process_group()
+        dist.init_process_group("cpu:lspawn" if harness.torch_major() >= 2 else "lspawn",
+                                store=dist.PrefixStore("quorum1/", harness.client_store()), rank=rank,
+                                world_size=n - 1, timeout=datetime.timedelta(seconds=60))
+        x = torch.full((1 << 20,), float(rank + 1))
+        dist.all_reduce(x)
+        want = float(sum(range(1, n)))
+        ok = bool((x == want).all())
+        how = ld.transport()
+        print("rank %d: a new group of %d in %.2f s after the failure: all_reduce %s (want %s) on %s" %
+              (rank, n - 1, time.monotonic() - start, x[0].item(), want, how))
+        dist.destroy_process_group()
+        sys.exit(0 if ok and how == ("shm+gloo" if mode == "recover-hosts" else "shm") else 3)
     if rank == 1:
         if mode == "exit":
             os._exit(7)
@@ -101,6 +135,15 @@ def main():
     for r, c, out in results:
         if r != 3:
             print("hosts-stay: %s" % " | ".join(out.strip().splitlines()[-2:]))
+    for mode, n, rank_env in (("recover", 3, None),
+                              ("recover-hosts", 4, lambda r: {"LSPAWN_BACKEND_HOST_KEY": "host%d" % (r // 2)})):
+        expect = {r: 0 for r in range(n - 1)}
+        expect[n - 1] = 7
+        results = harness.run_ranks(os.path.abspath(__file__), n, [mode], timeout=60, expect=expect,
+                                    rank_env=rank_env)
+        for r, c, out in results:
+            if r != n - 1:
+                print("%s: %s" % (mode, out.strip().splitlines()[-1]))
 
 
 if __name__ == "__main__":
