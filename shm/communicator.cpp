@@ -393,6 +393,9 @@ void Communicator::abort(const std::string& reason) {
 // arrival counter, which is what they wait for when they wait for this rank.
 void Communicator::leave(std::uint32_t how, const std::string& reason) {
   InfoLine* mine = LSPAWN_SEG_INFO(seg_, size_, rank_);
+  // A process forked from the rank (a DataLoader worker, a child that exits through exit()) has a copy
+  // of this object and the segment mapped: its abort or destructor is not the rank's.
+  if (mine->pid != static_cast<std::int32_t>(::getpid())) return;
   if (mine->left.load(std::memory_order_relaxed) != 0) return;
   std::snprintf(mine->reason, sizeof mine->reason, "%s", reason.substr(0, reason.find('\n')).c_str());
   mine->left.store(how, std::memory_order_release);

@@ -122,6 +122,7 @@ class Communicator {
   // in a later op, fail at once with Error{PeerLeft} quoting `reason` (its first 191 bytes). For
   // an owner whose op failed outside the segment (the leaders' step between nodes), so that its
   // node's ranks, waiting on it, do not wait out the timeout. Idempotent: the first reason stays.
+  // In a process forked from the rank (its copy of this object) it only breaks that copy.
   void abort(const std::string& reason);
   // True when large all_reduces use the single-copy path (see CommOptions::single_copy).
   bool single_copy() const { return single_copy_; }

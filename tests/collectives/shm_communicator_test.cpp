@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <condition_variable>
@@ -365,4 +366,30 @@ TEST_CASE(
   CHECK_THAT(late_error, Catch::StartsWith("PeerLeft: ") && Catch::Contains("rank 0 (pid ") &&
                              Catch::Contains("left the group after a failure of its own: shm barrier:") &&
                              Catch::Contains("timed out"));
+}
+
+TEST_CASE(
+    "threads as ranks: a process forked from a rank that aborts its copy of the communicator does not "
+    "take the rank out",
+    "[shm]") {
+  CommOptions opts;
+  opts.timeout = std::chrono::seconds(20);
+  auto errors = on_ranks(2, opts, [&](Communicator& c) {
+    c.barrier();
+    if (c.rank() == 0) {
+      const pid_t child = ::fork();
+      if (child == 0) {
+        c.abort("the child's abort");  // its copy; the rank (this process) stays in the group
+        ::_exit(c.broken() ? 0 : 1);
+      }
+      int status = 0;
+      expect(child > 0 && ::waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+             "the child broke its own copy and exited 0");
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 1 waits for us, checking our line
+    }
+    c.barrier();  // after the child is gone: still a group of two
+    expect(!c.broken(), "the rank's own communicator is not broken");
+  });
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
 }
