@@ -148,12 +148,14 @@ struct alignas(kLine) InfoLine {
   std::uint64_t canary_addr;    // probe at construction: where to read, and what to find there
   std::uint64_t canary_value;
   // 0 while this rank is in the group; kLeftFailed or kLeftClosed once it left (release; read with
-  // acquire by the peers that wait for it, then `reason`, written before it).
+  // acquire by the peers that wait for it, then `reason`, written before it). kLeaving while the
+  // one thread that won the race to leave writes `reason` (abort() may come from another thread).
   std::atomic<std::uint32_t> left;
   char reason[192];  // why it left (NUL-terminated)
 };
 constexpr std::uint32_t kLeftFailed = 1;  // its communicator broke or was aborted
 constexpr std::uint32_t kLeftClosed = 2;  // destroyed
+constexpr std::uint32_t kLeaving = 3;     // being written: not yet left
 static_assert(sizeof(ArriveLine) == kLine);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
 
@@ -396,7 +398,8 @@ void Communicator::leave(std::uint32_t how, const std::string& reason) {
   // A process forked from the rank (a DataLoader worker, a child that exits through exit()) has a copy
   // of this object and the segment mapped: its abort or destructor is not the rank's.
   if (mine->pid != static_cast<std::int32_t>(::getpid())) return;
-  if (mine->left.load(std::memory_order_relaxed) != 0) return;
+  std::uint32_t none = 0;
+  if (!mine->left.compare_exchange_strong(none, kLeaving, std::memory_order_relaxed)) return;  // left already
   std::snprintf(mine->reason, sizeof mine->reason, "%s", reason.substr(0, reason.find('\n')).c_str());
   mine->left.store(how, std::memory_order_release);
   auto* arrived = &LSPAWN_SEG_ARRIVE(seg_, rank_)->arrived;
@@ -469,6 +472,13 @@ void Communicator::wait_all(std::uint32_t target, const char* what) {
       const bool timed_out = now >= deadline;
       if (!timed_out && now - last_liveness < std::chrono::milliseconds(20)) continue;
       last_liveness = now;
+      if (const InfoLine* own = LSPAWN_SEG_INFO(seg_, size_, rank_);
+          own->left.load(std::memory_order_acquire) == kLeftFailed) {  // abort() from another thread
+        throw Error(Error::Kind::Broken, {},
+                    "shm " + std::string(what) + ": " + me() + " aborted while waiting after " +
+                        std::to_string(seconds(now - start)) +
+                        " s: " + std::string(own->reason, strnlen(own->reason, sizeof own->reason)));
+      }
       std::vector<int> late, dead, gone;
       std::ostringstream who, why;
       for (int p = 0; p < size_; ++p) {
@@ -478,7 +488,8 @@ void Communicator::wait_all(std::uint32_t target, const char* what) {
         late.push_back(p);
         if (process_dead(pid)) {
           dead.push_back(p);
-        } else if (const std::uint32_t how = line->left.load(std::memory_order_acquire); how != 0) {
+        } else if (const std::uint32_t how = line->left.load(std::memory_order_acquire);
+                   how == kLeftFailed || how == kLeftClosed) {
           gone.push_back(p);
           why << (gone.size() > 1 ? "; " : "") << "rank " << shown(p) << " (pid " << pid << ", alive) left the group"
               << (how == kLeftClosed ? ": " : " after a failure of its own: ")

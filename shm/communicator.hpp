@@ -41,6 +41,7 @@
 #include "shm/reduce_kernels.hpp"
 #include "proto/error.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -123,6 +124,9 @@ class Communicator {
   // an owner whose op failed outside the segment (the leaders' step between nodes), so that its
   // node's ranks, waiting on it, do not wait out the timeout. Idempotent: the first reason stays.
   // In a process forked from the rank (its copy of this object) it only breaks that copy.
+  // The one call that may come from another thread while an op runs (a watchdog, torch's
+  // ProcessGroup.abort()): that op then throws Error{Broken} within ~20 ms ("aborted while
+  // waiting"), instead of waiting out the timeout.
   void abort(const std::string& reason);
   // True when large all_reduces use the single-copy path (see CommOptions::single_copy).
   bool single_copy() const { return single_copy_; }
@@ -156,10 +160,10 @@ class Communicator {
   CommOptions options_;
   Segment* seg_ = nullptr;  // mapped control block
   std::size_t map_bytes_ = 0;
-  unsigned char* data_ = nullptr;  // first slot
-  std::uint64_t round_ = 0;        // rounds completed by this rank (same on all ranks)
-  bool oversubscribed_ = false;    // more ranks than online CPUs: do not spin
-  bool broken_ = false;
+  unsigned char* data_ = nullptr;            // first slot
+  std::uint64_t round_ = 0;                  // rounds completed by this rank (same on all ranks)
+  bool oversubscribed_ = false;              // more ranks than online CPUs: do not spin
+  std::atomic<bool> broken_{false};          // abort() may come from another thread
   bool single_copy_ = false;                 // every rank can process_vm_readv every other
   std::uint64_t canary_ = 0;                 // read by the neighbour's probe at construction
   std::vector<const void*> srcs_;            // all_reduce: the slots to fold, in rank order (no allocation per call)

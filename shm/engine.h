@@ -7,8 +7,8 @@
  * the one engine through this header. C, not C++: the engine is built once (new libstdc++ ABI,
  * libstdc++ linked statically in the wheel) while a shim for pip torch <= 2.6 is built with
  * _GLIBCXX_USE_CXX11_ABI=0, so no std::string or std::function may cross. Every function is
- * thread-compatible (one caller per engine at a time), none throws, and every failure fills an
- * lspawn_engine_error.
+ * thread-compatible (one caller per engine at a time; lspawn_engine_abort excepted), none throws,
+ * and every failure fills an lspawn_engine_error.
  *
  * Semantics are the communicator's: every rank of a group calls the same operations in the same
  * order; each call returns when this rank's output is complete; a peer that died makes the others
@@ -97,7 +97,9 @@ LSPAWN_ENGINE_API lspawn_engine* lspawn_engine_create(int rank, int size, const 
 LSPAWN_ENGINE_API void lspawn_engine_destroy(lspawn_engine* engine);
 /* Leaves the group without destroying the engine: it is broken (later calls fail at once), and
  * the peers waiting for this rank fail at once with LSPAWN_ENGINE_PEER_LEFT quoting `reason`.
- * For an owner whose op failed outside the engine (the step between hosts). Safe to repeat. */
+ * For an owner whose op failed outside the engine (the step between hosts). Safe to repeat.
+ * The one function that may be called from another thread while a call runs (a watchdog): that
+ * call then fails within ~20 ms with LSPAWN_ENGINE_BROKEN ("aborted while waiting"). */
 LSPAWN_ENGINE_API void lspawn_engine_abort(lspawn_engine* engine, const char* reason);
 
 /* 1 when `op` is defined on `type` (bitwise ops on integer and bool types only). */

@@ -6,12 +6,16 @@ exits (code 7) in the middle of the loop. Each survivor catches the error of its
            handles the error slowly, or not at all, would: how long do the *others* wait for their error?
   recover  destroys the group at once and forms a new one of N-1 ranks on a new prefix of the store
            (torchft's way), then all_reduces: how long until every survivor trains again?
+  abort    rank N-1 does not die: it stays alive without calling the all_reduce for --stay seconds (a frozen
+           peer). A watchdog thread of each survivor calls torch's _abort_process_group() 1 s into the wait
+           (torchft's way out; torch 2.x), then recovers as `recover` does. Times are from the start of the
+           survivors' wait: how long does an abort take to free them?
 Times are from the death (the dead rank's clock reading; CLOCK_MONOTONIC is one clock for every process of
 the machine). The group's timeout is --timeout s: a survivor that waits for it is held up by a peer that
 caught the error and lives on. Layouts: lspawn on one host, and 2 simulated hosts (LSPAWN_BACKEND_HOST_KEY:
 ranks {0, 1} and {2, 3}, the step between hosts over gloo); gloo is flat whatever the layout.
 
-    python recovery_bench.py [--nprocs 4] [--backends lspawn,gloo] [--modes stay,recover] [--stay 10]
+    python recovery_bench.py [--nprocs 4] [--backends lspawn,gloo] [--modes stay,recover,abort] [--stay 10]
                              [--timeout 30] [--json OUT]
 Env: PYTHONPATH with the source tree's python/, LSPAWN_ENGINE, LSPAWN_BACKEND_SHIM_DIR (as ddp_bench.py).
 """
@@ -46,24 +50,34 @@ def worker(args):
     t = torch.ones(1 << 20)
     for _ in range(3):
         dist.all_reduce(t)
-    if rank == n - 1:
+    if mode == "abort":
+        import threading
+        from torch.distributed import distributed_c10d as c10d
+        if rank == n - 1:
+            store.set("bench/died", repr(time.monotonic()))
+            time.sleep(args.stay)  # frozen: alive, never comes
+            os._exit(7)
+        threading.Timer(1.0, c10d._abort_process_group).start()
+    elif rank == n - 1:
         store.set("bench/died", repr(time.monotonic()))
         os._exit(7)
     error = None
+    waiting = time.monotonic()
     try:
         for _ in range(100000):
             dist.all_reduce(t)
     except RuntimeError as e:
         error = str(e).splitlines()[0][:160]
     failed_at = time.monotonic()
-    died = float(store.get("bench/died").decode())
+    died = waiting if mode == "abort" else float(store.get("bench/died").decode())
     row = {"backend": backend, "layout": os.environ["BENCH_LAYOUT"], "mode": mode, "nprocs": n, "rank": rank,
            "to_error": failed_at - died, "error": error}
     if mode == "stay":
         time.sleep(max(0.0, args.stay - (time.monotonic() - died)))
         dist.destroy_process_group()
     else:
-        dist.destroy_process_group()
+        if mode != "abort":  # _abort_process_group() has destroyed it
+            dist.destroy_process_group()
         dist.init_process_group(backend_name(backend), store=dist.PrefixStore("g1/", store), rank=rank,
                                 world_size=n - 1, timeout=timeout)
         x = torch.full((1 << 20,), float(rank + 1))
@@ -99,7 +113,7 @@ def main():
     ap.add_argument("--worker", action="store_true")
     ap.add_argument("--nprocs", type=int, default=4)
     ap.add_argument("--backends", default="lspawn,gloo")
-    ap.add_argument("--modes", default="stay,recover")
+    ap.add_argument("--modes", default="stay,recover,abort")
     ap.add_argument("--stay", type=float, default=10.0)
     ap.add_argument("--timeout", type=float, default=30.0)
     ap.add_argument("--json")
@@ -119,6 +133,10 @@ def main():
           "| first error (rank 0) |")
     print("|---|---|---|---|---|---|")
     every = []
+    from torch.distributed import distributed_c10d as c10d
+    if "abort" in args.modes.split(",") and not hasattr(c10d, "_abort_process_group"):
+        print("(abort: skipped, torch %s has no _abort_process_group())" % torch.__version__)
+        runs = [r for r in runs if r[2] != "abort"]
     for backend, layout, mode in runs:
         rows = run(backend, layout, mode, args)
         every += rows
@@ -127,7 +145,7 @@ def main():
         if len(rows) < args.nprocs - 1:
             err_cell += " (%d of %d survivors reported)" % (len(rows), args.nprocs - 1)
         new = ""
-        if mode == "recover":
+        if mode in ("recover", "abort"):
             news = [r.get("to_new_group") for r in rows if r.get("new_group_right")]
             new = "%.2f" % max(news) if len(news) == args.nprocs - 1 else "not every survivor (%d)" % len(news)
         first = next((r["error"] for r in rows if r["rank"] == 0), "") or ""

@@ -393,3 +393,33 @@ TEST_CASE(
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
 }
+
+TEST_CASE("threads as ranks: abort() from another thread ends the op this rank waits in", "[shm]") {
+  CommOptions opts;
+  opts.timeout = std::chrono::seconds(20);
+  Latch rank0_done(1);
+  double took = -1;
+  std::string error;
+  auto errors = on_ranks(2, opts, [&](Communicator& c) {
+    if (c.rank() == 1) return rank0_done.wait();  // alive, never comes: holds rank 0 up
+    std::thread watchdog([&c] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      c.abort("the watchdog gave up on rank 1");
+    });
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      c.barrier();
+    } catch (const Error& e) {
+      took = seconds_since(start);
+      error = std::string(e.kind() == Error::Kind::Broken ? "Broken: " : "other: ") + e.what();
+    }
+    watchdog.join();
+    rank0_done.arrive();
+  });
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  CHECK(took >= 0.2);
+  CHECK(took < 5.0);  // the timeout is 20 s
+  CHECK_THAT(error, Catch::StartsWith("Broken: shm barrier: rank 0/2") && Catch::Contains("aborted while waiting") &&
+                        Catch::EndsWith("the watchdog gave up on rank 1"));
+}

@@ -16,6 +16,10 @@ its op fails; before, rank 0 waited in gloo for the group's 60 s), and so must r
 but has left the group (it says so in the shared segment). A leader's later op on the broken group fails at
 once.
 
+ProcessGroup.abort() (torch 2.x's _abort_process_group, torchft's way out): the last rank is alive but never
+comes; the others' watchdog threads abort the group after 1 s; their all_reduce ends within seconds, not after
+the group's 60 s, and a new group without it works (one host: 3 ranks; across hosts: 4 ranks as 2 hosts).
+
 And the recovery itself: the survivors destroy the group and form a new one without the dead rank (on one
 host: 3 ranks, rank 2 exits; across hosts: 4 ranks, rank 3 exits, a new group of hosts {0, 1} and {2}). Its
 all_reduce is right and runs on lspawn's path.
@@ -96,6 +100,38 @@ def worker():
               (rank, n - 1, time.monotonic() - start, x[0].item(), want, how))
         dist.destroy_process_group()
         sys.exit(0 if ok and how == ("shm+gloo" if mode == "recover-hosts" else "shm") else 3)
+    if mode in ("abort", "abort-hosts"):
+        # torchft's way out of a group a peer holds up: the last rank is alive but never comes; the others wait
+        # in an all_reduce, and a watchdog thread of each calls _abort_process_group() after 1 s. The all_reduce
+        # must end within seconds (the group's timeout is 60 s), and a new group without the frozen rank must
+        # work. Across hosts, within 3.5 s: a leader whose step between hosts fails after its own abort does not
+        # wait the 3 s for a failure note that no death will write.
+        import threading
+        import lspawn.distributed as ld
+        from torch.distributed import distributed_c10d as c10d
+        n = dist.get_world_size()
+        if rank == n - 1:
+            time.sleep(12)
+            sys.exit(0)
+        threading.Timer(1.0, c10d._abort_process_group).start()
+        start = time.monotonic()
+        try:
+            dist.all_reduce(t)
+            print("rank %d: the all_reduce completed although rank %d never came" % (rank, n - 1))
+            sys.exit(4)
+        except RuntimeError as e:
+            took, text = time.monotonic() - start, str(e)
+        print("rank %d: aborted after %.2f s: %s" % (rank, took, text.splitlines()[0][:300]))
+        dist.init_process_group("cpu:lspawn", store=dist.PrefixStore("quorum1/", harness.client_store()), rank=rank,
+                                world_size=n - 1, timeout=datetime.timedelta(seconds=60))
+        x = torch.full((1 << 20,), float(rank + 1))
+        dist.all_reduce(x)
+        hosts = mode == "abort-hosts"
+        ok = (took < (3.5 if hosts else 10) and ("aborted while waiting" in text or "between hosts failed" in text)
+              and bool((x == float(sum(range(1, n)))).all()) and ld.transport() == ("shm+gloo" if hosts else "shm"))
+        print("rank %d: a new group of %d: all_reduce %s on %s" % (rank, n - 1, x[0].item(), ld.transport()))
+        dist.destroy_process_group()
+        sys.exit(0 if ok else 3)
     if rank == 1:
         if mode == "exit":
             os._exit(7)
@@ -135,6 +171,16 @@ def main():
     for r, c, out in results:
         if r != 3:
             print("hosts-stay: %s" % " | ".join(out.strip().splitlines()[-2:]))
+    import torch
+    from torch.distributed import distributed_c10d as c10d
+    if not hasattr(c10d, "_abort_process_group"):
+        print("abort: skipped, torch %s has no _abort_process_group()" % torch.__version__)
+    else:
+        for mode, n, rank_env in (("abort", 3, None),
+                                  ("abort-hosts", 4, lambda r: {"LSPAWN_BACKEND_HOST_KEY": "host%d" % (r // 2)})):
+            for r, c, out in harness.run_ranks(os.path.abspath(__file__), n, [mode], timeout=60, rank_env=rank_env):
+                if r != n - 1:
+                    print("%s: %s" % (mode, " | ".join(out.strip().splitlines()[-2:])))
     for mode, n, rank_env in (("recover", 3, None),
                               ("recover-hosts", 4, lambda r: {"LSPAWN_BACKEND_HOST_KEY": "host%d" % (r // 2)})):
         expect = {r: 0 for r in range(n - 1)}

@@ -29,6 +29,7 @@
 #include <ATen/core/ivalue.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
@@ -666,6 +667,18 @@ class LspawnBackend final : public Base {
     });
   }
 
+  // ProcessGroup.abort() (torch 2.x: distributed_c10d._abort_process_group(), the way torchft and others leave a
+  // group that a peer holds up): this rank leaves the group as after a failure, and every later op fails. It may
+  // come from another thread while an op runs: an op in the engine then fails within ~20 ms ("aborted while
+  // waiting"), one in the step between hosts waits for that step (gloo's, which cannot be aborted), and a gloo
+  // op (point to point, the fallback) is left as it is. Declared without `override`: it overrides
+  // Backend::abort() where torch has one (torch calls it then), and is a member of its own on the releases
+  // without (2.4 and older).
+  void abort() {
+    aborted_.store(true);
+    if (engine_) lspawn_engine_abort(engine_, "it aborted the group (ProcessGroup.abort())");
+  }
+
   // Point to point: gloo's, recorded.
   WorkPtr send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
     return to_fallback("send", tensors, [&] { return fallback_->send(tensors, dst, tag); });
@@ -946,8 +959,12 @@ class LspawnBackend final : public Base {
         }
       std::string first = e.what();
       first = first.substr(0, first.find('\n'));
-      int rank = -1;  // the rank that saw the first death on its host names it (up to 3 s to write it)
-      const std::string note = read_note(std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(3)), rank);
+      // The rank that saw the first death on its host names it (up to 3 s to write it); after abort() there
+      // is nothing to wait for: this rank knows why its step failed.
+      int rank = -1;
+      const auto wait = aborted_.load() ? std::chrono::milliseconds(0)
+                                        : std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(3));
+      const std::string note = read_note(wait, rank);
       leave(prefix() + what + " between hosts failed in the hosts' leaders' gloo step (leaders: ranks " + leaders +
                 "): " + first +
                 (note.empty() ? ". Likely a rank of another host failed or was stopped, and its leader left: that "
@@ -979,6 +996,7 @@ class LspawnBackend final : public Base {
   }
   void check_usable() const {
     if (!failure_.empty()) fail(prefix() + "unusable after an earlier failure (make a new group): " + failure_);
+    if (aborted_.load()) fail(prefix() + "the group was aborted (ProcessGroup.abort()): make a new group");
   }
 
   void check_root(int64_t root, const char* what) {
@@ -1126,6 +1144,7 @@ class LspawnBackend final : public Base {
   c10::intrusive_ptr<Base> fallback_;
   c10::intrusive_ptr<Base> leaders_;  // the hosts' leaders, when the group spans hosts and this rank leads
   std::string failure_;               // the first failure on lspawn's path (leave()); later ops fail with it
+  std::atomic<bool> aborted_{false};  // abort() was called (from any thread)
   void* slot_ = nullptr;
   std::vector<int> hosts_;            // each group rank's host (empty: no engine)
   std::vector<int> place_;            // each group rank's place among its host's ranks (its engine rank)
