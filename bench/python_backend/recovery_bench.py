@@ -133,9 +133,9 @@ def main():
           "| first error (rank 0) |")
     print("|---|---|---|---|---|---|")
     every = []
-    from torch.distributed import distributed_c10d as c10d
-    if "abort" in args.modes.split(",") and not hasattr(c10d, "_abort_process_group"):
-        print("(abort: skipped, torch %s has no _abort_process_group())" % torch.__version__)
+    import lspawn.distributed
+    if "abort" in args.modes.split(",") and not lspawn.distributed.supports_abort():
+        print("(abort: skipped, torch %s's ProcessGroup.abort() does not reach a backend)" % torch.__version__)
         runs = [r for r in runs if r[2] != "abort"]
     for backend, layout, mode in runs:
         rows = run(backend, layout, mode, args)

@@ -172,9 +172,9 @@ def main():
         if r != 3:
             print("hosts-stay: %s" % " | ".join(out.strip().splitlines()[-2:]))
     import torch
-    from torch.distributed import distributed_c10d as c10d
-    if not hasattr(c10d, "_abort_process_group"):
-        print("abort: skipped, torch %s has no _abort_process_group()" % torch.__version__)
+    import lspawn.distributed as ld
+    if not ld.supports_abort():  # torch < 2.7: no Backend::abort() for ProcessGroup.abort() to call
+        print("abort: skipped, torch %s's ProcessGroup.abort() does not reach a backend" % torch.__version__)
     else:
         for mode, n, rank_env in (("abort", 3, None),
                                   ("abort-hosts", 4, lambda r: {"LSPAWN_BACKEND_HOST_KEY": "host%d" % (r // 2)})):

@@ -33,7 +33,8 @@ import torch.distributed as dist
 
 from . import _build
 
-__all__ = ["BACKEND", "register", "ShimMissingError", "transport", "counts", "cuda_ipc", "supported_releases"]
+__all__ = ["BACKEND", "register", "ShimMissingError", "transport", "counts", "cuda_ipc", "supported_releases",
+           "supports_abort"]
 
 BACKEND = "lspawn"
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -254,6 +255,12 @@ def counts(group=None):
     (docs/python-backend.md). "cuda_ipc": of lspawn's, those whose CUDA tensors went device to device."""
     backend, _ = _ours(group)
     return _shim.counts(backend) if backend is not None else None
+
+
+def supports_abort():
+    """True when torch's ProcessGroup.abort() (distributed_c10d._abort_process_group()) reaches this backend:
+    torch 2.7 and later, whose Backend class has abort(). Elsewhere it does nothing here, as on gloo."""
+    return bool(_load().ABORT)
 
 
 def cuda_ipc(group=None):

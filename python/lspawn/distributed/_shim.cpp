@@ -37,6 +37,7 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <functional>
 #include <map>
 #include <memory>
@@ -672,8 +673,8 @@ class LspawnBackend final : public Base {
   // come from another thread while an op runs: an op in the engine then fails within ~20 ms ("aborted while
   // waiting"), one in the step between hosts waits for that step (gloo's, which cannot be aborted), and a gloo
   // op (point to point, the fallback) is left as it is. Declared without `override`: it overrides
-  // Backend::abort() where torch has one (torch calls it then), and is a member of its own on the releases
-  // without (2.4 and older).
+  // Backend::abort() where torch has one (from 2.7; torch calls it then, the module's ABORT says so), and is a
+  // member of its own, never called, on the releases without.
   void abort() {
     aborted_.store(true);
     if (engine_) lspawn_engine_abort(engine_, "it aborted the group (ProcessGroup.abort())");
@@ -1164,9 +1165,17 @@ class LspawnBackend final : public Base {
 
 }  // namespace lspawn_backend
 
+// Whether torch's backend class has the virtual abort() that LspawnBackend::abort() then overrides (and
+// ProcessGroup.abort() calls): from torch 2.7 (2.6 has _abort_process_group() but no Backend::abort()).
+template <typename T, typename = void>
+struct HasAbort : std::false_type {};
+template <typename T>
+struct HasAbort<T, std::void_t<decltype(&T::abort)>> : std::true_type {};
+
 PYBIND11_MODULE(_lspawn_backend, m) {
   namespace py = pybind11;
   m.attr("ENGINE_ABI") = LSPAWN_ENGINE_ABI;
+  m.attr("ABORT") = HasAbort<lspawn_backend::Base>::value;
   // The backend's settings (LSPAWN_SHM_CUDA_IPC, LSPAWN_SHM_CUDA_IPC_MIN_BYTES): a bad one raises ValueError
   // naming it. Called before any rendezvous, so that every rank fails on its own reading, not on a peer that
   // left (create() reads them again).
