@@ -12,6 +12,7 @@ Needs a GPU: exits 77 (skipped) where torch sees none (every CI machine of this 
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 SKIP = 77
@@ -41,9 +42,15 @@ CASE = textwrap.dedent("""
 
 
 def run(module, kwargs):
+    # A script file, not `python -c`: torch.multiprocessing's spawn children import the parent's __main__ by
+    # its path to find `write`, and a `-c` program has none (its anchor failed so on the first GPU run).
     code = CASE.format(module=module, kwargs=kwargs)
-    proc = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=180, env=os.environ)
+    with tempfile.TemporaryDirectory() as tmp:
+        script = os.path.join(tmp, "cuda_case.py")
+        with open(script, "w") as f:
+            f.write(code)
+        proc = subprocess.run([sys.executable, script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=180, env=os.environ)
     out = proc.stdout.strip()
     print("[%s %s] exit %d: %s" % (module, kwargs, proc.returncode, out.splitlines()[-1] if out else ""))
     if proc.returncode != 0:
